@@ -1,0 +1,81 @@
+// Small DOM helpers. Text always goes in as text nodes, never as markup.
+
+/**
+ * Creates an element. props sets attributes ("class", "data-*", aria-*),
+ * event listeners ("onclick": fn) and, for "hidden"/"disabled", booleans.
+ * Children may be nodes, strings, numbers, arrays, or null (skipped).
+ */
+export function h(tag, props = {}, ...children) {
+  const el = document.createElement(tag);
+  for (const [name, value] of Object.entries(props)) {
+    if (value === null || value === undefined || value === false) continue;
+    if (name.startsWith('on') && typeof value === 'function') {
+      el.addEventListener(name.slice(2), value);
+    } else if (value === true) {
+      el.setAttribute(name, '');
+    } else {
+      el.setAttribute(name, String(value));
+    }
+  }
+  append(el, children);
+  return el;
+}
+
+function append(el, children) {
+  for (const child of children) {
+    if (child === null || child === undefined || child === false) continue;
+    if (Array.isArray(child)) append(el, child);
+    else el.append(child instanceof Node ? child : String(child));
+  }
+}
+
+/** Shows text in an element, or hides it when text is empty. */
+export function setMessage(el, text) {
+  el.textContent = text ?? '';
+  el.hidden = !text;
+}
+
+/** Sets textContent only when it changed, so polling does not churn the DOM. */
+export function setText(el, text) {
+  const value = String(text ?? '');
+  if (el.textContent !== value) el.textContent = value;
+}
+
+/** A <time> element with the local time and the full ISO value as a tooltip. */
+export function timeElement(iso, text) {
+  if (!iso) return h('span', { class: 'muted' }, '—');
+  return h('time', { datetime: iso, title: iso }, text ?? formatTime(iso));
+}
+
+/** A short badge, e.g. a job state or an agent origin. */
+export function badge(text, kind = text) {
+  return h('span', { class: `badge badge-${kind}` }, text);
+}
+
+/** Local time of day, with the date when it is not today. */
+export function formatTime(iso) {
+  const d = new Date(iso);
+  if (Number.isNaN(d.getTime())) return String(iso);
+  const time = d.toLocaleTimeString([], { hour: '2-digit', minute: '2-digit', second: '2-digit' });
+  const today = new Date().toDateString() === d.toDateString();
+  return today ? time : `${d.toLocaleDateString()} ${time}`;
+}
+
+/** "in 4m 12s" / "3s ago" relative to now. */
+export function formatRelative(iso, now = Date.now()) {
+  const ms = new Date(iso).getTime() - now;
+  if (Number.isNaN(ms)) return '';
+  const text = formatDuration(Math.abs(ms), { coarse: true });
+  return ms >= 0 ? `in ${text}` : `${text} ago`;
+}
+
+/** 340 ms, 1.2 s, 4m 12s, 2h 5m. */
+export function formatDuration(ms, { coarse = false } = {}) {
+  if (ms === null || ms === undefined || Number.isNaN(ms)) return '';
+  if (ms < 1000) return coarse ? '<1s' : `${Math.round(ms)} ms`;
+  const s = ms / 1000;
+  if (s < 60) return coarse ? `${Math.round(s)}s` : `${s.toFixed(1)} s`;
+  const m = Math.floor(s / 60);
+  if (m < 60) return `${m}m ${Math.floor(s % 60)}s`;
+  return `${Math.floor(m / 60)}h ${m % 60}m`;
+}

@@ -1,0 +1,273 @@
+// Jobs view: polls GET /jobs while visible, streams the selected job's output
+// over SSE, and cancels running jobs with DELETE /jobs/{id}.
+
+import { isQuiet, path, request, requestJSON } from './api.js';
+import { badge, formatDuration, h, setMessage, setText, timeElement } from './dom.js';
+import { readEvents } from './sse.js';
+
+const POLL_MS = 1000;
+const RETRY_MS = 1000;
+// The output pane is for reading, not archiving: past this many characters it
+// stops appending and says so. The whole stream stays on the output route.
+const MAX_OUTPUT_CHARS = 1 << 20;
+
+export function createJobsView() {
+  const $ = (id) => document.getElementById(id);
+  const body = $('jobs-body');
+  const caption = $('jobs-caption');
+  const error = $('jobs-error');
+  const updated = $('jobs-updated');
+  const panel = $('job-output-panel');
+  const output = $('job-output');
+  const outputStatus = $('job-output-status');
+  const outputCommand = $('job-output-command');
+  const outputHeading = $('job-output-heading');
+
+  const rows = new Map(); // job id → {tr, cells, job}
+  let active = false;
+  let timer = 0;
+  let selected = null; // {id, controller}
+
+  document.addEventListener('visibilitychange', () => {
+    if (active && !document.hidden) poll();
+  });
+
+  async function poll() {
+    clearTimeout(timer);
+    if (!active || document.hidden) return;
+    try {
+      const jobs = await requestJSON('/jobs');
+      if (!active) return;
+      render(Array.isArray(jobs) ? jobs : []);
+      setMessage(error, '');
+      setText(updated, `Updated ${new Date().toLocaleTimeString()}`);
+    } catch (err) {
+      if (isQuiet(err)) return;
+      setMessage(error, `Could not list jobs: ${err.message}`);
+    }
+    if (active) timer = setTimeout(poll, POLL_MS);
+  }
+
+  function render(jobs) {
+    // Ids are time-sortable; newest first.
+    jobs.sort((a, b) => (a.id < b.id ? 1 : a.id > b.id ? -1 : 0));
+    const seen = new Set();
+    jobs.forEach((job, i) => {
+      seen.add(job.id);
+      let entry = rows.get(job.id);
+      if (!entry) {
+        entry = createRow(job);
+        rows.set(job.id, entry);
+      }
+      updateRow(entry, job);
+      // Move only rows that are out of place, so a focused button keeps focus.
+      const at = body.children[i];
+      if (at !== entry.tr) body.insertBefore(entry.tr, at ?? null);
+    });
+    for (const [id, entry] of rows) {
+      if (!seen.has(id)) {
+        entry.tr.remove();
+        rows.delete(id);
+      }
+    }
+    const placeholder = body.querySelector('.placeholder');
+    if (jobs.length === 0 && !placeholder) {
+      body.append(h('tr', { class: 'placeholder' }, h('td', { colspan: 7, class: 'empty' }, 'No jobs yet.')));
+    } else if (jobs.length > 0 && placeholder) {
+      placeholder.remove();
+    }
+    const running = jobs.filter((j) => j.state === 'running').length;
+    setText(caption, `Jobs, newest first: ${jobs.length} (${running} running)`);
+  }
+
+  function createRow(job) {
+    const select = h('button', {
+      type: 'button', class: 'link command', 'data-testid': `job-select-${job.id}`,
+      'aria-pressed': 'false', title: job.command,
+      onclick: () => selectJob(rows.get(job.id)?.job ?? job),
+    }, job.command);
+    const cancel = h('button', {
+      type: 'button', class: 'danger', 'data-testid': `job-cancel-${job.id}`,
+      'aria-label': `Cancel job ${job.id}`,
+      onclick: () => cancelJob(job.id, cancel),
+    }, 'Cancel');
+    const cells = {
+      agent: h('td', {}),
+      state: h('td', { 'data-testid': `job-state-${job.id}` }),
+      exit: h('td', { class: 'num' }),
+      duration: h('td', { class: 'num' }),
+      started: h('td', {}, timeElement(job.startedAt ?? job.createdAt)),
+      actions: h('td', {}),
+      select,
+      cancel,
+    };
+    const tr = h('tr', { 'data-job-id': job.id, 'data-testid': 'job-row' },
+      h('th', { scope: 'row' }, select),
+      cells.agent, cells.state, cells.exit, cells.duration, cells.started, cells.actions);
+    return { tr, cells, job };
+  }
+
+  function updateRow(entry, job) {
+    const { cells } = entry;
+    const previous = entry.job;
+    entry.job = job;
+    if (!cells.agent.firstChild || previous.agentId !== job.agentId) {
+      cells.agent.replaceChildren(job.agentId ? h('code', {}, job.agentId) : h('span', { class: 'muted' }, 'none'));
+    }
+    if (cells.state.dataset.state !== job.state) {
+      cells.state.dataset.state = job.state;
+      cells.state.replaceChildren(badge(job.state), job.background ? h('span', { class: 'muted' }, ' bg') : null);
+    }
+    setText(cells.exit, exitText(job));
+    cells.exit.classList.toggle('bad', job.state !== 'running' && job.exitCode !== 0);
+    setText(cells.duration, formatDuration(durationOf(job)));
+    const running = job.state === 'running';
+    if (running && !cells.cancel.isConnected) cells.actions.append(cells.cancel);
+    if (!running && cells.cancel.isConnected) {
+      // Keep keyboard focus on the row when its button disappears.
+      const hadFocus = document.activeElement === cells.cancel;
+      cells.cancel.remove();
+      if (hadFocus) cells.select.focus();
+    }
+    cells.select.setAttribute('aria-pressed', String(selected?.id === job.id));
+    entry.tr.classList.toggle('selected', selected?.id === job.id);
+  }
+
+  async function cancelJob(id, button) {
+    button.disabled = true;
+    setText(button, 'Cancelling…');
+    try {
+      await request(path('jobs', id), { method: 'DELETE' });
+    } catch (err) {
+      if (isQuiet(err)) return;
+      setMessage(error, `Could not cancel job ${id}: ${err.message}`);
+    } finally {
+      button.disabled = false;
+      setText(button, 'Cancel');
+    }
+    poll();
+  }
+
+  function selectJob(job) {
+    selected?.controller.abort();
+    selected = { id: job.id, controller: new AbortController() };
+    for (const entry of rows.values()) updateRow(entry, entry.job);
+    panel.hidden = false;
+    setText(outputHeading, `Output of job ${job.id}`);
+    setText(outputCommand, `$ ${job.command}`);
+    output.replaceChildren();
+    stream(job.id, selected.controller.signal);
+  }
+
+  // Streams the output, resuming from the last event id if the connection
+  // drops before the exit event.
+  async function stream(id, signal) {
+    let lastId = '';
+    let size = 0;
+    setText(outputStatus, 'Connecting…');
+    while (!signal.aborted) {
+      try {
+        const headers = lastId ? { 'Last-Event-ID': lastId } : {};
+        const res = await request(path('jobs', id, 'output'), { accept: 'text/event-stream', headers, signal });
+        setText(outputStatus, 'Streaming…');
+        for await (const ev of readEvents(res.body)) {
+          lastId = ev.id || lastId;
+          if (ev.type === 'stdout' || ev.type === 'stderr') {
+            size = appendChunk(ev.type, decodeChunk(ev.data), size);
+          } else if (ev.type === 'exit') {
+            finish(decodeJob(ev.data));
+            return;
+          }
+        }
+        setText(outputStatus, 'Stream closed before the exit event; reconnecting…');
+      } catch (err) {
+        if (isQuiet(err) || signal.aborted) return;
+        setText(outputStatus, `Stream interrupted: ${err.message}; retrying…`);
+      }
+      await delay(RETRY_MS, signal);
+    }
+  }
+
+  function appendChunk(kind, text, size) {
+    if (size >= MAX_OUTPUT_CHARS) return size;
+    let chunk = text;
+    if (size + chunk.length > MAX_OUTPUT_CHARS) {
+      chunk = chunk.slice(0, MAX_OUTPUT_CHARS - size) + '\n[display limit reached; the full output is on the output route]\n';
+    }
+    // Follow the tail only if the reader has not scrolled up.
+    const atBottom = output.scrollHeight - output.scrollTop - output.clientHeight < 40;
+    const last = output.lastElementChild;
+    if (last && last.classList.contains(kind)) last.append(chunk);
+    else output.append(h('span', { class: kind }, chunk));
+    if (atBottom) output.scrollTop = output.scrollHeight;
+    return size + chunk.length;
+  }
+
+  function finish(job) {
+    const text = job ? exitText(job) : '';
+    const state = job?.state ?? 'finished';
+    output.append(h('span', { class: 'marker', 'data-testid': 'job-output-exit' },
+      `${output.textContent.endsWith('\n') || output.textContent === '' ? '' : '\n'}[${state}${text ? `: ${text}` : ''}]\n`));
+    setText(outputStatus, `Finished (${state})`);
+    if (job) {
+      const entry = rows.get(job.id);
+      if (entry) updateRow(entry, job);
+    }
+  }
+
+  return {
+    show() {
+      active = true;
+      poll();
+    },
+    hide() {
+      active = false;
+      clearTimeout(timer);
+      selected?.controller.abort();
+      selected = null;
+      panel.hidden = true;
+    },
+  };
+}
+
+function exitText(job) {
+  if (job.state === 'running') return '';
+  if (job.signal) return job.signal;
+  return job.exitCode === null || job.exitCode === undefined ? '' : String(job.exitCode);
+}
+
+function durationOf(job) {
+  if (job.durationMs !== null && job.durationMs !== undefined) return job.durationMs;
+  const start = Date.parse(job.startedAt ?? job.createdAt);
+  return job.state === 'running' && !Number.isNaN(start) ? Date.now() - start : null;
+}
+
+// Chunks are JSON strings per the contract; tolerate plain text too.
+function decodeChunk(data) {
+  try {
+    const value = JSON.parse(data);
+    if (typeof value === 'string') return value;
+  } catch {
+    // plain text
+  }
+  return data;
+}
+
+function decodeJob(data) {
+  try {
+    const value = JSON.parse(data);
+    return value && typeof value === 'object' ? value : null;
+  } catch {
+    return null;
+  }
+}
+
+function delay(ms, signal) {
+  return new Promise((resolve) => {
+    const t = setTimeout(resolve, ms);
+    signal.addEventListener('abort', () => {
+      clearTimeout(t);
+      resolve();
+    }, { once: true });
+  });
+}
