@@ -1,0 +1,169 @@
+// Package agents keeps agent sessions: identities with lineage (root, fork,
+// spawn) and one append-only JSONL transcript per agent.
+//
+// # On disk
+//
+// Each agent is one file, <Dir>/<id>.jsonl (mode 0600, directory 0700). The
+// first line is the header
+//
+//	{"type":"session","version":1,"id":…,"createdAt":…,"cwd":…,"parentId":…,"origin":…,"depth":…}
+//
+// where parentId is null for a root agent. Every further line is an event
+// {"type","seq","time","data"} with seq counting up from 1 in each file.
+//
+// A new transcript (Create, Fork, Spawn) is written to a hidden temporary file,
+// fsynced, renamed into place and the directory fsynced, so an agent id is
+// never returned before its header is durable and a half-written header is
+// never visible under the final name.
+//
+// # Writers
+//
+// The Store is the only writer of its directory. Appends to one agent are
+// serialised by a per-agent mutex; each append opens the file with O_APPEND,
+// writes the whole line in one write call and closes it again. Keeping no
+// descriptor open per agent means an idle server with thousands of persisted
+// agents holds no files open, and Close has nothing to flush. The cost, one
+// open and close per event, is microseconds against the milliseconds of the
+// process run the event describes. Events are not fsynced one by one: a crash
+// can lose the last events or tear the last line, which the next Open repairs.
+//
+// # Torn lines
+//
+// Open reads every transcript. A line that is not a complete JSON event is
+// skipped, logged and counted in dshd_transcript_torn_lines_total; it never
+// fails Open. When such lines form the tail of a file (the normal shape of a
+// crash during a write), Open truncates the file back to the end of the last
+// valid line, so the next append starts a clean line and the file stays valid
+// JSONL. A valid last line that only lacks its newline is kept and the newline
+// is added. A file whose header is missing or invalid is skipped entirely,
+// logged and counted in dshd_transcript_invalid_files_total; it is left as it
+// is on disk for a person to inspect.
+//
+// # Managed environment values
+//
+// This package never writes managed (DSH_*) environment values: it stores the
+// data callers pass to Append verbatim, and callers must not pass overlays.
+package agents
+
+import (
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Origin says how an agent came to be.
+type Origin string
+
+// The origins an agent can have.
+const (
+	// OriginRoot is an agent created fresh by Create.
+	OriginRoot Origin = "root"
+	// OriginFork is a copy of another agent's transcript under a new id (Fork).
+	OriginFork Origin = "fork"
+	// OriginSpawn is a child agent one level deeper than its parent (Spawn).
+	OriginSpawn Origin = "spawn"
+)
+
+func (o Origin) valid() bool {
+	return o == OriginRoot || o == OriginFork || o == OriginSpawn
+}
+
+// Event types this package itself writes, and the ones callers use. Append
+// accepts any non-blank type; these are the ones the design names.
+const (
+	// EventToolCall records a model tool call: {callId, name, arguments, ignored}.
+	EventToolCall = "tool/call"
+	// EventToolResult records a tool result: {callId, isError, text, jobId?, exitCode?}.
+	EventToolResult = "tool/result"
+	// EventSessionResume is appended by Resume.
+	EventSessionResume = "session/resume"
+	// EventHookInvoked records that a hook handler is about to run.
+	EventHookInvoked = "hook/invoked"
+	// EventHookResult records a hook handler's result.
+	EventHookResult = "hook/result"
+)
+
+// Agent is an agent's header: its identity and lineage.
+type Agent struct {
+	// ID is the agent's opaque, URL-safe, time-sortable id ("agt_…").
+	ID string `json:"id"`
+	// ParentID is the agent this one was forked or spawned from; "" for roots.
+	ParentID string `json:"parentId"`
+	// RootID is the furthest ancestor reached by walking ParentID; an agent's
+	// own id when it is a root. If an ancestor's transcript is missing from
+	// the store the walk stops there and RootID is that missing ancestor's id.
+	RootID string `json:"rootId"`
+	// Cwd is the agent's working directory, absolute.
+	Cwd string `json:"cwd"`
+	// Origin is how the agent was made.
+	Origin Origin `json:"origin"`
+	// Depth is 0 for roots, the parent's depth for forks and the parent's
+	// depth plus one for spawned children.
+	Depth int `json:"depth"`
+	// CreatedAt is when the header was written, in UTC.
+	CreatedAt time.Time `json:"createdAt"`
+}
+
+// Event is one transcript line after the header.
+type Event struct {
+	// Type is the event type, such as "tool/call".
+	Type string `json:"type"`
+	// Seq counts events in one transcript, from 1, without gaps.
+	Seq int64 `json:"seq"`
+	// Time is when the event was appended, in UTC.
+	Time time.Time `json:"time"`
+	// Data is the event's payload as stored.
+	Data json.RawMessage `json:"data"`
+}
+
+// DefaultMaxDepth is the deepest spawn allowed when Options.MaxDepth is zero.
+const DefaultMaxDepth = 5
+
+// Options configure a Store.
+type Options struct {
+	// Dir is the transcript directory, normally <home>/sessions. It is created
+	// with mode 0700 if missing. Required.
+	Dir string
+	// DefaultCwd is the cwd of agents created with an empty cwd. When empty,
+	// the process working directory at Open is used.
+	DefaultCwd string
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+	// NewID makes agent ids; nil means ULIDs with the "agt_" prefix from
+	// internal/ids. Tests inject deterministic ids. Ids must be URL-safe
+	// (letters, digits, '_' and '-').
+	NewID func() string
+	// MaxDepth is the deepest Spawn allowed (roots are depth 0); zero means
+	// DefaultMaxDepth.
+	MaxDepth int
+	// Logger receives warnings about torn lines and skipped files; nil
+	// discards them.
+	Logger *slog.Logger
+	// Registerer receives the store's metrics; nil registers none.
+	Registerer prometheus.Registerer
+}
+
+// Errors returned by the Store. They are wrapped with context; test them with
+// errors.Is.
+var (
+	// ErrNotFound: no agent has the id (Get, Resume, Fork, Spawn, Append,
+	// Transcript, Events). HTTP 404.
+	ErrNotFound = errors.New("agent not found")
+	// ErrInvalidCwd: Create was given a cwd that is not absolute or not an
+	// existing directory. HTTP 422 invalid_cwd.
+	ErrInvalidCwd = errors.New("invalid cwd")
+	// ErrInvalidBoundary: Fork was given a boundary below zero or beyond the
+	// last event's seq. HTTP 422.
+	ErrInvalidBoundary = errors.New("invalid fork boundary")
+	// ErrDepthExceeded: Spawn would make a child deeper than MaxDepth. HTTP
+	// 422 depth_exceeded.
+	ErrDepthExceeded = errors.New("agent depth exceeded")
+	// ErrInvalidEvent: Append was given a blank event type or data that does
+	// not encode as JSON.
+	ErrInvalidEvent = errors.New("invalid event")
+	// ErrClosed: the Store was closed.
+	ErrClosed = errors.New("agent store closed")
+)

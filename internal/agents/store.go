@@ -1,0 +1,614 @@
+package agents
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/dshd/dshd/internal/ids"
+)
+
+const (
+	fileExt     = ".jsonl"
+	tmpSuffix   = ".tmp"
+	fileMode    = 0o600
+	dirMode     = 0o700
+	headerType  = "session"
+	headerVer   = 1
+	maxIDLength = 128
+)
+
+// Store keeps agents and their transcripts under one directory. It is safe for
+// concurrent use. A Store assumes it is the only writer of its directory.
+type Store struct {
+	dir        string
+	defaultCwd string
+	now        func() time.Time
+	newID      func() string
+	maxDepth   int
+	log        *slog.Logger
+	metrics    *metrics
+
+	// syncFile makes a file's contents durable; tests replace it to observe
+	// the fsync path.
+	syncFile func(f *os.File) error
+
+	mu     sync.RWMutex
+	agents map[string]*entry
+	closed bool
+}
+
+// entry is one agent's in-memory state. mu serialises every write to the
+// agent's file and guards lastSeq and size.
+type entry struct {
+	agent Agent // immutable after creation
+
+	mu      sync.Mutex
+	lastSeq int64
+	size    int64 // bytes of valid content in the file
+}
+
+// header is the first line of a transcript.
+type header struct {
+	Type      string    `json:"type"`
+	Version   int       `json:"version"`
+	ID        string    `json:"id"`
+	CreatedAt time.Time `json:"createdAt"`
+	Cwd       string    `json:"cwd"`
+	ParentID  *string   `json:"parentId"`
+	Origin    Origin    `json:"origin"`
+	Depth     int       `json:"depth"`
+}
+
+// Open prepares the store in opts.Dir, creating the directory (0700) if
+// needed, and indexes every <id>.jsonl in it so agents persisted before a
+// restart are found again. Torn or invalid event lines are skipped, logged and
+// counted; a torn tail is truncated away (see the package comment). Files with
+// an invalid header are skipped and reported, never fatal. Leftover temporary
+// files from an interrupted Create, Fork or Spawn are removed.
+//
+// Open returns an error if Dir is empty or cannot be created or read, or if
+// ctx is cancelled.
+func Open(ctx context.Context, opts Options) (*Store, error) {
+	if opts.Dir == "" {
+		return nil, errors.New("open agent store: Dir is required")
+	}
+	dir, err := filepath.Abs(opts.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("open agent store: %w", err)
+	}
+	s := &Store{
+		dir:        dir,
+		defaultCwd: opts.DefaultCwd,
+		now:        opts.Now,
+		newID:      opts.NewID,
+		maxDepth:   opts.MaxDepth,
+		log:        opts.Logger,
+		metrics:    newMetrics(opts.Registerer),
+		syncFile:   (*os.File).Sync,
+		agents:     make(map[string]*entry),
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if s.newID == nil {
+		src := ids.NewSource(s.now)
+		s.newID = func() string { return src.New("agt_") }
+	}
+	if s.maxDepth <= 0 {
+		s.maxDepth = DefaultMaxDepth
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	s.log = s.log.With("component", "agents")
+	if s.defaultCwd == "" {
+		if s.defaultCwd, err = os.Getwd(); err != nil {
+			return nil, fmt.Errorf("open agent store: default cwd: %w", err)
+		}
+	}
+	if err := os.MkdirAll(dir, dirMode); err != nil {
+		return nil, fmt.Errorf("open agent store: %w", err)
+	}
+	des, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("open agent store: %w", err)
+	}
+	for _, de := range des {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("open agent store: %w", err)
+		}
+		name := de.Name()
+		if strings.HasPrefix(name, ".") && strings.HasSuffix(name, tmpSuffix) {
+			// An interrupted creation: the id was never handed out.
+			if err := os.Remove(filepath.Join(dir, name)); err != nil {
+				s.log.Warn("remove leftover temporary transcript", "file", name, "err", err)
+			}
+			continue
+		}
+		id, ok := strings.CutSuffix(name, fileExt)
+		if !ok || !de.Type().IsRegular() || !validID(id) {
+			continue
+		}
+		e, err := s.load(id)
+		if err != nil {
+			s.metrics.invalidFiles.Inc()
+			s.log.Warn("skipping transcript with invalid header", "file", s.Path(id), "err", err)
+			continue
+		}
+		s.agents[id] = e
+	}
+	for _, e := range s.agents {
+		e.agent.RootID = s.rootOf(e.agent.ID, e.agent.ParentID)
+	}
+	return s, nil
+}
+
+// rootOf walks parent links from an agent whose parent is parentID. It needs
+// s.agents to be complete for the walk and is called with s.mu held or before
+// the store is shared.
+func (s *Store) rootOf(id, parentID string) string {
+	root := id
+	for steps := 0; parentID != "" && steps <= len(s.agents); steps++ {
+		root = parentID
+		p, ok := s.agents[parentID]
+		if !ok {
+			break
+		}
+		parentID = p.agent.ParentID
+	}
+	return root
+}
+
+// validID reports whether id is safe to use as a file name: 1 to 128
+// letters, digits, '_' or '-'.
+func validID(id string) bool {
+	if id == "" || len(id) > maxIDLength {
+		return false
+	}
+	for _, c := range []byte(id) {
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '_', c == '-':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// Path returns the transcript file of the agent with the given id, whether or
+// not such an agent exists.
+func (s *Store) Path(id string) string {
+	return filepath.Join(s.dir, id+fileExt)
+}
+
+// Create makes a new root agent at depth 0 and returns it once its header is
+// durable on disk. An empty cwd means Options.DefaultCwd. It returns
+// ErrInvalidCwd if cwd is not absolute or not an existing directory, and
+// ErrClosed after Close.
+func (s *Store) Create(ctx context.Context, cwd string) (Agent, error) {
+	if err := ctx.Err(); err != nil {
+		return Agent{}, fmt.Errorf("create agent: %w", err)
+	}
+	if cwd == "" {
+		cwd = s.defaultCwd
+	}
+	cwd, err := checkCwd(cwd)
+	if err != nil {
+		return Agent{}, fmt.Errorf("create agent: %w", err)
+	}
+	a := Agent{Cwd: cwd, Origin: OriginRoot}
+	return s.create(a, nil)
+}
+
+func checkCwd(cwd string) (string, error) {
+	if !filepath.IsAbs(cwd) {
+		return "", fmt.Errorf("%w: %q is not absolute", ErrInvalidCwd, cwd)
+	}
+	cwd = filepath.Clean(cwd)
+	fi, err := os.Stat(cwd)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return "", fmt.Errorf("%w: %s does not exist", ErrInvalidCwd, cwd)
+		}
+		return "", fmt.Errorf("%w: %w", ErrInvalidCwd, err)
+	}
+	if !fi.IsDir() {
+		return "", fmt.Errorf("%w: %s is not a directory", ErrInvalidCwd, cwd)
+	}
+	return cwd, nil
+}
+
+// create assigns a to a new id, writes its header followed by events (raw,
+// newline-terminated lines whose last seq is lastSeq) and indexes it.
+func (s *Store) create(a Agent, events [][]byte) (Agent, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return Agent{}, ErrClosed
+	}
+	a.ID = s.newID()
+	if !validID(a.ID) {
+		return Agent{}, fmt.Errorf("create agent: generated id %q is not URL-safe", a.ID)
+	}
+	if _, dup := s.agents[a.ID]; dup {
+		return Agent{}, fmt.Errorf("create agent: id %s already in use", a.ID)
+	}
+	a.CreatedAt = s.now().UTC()
+	if a.Origin == OriginRoot {
+		a.RootID = a.ID
+	}
+	h := header{Type: headerType, Version: headerVer, ID: a.ID, CreatedAt: a.CreatedAt,
+		Cwd: a.Cwd, Origin: a.Origin, Depth: a.Depth}
+	if a.ParentID != "" {
+		h.ParentID = &a.ParentID
+	}
+	line, err := json.Marshal(h)
+	if err != nil {
+		return Agent{}, fmt.Errorf("create agent: %w", err)
+	}
+	var buf bytes.Buffer
+	buf.Write(line)
+	buf.WriteByte('\n')
+	var lastSeq int64
+	for _, ev := range events {
+		buf.Write(ev)
+		if seq := seqOf(ev); seq > lastSeq {
+			lastSeq = seq
+		}
+	}
+	if err := s.writeNew(a.ID, buf.Bytes()); err != nil {
+		return Agent{}, fmt.Errorf("create agent %s: %w", a.ID, err)
+	}
+	s.agents[a.ID] = &entry{agent: a, lastSeq: lastSeq, size: int64(buf.Len())}
+	s.metrics.created.WithLabelValues(string(a.Origin)).Inc()
+	s.log.Debug("agent created", "agent_id", a.ID, "origin", a.Origin, "parent_id", a.ParentID)
+	return a, nil
+}
+
+// writeNew makes <id>.jsonl with content durably: it writes a hidden
+// temporary file, fsyncs it, renames it into place and fsyncs the directory
+// so the new name survives a crash too.
+func (s *Store) writeNew(id string, content []byte) (err error) {
+	final := s.Path(id)
+	if _, err := os.Lstat(final); err == nil {
+		return fmt.Errorf("%s already exists", final)
+	}
+	tmp := filepath.Join(s.dir, "."+id+fileExt+tmpSuffix)
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, fileMode)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			_ = os.Remove(tmp)
+		}
+	}()
+	if _, err := f.Write(content); err != nil {
+		_ = f.Close()
+		return err
+	}
+	if err := s.syncFile(f); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("fsync: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, final); err != nil {
+		return err
+	}
+	d, err := os.Open(s.dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := s.syncFile(d); err != nil {
+		return fmt.Errorf("fsync %s: %w", s.dir, err)
+	}
+	return nil
+}
+
+// lookup returns the entry for id, or ErrNotFound (or ErrClosed).
+func (s *Store) lookup(id string) (*entry, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return nil, ErrClosed
+	}
+	e, ok := s.agents[id]
+	if !ok {
+		return nil, fmt.Errorf("agent %s: %w", id, ErrNotFound)
+	}
+	return e, nil
+}
+
+// Get returns the agent with the given id, or ErrNotFound.
+func (s *Store) Get(ctx context.Context, id string) (Agent, error) {
+	if err := ctx.Err(); err != nil {
+		return Agent{}, err
+	}
+	e, err := s.lookup(id)
+	if err != nil {
+		return Agent{}, err
+	}
+	return e.agent, nil
+}
+
+// List returns every agent, sorted by id (which is creation order for the
+// default ids).
+func (s *Store) List(ctx context.Context) ([]Agent, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return nil, ErrClosed
+	}
+	out := make([]Agent, 0, len(s.agents))
+	for _, e := range s.agents {
+		out = append(out, e.agent)
+	}
+	slices.SortFunc(out, func(a, b Agent) int { return strings.Compare(a.ID, b.ID) })
+	return out, nil
+}
+
+// Resume continues the agent with the given id under the same id and appends
+// a session/resume event ({} as data) to its transcript. An agent not yet
+// indexed is looked for on disk first, so a transcript that appeared after
+// Open can be resumed. It returns ErrNotFound if there is no such agent.
+func (s *Store) Resume(ctx context.Context, id string) (Agent, error) {
+	if err := ctx.Err(); err != nil {
+		return Agent{}, err
+	}
+	e, err := s.lookup(id)
+	if errors.Is(err, ErrNotFound) {
+		e, err = s.reload(id)
+	}
+	if err != nil {
+		return Agent{}, fmt.Errorf("resume: %w", err)
+	}
+	if _, err := s.append(e, EventSessionResume, struct{}{}); err != nil {
+		return Agent{}, fmt.Errorf("resume %s: %w", id, err)
+	}
+	s.log.Debug("agent resumed", "agent_id", id)
+	return e.agent, nil
+}
+
+// reload indexes <id>.jsonl from disk if it exists and is not indexed yet.
+func (s *Store) reload(id string) (*entry, error) {
+	notFound := fmt.Errorf("agent %s: %w", id, ErrNotFound)
+	if !validID(id) {
+		return nil, notFound
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, ErrClosed
+	}
+	if e, ok := s.agents[id]; ok {
+		return e, nil
+	}
+	if _, err := os.Lstat(s.Path(id)); err != nil {
+		return nil, notFound
+	}
+	e, err := s.load(id)
+	if err != nil {
+		s.metrics.invalidFiles.Inc()
+		s.log.Warn("skipping transcript with invalid header", "file", s.Path(id), "err", err)
+		return nil, notFound
+	}
+	e.agent.RootID = s.rootOf(id, e.agent.ParentID)
+	s.agents[id] = e
+	return e, nil
+}
+
+// Fork makes a new agent whose transcript is a copy of the agent id's events
+// with seq up to and including *boundary (every event when boundary is nil;
+// none when it is 0). Copied lines are kept byte for byte, seq and time
+// included, so the fork's next event continues from the boundary. The fork
+// has a new id, ParentID id, origin fork, the parent's cwd, and the parent's
+// depth: a fork is an alternative continuation of the same conversation, not
+// a sub-agent, so it does not count against MaxDepth.
+//
+// It returns ErrNotFound for an unknown id and ErrInvalidBoundary when
+// *boundary is negative or beyond the last event's seq.
+func (s *Store) Fork(ctx context.Context, id string, boundary *int64) (Agent, error) {
+	if err := ctx.Err(); err != nil {
+		return Agent{}, err
+	}
+	e, err := s.lookup(id)
+	if err != nil {
+		return Agent{}, fmt.Errorf("fork: %w", err)
+	}
+	e.mu.Lock()
+	last := e.lastSeq
+	if boundary != nil && (*boundary < 0 || *boundary > last) {
+		e.mu.Unlock()
+		return Agent{}, fmt.Errorf("fork %s: %w: %d (last seq is %d)", id, ErrInvalidBoundary, *boundary, last)
+	}
+	data, err := s.readLocked(e)
+	e.mu.Unlock()
+	if err != nil {
+		return Agent{}, fmt.Errorf("fork %s: %w", id, err)
+	}
+	limit := last
+	if boundary != nil {
+		limit = *boundary
+	}
+	var events [][]byte
+	for _, line := range eventLines(data) {
+		ev, ok := parseEvent(line)
+		if !ok || ev.Seq > limit {
+			continue
+		}
+		events = append(events, append(line, '\n'))
+	}
+	p := e.agent
+	child := Agent{ParentID: p.ID, RootID: p.RootID, Cwd: p.Cwd, Origin: OriginFork, Depth: p.Depth}
+	a, err := s.create(child, events)
+	if err != nil {
+		return Agent{}, fmt.Errorf("fork %s: %w", id, err)
+	}
+	return a, nil
+}
+
+// Spawn makes a child agent of id: new id, ParentID id, origin spawn, the
+// parent's cwd, depth one more than the parent's, and an empty transcript. It
+// returns ErrNotFound for an unknown id and ErrDepthExceeded when the child's
+// depth would exceed MaxDepth.
+func (s *Store) Spawn(ctx context.Context, id string) (Agent, error) {
+	if err := ctx.Err(); err != nil {
+		return Agent{}, err
+	}
+	e, err := s.lookup(id)
+	if err != nil {
+		return Agent{}, fmt.Errorf("spawn: %w", err)
+	}
+	p := e.agent
+	if p.Depth+1 > s.maxDepth {
+		return Agent{}, fmt.Errorf("spawn from %s: %w: child depth %d, max %d", id, ErrDepthExceeded, p.Depth+1, s.maxDepth)
+	}
+	child := Agent{ParentID: p.ID, RootID: p.RootID, Cwd: p.Cwd, Origin: OriginSpawn, Depth: p.Depth + 1}
+	a, err := s.create(child, nil)
+	if err != nil {
+		return Agent{}, fmt.Errorf("spawn from %s: %w", id, err)
+	}
+	return a, nil
+}
+
+// Append adds an event of type typ with data to the agent's transcript and
+// returns it. data is encoded with encoding/json (a json.RawMessage is
+// stored compacted); nil is stored as {}. Concurrent appends to one agent get
+// contiguous seqs in the order they take the agent's lock.
+//
+// It returns ErrNotFound for an unknown id, ErrInvalidEvent for a blank type
+// or data that cannot be encoded, and ErrClosed after Close.
+func (s *Store) Append(ctx context.Context, id, typ string, data any) (Event, error) {
+	if err := ctx.Err(); err != nil {
+		return Event{}, err
+	}
+	e, err := s.lookup(id)
+	if err != nil {
+		return Event{}, fmt.Errorf("append: %w", err)
+	}
+	ev, err := s.append(e, typ, data)
+	if err != nil {
+		return Event{}, fmt.Errorf("append to %s: %w", id, err)
+	}
+	return ev, nil
+}
+
+func (s *Store) append(e *entry, typ string, data any) (Event, error) {
+	if strings.TrimSpace(typ) == "" {
+		return Event{}, fmt.Errorf("%w: blank type", ErrInvalidEvent)
+	}
+	if data == nil {
+		data = struct{}{}
+	}
+	raw, err := json.Marshal(data)
+	if err != nil {
+		return Event{}, fmt.Errorf("%w: data: %w", ErrInvalidEvent, err)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	ev := Event{Type: typ, Seq: e.lastSeq + 1, Time: s.now().UTC(), Data: raw}
+	line, err := json.Marshal(ev)
+	if err != nil {
+		return Event{}, fmt.Errorf("%w: %w", ErrInvalidEvent, err)
+	}
+	line = append(line, '\n')
+	if err := s.writeAt(e, line); err != nil {
+		return Event{}, err
+	}
+	e.lastSeq = ev.Seq
+	e.size += int64(len(line))
+	return ev, nil
+}
+
+// writeAt appends line to e's file in one write. If the write fails part way
+// the file is truncated back to its previous size so no torn line is left
+// behind. Called with e.mu held.
+func (s *Store) writeAt(e *entry, line []byte) error {
+	f, err := os.OpenFile(s.Path(e.agent.ID), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(line); err != nil {
+		if terr := f.Truncate(e.size); terr != nil {
+			s.log.Warn("could not undo partial transcript write", "agent_id", e.agent.ID, "err", terr)
+		}
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// readLocked returns the valid content of e's file. Called with e.mu held.
+func (s *Store) readLocked(e *entry) ([]byte, error) {
+	data, err := os.ReadFile(s.Path(e.agent.ID))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(data)) > e.size {
+		data = data[:e.size]
+	}
+	return data, nil
+}
+
+// Transcript returns the agent's JSONL file as stored, header first. It
+// returns ErrNotFound for an unknown id.
+func (s *Store) Transcript(ctx context.Context, id string) ([]byte, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	e, err := s.lookup(id)
+	if err != nil {
+		return nil, fmt.Errorf("transcript: %w", err)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	data, err := s.readLocked(e)
+	if err != nil {
+		return nil, fmt.Errorf("transcript %s: %w", id, err)
+	}
+	return data, nil
+}
+
+// Events returns the agent's events in file order, without the header. Lines
+// that are not valid events are skipped. It returns ErrNotFound for an
+// unknown id.
+func (s *Store) Events(ctx context.Context, id string) ([]Event, error) {
+	data, err := s.Transcript(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	lines := eventLines(data)
+	out := make([]Event, 0, len(lines))
+	for _, line := range lines {
+		if ev, ok := parseEvent(line); ok {
+			out = append(out, ev)
+		}
+	}
+	return out, nil
+}
+
+// Close stops the store: later calls return ErrClosed. No file is held open
+// between calls, so there is nothing to flush; Close always returns nil.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	return nil
+}
