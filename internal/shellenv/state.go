@@ -1,0 +1,166 @@
+package shellenv
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// stateVersion is the version of the durable contributors file.
+const stateVersion = 1
+
+// stateFile is the JSON form of the durable contributors file.
+type stateFile struct {
+	Version      int                `json:"version"`
+	Contributors []stateContributor `json:"contributors"`
+}
+
+type stateContributor struct {
+	Name      string        `json:"name"`
+	Keys      []stateKey    `json:"keys"`
+	Resolver  stateResolver `json:"resolver"`
+	CreatedAt time.Time     `json:"createdAt"`
+}
+
+type stateKey struct {
+	Key         string `json:"key"`
+	Description string `json:"description"`
+}
+
+type stateResolver struct {
+	Kind      string            `json:"kind"`
+	Values    map[string]string `json:"values,omitempty"`
+	URL       string            `json:"url,omitempty"`
+	TimeoutMs int64             `json:"timeoutMs,omitempty"`
+}
+
+// encodeState returns the durable contributors of s as file contents:
+// every contributor that is neither built-in nor under a plugin.
+func encodeState(s *snapshot) ([]byte, error) {
+	st := stateFile{Version: stateVersion, Contributors: []stateContributor{}}
+	for _, e := range s.entries {
+		c := e.pub
+		if c.Builtin || c.Plugin != "" {
+			continue
+		}
+		sc := stateContributor{
+			Name: c.Name, CreatedAt: c.CreatedAt,
+			Resolver: stateResolver{
+				Kind: c.Resolver.Kind, Values: c.Resolver.Values, URL: c.Resolver.URL,
+				TimeoutMs: c.Resolver.Timeout.Milliseconds(),
+			},
+		}
+		for _, k := range c.Keys {
+			sc.Keys = append(sc.Keys, stateKey(k))
+		}
+		st.Contributors = append(st.Contributors, sc)
+	}
+	data, err := json.MarshalIndent(st, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return append(data, '\n'), nil
+}
+
+// loadState reads the durable contributors at path and returns their
+// entries. A missing file yields none. Anything unreadable, malformed or
+// inconsistent is an error naming the file.
+func loadState(path string) ([]*entry, error) {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read contributors file: %w", err)
+	}
+	var st stateFile
+	if err := json.Unmarshal(data, &st); err != nil {
+		return nil, fmt.Errorf("contributors file %s is corrupt: %w", path, err)
+	}
+	if st.Version != stateVersion {
+		return nil, fmt.Errorf("contributors file %s has version %d, want %d", path, st.Version, stateVersion)
+	}
+	var entries []*entry
+	names := map[string]bool{}
+	owners := map[string]string{}
+	for i, sc := range st.Contributors {
+		spec := Spec{
+			Name: sc.Name,
+			Resolver: ResolverSpec{
+				Kind: sc.Resolver.Kind, Values: sc.Resolver.Values, URL: sc.Resolver.URL,
+				Timeout: time.Duration(sc.Resolver.TimeoutMs) * time.Millisecond,
+			},
+		}
+		for _, k := range sc.Keys {
+			spec.Keys = append(spec.Keys, KeySpec(k))
+		}
+		cp, problems, onlyReserved := compileSpec(spec)
+		if len(problems) > 0 {
+			de := &DeclarationError{Problems: problems}
+			if onlyReserved {
+				de.Err = ErrReservedKey
+			}
+			return nil, fmt.Errorf("contributors file %s: contributor %d (%q): %w", path, i, sc.Name, de)
+		}
+		if names[sc.Name] {
+			return nil, fmt.Errorf("contributors file %s: contributor %q: %w", path, sc.Name, ErrDuplicateContributor)
+		}
+		names[sc.Name] = true
+		for _, k := range cp.c.Keys {
+			if o, ok := owners[k.Key]; ok {
+				return nil, fmt.Errorf("contributors file %s: contributor %q: %w", path, sc.Name, &KeyOwnedError{Key: k.Key, Owner: o})
+			}
+			owners[k.Key] = sc.Name
+		}
+		cp.c.CreatedAt = sc.CreatedAt
+		entries = append(entries, newEntry(cp.c, cp.templates))
+	}
+	return entries, nil
+}
+
+// writeFileAtomic replaces path with data: it writes a temporary file in the
+// same directory, syncs it, renames it over path and syncs the directory, so
+// a crash leaves either the old or the new contents. The file gets perm;
+// a missing directory is created with mode 0700.
+func writeFileAtomic(path string, data []byte, perm fs.FileMode) (err error) {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*.tmp")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	defer func() {
+		if err != nil {
+			_ = f.Close()
+			_ = os.Remove(tmp)
+		}
+	}()
+	if err := f.Chmod(perm); err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return err
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
