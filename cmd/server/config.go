@@ -1,0 +1,98 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// config is the server's configuration file (YAML, or JSON, which is YAML).
+// Every field is optional; zero values take the defaults in defaults().
+type config struct {
+	DSHHome string `yaml:"dshHome"`
+	Skills  struct {
+		Local struct {
+			DSHHome string `yaml:"dshHome"`
+		} `yaml:"local"`
+	} `yaml:"skills"`
+	Env struct {
+		Inherit               string            `yaml:"inherit"`
+		Exclude               []string          `yaml:"exclude"`
+		IgnoreDefaultExcludes bool              `yaml:"ignoreDefaultExcludes"`
+		Set                   map[string]string `yaml:"set"`
+	} `yaml:"env"`
+	Jobs struct {
+		DefaultTimeoutMs      int   `yaml:"defaultTimeoutMs"`
+		MaxTimeoutMs          int   `yaml:"maxTimeoutMs"`
+		GraceMs               int   `yaml:"graceMs"`
+		CaptureBytes          int   `yaml:"captureBytes"`
+		SpoolMaxBytes         int64 `yaml:"spoolMaxBytes"`
+		MaxRunning            int   `yaml:"maxRunning"`
+		MaxBackgroundPerAgent int   `yaml:"maxBackgroundPerAgent"`
+		RetentionSeconds      int   `yaml:"retentionSeconds"`
+		RetainMax             int   `yaml:"retainMax"`
+	} `yaml:"jobs"`
+	Agents struct {
+		MaxDepth int `yaml:"maxDepth"`
+	} `yaml:"agents"`
+	Webhooks struct {
+		TimeoutMs int `yaml:"timeoutMs"`
+	} `yaml:"webhooks"`
+	HTTP struct {
+		MaxBodyBytes int64 `yaml:"maxBodyBytes"`
+	} `yaml:"http"`
+}
+
+// loadConfig reads path; "" is the empty configuration. Unknown keys are
+// errors, so a misspelt setting is not silently ignored.
+func loadConfig(path string) (config, error) {
+	var c config
+	if path == "" {
+		return c, nil
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return c, fmt.Errorf("read config: %w", err)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
+		return c, fmt.Errorf("config %s: %w", path, err)
+	}
+	if err := c.validate(); err != nil {
+		return c, fmt.Errorf("config %s: %w", path, err)
+	}
+	return c, nil
+}
+
+func (c *config) validate() error {
+	var errs []error
+	switch c.Env.Inherit {
+	case "", "all", "core", "none":
+	default:
+		errs = append(errs, fmt.Errorf("env.inherit: %q is not all, core or none", c.Env.Inherit))
+	}
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{
+		{"jobs.defaultTimeoutMs", int64(c.Jobs.DefaultTimeoutMs)}, {"jobs.maxTimeoutMs", int64(c.Jobs.MaxTimeoutMs)},
+		{"jobs.graceMs", int64(c.Jobs.GraceMs)}, {"jobs.captureBytes", int64(c.Jobs.CaptureBytes)},
+		{"jobs.spoolMaxBytes", c.Jobs.SpoolMaxBytes}, {"jobs.maxRunning", int64(c.Jobs.MaxRunning)},
+		{"jobs.maxBackgroundPerAgent", int64(c.Jobs.MaxBackgroundPerAgent)}, {"jobs.retentionSeconds", int64(c.Jobs.RetentionSeconds)},
+		{"jobs.retainMax", int64(c.Jobs.RetainMax)}, {"agents.maxDepth", int64(c.Agents.MaxDepth)},
+		{"webhooks.timeoutMs", int64(c.Webhooks.TimeoutMs)}, {"http.maxBodyBytes", c.HTTP.MaxBodyBytes},
+	} {
+		if f.v < 0 {
+			errs = append(errs, fmt.Errorf("%s: must not be negative", f.name))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func ms(v int) time.Duration { return time.Duration(v) * time.Millisecond }

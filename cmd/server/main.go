@@ -1,0 +1,342 @@
+// Command server runs dshd: an HTTP service that runs bash commands for AI
+// agent harnesses, each with a trusted environment of managed DSH_* facts.
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	contract "github.com/dshd/dshd/api"
+	"github.com/dshd/dshd/internal/agents"
+	"github.com/dshd/dshd/internal/exec"
+	"github.com/dshd/dshd/internal/hooks"
+	httpapi "github.com/dshd/dshd/internal/http"
+	"github.com/dshd/dshd/internal/shellenv"
+	"github.com/dshd/dshd/internal/skills"
+	"github.com/dshd/dshd/internal/tools"
+	"github.com/dshd/dshd/web"
+)
+
+func main() {
+	if err := run(context.Background(), os.Args, os.Getenv, os.Stdin, os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintf(os.Stderr, "server: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+// options are the command-line flags.
+type options struct {
+	addr        string
+	home        string
+	config      string
+	tokenFile   string
+	allowRemote bool
+	logLevel    slog.Level
+}
+
+func parseFlags(args []string, stderr io.Writer) (options, error) {
+	var o options
+	fs := flag.NewFlagSet(args[0], flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.addr, "addr", "127.0.0.1:7433", "listen address: host:port, or unix:/path for a Unix socket")
+	fs.StringVar(&o.home, "home", "", "harness home (default: config dshHome, else $DSH_HOME, else ~/.dsh)")
+	fs.StringVar(&o.config, "config", "", "configuration file (YAML or JSON)")
+	fs.StringVar(&o.tokenFile, "token-file", "", "file holding the bearer token (default: generated into <home>/server.token)")
+	fs.BoolVar(&o.allowRemote, "allow-remote", false, "allow listening on a non-loopback address")
+	fs.TextVar(&o.logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
+	if err := fs.Parse(args[1:]); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	return o, nil
+}
+
+// run is the whole program: it serves until ctx ends or SIGINT/SIGTERM
+// arrives, then shuts down HTTP, then the jobs, then the sessions.
+// getenv answers dshd's own settings ($DSH_HOME, $HOME); commands inherit
+// the process environment, filtered by the env policy.
+func run(ctx context.Context, args []string, getenv func(string) string, _ io.Reader, stdout, stderr io.Writer) error {
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	o, err := parseFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: o.logLevel}))
+	cfg, err := loadConfig(o.config)
+	if err != nil {
+		return err
+	}
+
+	home, err := resolveHome(o, cfg, getenv)
+	if err != nil {
+		return err
+	}
+	if err := ensureHome(home); err != nil {
+		return err
+	}
+	token, tokenPath, err := loadToken(home, o.tokenFile)
+	if err != nil {
+		return err
+	}
+	ln, err := listen(o.addr, o.allowRemote)
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	cwd, err := os.Getwd()
+	if err != nil {
+		return fmt.Errorf("working directory: %w", err)
+	}
+	env, err := shellenv.New(shellenv.Options{
+		Home:           home,
+		StatePath:      filepath.Join(home, "contributors.json"),
+		WebhookTimeout: ms(cfg.Webhooks.TimeoutMs),
+		Logger:         logger.With("component", "shellenv"),
+		Registerer:     reg,
+	})
+	if err != nil {
+		return err
+	}
+	executor, err := exec.New(exec.Options{
+		Logger:  logger.With("component", "exec"),
+		Home:    home,
+		Environ: os.Environ(),
+		Policy: exec.EnvPolicy{
+			Inherit:               exec.Inherit(cfg.Env.Inherit),
+			Exclude:               cfg.Env.Exclude,
+			IgnoreDefaultExcludes: cfg.Env.IgnoreDefaultExcludes,
+			Set:                   cfg.Env.Set,
+		},
+		DefaultCwd:            cwd,
+		DefaultTimeout:        ms(cfg.Jobs.DefaultTimeoutMs),
+		MaxTimeout:            ms(cfg.Jobs.MaxTimeoutMs),
+		Grace:                 ms(cfg.Jobs.GraceMs),
+		CaptureBytes:          cfg.Jobs.CaptureBytes,
+		SpoolMaxBytes:         cfg.Jobs.SpoolMaxBytes,
+		MaxRunning:            cfg.Jobs.MaxRunning,
+		MaxBackgroundPerAgent: cfg.Jobs.MaxBackgroundPerAgent,
+		Retention:             time.Duration(cfg.Jobs.RetentionSeconds) * time.Second,
+		RetainMax:             cfg.Jobs.RetainMax,
+		Registerer:            reg,
+	})
+	if err != nil {
+		return err
+	}
+	sessions, err := agents.Open(ctx, agents.Options{
+		Dir:        filepath.Join(home, "sessions"),
+		DefaultCwd: cwd,
+		MaxDepth:   cfg.Agents.MaxDepth,
+		Logger:     logger.With("component", "agents"),
+		Registerer: reg,
+	})
+	if err != nil {
+		return err
+	}
+	defer sessions.Close()
+	hookCfg, err := hooks.Load(home)
+	if err != nil {
+		return err
+	}
+	pipeline := tools.New(tools.Options{
+		Logger: logger.With("component", "tools"),
+		Env:    env,
+		Jobs:   executor,
+		Agents: sessions,
+		Hooks:  hooks.NewRunner(hookCfg, executor, logger.With("component", "hooks")),
+	})
+	handler, err := httpapi.NewServer(httpapi.Deps{
+		Logger:       logger.With("component", "http"),
+		Token:        token,
+		Env:          env,
+		Jobs:         executor,
+		Pipeline:     pipeline,
+		Agents:       sessions,
+		Hooks:        hookCfg,
+		Skills:       skills.New(home),
+		Gatherer:     reg,
+		Registerer:   reg,
+		Spec:         contract.OpenAPI,
+		UI:           web.FS(),
+		MaxBodyBytes: cfg.HTTP.MaxBodyBytes,
+	})
+	if err != nil {
+		return err
+	}
+
+	leaseCtx, stopLeases := context.WithCancel(context.Background())
+	defer stopLeases()
+	go env.Run(leaseCtx)
+
+	srv := &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+
+	base := baseURL(ln)
+	fmt.Fprintf(stdout, "dshd listening on %s (home %s, token in %s) ui %s/ui/#token=%s\n",
+		base, home, tokenPath, base, token)
+	logger.Info("started", "addr", base, "home", home)
+
+	select {
+	case <-ctx.Done():
+	case err := <-serveErr:
+		return fmt.Errorf("serve: %w", err)
+	}
+	logger.Info("shutting down")
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	var errs []error
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		errs = append(errs, fmt.Errorf("http shutdown: %w", err))
+	}
+	if err := executor.Close(shutdownCtx); err != nil {
+		errs = append(errs, fmt.Errorf("stop jobs: %w", err))
+	}
+	stopLeases()
+	if err := sessions.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("close sessions: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
+// resolveHome applies DESIGN invariant 10 to the flag, config and environment.
+func resolveHome(o options, cfg config, getenv func(string) string) (string, error) {
+	cwd, err := os.Getwd()
+	if err != nil {
+		return "", fmt.Errorf("working directory: %w", err)
+	}
+	userHome := getenv("HOME")
+	if userHome == "" {
+		userHome, _ = os.UserHomeDir()
+	}
+	return shellenv.ResolveHome(shellenv.HomeInput{
+		Flag:        o.home,
+		Config:      cfg.DSHHome,
+		SkillsLocal: cfg.Skills.Local.DSHHome,
+		Ambient:     getenv(shellenv.KeyHome),
+		UserHome:    userHome,
+		Cwd:         cwd,
+	})
+}
+
+// ensureHome creates the home directory, private to the server's user.
+func ensureHome(home string) error {
+	if err := os.MkdirAll(home, 0o700); err != nil {
+		return fmt.Errorf("create home: %w", err)
+	}
+	if err := os.Chmod(home, 0o700); err != nil {
+		return fmt.Errorf("secure home: %w", err)
+	}
+	return nil
+}
+
+// loadToken reads the token from tokenFile, or from <home>/server.token,
+// generating 256 random bits into it (mode 0600) when it holds none.
+func loadToken(home, tokenFile string) (token, path string, err error) {
+	if tokenFile != "" {
+		b, err := os.ReadFile(tokenFile)
+		if err != nil {
+			return "", "", fmt.Errorf("read token file: %w", err)
+		}
+		token = strings.TrimSpace(string(b))
+		if len(token) < 16 {
+			return "", "", fmt.Errorf("token file %s: token must be at least 16 characters", tokenFile)
+		}
+		return token, tokenFile, nil
+	}
+	path = filepath.Join(home, "server.token")
+	if b, err := os.ReadFile(path); err == nil && len(strings.TrimSpace(string(b))) >= 32 {
+		if err := os.Chmod(path, 0o600); err != nil {
+			return "", "", fmt.Errorf("secure token file: %w", err)
+		}
+		return strings.TrimSpace(string(b)), path, nil
+	}
+	var raw [32]byte
+	if _, err := rand.Read(raw[:]); err != nil {
+		return "", "", fmt.Errorf("generate token: %w", err)
+	}
+	token = hex.EncodeToString(raw[:])
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(token+"\n"), 0o600); err != nil {
+		return "", "", fmt.Errorf("write token: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return "", "", fmt.Errorf("write token: %w", err)
+	}
+	return token, path, nil
+}
+
+// listen opens addr: "unix:/path" or host:port. A host that is not loopback
+// needs allowRemote: anyone who can reach the port and holds the token can
+// run commands as this user.
+func listen(addr string, allowRemote bool) (net.Listener, error) {
+	if path, ok := strings.CutPrefix(addr, "unix:"); ok {
+		if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
+			_ = os.Remove(path) // a stale socket from an earlier run
+		}
+		ln, err := net.Listen("unix", path)
+		if err != nil {
+			return nil, fmt.Errorf("listen: %w", err)
+		}
+		if err := os.Chmod(path, 0o600); err != nil {
+			ln.Close()
+			return nil, fmt.Errorf("secure socket: %w", err)
+		}
+		return ln, nil
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, fmt.Errorf("--addr %q: %w", addr, err)
+	}
+	if !allowRemote && !isLoopback(host) {
+		return nil, fmt.Errorf("--addr %q is not a loopback address; pass --allow-remote to listen on it", addr)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen: %w", err)
+	}
+	return ln, nil
+}
+
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+func baseURL(ln net.Listener) string {
+	if ln.Addr().Network() == "unix" {
+		return "unix:" + ln.Addr().String()
+	}
+	return "http://" + ln.Addr().String()
+}

@@ -1,0 +1,5 @@
+// Package api holds the server interface and models generated from
+// api/openapi.yaml. Never edit *.gen.go by hand: run `go generate ./...`.
+package api
+
+//go:generate go run github.com/oapi-codegen/oapi-codegen/v2/cmd/oapi-codegen -config server.cfg.yaml ../../../api/openapi.yaml

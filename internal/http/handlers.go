@@ -1,0 +1,291 @@
+package httpapi
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/dshd/dshd/internal/exec"
+	"github.com/dshd/dshd/internal/http/api"
+	"github.com/dshd/dshd/internal/tools"
+)
+
+// GetHealth answers liveness probes.
+func (s *Server) GetHealth(context.Context, api.GetHealthRequestObject) (api.GetHealthResponseObject, error) {
+	return api.GetHealth200JSONResponse{Status: "ok"}, nil
+}
+
+// ListDeclarations lists every declared managed key. It runs no resolver.
+func (s *Server) ListDeclarations(context.Context, api.ListDeclarationsRequestObject) (api.ListDeclarationsResponseObject, error) {
+	return api.ListDeclarations200JSONResponse(toAPIDeclarations(s.env.Declarations())), nil
+}
+
+// ListContributors lists contributors with their declarations.
+func (s *Server) ListContributors(context.Context, api.ListContributorsRequestObject) (api.ListContributorsResponseObject, error) {
+	return api.ListContributors200JSONResponse(toAPIContributors(s.env.Contributors())), nil
+}
+
+// RegisterContributor registers a contributor.
+func (s *Server) RegisterContributor(ctx context.Context, req api.RegisterContributorRequestObject) (api.RegisterContributorResponseObject, error) {
+	c, err := s.env.Register(ctx, fromAPIContributorInput(*req.Body))
+	if err != nil {
+		return nil, err
+	}
+	return api.RegisterContributor201JSONResponse(toAPIContributor(c)), nil
+}
+
+// GetContributor returns one contributor.
+func (s *Server) GetContributor(_ context.Context, req api.GetContributorRequestObject) (api.GetContributorResponseObject, error) {
+	c, err := s.env.Contributor(req.Name)
+	if err != nil {
+		return nil, err
+	}
+	return api.GetContributor200JSONResponse(toAPIContributor(c)), nil
+}
+
+// DeleteContributor disposes one contributor.
+func (s *Server) DeleteContributor(ctx context.Context, req api.DeleteContributorRequestObject) (api.DeleteContributorResponseObject, error) {
+	if err := s.env.Unregister(ctx, req.Name); err != nil {
+		return nil, err
+	}
+	return api.DeleteContributor204Response{}, nil
+}
+
+// ListPlugins lists open plugins.
+func (s *Server) ListPlugins(context.Context, api.ListPluginsRequestObject) (api.ListPluginsResponseObject, error) {
+	return api.ListPlugins200JSONResponse(toAPIPlugins(s.env.Plugins())), nil
+}
+
+// OpenPlugin opens a plugin scope.
+func (s *Server) OpenPlugin(ctx context.Context, req api.OpenPluginRequestObject) (api.OpenPluginResponseObject, error) {
+	p, err := s.env.OpenPlugin(ctx, req.Body.Name, seconds(req.Body.LeaseSeconds))
+	if err != nil {
+		return nil, err
+	}
+	return api.OpenPlugin201JSONResponse(toAPIPlugin(p)), nil
+}
+
+// GetPlugin returns one plugin.
+func (s *Server) GetPlugin(_ context.Context, req api.GetPluginRequestObject) (api.GetPluginResponseObject, error) {
+	p, err := s.env.Plugin(req.Id)
+	if err != nil {
+		return nil, err
+	}
+	return api.GetPlugin200JSONResponse(toAPIPlugin(p)), nil
+}
+
+// RenewPlugin extends a plugin's lease.
+func (s *Server) RenewPlugin(ctx context.Context, req api.RenewPluginRequestObject) (api.RenewPluginResponseObject, error) {
+	var lease time.Duration
+	if req.Body != nil {
+		lease = seconds(req.Body.LeaseSeconds)
+	}
+	p, err := s.env.RenewPlugin(ctx, req.Id, lease)
+	if err != nil {
+		return nil, err
+	}
+	return api.RenewPlugin200JSONResponse(toAPIPlugin(p)), nil
+}
+
+// ClosePlugin disposes a plugin and its contributors.
+func (s *Server) ClosePlugin(ctx context.Context, req api.ClosePluginRequestObject) (api.ClosePluginResponseObject, error) {
+	if err := s.env.ClosePlugin(ctx, req.Id); err != nil {
+		return nil, err
+	}
+	return api.ClosePlugin204Response{}, nil
+}
+
+// ListAgents lists agents.
+func (s *Server) ListAgents(ctx context.Context, _ api.ListAgentsRequestObject) (api.ListAgentsResponseObject, error) {
+	as, err := s.agents.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return api.ListAgents200JSONResponse(toAPIAgents(as)), nil
+}
+
+// CreateAgent creates a root agent.
+func (s *Server) CreateAgent(ctx context.Context, req api.CreateAgentRequestObject) (api.CreateAgentResponseObject, error) {
+	var cwd string
+	if req.Body != nil {
+		cwd = deref(req.Body.Cwd)
+	}
+	a, err := s.agents.Create(ctx, cwd)
+	if err != nil {
+		return nil, err
+	}
+	return api.CreateAgent201JSONResponse(toAPIAgent(a)), nil
+}
+
+// GetAgent returns an agent's header.
+func (s *Server) GetAgent(ctx context.Context, req api.GetAgentRequestObject) (api.GetAgentResponseObject, error) {
+	a, err := s.agents.Get(ctx, req.Id)
+	if err != nil {
+		return nil, err
+	}
+	return api.GetAgent200JSONResponse(toAPIAgent(a)), nil
+}
+
+// ResumeAgent reloads an agent and records the resume.
+func (s *Server) ResumeAgent(ctx context.Context, req api.ResumeAgentRequestObject) (api.ResumeAgentResponseObject, error) {
+	a, err := s.agents.Resume(ctx, req.Id)
+	if err != nil {
+		return nil, err
+	}
+	return api.ResumeAgent200JSONResponse(toAPIAgent(a)), nil
+}
+
+// ForkAgent forks an agent.
+func (s *Server) ForkAgent(ctx context.Context, req api.ForkAgentRequestObject) (api.ForkAgentResponseObject, error) {
+	var boundary *int64
+	if req.Body != nil {
+		boundary = req.Body.Boundary
+	}
+	a, err := s.agents.Fork(ctx, req.Id, boundary)
+	if err != nil {
+		return nil, err
+	}
+	return api.ForkAgent201JSONResponse(toAPIAgent(a)), nil
+}
+
+// SpawnAgent spawns a child agent.
+func (s *Server) SpawnAgent(ctx context.Context, req api.SpawnAgentRequestObject) (api.SpawnAgentResponseObject, error) {
+	a, err := s.agents.Spawn(ctx, req.Id)
+	if err != nil {
+		return nil, err
+	}
+	return api.SpawnAgent201JSONResponse(toAPIAgent(a)), nil
+}
+
+// GetTranscript returns an agent's JSONL transcript as stored.
+func (s *Server) GetTranscript(ctx context.Context, req api.GetTranscriptRequestObject) (api.GetTranscriptResponseObject, error) {
+	b, err := s.agents.Transcript(ctx, req.Id)
+	if err != nil {
+		return nil, err
+	}
+	return api.GetTranscript200ApplicationxNdjsonResponse{Body: bytes.NewReader(b), ContentLength: int64(len(b))}, nil
+}
+
+// ListTools returns the model tool definitions in the requested format.
+func (s *Server) ListTools(_ context.Context, req api.ListToolsRequestObject) (api.ListToolsResponseObject, error) {
+	format := ""
+	if req.Params.Format != nil && *req.Params.Format != api.Generic {
+		format = string(*req.Params.Format)
+	}
+	rendered, err := tools.Render(tools.Definitions(), format)
+	if err != nil {
+		return nil, err
+	}
+	// Round-trip through JSON: the generated response is a list of objects.
+	b, err := json.Marshal(rendered)
+	if err != nil {
+		return nil, fmt.Errorf("render tools: %w", err)
+	}
+	var out api.ListTools200JSONResponse
+	if err := json.Unmarshal(b, &out); err != nil {
+		return nil, fmt.Errorf("render tools: %w", err)
+	}
+	return out, nil
+}
+
+// CallTool runs one model tool call for an agent.
+func (s *Server) CallTool(ctx context.Context, req api.CallToolRequestObject) (api.CallToolResponseObject, error) {
+	args, err := json.Marshal(req.Body.Arguments)
+	if err != nil {
+		return nil, fmt.Errorf("%w: arguments: %v", errBadRequest, err)
+	}
+	res, err := s.pipeline.Call(ctx, req.Id, req.Name, deref(req.Body.CallId), args)
+	if err != nil {
+		return nil, err
+	}
+	return api.CallTool200JSONResponse(toAPIToolResult(res)), nil
+}
+
+// Exec runs a harness command. Background jobs answer 202 at once; foreground
+// jobs answer 200 when they end, or still running once yieldMs has passed.
+// The job outlives the request either way.
+func (s *Server) Exec(ctx context.Context, req api.ExecRequestObject) (api.ExecResponseObject, error) {
+	job, err := s.pipeline.Exec(ctx, fromAPIExecRequest(*req.Body, req.Params.IdempotencyKey))
+	if err != nil {
+		return nil, err
+	}
+	snap := job.Snapshot()
+	if snap.Background {
+		return api.Exec202JSONResponse{
+			Body:    toAPIJob(snap),
+			Headers: api.Exec202ResponseHeaders{Location: "/jobs/" + snap.ID},
+		}, nil
+	}
+	if req.Body.YieldMs != nil {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, millis(req.Body.YieldMs))
+		defer cancel()
+	}
+	snap, err = waitJob(ctx, job)
+	if err != nil {
+		return nil, err
+	}
+	return api.Exec200JSONResponse(toAPIJob(snap)), nil
+}
+
+// waitJob waits for job to end or ctx to expire, and returns its state then.
+// An expired ctx is not an error: the caller asked for the job as it stands.
+func waitJob(ctx context.Context, job *exec.Job) (exec.Snapshot, error) {
+	select {
+	case <-job.Done():
+	case <-ctx.Done():
+	}
+	return job.Snapshot(), nil
+}
+
+// ListJobs lists jobs, optionally by agent and state.
+func (s *Server) ListJobs(_ context.Context, req api.ListJobsRequestObject) (api.ListJobsResponseObject, error) {
+	var state exec.State
+	if req.Params.State != nil {
+		state = exec.State(*req.Params.State)
+	}
+	return api.ListJobs200JSONResponse(toAPIJobs(s.jobs.Jobs(deref(req.Params.AgentId), state))), nil
+}
+
+// GetJob returns a job, long-polling up to waitMs for it to end.
+func (s *Server) GetJob(ctx context.Context, req api.GetJobRequestObject) (api.GetJobResponseObject, error) {
+	job, err := s.jobs.Job(req.Id)
+	if err != nil {
+		return nil, err
+	}
+	snap := job.Snapshot()
+	if req.Params.WaitMs != nil && snap.State == exec.StateRunning {
+		wctx, cancel := context.WithTimeout(ctx, millis(req.Params.WaitMs))
+		defer cancel()
+		snap, _ = waitJob(wctx, job)
+	}
+	return api.GetJob200JSONResponse(toAPIJob(snap)), nil
+}
+
+// CancelJob cancels a job through the executor's kill path.
+func (s *Server) CancelJob(ctx context.Context, req api.CancelJobRequestObject) (api.CancelJobResponseObject, error) {
+	snap, err := s.jobs.Cancel(ctx, req.Id)
+	if err != nil {
+		return nil, err
+	}
+	if snap.State == exec.StateRunning {
+		return api.CancelJob202JSONResponse(toAPIJob(snap)), nil
+	}
+	return api.CancelJob200JSONResponse(toAPIJob(snap)), nil
+}
+
+// ListSkills lists local skills.
+func (s *Server) ListSkills(ctx context.Context, _ api.ListSkillsRequestObject) (api.ListSkillsResponseObject, error) {
+	ss, err := s.skills.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return api.ListSkills200JSONResponse(toAPISkills(ss)), nil
+}
+
+// ListHooks lists configured hooks in the order they run.
+func (s *Server) ListHooks(context.Context, api.ListHooksRequestObject) (api.ListHooksResponseObject, error) {
+	return api.ListHooks200JSONResponse(toAPIHooks(s.hooks.Handlers())), nil
+}

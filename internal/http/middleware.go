@@ -1,0 +1,195 @@
+package httpapi
+
+import (
+	"bytes"
+	"context"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// ctxKey is the type of this package's context keys.
+type ctxKey int
+
+const requestIDKey ctxKey = iota
+
+// requestIDFrom returns the request id stored by the requestID middleware.
+func requestIDFrom(ctx context.Context) string {
+	id, _ := ctx.Value(requestIDKey).(string)
+	return id
+}
+
+// validRequestID accepts ids a client may choose: short, printable ASCII.
+func validRequestID(id string) bool {
+	if id == "" || len(id) > 128 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		if id[i] < 0x21 || id[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// requestID takes the client's X-Request-ID when it is sensible, or makes one,
+// and echoes it in the response.
+func (s *Server) requestID(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := r.Header.Get("X-Request-ID")
+		if !validRequestID(id) {
+			id = s.ids.New("req_")
+		}
+		w.Header().Set("X-Request-ID", id)
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), requestIDKey, id)))
+	})
+}
+
+// statusRecorder remembers the status a handler wrote. It keeps Flush and
+// Unwrap working so server-sent events and http.ResponseController still do.
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusRecorder) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusRecorder) Write(p []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(p)
+}
+
+func (w *statusRecorder) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (w *statusRecorder) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// httpMetrics are the request metrics, by route pattern, method and status.
+type httpMetrics struct {
+	requests *prometheus.CounterVec
+	latency  *prometheus.HistogramVec
+}
+
+func newHTTPMetrics(reg prometheus.Registerer) *httpMetrics {
+	m := &httpMetrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dshd_http_requests_total",
+			Help: "HTTP requests by route, method and status.",
+		}, []string{"route", "method", "status"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "dshd_http_request_duration_seconds",
+			Help:    "HTTP request latency by route, method and status.",
+			Buckets: []float64{.0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 10, 60},
+		}, []string{"route", "method", "status"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.requests, m.latency)
+	}
+	return m
+}
+
+// observe logs each request and counts it by chi's route pattern, so ids in
+// paths do not explode the label space.
+func (s *Server) observe(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		rec := &statusRecorder{ResponseWriter: w}
+		defer func() {
+			if v := recover(); v != nil {
+				if v == http.ErrAbortHandler {
+					panic(v)
+				}
+				s.logger.ErrorContext(r.Context(), "handler panic", "method", r.Method, "path", r.URL.Path, "panic", v)
+				if rec.status == 0 {
+					s.writeError(rec, r, errors.New("panic"))
+				}
+			}
+			route := "unmatched"
+			if rc := chi.RouteContext(r.Context()); rc != nil && rc.RoutePattern() != "" {
+				route = rc.RoutePattern()
+			}
+			status := strconv.Itoa(max(rec.status, http.StatusOK))
+			elapsed := time.Since(start)
+			s.metrics.requests.WithLabelValues(route, r.Method, status).Inc()
+			s.metrics.latency.WithLabelValues(route, r.Method, status).Observe(elapsed.Seconds())
+			s.logger.DebugContext(r.Context(), "request",
+				"method", r.Method, "route", route, "status", rec.status,
+				"duration_ms", float64(elapsed.Microseconds())/1000, "request_id", requestIDFrom(r.Context()))
+		}()
+		next.ServeHTTP(rec, r)
+	})
+}
+
+// limitBody reads bodies of up to s.maxBody bytes into memory and answers 413
+// for anything larger, before the validator or a handler sees a byte of it.
+func (s *Server) limitBody(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Body == nil || r.Body == http.NoBody {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if r.ContentLength > s.maxBody {
+			s.writeError(w, r, errBodyTooLarge)
+			return
+		}
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBody))
+		if err != nil {
+			var tooLarge *http.MaxBytesError
+			if errors.As(err, &tooLarge) {
+				s.writeError(w, r, errBodyTooLarge)
+				return
+			}
+			s.writeError(w, r, fmt.Errorf("%w: %v", errBadRequest, err))
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		next.ServeHTTP(w, r)
+	})
+}
+
+// isOpen reports whether a request may go without a token: liveness, the
+// contract and the static UI files (which hold no data; the UI's own API calls
+// carry the token).
+func isOpen(r *http.Request) bool {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		return false
+	}
+	p := r.URL.Path
+	return p == "/healthz" || p == "/openapi.yaml" || p == "/" || p == "/ui" || strings.HasPrefix(p, "/ui/")
+}
+
+// authenticate requires "Authorization: Bearer <token>", compared in
+// constant time.
+func (s *Server) authenticate(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if isOpen(r) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok || subtle.ConstantTimeCompare([]byte(strings.TrimSpace(got)), s.token) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="dshd"`)
+			s.writeError(w, r, errUnauthorized)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}

@@ -1,0 +1,133 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+
+	"github.com/dshd/dshd/internal/agents"
+	"github.com/dshd/dshd/internal/exec"
+	"github.com/dshd/dshd/internal/http/api"
+	"github.com/dshd/dshd/internal/shellenv"
+	"github.com/dshd/dshd/internal/tools"
+)
+
+// problemContentType is the media type of RFC 9457 problem details.
+const problemContentType = "application/problem+json"
+
+// errorCodes maps domain errors to HTTP statuses and machine-readable codes.
+// It is the only place that knows how a domain error looks on the wire; the
+// first entry whose error matches (errors.Is) wins.
+var errorCodes = []struct {
+	err    error
+	status int
+	code   string
+	title  string
+}{
+	{shellenv.ErrDuplicateContributor, http.StatusConflict, "duplicate_contributor", "Contributor already exists"},
+	{shellenv.ErrKeyOwned, http.StatusConflict, "key_owned", "Key is owned by another contributor"},
+	{shellenv.ErrReservedKey, http.StatusUnprocessableEntity, "reserved_key", "Key is reserved"},
+	{shellenv.ErrInvalidDeclaration, http.StatusUnprocessableEntity, "invalid_declaration", "Invalid declaration"},
+	{shellenv.ErrPluginNotFound, http.StatusNotFound, "plugin_not_found", "Plugin not found"},
+	{shellenv.ErrContributorNotFound, http.StatusNotFound, "contributor_not_found", "Contributor not found"},
+	{shellenv.ErrBuiltinContributor, http.StatusConflict, "builtin_contributor", "Built-in contributors cannot be removed"},
+	{shellenv.ErrInvalidPlugin, http.StatusUnprocessableEntity, "invalid_plugin", "Invalid plugin"},
+	{shellenv.ErrResolution, http.StatusBadGateway, "env_resolution_failed", "Managed environment could not be collected"},
+	{exec.ErrJobNotFound, http.StatusNotFound, "job_not_found", "Job not found"},
+	{exec.ErrTooManyJobs, http.StatusTooManyRequests, "too_many_jobs", "Too many running jobs"},
+	{exec.ErrInvalidCwd, http.StatusUnprocessableEntity, "invalid_cwd", "Invalid working directory"},
+	{exec.ErrManagedKeyInEnv, http.StatusBadRequest, "managed_key_in_env", "Managed names cannot be set through env"},
+	{exec.ErrInvalidInput, http.StatusBadRequest, "invalid_input", "Invalid input"},
+	{exec.ErrClosed, http.StatusServiceUnavailable, "shutting_down", "The server is shutting down"},
+	{agents.ErrNotFound, http.StatusNotFound, "agent_not_found", "Agent not found"},
+	{agents.ErrInvalidCwd, http.StatusUnprocessableEntity, "invalid_cwd", "Invalid working directory"},
+	{agents.ErrInvalidBoundary, http.StatusUnprocessableEntity, "invalid_boundary", "Invalid fork boundary"},
+	{agents.ErrDepthExceeded, http.StatusUnprocessableEntity, "depth_exceeded", "Maximum agent depth exceeded"},
+	{tools.ErrUnknownTool, http.StatusNotFound, "tool_not_found", "Tool not found"},
+	{tools.ErrInvalidArguments, http.StatusUnprocessableEntity, "invalid_arguments", "Invalid tool arguments"},
+	{tools.ErrUnknownFormat, http.StatusBadRequest, "invalid_format", "Unknown tool format"},
+	{errBadRequest, http.StatusBadRequest, "bad_request", "Bad request"},
+	{errUnauthorized, http.StatusUnauthorized, "unauthorized", "Missing or wrong bearer token"},
+	{errNotFound, http.StatusNotFound, "not_found", "No such route"},
+	{errMethodNotAllowed, http.StatusMethodNotAllowed, "method_not_allowed", "Method not allowed"},
+	{errBodyTooLarge, http.StatusRequestEntityTooLarge, "body_too_large", "Request body too large"},
+}
+
+// Errors raised by the HTTP layer itself.
+var (
+	errBadRequest       = errors.New("bad request")
+	errUnauthorized     = errors.New("unauthorized")
+	errNotFound         = errors.New("not found")
+	errMethodNotAllowed = errors.New("method not allowed")
+	errBodyTooLarge     = errors.New("request body too large")
+)
+
+// problemFor turns err into problem details. Details of 4xx errors are the
+// domain's own message, written for the caller; a 5xx never carries the
+// error's text (the cause is logged instead), except for the structured
+// contributor and reason of an env_resolution_failed, which the caller needs.
+func problemFor(err error) api.Problem {
+	p := api.Problem{
+		Type:   "about:blank",
+		Status: http.StatusInternalServerError,
+		Code:   "internal",
+		Title:  "Internal error",
+	}
+	for _, e := range errorCodes {
+		if errors.Is(err, e.err) {
+			p.Status, p.Code, p.Title = e.status, e.code, e.title
+			break
+		}
+	}
+	if p.Status < 500 {
+		p.Detail = ptr(err.Error())
+	}
+	var owned *shellenv.KeyOwnedError
+	if errors.As(err, &owned) {
+		p.Key, p.Owner = ptr(owned.Key), ptr(owned.Owner)
+	}
+	var decl *shellenv.DeclarationError
+	if errors.As(err, &decl) {
+		p.Errors = ptr(append([]string(nil), decl.Problems...))
+	}
+	var res *shellenv.ResolutionError
+	if errors.As(err, &res) {
+		p.Contributor, p.Reason = ptr(res.Contributor), ptr(res.Reason)
+		p.Detail = ptr("contributor " + res.Contributor + ": " + res.Reason)
+	}
+	return p
+}
+
+// writeError writes err as problem+json. It is the single error writer of the
+// server: the validator, the strict request and response error handlers, the
+// parameter binder, auth and the body limit all end here.
+func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	p := problemFor(err)
+	if p.Status >= 500 && p.Code != "env_resolution_failed" {
+		s.logger.ErrorContext(r.Context(), "request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+	} else {
+		s.logger.DebugContext(r.Context(), "request rejected", "method", r.Method, "path", r.URL.Path, "code", p.Code, "err", err)
+	}
+	var tooMany *exec.TooManyJobsError
+	if errors.As(err, &tooMany) {
+		secs := int(tooMany.RetryAfter.Seconds() + 0.5)
+		w.Header().Set("Retry-After", strconv.Itoa(max(secs, 1)))
+	}
+	writeProblem(w, r, p)
+}
+
+// writeProblem writes p with the request id of r.
+func writeProblem(w http.ResponseWriter, r *http.Request, p api.Problem) {
+	if id := requestIDFrom(r.Context()); id != "" {
+		p.RequestId = ptr(id)
+	}
+	p.Instance = ptr(r.URL.Path)
+	w.Header().Set("Content-Type", problemContentType)
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(p.Status)
+	// An encoding error here means the client has gone; there is no one to tell.
+	_ = json.NewEncoder(w).Encode(p)
+}
+
+func ptr[T any](v T) *T { return &v }

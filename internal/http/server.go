@@ -1,0 +1,236 @@
+// Package httpapi is dshd's HTTP face. It only translates: generated strict
+// handlers (internal/http/api) decode and validate requests against the
+// embedded contract, this package converts them to domain inputs, calls the
+// domain and converts the results back. Every error leaves as problem+json.
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/getkin/kin-openapi/openapi3filter"
+	"github.com/getkin/kin-openapi/routers"
+	"github.com/go-chi/chi/v5"
+	middleware "github.com/oapi-codegen/nethttp-middleware"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/dshd/dshd/internal/agents"
+	"github.com/dshd/dshd/internal/exec"
+	"github.com/dshd/dshd/internal/hooks"
+	"github.com/dshd/dshd/internal/http/api"
+	"github.com/dshd/dshd/internal/ids"
+	"github.com/dshd/dshd/internal/shellenv"
+	"github.com/dshd/dshd/internal/skills"
+	"github.com/dshd/dshd/internal/tools"
+)
+
+// envRegistry is what the handlers need of the managed-environment registry.
+type envRegistry interface {
+	Register(ctx context.Context, s shellenv.Spec) (shellenv.Contributor, error)
+	Unregister(ctx context.Context, name string) error
+	Contributor(name string) (shellenv.Contributor, error)
+	Contributors() []shellenv.Contributor
+	Declarations() []shellenv.Declaration
+	OpenPlugin(ctx context.Context, name string, lease time.Duration) (shellenv.Plugin, error)
+	Plugin(id string) (shellenv.Plugin, error)
+	Plugins() []shellenv.Plugin
+	RenewPlugin(ctx context.Context, id string, lease time.Duration) (shellenv.Plugin, error)
+	ClosePlugin(ctx context.Context, id string) error
+}
+
+// jobService is what the handlers need of the executor.
+type jobService interface {
+	Job(id string) (*exec.Job, error)
+	Jobs(agentID string, state exec.State) []exec.Snapshot
+	Cancel(ctx context.Context, id string) (exec.Snapshot, error)
+}
+
+// pipeline runs executions: harness commands and model tool calls.
+type pipeline interface {
+	Exec(ctx context.Context, r tools.ExecRequest) (*exec.Job, error)
+	Call(ctx context.Context, agentID, name, callID string, args json.RawMessage) (tools.CallResult, error)
+}
+
+// agentService is what the handlers need of agent sessions.
+type agentService interface {
+	Create(ctx context.Context, cwd string) (agents.Agent, error)
+	Get(ctx context.Context, id string) (agents.Agent, error)
+	List(ctx context.Context) ([]agents.Agent, error)
+	Resume(ctx context.Context, id string) (agents.Agent, error)
+	Fork(ctx context.Context, id string, boundary *int64) (agents.Agent, error)
+	Spawn(ctx context.Context, id string) (agents.Agent, error)
+	Transcript(ctx context.Context, id string) ([]byte, error)
+}
+
+// hookLister lists configured hooks.
+type hookLister interface {
+	Handlers() []hooks.Handler
+}
+
+// skillLister lists local skills.
+type skillLister interface {
+	List(ctx context.Context) ([]skills.Skill, error)
+}
+
+var (
+	_ envRegistry  = (*shellenv.Registry)(nil)
+	_ jobService   = (*exec.Executor)(nil)
+	_ pipeline     = (*tools.Service)(nil)
+	_ hookLister   = (*hooks.Config)(nil)
+	_ skillLister  = (*skills.Dir)(nil)
+	_ agentService = (*agents.Store)(nil)
+
+	_ api.StrictServerInterface = (*Server)(nil)
+)
+
+// Deps are the server's collaborators and settings.
+type Deps struct {
+	Logger   *slog.Logger
+	Token    string // the bearer token every protected route needs
+	Env      envRegistry
+	Jobs     jobService
+	Pipeline pipeline
+	Agents   agentService
+	Hooks    hookLister
+	Skills   skillLister
+	// Gatherer serves /metrics; Registerer takes the HTTP metrics. Both may be nil.
+	Gatherer   prometheus.Gatherer
+	Registerer prometheus.Registerer
+	Spec       []byte // the OpenAPI contract, served and validated against
+	UI         fs.FS  // static files served under /ui/; nil serves none
+	// MaxBodyBytes caps request bodies (default 1 MiB).
+	MaxBodyBytes int64
+	// KeepAlive is the interval of SSE keep-alive comments (default 15s).
+	KeepAlive time.Duration
+}
+
+// Server implements the generated strict server interface.
+type Server struct {
+	logger    *slog.Logger
+	token     []byte
+	env       envRegistry
+	jobs      jobService
+	pipeline  pipeline
+	agents    agentService
+	hooks     hookLister
+	skills    skillLister
+	spec      []byte
+	maxBody   int64
+	keepAlive time.Duration
+	metrics   *httpMetrics
+	ids       *ids.Source
+}
+
+// NewServer builds the HTTP handler. It returns an error when the contract
+// does not load or the token is empty.
+func NewServer(d Deps) (http.Handler, error) {
+	if d.Token == "" {
+		return nil, errors.New("http: empty token")
+	}
+	s := &Server{
+		logger:    d.Logger,
+		token:     []byte(d.Token),
+		env:       d.Env,
+		jobs:      d.Jobs,
+		pipeline:  d.Pipeline,
+		agents:    d.Agents,
+		hooks:     d.Hooks,
+		skills:    d.Skills,
+		spec:      d.Spec,
+		maxBody:   d.MaxBodyBytes,
+		keepAlive: d.KeepAlive,
+		metrics:   newHTTPMetrics(d.Registerer),
+		ids:       ids.NewSource(nil),
+	}
+	if s.logger == nil {
+		s.logger = slog.New(slog.DiscardHandler)
+	}
+	if s.maxBody <= 0 {
+		s.maxBody = 1 << 20
+	}
+	if s.keepAlive <= 0 {
+		s.keepAlive = 15 * time.Second
+	}
+
+	doc, err := openapi3.NewLoader().LoadFromData(d.Spec)
+	if err != nil {
+		return nil, fmt.Errorf("load contract: %w", err)
+	}
+	if err := doc.Validate(context.Background()); err != nil {
+		return nil, fmt.Errorf("validate contract: %w", err)
+	}
+	// Host validation would reject requests to any address but the spec's servers.
+	doc.Servers = nil
+
+	validator := middleware.OapiRequestValidatorWithOptions(doc, &middleware.Options{
+		Options: openapi3filter.Options{
+			// Authentication happened already, in s.authenticate.
+			AuthenticationFunc: openapi3filter.NoopAuthenticationFunc,
+		},
+		ErrorHandlerWithOpts: s.validationError,
+		DoNotValidateServers: true,
+		Skipper: func(r *http.Request) bool {
+			return r.URL.Path == "/" || r.URL.Path == "/ui" || strings.HasPrefix(r.URL.Path, "/ui/")
+		},
+	})
+
+	r := chi.NewRouter()
+	r.Use(s.requestID, s.observe, s.authenticate, s.limitBody, validator)
+	r.NotFound(func(w http.ResponseWriter, r *http.Request) { s.writeError(w, r, errNotFound) })
+	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) { s.writeError(w, r, errMethodNotAllowed) })
+
+	r.Get("/openapi.yaml", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/yaml")
+		_, _ = w.Write(s.spec)
+	})
+	if d.Gatherer != nil {
+		r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(d.Gatherer, promhttp.HandlerOpts{}))
+	}
+	if d.UI != nil {
+		r.Get("/", func(w http.ResponseWriter, r *http.Request) {
+			http.Redirect(w, r, "/ui/", http.StatusFound)
+		})
+		r.Get("/ui", func(w http.ResponseWriter, r *http.Request) {
+			http.Redirect(w, r, "/ui/", http.StatusMovedPermanently)
+		})
+		r.Method(http.MethodGet, "/ui/*", http.StripPrefix("/ui/", http.FileServerFS(d.UI)))
+	}
+
+	strict := api.NewStrictHandlerWithOptions(s, nil, api.StrictHTTPServerOptions{
+		RequestErrorHandlerFunc: func(w http.ResponseWriter, r *http.Request, err error) {
+			s.writeError(w, r, fmt.Errorf("%w: %v", errBadRequest, err))
+		},
+		ResponseErrorHandlerFunc: s.writeError,
+	})
+	return api.HandlerWithOptions(strict, api.ChiServerOptions{
+		BaseRouter: r,
+		ErrorHandlerFunc: func(w http.ResponseWriter, r *http.Request, err error) {
+			s.writeError(w, r, fmt.Errorf("%w: %v", errBadRequest, err))
+		},
+	}), nil
+}
+
+// validationError turns a kin-openapi validation failure into problem+json,
+// keeping the first line of its message: the rest is a dump of the schema.
+func (s *Server) validationError(_ context.Context, err error, w http.ResponseWriter, r *http.Request, opts middleware.ErrorHandlerOpts) {
+	switch {
+	case errors.Is(err, routers.ErrMethodNotAllowed):
+		s.writeError(w, r, errMethodNotAllowed)
+	case opts.MatchedRoute == nil:
+		s.writeError(w, r, errNotFound)
+	case opts.StatusCode >= 500:
+		s.writeError(w, r, err)
+	default:
+		msg, _, _ := strings.Cut(err.Error(), "\n")
+		s.writeError(w, r, fmt.Errorf("%w: %s", errBadRequest, msg))
+	}
+}

@@ -1,0 +1,262 @@
+// Package tests holds end-to-end tests that drive the real dshd binary over
+// real HTTP on loopback: the README's quick start, the full agent loop, the
+// browser UI and the no-process-left-behind checks.
+package tests
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// serverBinary is the dshd binary built once by TestMain.
+var serverBinary string
+
+func TestMain(m *testing.M) {
+	os.Exit(buildAndRun(m))
+}
+
+func buildAndRun(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "dshd-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	serverBinary = filepath.Join(dir, "dshd")
+	build := exec.Command("go", "build", "-race", "-o", serverBinary, "./cmd/server")
+	build.Dir = ".."
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build server:", err)
+		return 1
+	}
+	return m.Run()
+}
+
+// testServer is one running dshd process.
+type testServer struct {
+	URL   string // http://127.0.0.1:port
+	Token string
+	Home  string
+
+	cmd    *exec.Cmd
+	stderr *syncBuffer
+	done   chan struct{}
+	err    error // the process's exit, valid after done
+}
+
+type serverConfig struct {
+	home   string
+	env    []string
+	args   []string
+	config string
+}
+
+type serverOption func(*serverConfig)
+
+// withHome runs the server on an existing home (a restart keeps its state).
+func withHome(dir string) serverOption { return func(c *serverConfig) { c.home = dir } }
+
+// withEnv adds KEY=VALUE pairs to the server's own environment.
+func withEnv(kv ...string) serverOption {
+	return func(c *serverConfig) { c.env = append(c.env, kv...) }
+}
+
+// withArgs adds command-line flags.
+func withArgs(args ...string) serverOption {
+	return func(c *serverConfig) { c.args = append(c.args, args...) }
+}
+
+// withConfig writes YAML into a config file passed with --config.
+func withConfig(yaml string) serverOption { return func(c *serverConfig) { c.config = yaml } }
+
+// startServer starts the dshd binary on 127.0.0.1:0 with a fresh home (unless
+// withHome) and waits for its startup line. The server is stopped gracefully
+// at cleanup, and the test fails if it does not stop.
+func startServer(t testing.TB, opts ...serverOption) *testServer {
+	t.Helper()
+	var c serverConfig
+	for _, o := range opts {
+		o(&c)
+	}
+	if c.home == "" {
+		c.home = filepath.Join(t.TempDir(), "home")
+	}
+	args := []string{"--addr", "127.0.0.1:0", "--home", c.home}
+	if c.config != "" {
+		p := filepath.Join(t.TempDir(), "config.yaml")
+		if err := os.WriteFile(p, []byte(c.config), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		args = append(args, "--config", p)
+	}
+	args = append(args, c.args...)
+
+	cmd := exec.Command(serverBinary, args...)
+	cmd.Env = append(cleanEnv(), c.env...)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &testServer{Home: c.home, cmd: cmd, stderr: &syncBuffer{}, done: make(chan struct{})}
+	cmd.Stderr = s.stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		s.err = cmd.Wait()
+		close(s.done)
+	}()
+	t.Cleanup(func() { s.stop(t) })
+
+	line := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		if sc.Scan() {
+			line <- sc.Text()
+		}
+		close(line)
+		_, _ = io.Copy(io.Discard, stdout)
+	}()
+	select {
+	case l, ok := <-line:
+		if !ok {
+			t.Fatalf("server exited before its startup line; stderr:\n%s", s.stderr)
+		}
+		s.URL, s.Token = parseStartupLine(t, l)
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no startup line within 30s; stderr:\n%s", s.stderr)
+	}
+	return s
+}
+
+// parseStartupLine reads the address and token from
+// "dshd listening on http://… (…) ui http://…/ui/#token=…".
+func parseStartupLine(t testing.TB, line string) (url, token string) {
+	t.Helper()
+	rest, ok := strings.CutPrefix(line, "dshd listening on ")
+	if !ok {
+		t.Fatalf("unexpected startup line %q", line)
+	}
+	url, _, _ = strings.Cut(rest, " ")
+	_, token, ok = strings.Cut(line, "#token=")
+	if !ok || token == "" {
+		t.Fatalf("startup line %q has no #token=", line)
+	}
+	return url, token
+}
+
+// cleanEnv is the test process's environment without DSH_* names, so a
+// developer's own settings cannot change what a test sees.
+func cleanEnv() []string {
+	var out []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "DSH_") {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+// stop sends SIGTERM and waits for a clean exit.
+func (s *testServer) stop(t testing.TB) {
+	t.Helper()
+	select {
+	case <-s.done:
+		return
+	default:
+	}
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.done:
+		if s.err != nil {
+			t.Errorf("server exit: %v; stderr:\n%s", s.err, s.stderr)
+		}
+	case <-time.After(30 * time.Second):
+		_ = s.cmd.Process.Kill()
+		<-s.done
+		t.Errorf("server did not stop within 30s of SIGTERM; stderr:\n%s", s.stderr)
+	}
+}
+
+// do sends an authenticated request with body marshalled as JSON (nil: none).
+func (s *testServer) do(t testing.TB, method, path string, body any) *http.Response {
+	t.Helper()
+	return s.doWith(t, method, path, body, map[string]string{"Authorization": "Bearer " + s.Token})
+}
+
+// doWith sends a request with exactly the given headers.
+func (s *testServer) doWith(t testing.TB, method, path string, body any, headers map[string]string) *http.Response {
+	t.Helper()
+	var r io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(method, s.URL+path, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for k, v := range headers {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	return resp
+}
+
+// doJSON sends an authenticated request, decodes a JSON answer into out
+// (unless nil) and returns the status.
+func (s *testServer) doJSON(t testing.TB, method, path string, body, out any) int {
+	t.Helper()
+	resp := s.do(t, method, path, body)
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out != nil && len(data) > 0 {
+		if err := json.Unmarshal(data, out); err != nil {
+			t.Fatalf("%s %s: decode %q: %v", method, path, data, err)
+		}
+	}
+	return resp.StatusCode
+}
+
+// syncBuffer is a bytes.Buffer safe for one writer and concurrent readers.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
