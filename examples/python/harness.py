@@ -1,0 +1,166 @@
+#!/usr/bin/env python3
+"""A minimal dshd harness client, standard library only.
+
+It creates an agent, fetches the model tool definitions in OpenAI's format,
+then runs a model loop: every tool call the model asks for is sent to
+POST /agents/{id}/tools/{name} and the result is handed back to the model,
+until the model stops calling tools.
+
+The model is pluggable: any function model(tools, messages) -> list of tool
+calls ({"id", "name", "arguments"}), returning an empty list when done. The
+built-in scripted model issues one bash call, `echo "$DSH_SESSION_ID"`, which
+prints the agent's own id.
+
+Environment:
+  DSHD_URL         base URL of the server, e.g. http://127.0.0.1:8080 (required)
+  DSHD_TOKEN       bearer token; or
+  DSHD_TOKEN_FILE  file holding it (default $DSH_HOME/server.token,
+                   else ~/.dsh/server.token)
+
+Prints progress to stderr and, last, one JSON line to stdout:
+  {"agentId": ..., "results": [{callId, isError, text, jobId?, exitCode?}, ...]}
+Exits non-zero on any error, including a tool result with isError set.
+"""
+
+import http.client
+import json
+import os
+import sys
+import urllib.error
+import urllib.request
+
+
+class DshdError(Exception):
+    """An HTTP or protocol error talking to dshd."""
+
+
+class Client:
+    """A tiny JSON client for the dshd HTTP API."""
+
+    def __init__(self, base_url, token, timeout=660):
+        self.base_url = base_url.rstrip("/")
+        self.token = token
+        self.timeout = timeout
+
+    def request(self, method, path, body=None):
+        data = None if body is None else json.dumps(body).encode("utf-8")
+        req = urllib.request.Request(self.base_url + path, data=data, method=method)
+        req.add_header("Authorization", "Bearer " + self.token)
+        req.add_header("Accept", "application/json")
+        if data is not None:
+            req.add_header("Content-Type", "application/json")
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+                raw = resp.read()
+        except urllib.error.HTTPError as e:
+            detail = e.read().decode("utf-8", "replace")
+            raise DshdError(f"{method} {path}: HTTP {e.code}: {detail}") from None
+        except urllib.error.URLError as e:
+            raise DshdError(f"{method} {path}: {e.reason}") from None
+        except (http.client.HTTPException, OSError) as e:
+            raise DshdError(f"{method} {path}: {e!r}") from None
+        if not raw:
+            return None
+        try:
+            return json.loads(raw)
+        except ValueError:
+            raise DshdError(f"{method} {path}: response is not JSON: {raw[:200]!r}") from None
+
+    def create_agent(self, cwd=None):
+        return self.request("POST", "/agents", {} if cwd is None else {"cwd": cwd})
+
+    def tools(self, fmt="openai"):
+        return self.request("GET", "/tools?format=" + fmt)
+
+    def call_tool(self, agent_id, name, call_id, arguments):
+        return self.request(
+            "POST",
+            f"/agents/{agent_id}/tools/{name}",
+            {"callId": call_id, "arguments": arguments},
+        )
+
+
+def scripted_model(tools, messages):
+    """A stand-in for a real model: one bash call, then done.
+
+    tools is the OpenAI-format tool list; messages is the conversation so far
+    (dicts with "role"). Returns the tool calls to make next.
+    """
+    if any(m["role"] == "tool" for m in messages):
+        return []
+    names = {t["function"]["name"] for t in tools}
+    if "bash" not in names:
+        raise DshdError("server offers no bash tool")
+    return [
+        {
+            "id": "call_scripted_1",
+            "name": "bash",
+            "arguments": {
+                "command": 'echo "$DSH_SESSION_ID"',
+                "description": "Print my own session id",
+            },
+        }
+    ]
+
+
+def run(client, model, max_turns=8):
+    """Create an agent and drive model until it stops; return the summary."""
+    agent = client.create_agent()
+    agent_id = agent["id"]
+    print(f"agent {agent_id}", file=sys.stderr)
+    tools = client.tools("openai")
+    messages = [{"role": "user", "content": "Who am I?"}]
+    results = []
+    for _ in range(max_turns):
+        calls = model(tools, messages)
+        if not calls:
+            break
+        messages.append({"role": "assistant", "tool_calls": calls})
+        for call in calls:
+            res = client.call_tool(agent_id, call["name"], call["id"], call["arguments"])
+            print(f"{call['name']} {json.dumps(call['arguments'])} -> {json.dumps(res)}", file=sys.stderr)
+            results.append(res)
+            messages.append({"role": "tool", "tool_call_id": res["callId"], "content": res["text"]})
+    else:
+        raise DshdError(f"model still calling tools after {max_turns} turns")
+    return {"agentId": agent_id, "results": results}
+
+
+def read_token(env):
+    token = env.get("DSHD_TOKEN", "").strip()
+    if token:
+        return token
+    path = env.get("DSHD_TOKEN_FILE")
+    if not path:
+        home = env.get("DSH_HOME") or os.path.join(os.path.expanduser("~"), ".dsh")
+        path = os.path.join(home, "server.token")
+    try:
+        with open(path, encoding="utf-8") as f:
+            token = f.read().strip()
+    except OSError as e:
+        raise DshdError(f"no DSHD_TOKEN and cannot read token file {path}: {e}") from None
+    if not token:
+        raise DshdError(f"token file {path} is empty")
+    return token
+
+
+def main(env=os.environ, model=scripted_model):
+    try:
+        url = env.get("DSHD_URL", "").strip()
+        if not url:
+            raise DshdError("DSHD_URL is not set")
+        client = Client(url, read_token(env))
+        summary = run(client, model)
+    except Exception as e:  # any failure, ours or the model's, is fatal
+        print(f"harness: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
+    print(json.dumps(summary))
+    failed = [r for r in summary["results"] if r.get("isError")]
+    if failed:
+        print(f"harness: {len(failed)} tool call(s) failed", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,164 @@
+package tools
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+)
+
+// kind is the JSON type a declared argument must have.
+type kind int
+
+const (
+	kindString kind = iota
+	kindInteger
+	kindBool
+)
+
+func (k kind) String() string {
+	switch k {
+	case kindString:
+		return "a string"
+	case kindInteger:
+		return "a non-negative integer"
+	case kindBool:
+		return "a boolean"
+	}
+	return "?"
+}
+
+// maxInteger bounds integer arguments (milliseconds) so that converting
+// them to a time.Duration cannot overflow: about 31 years.
+const maxInteger = 1e12
+
+// param declares one tool argument.
+type param struct {
+	name     string
+	kind     kind
+	required bool
+	oneOf    []string // allowed values of a string, nil = any
+}
+
+// params lists the arguments each tool declares; anything else a model sends
+// (env and stdin included) is ignored and recorded as ignored.
+var params = map[string][]param{
+	ToolBash: {
+		{name: "command", kind: kindString, required: true},
+		{name: "description", kind: kindString},
+		{name: "timeoutMs", kind: kindInteger},
+		{name: "workdir", kind: kindString},
+		{name: "run_in_background", kind: kindBool},
+	},
+	ToolJobOutput: {
+		{name: "jobId", kind: kindString, required: true},
+		{name: "waitMs", kind: kindInteger},
+	},
+	ToolJobList: {
+		{name: "state", kind: kindString, oneOf: []string{"running", "exited", "timed_out", "cancelled"}},
+	},
+	ToolJobKill: {
+		{name: "jobId", kind: kindString, required: true},
+	},
+}
+
+// args holds the declared arguments of one call that were present (and not
+// null), decoded, plus the sorted names of everything that was ignored.
+type args struct {
+	strings map[string]string
+	ints    map[string]int64
+	bools   map[string]bool
+	ignored []string
+}
+
+func (a args) str(name string) string { return a.strings[name] }
+
+func (a args) has(name string) bool {
+	_, s := a.strings[name]
+	_, i := a.ints[name]
+	_, b := a.bools[name]
+	return s || i || b
+}
+
+// parseArgs decodes raw (a JSON object, or empty/null for no arguments)
+// against the declared parameters of tool. Undeclared names are collected in
+// ignored, sorted. A declared argument whose value is null counts as absent.
+// Every problem is reported at once in an error wrapping ErrInvalidArguments.
+func parseArgs(tool string, raw json.RawMessage) (args, error) {
+	a := args{
+		strings: map[string]string{},
+		ints:    map[string]int64{},
+		bools:   map[string]bool{},
+		ignored: []string{},
+	}
+	var obj map[string]json.RawMessage
+	trimmed := bytes.TrimSpace(raw)
+	if len(trimmed) > 0 && !bytes.Equal(trimmed, []byte("null")) {
+		if trimmed[0] != '{' {
+			return a, fmt.Errorf("%w for %s: arguments must be a JSON object", ErrInvalidArguments, tool)
+		}
+		if err := json.Unmarshal(trimmed, &obj); err != nil {
+			return a, fmt.Errorf("%w for %s: arguments are not valid JSON: %v", ErrInvalidArguments, tool, err)
+		}
+	}
+	declared := params[tool]
+	for name := range obj {
+		if !slices.ContainsFunc(declared, func(p param) bool { return p.name == name }) {
+			a.ignored = append(a.ignored, name)
+		}
+	}
+	slices.Sort(a.ignored)
+
+	var problems []string
+	for _, p := range declared {
+		v, ok := obj[p.name]
+		if !ok || bytes.Equal(bytes.TrimSpace(v), []byte("null")) {
+			if p.required {
+				problems = append(problems, p.name+" is required")
+			}
+			continue
+		}
+		if err := a.decode(p, v); err != "" {
+			problems = append(problems, err)
+		}
+	}
+	if len(problems) > 0 {
+		return a, fmt.Errorf("%w for %s: %s", ErrInvalidArguments, tool, strings.Join(problems, "; "))
+	}
+	return a, nil
+}
+
+// decode stores v as p's value, or returns a description of the problem.
+func (a args) decode(p param, v json.RawMessage) string {
+	bad := fmt.Sprintf("%s must be %s", p.name, p.kind)
+	switch p.kind {
+	case kindString:
+		var s string
+		if err := json.Unmarshal(v, &s); err != nil {
+			return bad
+		}
+		if p.required && strings.TrimSpace(s) == "" {
+			return p.name + " must not be empty"
+		}
+		if p.oneOf != nil && !slices.Contains(p.oneOf, s) {
+			return fmt.Sprintf("%s must be one of %s", p.name, strings.Join(p.oneOf, ", "))
+		}
+		a.strings[p.name] = s
+	case kindInteger:
+		// Accept any JSON number with an integral value (5000 and 5000.0).
+		var f float64
+		if err := json.Unmarshal(v, &f); err != nil || f != math.Trunc(f) || f < 0 || f > maxInteger {
+			return bad
+		}
+		a.ints[p.name] = int64(f)
+	case kindBool:
+		var b bool
+		if err := json.Unmarshal(v, &b); err != nil {
+			return bad
+		}
+		a.bools[p.name] = b
+	}
+	return ""
+}

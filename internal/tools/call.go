@@ -1,0 +1,414 @@
+package tools
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/dshd/dshd/internal/agents"
+	"github.com/dshd/dshd/internal/exec"
+	"github.com/dshd/dshd/internal/hooks"
+)
+
+// Transcript event types written by Call.
+const (
+	EventToolCall    = "tool/call"
+	EventToolResult  = "tool/result"
+	EventHookInvoked = "hook/invoked"
+	EventHookResult  = "hook/result"
+)
+
+// hookToolName is the tool name hooks see for bash, as in Claude Code and
+// Codex, so that existing matchers ("Bash") apply unchanged.
+const hookToolName = "Bash"
+
+// Hook events the bash tool runs, spelled as the hooks contract spells them.
+const (
+	eventPreToolUse  = hooks.EventName("PreToolUse")
+	eventPostToolUse = hooks.EventName("PostToolUse")
+)
+
+// maxWait bounds job_output's waitMs so one call cannot hold a request
+// open indefinitely.
+const maxWait = 10 * time.Minute
+
+// CallResult is the result of one model tool call, as returned to the
+// harness and recorded in the agent's transcript.
+type CallResult struct {
+	CallID  string
+	IsError bool
+	Text    string
+	// JobID is the job a bash call ran or started, or the job a job_* call
+	// addressed; "" otherwise.
+	JobID string
+	// ExitCode is the exit code of a finished job; nil while it runs and when
+	// it was killed by a signal.
+	ExitCode *int
+}
+
+// Call runs one model tool call for the agent agentID and records it in the
+// agent's transcript: tool/call {callId, name, arguments, ignored} first,
+// then hook/invoked and hook/result for each hook that ran, then
+// tool/result {callId, isError, text, jobId?, exitCode?}. An empty callID is
+// replaced by a generated "call_…" id. args is the arguments object exactly
+// as the model sent it.
+//
+// Arguments other than the tool's declared ones — env and stdin included —
+// are ignored (never reaching the child) and listed as ignored. bash runs
+// through the same pipeline as Exec, with the agent's identity, no explicit
+// environment and no stdin, after PreToolUse hooks; a blocking hook starts no
+// process and makes the result an error carrying its reason. Foreground calls
+// wait for the job; background calls answer "started background job <id>".
+// PostToolUse hooks then see the response; a block there marks the result an
+// error. The job_* tools see only the agent's own jobs.
+//
+// Problems the model can act on (a blocked call, a workdir that does not
+// exist, too many background jobs, a job that is not found) are results with
+// IsError set, not errors. Call returns errors wrapping: agents.ErrNotFound
+// for an unknown agent, ErrUnknownTool, ErrInvalidArguments (nothing is
+// recorded for these three), shellenv.ErrResolution when the managed
+// environment could not be collected, and exec or context errors. Once the
+// call is recorded, such a failure is recorded too, as an error result.
+func (s *Service) Call(ctx context.Context, agentID, name, callID string, args json.RawMessage) (CallResult, error) {
+	agent, err := s.agents.Get(ctx, agentID)
+	if err != nil {
+		return CallResult{}, fmt.Errorf("tool call %s: agent %s: %w", name, agentID, err)
+	}
+	if _, ok := params[name]; !ok {
+		return CallResult{}, fmt.Errorf("%w %q", ErrUnknownTool, name)
+	}
+	a, err := parseArgs(name, args)
+	if err != nil {
+		return CallResult{}, err
+	}
+	if callID == "" {
+		callID = s.ids.New("call_")
+	}
+	recorded := json.RawMessage("{}")
+	if t := strings.TrimSpace(string(args)); t != "" && t != "null" {
+		recorded = args
+	}
+	if err := s.record(ctx, agentID, EventToolCall, callEvent{CallID: callID, Name: name, Arguments: recorded, Ignored: a.ignored}); err != nil {
+		return CallResult{}, err
+	}
+
+	var res CallResult
+	switch name {
+	case ToolBash:
+		res, err = s.bash(ctx, agent, callID, a)
+	case ToolJobOutput:
+		res, err = s.jobOutput(ctx, agentID, a)
+	case ToolJobList:
+		res = s.jobList(agentID, a)
+	case ToolJobKill:
+		res, err = s.jobKill(ctx, agentID, a)
+	}
+	res.CallID = callID
+	outcome := "ok"
+	switch {
+	case err != nil:
+		res = CallResult{CallID: callID, IsError: true, Text: "error: " + err.Error(), JobID: res.JobID}
+		outcome = "failed"
+	case res.IsError:
+		outcome = "error"
+	}
+	s.calls.WithLabelValues(name, outcome).Inc()
+	// The job may have run even if the caller has gone away: record its end
+	// regardless, so every recorded call has its result.
+	if rerr := s.record(context.WithoutCancel(ctx), agentID, EventToolResult, resultEvent{
+		CallID: res.CallID, IsError: res.IsError, Text: res.Text, JobID: res.JobID, ExitCode: res.ExitCode,
+	}); rerr != nil && err == nil {
+		err = rerr
+	}
+	if err != nil {
+		return CallResult{}, err
+	}
+	return res, nil
+}
+
+// callEvent is the data of a tool/call transcript event.
+type callEvent struct {
+	CallID    string          `json:"callId"`
+	Name      string          `json:"name"`
+	Arguments json.RawMessage `json:"arguments"`
+	Ignored   []string        `json:"ignored"`
+}
+
+// resultEvent is the data of a tool/result transcript event.
+type resultEvent struct {
+	CallID   string `json:"callId"`
+	IsError  bool   `json:"isError"`
+	Text     string `json:"text"`
+	JobID    string `json:"jobId,omitempty"`
+	ExitCode *int   `json:"exitCode,omitempty"`
+}
+
+// hookInvokedEvent is the data of a hook/invoked transcript event.
+type hookInvokedEvent struct {
+	CallID  string `json:"callId"`
+	Event   string `json:"event"`
+	Handler string `json:"handler"`
+	Dialect string `json:"dialect"`
+}
+
+// hookResultEvent is the data of a hook/result transcript event.
+type hookResultEvent struct {
+	CallID     string `json:"callId"`
+	Event      string `json:"event"`
+	Handler    string `json:"handler"`
+	Dialect    string `json:"dialect"`
+	Decision   string `json:"decision"`
+	Reason     string `json:"reason,omitempty"`
+	ExitCode   *int   `json:"exitCode"`
+	Signal     string `json:"signal,omitempty"`
+	TimedOut   bool   `json:"timedOut,omitempty"`
+	Stderr     string `json:"stderr,omitempty"`
+	DurationMs int64  `json:"durationMs"`
+}
+
+func (s *Service) record(ctx context.Context, agentID, typ string, data any) error {
+	if _, err := s.agents.Append(ctx, agentID, typ, data); err != nil {
+		return fmt.Errorf("record %s for agent %s: %w", typ, agentID, err)
+	}
+	return nil
+}
+
+// bash runs the bash tool: PreToolUse hooks, the shared pipeline, waiting
+// (foreground), PostToolUse hooks.
+func (s *Service) bash(ctx context.Context, agent agents.Agent, callID string, a args) (CallResult, error) {
+	command := a.str("command")
+	cwd := agent.Cwd
+	if wd := a.str("workdir"); wd != "" {
+		if filepath.IsAbs(wd) || agent.Cwd == "" {
+			cwd = filepath.Clean(wd)
+		} else {
+			cwd = filepath.Join(agent.Cwd, wd)
+		}
+	}
+	background := a.bools["run_in_background"]
+	timeout := time.Duration(a.ints["timeoutMs"]) * time.Millisecond
+
+	// The tool input mirrors Claude Code's Bash input, so existing hook
+	// scripts read the fields they expect.
+	input := map[string]any{"command": command}
+	if a.has("description") {
+		input["description"] = a.str("description")
+	}
+	if a.has("timeoutMs") {
+		input["timeout"] = a.ints["timeoutMs"]
+	}
+	if a.has("run_in_background") {
+		input["run_in_background"] = background
+	}
+	hookCwd := cwd
+	if hookCwd == "" {
+		hookCwd = s.home
+	}
+	hookInput := func(ev hooks.EventName) hooks.Input {
+		return hooks.Input{Event: ev, SessionID: agent.ID, Cwd: hookCwd, ToolName: hookToolName, ToolUseID: callID, ToolInput: input}
+	}
+	pre := func(ctx context.Context) (string, bool, error) {
+		out, err := s.runHooks(ctx, callID, agent.ID, hookInput(eventPreToolUse))
+		return out.Reason, out.Blocked, err
+	}
+
+	job, err := s.start(ctx, run{command: command, cwd: cwd, agent: &agent, timeout: timeout, background: background}, pre)
+	var blocked *errBlocked
+	switch {
+	case errors.As(err, &blocked):
+		return CallResult{IsError: true, Text: blockedText("PreToolUse", blocked.reason)}, nil
+	case errors.Is(err, exec.ErrInvalidCwd), errors.Is(err, exec.ErrInvalidInput), errors.Is(err, exec.ErrTooManyJobs):
+		// The model can fix these itself: tell it rather than fail the request.
+		return CallResult{IsError: true, Text: "could not start the command: " + err.Error()}, nil
+	case err != nil:
+		return CallResult{}, err
+	}
+
+	res := CallResult{JobID: job.ID()}
+	var response map[string]any
+	if background {
+		res.Text = startedText(job.ID())
+		response = map[string]any{"stdout": "", "stderr": "", "exitCode": nil, "interrupted": false, "backgroundTaskId": job.ID()}
+	} else {
+		snap, err := job.Wait(ctx)
+		if err != nil {
+			return res, fmt.Errorf("wait for job %s: %w", job.ID(), err)
+		}
+		interrupted := snap.State == stateTimedOut || snap.State == stateCancelled
+		res.Text = RenderResult(snap)
+		res.ExitCode = snap.ExitCode
+		res.IsError = interrupted
+		response = map[string]any{"stdout": snap.Stdout.Text, "stderr": snap.Stderr.Text, "exitCode": snap.ExitCode, "interrupted": interrupted}
+	}
+
+	post := hookInput(eventPostToolUse)
+	post.ToolResponse = response
+	out, err := s.runHooks(ctx, callID, agent.ID, post)
+	if err != nil {
+		// The command has run; its result matters more than the hook.
+		s.log.Warn("PostToolUse hooks failed", "agent_id", agent.ID, "call_id", callID, "job_id", job.ID(), "err", err)
+		return res, nil
+	}
+	if out.Blocked {
+		res.IsError = true
+		res.Text += "\n" + blockedText("PostToolUse", out.Reason)
+	}
+	return res, nil
+}
+
+func blockedText(event, reason string) string {
+	if reason == "" {
+		return "[blocked by " + event + " hook]"
+	}
+	return "[blocked by " + event + " hook: " + reason + "]"
+}
+
+// runHooks runs the hooks for one event and records a hook/invoked and a
+// hook/result event for each one that ran. Without a hook runner it does
+// nothing.
+func (s *Service) runHooks(ctx context.Context, callID, agentID string, in hooks.Input) (hooks.Outcome, error) {
+	if s.hooks == nil {
+		return hooks.Outcome{}, nil
+	}
+	out, err := s.hooks.Run(ctx, in)
+	if err != nil {
+		return out, fmt.Errorf("run %s hooks: %w", in.Event, err)
+	}
+	rctx := context.WithoutCancel(ctx)
+	for _, r := range out.Results {
+		ev := string(in.Event)
+		if err := s.record(rctx, agentID, EventHookInvoked, hookInvokedEvent{
+			CallID: callID, Event: ev, Handler: r.Handler, Dialect: string(r.Dialect),
+		}); err != nil {
+			return out, err
+		}
+		if err := s.record(rctx, agentID, EventHookResult, hookResultEvent{
+			CallID: callID, Event: ev, Handler: r.Handler, Dialect: string(r.Dialect),
+			Decision: string(r.Decision), Reason: r.Reason, ExitCode: r.ExitCode, Signal: r.Signal,
+			TimedOut: r.TimedOut, Stderr: r.Stderr, DurationMs: r.Duration.Milliseconds(),
+		}); err != nil {
+			return out, err
+		}
+	}
+	if out.Blocked {
+		s.log.Info("tool call blocked by hook", "agent_id", agentID, "call_id", callID, "event", in.Event, "reason", out.Reason)
+	}
+	return out, nil
+}
+
+// ownJob returns the job id if it belongs to agentID. A job of another agent
+// is reported exactly like a job that does not exist.
+func (s *Service) ownJob(id, agentID string) (*exec.Job, bool, error) {
+	job, err := s.jobs.Job(id)
+	if errors.Is(err, exec.ErrJobNotFound) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("look up job %s: %w", id, err)
+	}
+	if job.Snapshot().AgentID != agentID {
+		return nil, false, nil
+	}
+	return job, true, nil
+}
+
+func notFound(id string) CallResult {
+	return CallResult{IsError: true, Text: fmt.Sprintf("job %s not found (job_list lists your jobs)", id)}
+}
+
+// jobOutput runs job_output: the job's output so far, after waiting up to
+// waitMs for it to finish.
+func (s *Service) jobOutput(ctx context.Context, agentID string, a args) (CallResult, error) {
+	id := a.str("jobId")
+	job, ok, err := s.ownJob(id, agentID)
+	if err != nil || !ok {
+		return notFound(id), err
+	}
+	if wait := min(time.Duration(a.ints["waitMs"])*time.Millisecond, maxWait); wait > 0 {
+		t := time.NewTimer(wait)
+		select {
+		case <-job.Done():
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return CallResult{JobID: id}, fmt.Errorf("wait for job %s: %w", id, ctx.Err())
+		}
+		t.Stop()
+	}
+	snap := job.Snapshot()
+	return CallResult{JobID: id, Text: RenderResult(snap), ExitCode: snap.ExitCode}, nil
+}
+
+// jobList runs job_list: one line per job of the agent, oldest first.
+func (s *Service) jobList(agentID string, a args) CallResult {
+	snaps := s.jobs.Jobs(agentID, exec.State(a.str("state")))
+	if len(snaps) == 0 {
+		return CallResult{Text: "(no jobs)"}
+	}
+	var b strings.Builder
+	for i, sn := range snaps {
+		if i > 0 {
+			b.WriteByte('\n')
+		}
+		mode := "foreground"
+		if sn.Background {
+			mode = "background"
+		}
+		fmt.Fprintf(&b, "%s  %s  %s  %s", sn.ID, status(sn), mode, oneLine(sn.Command, 100))
+	}
+	return CallResult{Text: b.String()}
+}
+
+// status is a job's state with how it ended: "running", "exited 0",
+// "cancelled SIGTERM".
+func status(sn exec.Snapshot) string {
+	switch {
+	case sn.Signal != "":
+		return string(sn.State) + " " + sn.Signal
+	case sn.ExitCode != nil:
+		return fmt.Sprintf("%s %d", sn.State, *sn.ExitCode)
+	}
+	return string(sn.State)
+}
+
+// oneLine shortens a command for a listing: first line, at most n runes.
+func oneLine(s string, n int) string {
+	cut := false
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s, cut = s[:i], true
+	}
+	if r := []rune(s); len(r) > n {
+		s, cut = string(r[:n]), true
+	}
+	if cut {
+		s += " …"
+	}
+	return s
+}
+
+// jobKill runs job_kill: cancel one of the agent's running jobs.
+func (s *Service) jobKill(ctx context.Context, agentID string, a args) (CallResult, error) {
+	id := a.str("jobId")
+	job, ok, err := s.ownJob(id, agentID)
+	if err != nil || !ok {
+		return notFound(id), err
+	}
+	if sn := job.Snapshot(); sn.State != stateRunning {
+		return CallResult{JobID: id, Text: fmt.Sprintf("job %s already finished: %s", id, status(sn)), ExitCode: sn.ExitCode}, nil
+	}
+	sn, err := s.jobs.Cancel(ctx, id)
+	if errors.Is(err, exec.ErrJobNotFound) {
+		return notFound(id), nil
+	}
+	if err != nil {
+		return CallResult{JobID: id}, fmt.Errorf("cancel job %s: %w", id, err)
+	}
+	if sn.State == stateRunning {
+		return CallResult{JobID: id, Text: fmt.Sprintf("stopping job %s: SIGTERM sent to its process group, SIGKILL follows after the grace period", id)}, nil
+	}
+	return CallResult{JobID: id, Text: fmt.Sprintf("stopped job %s: %s", id, status(sn)), ExitCode: sn.ExitCode}, nil
+}

@@ -1,0 +1,122 @@
+package tools
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files in testdata")
+
+// compareGolden compares got with testdata/name, rewriting it under -update.
+func compareGolden(tb testing.TB, name string, got []byte) {
+	tb.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			tb.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		tb.Fatalf("read golden (run with -update to create): %v", err)
+	}
+	if diff := cmp.Diff(string(want), string(got)); diff != "" {
+		tb.Errorf("%s mismatch (-want +got):\n%s", path, diff)
+	}
+}
+
+func TestRenderGolden(t *testing.T) {
+	for _, tt := range []struct{ format, golden string }{
+		{FormatGeneric, "tools.json"},
+		{FormatOpenAI, "tools.openai.json"},
+		{FormatAnthropic, "tools.anthropic.json"},
+	} {
+		t.Run(tt.golden, func(t *testing.T) {
+			v, err := Render(Definitions(), tt.format)
+			if err != nil {
+				t.Fatalf("Render(%q): %v", tt.format, err)
+			}
+			got, err := json.MarshalIndent(v, "", "  ")
+			if err != nil {
+				t.Fatal(err)
+			}
+			compareGolden(t, tt.golden, append(got, '\n'))
+		})
+	}
+}
+
+func TestRenderShapes(t *testing.T) {
+	defs := []Definition{{Name: "n", Description: "d", Schema: map[string]any{"type": "object"}}}
+	tests := []struct {
+		format string
+		want   string
+	}{
+		{"", `[{"name":"n","description":"d","inputSchema":{"type":"object"}}]`},
+		{"openai", `[{"type":"function","function":{"name":"n","description":"d","parameters":{"type":"object"}}}]`},
+		{"anthropic", `[{"name":"n","description":"d","input_schema":{"type":"object"}}]`},
+	}
+	for _, tt := range tests {
+		t.Run("format="+tt.format, func(t *testing.T) {
+			v, err := Render(defs, tt.format)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, _ := json.Marshal(v)
+			if diff := cmp.Diff(tt.want, string(got)); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestRenderUnknownFormat(t *testing.T) {
+	for _, f := range []string{"OpenAI", "gemini", " "} {
+		if _, err := Render(Definitions(), f); !errors.Is(err, ErrUnknownFormat) {
+			t.Errorf("Render(%q) error = %v, want ErrUnknownFormat", f, err)
+		}
+	}
+}
+
+func TestDefinitions(t *testing.T) {
+	defs := Definitions()
+	var names []string
+	for _, d := range defs {
+		names = append(names, d.Name)
+		if d.Description == "" || d.Schema["type"] != "object" {
+			t.Errorf("%s: want a description and an object schema", d.Name)
+		}
+	}
+	if diff := cmp.Diff([]string{"bash", "job_output", "job_list", "job_kill"}, names); diff != "" {
+		t.Errorf("names (-want +got):\n%s", diff)
+	}
+
+	// The bash description teaches the durable convention and nothing about
+	// persistence.
+	bash := defs[0].Description
+	for _, want := range []string{"$DSH_SESSION_ID", "$DSH_HOME", "env | grep ^DSH_", "bash -c", "non-interactive", "workdir", "`cd`", "run_in_background", "job_output"} {
+		if !strings.Contains(bash, want) {
+			t.Errorf("bash description lacks %q", want)
+		}
+	}
+	for _, d := range defs {
+		for _, banned := range []string{"JSONL", "jsonl", "transcript", "Transcript"} {
+			if strings.Contains(d.Description, banned) {
+				t.Errorf("%s description mentions %q", d.Name, banned)
+			}
+		}
+	}
+
+	// Callers may modify what they get without affecting later calls.
+	defs[0].Schema["properties"].(map[string]any)["command"] = nil
+	if Definitions()[0].Schema["properties"].(map[string]any)["command"] == nil {
+		t.Error("Definitions shares state between calls")
+	}
+}

@@ -1,0 +1,78 @@
+package tools
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/dshd/dshd/internal/exec"
+)
+
+// RenderResult renders a job snapshot as the text a model reads (DESIGN §5):
+// stdout, then a "[stderr]" line and stderr, then markers on their own lines,
+// in this order:
+//
+//	[output truncated; full output: GET /jobs/<id>/output]
+//	[timed out after Nms]
+//	[killed by signal: S]
+//	[exit code: N]
+//
+// The exit code marker is omitted for 0 and when the job was killed by a
+// signal. A job that is still running ends with "[still running: job <id>]".
+// "(no output)" stands for a result that would otherwise be empty. The
+// trailing newline of the output is dropped.
+func RenderResult(snap exec.Snapshot) string {
+	var b strings.Builder
+	line := func(s string) {
+		b.WriteString(s)
+		if !strings.HasSuffix(s, "\n") {
+			b.WriteByte('\n')
+		}
+	}
+	if snap.Stdout.Text != "" {
+		line(snap.Stdout.Text)
+	}
+	if snap.Stderr.Text != "" {
+		line("[stderr]")
+		line(snap.Stderr.Text)
+	}
+	if snap.Stdout.Truncated || snap.Stderr.Truncated {
+		line(fmt.Sprintf("[output truncated; full output: GET /jobs/%s/output]", snap.ID))
+	}
+	if snap.State == stateTimedOut {
+		line(fmt.Sprintf("[timed out after %dms]", snap.Timeout.Milliseconds()))
+	}
+	if snap.Signal != "" {
+		line(fmt.Sprintf("[killed by signal: %s]", snap.Signal))
+	} else if snap.ExitCode != nil && *snap.ExitCode != 0 {
+		line(fmt.Sprintf("[exit code: %d]", *snap.ExitCode))
+	}
+	if snap.State == stateRunning {
+		line(fmt.Sprintf("[still running: job %s]", snap.ID))
+	}
+	out := strings.TrimSuffix(b.String(), "\n")
+	if out == "" {
+		return "(no output)"
+	}
+	return out
+}
+
+// Job states, spelled as the exec contract spells them.
+const (
+	stateRunning   = exec.State("running")
+	stateTimedOut  = exec.State("timed_out")
+	stateCancelled = exec.State("cancelled")
+)
+
+// startedText is the result of a bash call that started a background job.
+func startedText(id string) string {
+	return "started background job " + id
+}
+
+// callText renders the result of a bash call from the job's snapshot right
+// after it started (background) or after it ended (foreground).
+func callText(snap exec.Snapshot) string {
+	if snap.Background {
+		return startedText(snap.ID)
+	}
+	return RenderResult(snap)
+}

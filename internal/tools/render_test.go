@@ -1,0 +1,130 @@
+package tools
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/dshd/dshd/internal/exec"
+)
+
+func intp(n int) *int { return &n }
+
+func out(s string) exec.Output { return exec.Output{Text: s, TotalBytes: int64(len(s))} }
+
+func TestRenderResult(t *testing.T) {
+	tests := []struct {
+		name string
+		snap exec.Snapshot
+		want string
+	}{
+		{
+			name: "exit 0",
+			snap: exec.Snapshot{ID: "job_1", State: "exited", ExitCode: intp(0), Stdout: out("hello\n")},
+			want: "hello",
+		},
+		{
+			name: "exit 0 without trailing newline",
+			snap: exec.Snapshot{ID: "job_1", State: "exited", ExitCode: intp(0), Stdout: out("a\nb")},
+			want: "a\nb",
+		},
+		{
+			name: "non-zero exit",
+			snap: exec.Snapshot{ID: "job_1", State: "exited", ExitCode: intp(3), Stdout: out("partial\n")},
+			want: "partial\n[exit code: 3]",
+		},
+		{
+			name: "stdout and stderr",
+			snap: exec.Snapshot{ID: "job_1", State: "exited", ExitCode: intp(1), Stdout: out("out\n"), Stderr: out("err\n")},
+			want: "out\n[stderr]\nerr\n[exit code: 1]",
+		},
+		{
+			name: "stderr only",
+			snap: exec.Snapshot{ID: "job_1", State: "exited", ExitCode: intp(2), Stderr: out("ls: nope\n")},
+			want: "[stderr]\nls: nope\n[exit code: 2]",
+		},
+		{
+			name: "no output",
+			snap: exec.Snapshot{ID: "job_1", State: "exited", ExitCode: intp(0)},
+			want: "(no output)",
+		},
+		{
+			name: "no output but failed",
+			snap: exec.Snapshot{ID: "job_1", State: "exited", ExitCode: intp(1)},
+			want: "[exit code: 1]",
+		},
+		{
+			name: "timeout",
+			snap: exec.Snapshot{ID: "job_1", State: "timed_out", Signal: "SIGTERM", Timeout: 1500 * time.Millisecond, Stdout: out("tick\n")},
+			want: "tick\n[timed out after 1500ms]\n[killed by signal: SIGTERM]",
+		},
+		{
+			name: "truncation",
+			snap: exec.Snapshot{ID: "job_9", State: "exited", ExitCode: intp(0),
+				Stdout: exec.Output{Text: "head\n[… 900 bytes elided …]\ntail\n", TotalBytes: 1000, Truncated: true}},
+			want: "head\n[… 900 bytes elided …]\ntail\n[output truncated; full output: GET /jobs/job_9/output]",
+		},
+		{
+			name: "stderr truncation",
+			snap: exec.Snapshot{ID: "job_9", State: "exited", ExitCode: intp(1),
+				Stderr: exec.Output{Text: "e", TotalBytes: 1 << 20, Truncated: true}},
+			want: "[stderr]\ne\n[output truncated; full output: GET /jobs/job_9/output]\n[exit code: 1]",
+		},
+		{
+			name: "signal",
+			snap: exec.Snapshot{ID: "job_1", State: "cancelled", Signal: "SIGKILL"},
+			want: "[killed by signal: SIGKILL]",
+		},
+		{
+			name: "signal hides exit code",
+			snap: exec.Snapshot{ID: "job_1", State: "exited", Signal: "SIGSEGV", ExitCode: intp(139), Stdout: out("x\n")},
+			want: "x\n[killed by signal: SIGSEGV]",
+		},
+		{
+			name: "running job",
+			snap: exec.Snapshot{ID: "job_4", State: "running", Background: true, Stdout: out("step 1\n")},
+			want: "step 1\n[still running: job job_4]",
+		},
+		{
+			name: "running job without output",
+			snap: exec.Snapshot{ID: "job_4", State: "running", Background: true},
+			want: "[still running: job job_4]",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if diff := cmp.Diff(tt.want, RenderResult(tt.snap)); diff != "" {
+				t.Errorf("RenderResult (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestCallText pins what a bash call answers: a background start names the
+// job; a foreground call is its rendered result.
+func TestCallText(t *testing.T) {
+	tests := []struct {
+		name string
+		snap exec.Snapshot
+		want string
+	}{
+		{
+			name: "background start",
+			snap: exec.Snapshot{ID: "job_7", State: "running", Background: true, Stdout: out("early\n")},
+			want: "started background job job_7",
+		},
+		{
+			name: "foreground",
+			snap: exec.Snapshot{ID: "job_7", State: "exited", ExitCode: intp(0), Stdout: out("done\n")},
+			want: "done",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if diff := cmp.Diff(tt.want, callText(tt.snap)); diff != "" {
+				t.Errorf("callText (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

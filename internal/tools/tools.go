@@ -1,0 +1,263 @@
+// Package tools is the one pipeline every dshd execution goes through —
+// collect the managed overlay, run hooks, spawn, record — for both the
+// harness-facing /exec path (Service.Exec) and model tool calls
+// (Service.Call), so the two cannot drift apart. It also owns the
+// model-facing tool definitions, their argument rules and the rendering of
+// tool results.
+package tools
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/dshd/dshd/internal/agents"
+	"github.com/dshd/dshd/internal/exec"
+	"github.com/dshd/dshd/internal/hooks"
+	"github.com/dshd/dshd/internal/ids"
+	"github.com/dshd/dshd/internal/shellenv"
+)
+
+// Sentinel errors. Errors returned by this package wrap them (or the
+// dependencies' own sentinels) with context; test with errors.Is.
+var (
+	// ErrUnknownTool is returned by Call for a tool name that is not one of
+	// Definitions (HTTP 404).
+	ErrUnknownTool = errors.New("unknown tool")
+	// ErrInvalidArguments is returned by Call for arguments that are not a
+	// JSON object, or miss or mistype a declared argument, and by Exec for an
+	// empty command (HTTP 422). The message names every problem.
+	ErrInvalidArguments = errors.New("invalid tool arguments")
+)
+
+// envCollector is the part of *shellenv.Registry the pipeline uses.
+type envCollector interface {
+	Collect(ctx context.Context, x shellenv.Execution) (shellenv.Overlay, error)
+}
+
+// jobRunner is the part of *exec.Executor the pipeline and the job tools use.
+type jobRunner interface {
+	NewID() string
+	Lookup(idempotencyKey string) (*exec.Job, bool)
+	Start(ctx context.Context, s exec.Spec) (*exec.Job, error)
+	Job(id string) (*exec.Job, error)
+	Jobs(agentID string, state exec.State) []exec.Snapshot
+	Cancel(ctx context.Context, id string) (exec.Snapshot, error)
+}
+
+// agentStore is the part of *agents.Store the pipeline uses.
+type agentStore interface {
+	Get(ctx context.Context, id string) (agents.Agent, error)
+	Append(ctx context.Context, id, typ string, data any) (agents.Event, error)
+}
+
+// hookRunner is the part of *hooks.Runner the pipeline uses.
+type hookRunner interface {
+	Run(ctx context.Context, in hooks.Input) (hooks.Outcome, error)
+}
+
+// Options configures a Service. Env, Jobs and Agents are required; Hooks may
+// be nil (no hooks run).
+type Options struct {
+	Logger *slog.Logger // nil: discard
+	Env    envCollector // usually *shellenv.Registry
+	Jobs   jobRunner    // usually *exec.Executor
+	Agents agentStore   // usually *agents.Store
+	Hooks  hookRunner   // usually *hooks.Runner; nil: no hooks
+	// Home is the resolved dshd home; hooks run there when neither the call
+	// nor the agent names a working directory.
+	Home       string
+	Now        func() time.Time      // clock for call ids; nil: time.Now
+	Registerer prometheus.Registerer // nil: no metrics
+}
+
+// Service runs executions and model tool calls. It is safe for concurrent
+// use.
+type Service struct {
+	log    *slog.Logger
+	env    envCollector
+	jobs   jobRunner
+	agents agentStore
+	hooks  hookRunner
+	home   string
+	ids    *ids.Source
+	calls  *prometheus.CounterVec
+}
+
+// New returns a Service over the given dependencies. It panics if Env, Jobs
+// or Agents is nil, which is a wiring mistake.
+func New(o Options) *Service {
+	if o.Env == nil || o.Jobs == nil || o.Agents == nil {
+		panic("tools.New: Env, Jobs and Agents are required")
+	}
+	log := o.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &Service{
+		log:    log.With("component", "tools"),
+		env:    o.Env,
+		jobs:   o.Jobs,
+		agents: o.Agents,
+		hooks:  o.Hooks,
+		home:   o.Home,
+		ids:    ids.NewSource(o.Now),
+		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dshd_tool_calls_total",
+			Help: "Model tool calls by tool and outcome (ok, error, blocked).",
+		}, []string{"tool", "outcome"}),
+	}
+	if o.Registerer != nil {
+		if err := o.Registerer.Register(s.calls); err != nil {
+			var are prometheus.AlreadyRegisteredError
+			if errors.As(err, &are) {
+				if c, ok := are.ExistingCollector.(*prometheus.CounterVec); ok {
+					s.calls = c
+				}
+			} else {
+				s.log.Warn("register metrics", "err", err)
+			}
+		}
+	}
+	return s
+}
+
+// ExecRequest is one harness-facing execution (POST /exec).
+type ExecRequest struct {
+	Command  string
+	AgentID  string // "" = no agent: DSH_SESSION_ID is absent
+	Cwd      string // "" = the agent's cwd, else the executor's default
+	Env      map[string]string
+	Stdin    []byte
+	HasStdin bool
+	Timeout  time.Duration // 0 = executor default (foreground) / none (background)
+	// Background starts the job without any notion of waiting; the caller
+	// decides whether to wait on the returned job.
+	Background     bool
+	IdempotencyKey string
+}
+
+// Exec starts one harness-facing execution and returns its job, running or
+// finished; the caller decides whether and how long to wait.
+//
+// With AgentID set the agent is loaded (errors wrap agents.ErrNotFound when it
+// does not exist) and its cwd is used when Cwd is empty. With IdempotencyKey
+// set and a job already started under that key, that job is returned and
+// nothing else happens. Otherwise a fresh managed overlay is collected
+// (errors wrap shellenv.ErrResolution) and the job is started (errors wrap
+// the exec sentinels, such as exec.ErrTooManyJobs or exec.ErrInvalidCwd). An
+// empty command is ErrInvalidArguments.
+func (s *Service) Exec(ctx context.Context, r ExecRequest) (*exec.Job, error) {
+	if r.Command == "" {
+		return nil, fmt.Errorf("%w: command is required", ErrInvalidArguments)
+	}
+	var agent *agents.Agent
+	if r.AgentID != "" {
+		a, err := s.agents.Get(ctx, r.AgentID)
+		if err != nil {
+			return nil, fmt.Errorf("exec: agent %s: %w", r.AgentID, err)
+		}
+		agent = &a
+	}
+	if r.IdempotencyKey != "" {
+		if j, ok := s.jobs.Lookup(r.IdempotencyKey); ok {
+			return j, nil
+		}
+	}
+	return s.start(ctx, run{
+		command:    r.Command,
+		cwd:        r.Cwd,
+		agent:      agent,
+		env:        r.Env,
+		stdin:      r.Stdin,
+		hasStdin:   r.HasStdin,
+		timeout:    r.Timeout,
+		background: r.Background,
+		idemKey:    r.IdempotencyKey,
+	}, nil)
+}
+
+// run is one execution as the shared pipeline sees it.
+type run struct {
+	command    string
+	cwd        string // "" = agent cwd, else executor default
+	agent      *agents.Agent
+	env        map[string]string // harness-facing only
+	stdin      []byte            // harness-facing only
+	hasStdin   bool
+	timeout    time.Duration
+	background bool
+	idemKey    string
+}
+
+// gate runs between collecting the overlay and spawning (the hooks). When it
+// reports blocked, no process starts and start returns an *errBlocked.
+type gate func(ctx context.Context) (blockReason string, blocked bool, err error)
+
+// errBlocked is returned by start when its gate blocked the execution.
+type errBlocked struct{ reason string }
+
+func (e *errBlocked) Error() string { return "blocked by hook: " + e.reason }
+
+// start is THE pipeline: collect a fresh overlay for this execution, pass
+// the gate (hooks), spawn with the overlay as the managed environment. Every
+// execution, harness- or model-facing, foreground or background, goes
+// through here.
+func (s *Service) start(ctx context.Context, r run, pass gate) (*exec.Job, error) {
+	cwd := r.cwd
+	if cwd == "" && r.agent != nil {
+		cwd = r.agent.Cwd
+	}
+	x := shellenv.Execution{
+		JobID:      s.jobs.NewID(),
+		Command:    r.command,
+		Cwd:        cwd,
+		Background: r.background,
+	}
+	agentID := ""
+	if r.agent != nil {
+		agentID = r.agent.ID
+		x.Agent = &shellenv.Agent{
+			ID:       r.agent.ID,
+			ParentID: r.agent.ParentID,
+			RootID:   r.agent.RootID,
+			Cwd:      r.agent.Cwd,
+			Depth:    r.agent.Depth,
+		}
+	}
+	overlay, err := s.env.Collect(ctx, x)
+	if err != nil {
+		return nil, fmt.Errorf("collect environment for job %s: %w", x.JobID, err)
+	}
+	if pass != nil {
+		reason, blocked, err := pass(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if blocked {
+			return nil, &errBlocked{reason: reason}
+		}
+	}
+	job, err := s.jobs.Start(ctx, exec.Spec{
+		ID:             x.JobID,
+		Command:        r.command,
+		Cwd:            cwd,
+		AgentID:        agentID,
+		Env:            r.env,
+		Stdin:          r.stdin,
+		HasStdin:       r.hasStdin,
+		Timeout:        r.timeout,
+		Background:     r.background,
+		Managed:        overlay.AppendEnv(nil),
+		IdempotencyKey: r.idemKey,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("start job %s: %w", x.JobID, err)
+	}
+	s.log.Debug("job started", "job_id", job.ID(), "agent_id", agentID, "background", r.background, "managed_keys", overlay.Len())
+	return job, nil
+}
