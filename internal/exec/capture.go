@@ -1,0 +1,210 @@
+package exec
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"unicode/utf8"
+)
+
+// capture holds one output stream of a job. While the stream fits in limit
+// bytes it lives in mem and no file exists. When it outgrows limit, a spool
+// file is created, everything so far is written to it, and memory keeps only
+// the first headMax bytes and a ring of the last limit-headMax bytes for Text.
+// The spool takes at most spoolMax bytes; later bytes are counted in dropped.
+//
+// Only the stream's reader goroutine writes (write, spill); everything it
+// changes that readers see is changed under the owning Job's mu. File I/O is
+// done outside the lock: the spool is append-only and spooled only grows
+// after the bytes are in the file, so ReadAt below spooled is always valid.
+type capture struct {
+	limit    int
+	headMax  int
+	spoolMax int64
+	path     string // spool file path; "" disables spooling
+
+	mem  []byte // in-memory mode: the whole stream
+	head []byte // spill mode: first headMax bytes
+	ring []byte // spill mode: last len(ring) bytes, circular
+	rpos int    // next write index in ring
+	rlen int    // valid bytes in ring
+
+	total   int64
+	spilled bool
+	spool   *os.File
+	spooled int64
+	dropped int64
+	broken  bool // spool write failed; later bytes are dropped
+	eof     bool // stream drained and closed
+	text    *string
+}
+
+func (c *capture) init(limit int, spoolMax int64, path string) {
+	c.limit = limit
+	c.headMax = limit / 2
+	c.spoolMax = spoolMax
+	c.path = path
+}
+
+// fitsInMemory reports, without the lock (only the writer changes these),
+// whether n more bytes keep the stream in memory.
+func (c *capture) fitsInMemory(n int) bool {
+	return !c.spilled && c.total+int64(n) <= int64(c.limit)
+}
+
+// appendMem appends b in memory mode. Caller holds the job lock.
+func (c *capture) appendMem(b []byte) {
+	c.mem = append(c.mem, b...)
+	c.total += int64(len(b))
+}
+
+// spoolWrite writes b to the spool within spoolMax, outside the job lock.
+// It returns how many bytes were spooled; the rest must be counted as
+// dropped. The first call creates the file.
+func (c *capture) spoolWrite(b []byte, spooled int64) (int, error) {
+	if c.broken || c.path == "" {
+		return 0, nil
+	}
+	if room := c.spoolMax - spooled; int64(len(b)) > room {
+		if room <= 0 {
+			return 0, nil
+		}
+		b = b[:room]
+	}
+	if c.spool == nil {
+		f, err := os.OpenFile(c.path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+		if err != nil {
+			c.broken = true
+			return 0, fmt.Errorf("create spool: %w", err)
+		}
+		c.spool = f
+	}
+	n, err := c.spool.Write(b)
+	if err != nil {
+		c.broken = true
+		return n, fmt.Errorf("write spool: %w", err)
+	}
+	return n, nil
+}
+
+// spill switches to spill mode with b as the first bytes past memory.
+// Caller holds the job lock; the spool already holds spooled bytes.
+func (c *capture) spill(b []byte, spooled int64) {
+	all := c.mem
+	c.head = make([]byte, c.headMax)
+	copy(c.head, all)
+	c.ring = make([]byte, c.limit-c.headMax)
+	c.mem = nil
+	c.spilled = true
+	c.total += int64(len(b))
+	c.pushRing(all[c.headMax:])
+	c.pushRing(b)
+	c.spooled = spooled
+	c.dropped = c.total - spooled
+}
+
+// appendSpilled records b in spill mode. Caller holds the job lock.
+func (c *capture) appendSpilled(b []byte, spooled int64) {
+	c.total += int64(len(b))
+	c.pushRing(b)
+	c.spooled = spooled
+	c.dropped = c.total - spooled
+}
+
+func (c *capture) pushRing(b []byte) {
+	size := len(c.ring)
+	if size == 0 {
+		return
+	}
+	if len(b) >= size {
+		copy(c.ring, b[len(b)-size:])
+		c.rpos, c.rlen = 0, size
+		return
+	}
+	n := copy(c.ring[c.rpos:], b)
+	copy(c.ring, b[n:])
+	c.rpos = (c.rpos + len(b)) % size
+	c.rlen = min(c.rlen+len(b), size)
+}
+
+// output renders the stream for a Snapshot. Caller holds the job lock.
+// Once the stream is at EOF the text is computed once and reused.
+func (c *capture) output() Output {
+	o := Output{TotalBytes: c.total, Truncated: c.spilled, Dropped: c.dropped}
+	if c.text != nil {
+		o.Text = *c.text
+		return o
+	}
+	if !c.spilled {
+		o.Text = string(c.mem)
+	} else {
+		o.Text = c.elided()
+	}
+	if c.eof {
+		c.text = &o.Text
+	}
+	return o
+}
+
+// elided returns head + marker + tail, cutting neither at a split rune.
+func (c *capture) elided() string {
+	head := c.head
+	if i := lastRuneStart(head); i >= 0 && !utf8.FullRune(head[i:]) {
+		head = head[:i]
+	}
+	tail := make([]byte, c.rlen)
+	start := (c.rpos - c.rlen + len(c.ring)) % len(c.ring)
+	n := copy(tail, c.ring[start:])
+	copy(tail[n:], c.ring[:c.rlen-n])
+	for k := 0; k < utf8.UTFMax-1 && len(tail) > 0 && !utf8.RuneStart(tail[0]); k++ {
+		tail = tail[1:]
+	}
+	elided := c.total - int64(len(head)) - int64(len(tail))
+	marker := "\n…[" + strconv.FormatInt(elided, 10) + " bytes elided]…\n"
+	buf := make([]byte, 0, len(head)+len(marker)+len(tail))
+	buf = append(buf, head...)
+	buf = append(buf, marker...)
+	buf = append(buf, tail...)
+	return string(buf)
+}
+
+// lastRuneStart returns the index of the start of the last (possibly
+// incomplete) rune in b, looking back at most UTFMax bytes, or -1.
+func lastRuneStart(b []byte) int {
+	for i := len(b) - 1; i >= 0 && i >= len(b)-utf8.UTFMax; i-- {
+		if utf8.RuneStart(b[i]) {
+			return i
+		}
+	}
+	return -1
+}
+
+// readAt copies stream bytes from off into p. Caller holds the job lock; it
+// returns the file and range to read after unlocking when the bytes are in
+// the spool. A finished stream at its end yields io.EOF.
+func (c *capture) readAt(off int64, p []byte) (n int, f *os.File, fileLen int, err error) {
+	if !c.spilled {
+		if off < int64(len(c.mem)) {
+			return copy(p, c.mem[off:]), nil, 0, nil
+		}
+	} else if off < c.spooled && c.spool != nil {
+		return 0, c.spool, int(min(int64(len(p)), c.spooled-off)), nil
+	}
+	if c.eof {
+		return 0, nil, 0, io.EOF
+	}
+	return 0, nil, 0, nil
+}
+
+// remove closes and deletes the spool file; called when the job is dropped.
+func (c *capture) remove() error {
+	if c.spool == nil {
+		return nil
+	}
+	c.spool.Close()
+	if err := os.Remove(c.path); err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	return nil
+}

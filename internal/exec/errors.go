@@ -1,0 +1,61 @@
+package exec
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+var (
+	// ErrJobNotFound is returned by Executor.Job and Executor.Cancel when no
+	// job with the given id is recorded (never started, or already removed
+	// by retention).
+	ErrJobNotFound = errors.New("job not found")
+
+	// ErrTooManyJobs is returned by Executor.Start when the global cap on
+	// running jobs or the per-agent cap on running background jobs is
+	// reached. It is always wrapped in a *TooManyJobsError.
+	ErrTooManyJobs = errors.New("too many jobs")
+
+	// ErrInvalidCwd is returned by Executor.Start and Executor.RunProcess
+	// when the working directory does not exist or is not a directory.
+	ErrInvalidCwd = errors.New("invalid cwd")
+
+	// ErrManagedKeyInEnv is returned by Executor.Start when the explicit
+	// environment names a variable in the managed namespace (DSH_*): only
+	// dshd decides managed values.
+	ErrManagedKeyInEnv = errors.New("managed key in env")
+
+	// ErrInvalidInput is returned by Executor.Start and Executor.RunProcess
+	// for malformed input: NUL bytes in the command, cwd, environment names
+	// or values, malformed environment names, a negative timeout, a
+	// duplicate job id, or an empty command.
+	ErrInvalidInput = errors.New("invalid input")
+
+	// ErrClosed is returned by Executor.Start and Executor.RunProcess after
+	// Executor.Close has been called.
+	ErrClosed = errors.New("executor closed")
+
+	// ErrInvalidOptions is returned by New when Options are inconsistent
+	// (an unknown inherit policy, a malformed Set name, a relative Home).
+	ErrInvalidOptions = errors.New("invalid executor options")
+)
+
+// TooManyJobsError reports a refused start and when trying again makes sense.
+// errors.Is(err, ErrTooManyJobs) holds for it.
+type TooManyJobsError struct {
+	// Limit names the cap that was hit: "global" or "agent".
+	Limit string
+	// Max is the value of that cap.
+	Max int
+	// RetryAfter is a hint for clients (HTTP Retry-After).
+	RetryAfter time.Duration
+}
+
+// Error implements error.
+func (e *TooManyJobsError) Error() string {
+	return fmt.Sprintf("too many jobs: %s limit of %d running jobs reached; retry after %s", e.Limit, e.Max, e.RetryAfter)
+}
+
+// Unwrap makes errors.Is(err, ErrTooManyJobs) true.
+func (e *TooManyJobsError) Unwrap() error { return ErrTooManyJobs }

@@ -1,0 +1,700 @@
+package exec
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	osexec "os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/dshd/dshd/internal/ids"
+)
+
+// Defaults applied by New to zero Options fields.
+const (
+	DefaultTimeout               = 120 * time.Second
+	DefaultMaxTimeout            = 600 * time.Second
+	DefaultGrace                 = 3 * time.Second
+	DefaultCaptureBytes          = 64 << 10
+	DefaultSpoolMaxBytes         = 64 << 20
+	DefaultMaxRunning            = 256
+	DefaultMaxBackgroundPerAgent = 10
+	DefaultRetention             = 15 * time.Minute
+	DefaultRetainMax             = 1000
+)
+
+// retryAfter is the hint given with ErrTooManyJobs.
+const retryAfter = time.Second
+
+// Options configure an Executor. Zero fields take the Default* values.
+type Options struct {
+	// Logger receives operational logs; nil discards them.
+	Logger *slog.Logger
+	// Home is the absolute dshd home; output spools go to <Home>/jobs
+	// (directory 0700, files 0600). Empty disables spooling: output beyond
+	// CaptureBytes is then counted as dropped.
+	Home string
+	// Environ is the server's environment (os.Environ()).
+	Environ []string
+	// Policy is the environment policy of DESIGN §3.
+	Policy EnvPolicy
+	// DefaultCwd is used when Spec.Cwd is empty; "" means the server's cwd.
+	DefaultCwd string
+	// DefaultTimeout applies to foreground jobs without a timeout.
+	DefaultTimeout time.Duration
+	// MaxTimeout caps foreground timeouts.
+	MaxTimeout time.Duration
+	// Grace is the time between SIGTERM and SIGKILL on the kill path.
+	Grace time.Duration
+	// CaptureBytes is the in-memory capture per stream (head plus tail).
+	CaptureBytes int
+	// SpoolMaxBytes is the most spooled per stream; later bytes are dropped.
+	SpoolMaxBytes int64
+	// MaxRunning caps running jobs, foreground and background.
+	MaxRunning int
+	// MaxBackgroundPerAgent caps running background jobs of one agent.
+	MaxBackgroundPerAgent int
+	// Retention is how long finished jobs stay recorded.
+	Retention time.Duration
+	// RetainMax is how many finished jobs stay recorded at most.
+	RetainMax int
+	// Now is the clock for job times and retention; nil means time.Now.
+	Now func() time.Time
+	// Registerer receives the executor's metrics; nil registers none.
+	Registerer prometheus.Registerer
+}
+
+// Executor spawns and records executions. It is safe for concurrent use.
+type Executor struct {
+	log     *slog.Logger
+	opts    Options
+	now     func() time.Time
+	bash    string
+	base    *baseEnv
+	ids     *ids.Source
+	devNull *os.File
+	jobsDir string
+	m       *metrics
+
+	mu        sync.Mutex
+	closed    bool
+	jobs      map[string]*Job
+	idem      map[string]*Job
+	running   int
+	bgRunning map[string]int
+	finished  []finishedJob
+	live      map[*proc]struct{} // spawning or running processes, jobs and hooks alike
+	lingering map[int]struct{}   // pgids whose members outlived their leader
+
+	stopJanitor chan struct{}
+	janitorDone chan struct{}
+	closeOnce   sync.Once
+}
+
+type finishedJob struct {
+	job *Job
+	at  time.Time
+}
+
+// New returns an Executor. It resolves bash on the server's PATH, prepares
+// <Home>/jobs (removing spool files left by an earlier run: jobs do not
+// survive a restart) and computes the inherited part of every child's
+// environment once. It returns ErrInvalidOptions for an invalid policy or
+// Home, and an error if bash is not found or metrics cannot be registered.
+func New(opts Options) (*Executor, error) {
+	if err := normalize(&opts); err != nil {
+		return nil, err
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	log = log.With("component", "exec")
+	bash, err := osexec.LookPath("bash")
+	if err != nil {
+		return nil, fmt.Errorf("find bash: %w", err)
+	}
+	if bash, err = filepath.Abs(bash); err != nil {
+		return nil, fmt.Errorf("find bash: %w", err)
+	}
+	m, err := newMetrics(opts.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	e := &Executor{
+		log:         log,
+		opts:        opts,
+		now:         opts.Now,
+		bash:        bash,
+		base:        newBaseEnv(opts.Policy, opts.Environ),
+		ids:         ids.NewSource(opts.Now),
+		m:           m,
+		jobs:        make(map[string]*Job),
+		idem:        make(map[string]*Job),
+		bgRunning:   make(map[string]int),
+		live:        make(map[*proc]struct{}),
+		lingering:   make(map[int]struct{}),
+		stopJanitor: make(chan struct{}),
+		janitorDone: make(chan struct{}),
+	}
+	if opts.Home != "" {
+		e.jobsDir = filepath.Join(opts.Home, "jobs")
+		if err := prepareJobsDir(e.jobsDir, log); err != nil {
+			return nil, err
+		}
+	}
+	// One /dev/null for every child's stdin instead of an open per spawn.
+	if e.devNull, err = os.Open(os.DevNull); err != nil {
+		return nil, fmt.Errorf("open %s: %w", os.DevNull, err)
+	}
+	go e.janitor()
+	return e, nil
+}
+
+func normalize(o *Options) error {
+	if !o.Policy.Inherit.Valid() {
+		return fmt.Errorf("%w: inherit policy %q (want all, core or none)", ErrInvalidOptions, o.Policy.Inherit)
+	}
+	for k, v := range o.Policy.Set {
+		if !validEnvName(k) || strings.IndexByte(v, 0) >= 0 {
+			return fmt.Errorf("%w: set %q: malformed name or NUL in value", ErrInvalidOptions, k)
+		}
+		if isManaged(k) {
+			return fmt.Errorf("%w: set %q: names starting with %s are managed by dshd", ErrInvalidOptions, k, managedPrefix)
+		}
+	}
+	if o.Home != "" && !filepath.IsAbs(o.Home) {
+		return fmt.Errorf("%w: home %q is not absolute", ErrInvalidOptions, o.Home)
+	}
+	if o.DefaultCwd == "" {
+		wd, err := os.Getwd()
+		if err != nil {
+			return fmt.Errorf("default cwd: %w", err)
+		}
+		o.DefaultCwd = wd
+	}
+	if !filepath.IsAbs(o.DefaultCwd) {
+		return fmt.Errorf("%w: default cwd %q is not absolute", ErrInvalidOptions, o.DefaultCwd)
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&o.DefaultTimeout, DefaultTimeout)
+	def(&o.MaxTimeout, DefaultMaxTimeout)
+	def(&o.Grace, DefaultGrace)
+	def(&o.Retention, DefaultRetention)
+	if o.CaptureBytes <= 0 {
+		o.CaptureBytes = DefaultCaptureBytes
+	}
+	if o.SpoolMaxBytes <= 0 {
+		o.SpoolMaxBytes = DefaultSpoolMaxBytes
+	}
+	if o.MaxRunning <= 0 {
+		o.MaxRunning = DefaultMaxRunning
+	}
+	if o.MaxBackgroundPerAgent <= 0 {
+		o.MaxBackgroundPerAgent = DefaultMaxBackgroundPerAgent
+	}
+	if o.RetainMax <= 0 {
+		o.RetainMax = DefaultRetainMax
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return nil
+}
+
+func prepareJobsDir(dir string, log *slog.Logger) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("create jobs dir: %w", err)
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return fmt.Errorf("create jobs dir: %w", err)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("read jobs dir: %w", err)
+	}
+	for _, de := range entries {
+		name := de.Name()
+		if de.Type().IsRegular() && strings.HasPrefix(name, "job_") &&
+			(strings.HasSuffix(name, ".stdout") || strings.HasSuffix(name, ".stderr")) {
+			if err := os.Remove(filepath.Join(dir, name)); err != nil {
+				log.Warn("remove stale spool file", "path", name, "err", err)
+			}
+		}
+	}
+	return nil
+}
+
+// NewID returns a fresh job id ("job_" + a time-sortable ULID). Callers that
+// need the id before Start (to resolve job.id into the overlay) pass it in
+// Spec.ID.
+func (e *Executor) NewID() string { return e.ids.New("job_") }
+
+// Spec describes an execution to Start.
+type Spec struct {
+	// ID is the job id; empty means NewID(). A recorded id is ErrInvalidInput.
+	ID string
+	// Command is run as `bash -c Command`.
+	Command string
+	// Cwd is the working directory; empty means Options.DefaultCwd, a
+	// relative path is taken relative to it. Callers pass the agent's cwd
+	// here when the request has none.
+	Cwd string
+	// AgentID is the agent the job belongs to, "" for none.
+	AgentID string
+	// Env is the explicit environment (harness requests only). A name in
+	// the managed namespace is ErrManagedKeyInEnv.
+	Env map[string]string
+	// Stdin is the child's standard input when HasStdin; otherwise the
+	// child reads /dev/null.
+	Stdin    []byte
+	HasStdin bool
+	// Timeout: 0 means Options.DefaultTimeout in the foreground (capped at
+	// Options.MaxTimeout) and none in the background.
+	Timeout time.Duration
+	// Background jobs count against Options.MaxBackgroundPerAgent.
+	Background bool
+	// Managed is the overlay ("K=V", sorted), applied last.
+	Managed []string
+	// IdempotencyKey: a Start with the key of a recorded job returns that
+	// job and runs nothing. Keys are forgotten with their job.
+	IdempotencyKey string
+}
+
+// Lookup returns the recorded job started with idempotencyKey, if any.
+func (e *Executor) Lookup(idempotencyKey string) (*Job, bool) {
+	if idempotencyKey == "" {
+		return nil, false
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	j, ok := e.idem[idempotencyKey]
+	return j, ok
+}
+
+// Start spawns s and records it as a running job; it returns as soon as the
+// process is started (use Job.Wait for the end). The job's life is not tied
+// to ctx, which only aborts waiting for a concurrent start with the same
+// idempotency key.
+//
+// Errors: ErrInvalidInput (NUL bytes, malformed env names, empty command,
+// negative timeout, duplicate id), ErrManagedKeyInEnv, ErrInvalidCwd,
+// *TooManyJobsError (ErrTooManyJobs), ErrClosed, or a spawn error.
+func (e *Executor) Start(ctx context.Context, s Spec) (*Job, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := validateSpec(&s); err != nil {
+		return nil, err
+	}
+	if s.IdempotencyKey != "" {
+		if j, ok := e.Lookup(s.IdempotencyKey); ok {
+			return j.awaitStart(ctx)
+		}
+	}
+	cwd := e.resolveCwd(s.Cwd)
+	timeout := s.Timeout
+	if !s.Background {
+		if timeout == 0 {
+			timeout = e.opts.DefaultTimeout
+		}
+		timeout = min(timeout, e.opts.MaxTimeout)
+	}
+	env := e.base.with(s.Env, s.Managed)
+	now := e.now()
+
+	j := &Job{
+		e:          e,
+		proc:       newProc(e.opts.Grace),
+		id:         s.ID,
+		command:    s.Command,
+		agentID:    s.AgentID,
+		cwd:        cwd,
+		background: s.Background,
+		managed:    slices.Clip(s.Managed),
+		timeout:    timeout,
+		idemKey:    s.IdempotencyKey,
+		createdAt:  now,
+		state:      StateRunning,
+	}
+	if j.idemKey != "" {
+		j.started = make(chan struct{})
+	}
+
+	removed, err := e.register(j)
+	e.removeJobs(removed)
+	if err != nil {
+		if errors.Is(err, errIdempotentHit) {
+			return j.existing.awaitStart(ctx)
+		}
+		return nil, err
+	}
+	j.existing = nil
+
+	var spool string
+	if e.jobsDir != "" {
+		spool = filepath.Join(e.jobsDir, j.id)
+	}
+	j.stdout.init(e.opts.CaptureBytes, e.opts.SpoolMaxBytes, spoolPath(spool, Stdout))
+	j.stderr.init(e.opts.CaptureBytes, e.opts.SpoolMaxBytes, spoolPath(spool, Stderr))
+	if timeout > 0 {
+		// Armed before the spawn so that finish can read j.timer without a
+		// race; a timeout firing before the spawn completes kills right after.
+		j.timer = time.AfterFunc(timeout, func() { j.proc.stop(StateTimedOut) })
+	}
+
+	t0 := time.Now()
+	err = j.proc.start(&spawnSpec{
+		bash:     e.bash,
+		command:  s.Command,
+		dir:      cwd,
+		env:      env,
+		devNull:  e.devNull,
+		stdin:    s.Stdin,
+		hasStdin: s.HasStdin,
+		stdout:   j.sink(&j.stdout, "stdout"),
+		stderr:   j.sink(&j.stderr, "stderr"),
+		onExit:   j.finish,
+	})
+	e.m.spawn.Observe(time.Since(t0).Seconds())
+	if err != nil {
+		if j.timer != nil {
+			j.timer.Stop()
+		}
+		e.unregister(j)
+		if j.started != nil {
+			close(j.started)
+		}
+		return nil, fmt.Errorf("start job %s: %w", j.id, err)
+	}
+	e.m.started.Inc()
+	e.m.running.Inc()
+	if j.started != nil {
+		close(j.started)
+	}
+	j.mu.Lock()
+	j.startedAt = e.now()
+	j.mu.Unlock()
+	if e.log.Enabled(ctx, slog.LevelDebug) {
+		e.log.Debug("job started", "job_id", j.id, "pid", j.proc.pidNow(), "background", s.Background, "agent_id", s.AgentID)
+	}
+	return j, nil
+}
+
+var errIdempotentHit = errors.New("idempotency key hit")
+
+// awaitStart waits for the spawn of a job found by idempotency key.
+func (j *Job) awaitStart(ctx context.Context) (*Job, error) {
+	if j.started != nil {
+		select {
+		case <-j.started:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	j.proc.mu.Lock()
+	err := j.proc.startErr
+	j.proc.mu.Unlock()
+	if err != nil {
+		return nil, fmt.Errorf("start job %s: %w", j.id, err)
+	}
+	return j, nil
+}
+
+func spoolPath(base string, s Stream) string {
+	if base == "" {
+		return ""
+	}
+	return base + "." + s.String()
+}
+
+func validateSpec(s *Spec) error {
+	if s.Command == "" {
+		return fmt.Errorf("%w: empty command", ErrInvalidInput)
+	}
+	if hasNUL(s.Command) || hasNUL(s.Cwd) {
+		return fmt.Errorf("%w: NUL byte in command or cwd", ErrInvalidInput)
+	}
+	if s.Timeout < 0 {
+		return fmt.Errorf("%w: negative timeout", ErrInvalidInput)
+	}
+	for k, v := range s.Env {
+		if isManaged(k) {
+			return fmt.Errorf("%w: %s (names starting with %s are set by dshd only)", ErrManagedKeyInEnv, k, managedPrefix)
+		}
+		if !validEnvName(k) || hasNUL(v) {
+			return fmt.Errorf("%w: env %q: malformed name or NUL in value", ErrInvalidInput, k)
+		}
+	}
+	for _, kv := range s.Managed {
+		if hasNUL(kv) {
+			return fmt.Errorf("%w: NUL byte in managed value", ErrInvalidInput)
+		}
+	}
+	return nil
+}
+
+func hasNUL(s string) bool { return strings.IndexByte(s, 0) >= 0 }
+
+func (e *Executor) resolveCwd(cwd string) string {
+	switch {
+	case cwd == "":
+		return e.opts.DefaultCwd
+	case filepath.IsAbs(cwd):
+		return cwd
+	}
+	return filepath.Join(e.opts.DefaultCwd, cwd)
+}
+
+// register checks caps and records j as running. On an idempotency hit it
+// returns errIdempotentHit with j.existing set. It returns jobs pruned by
+// retention, whose files the caller removes outside the lock.
+func (e *Executor) register(j *Job) ([]*Job, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return nil, ErrClosed
+	}
+	if j.idemKey != "" {
+		if prev, ok := e.idem[j.idemKey]; ok {
+			j.existing = prev
+			return nil, errIdempotentHit
+		}
+	}
+	removed := e.pruneLocked(e.now())
+	if e.running >= e.opts.MaxRunning {
+		return removed, &TooManyJobsError{Limit: "global", Max: e.opts.MaxRunning, RetryAfter: retryAfter}
+	}
+	if j.background && j.agentID != "" && e.bgRunning[j.agentID] >= e.opts.MaxBackgroundPerAgent {
+		return removed, &TooManyJobsError{Limit: "agent", Max: e.opts.MaxBackgroundPerAgent, RetryAfter: retryAfter}
+	}
+	if j.id == "" {
+		j.id = e.ids.New("job_")
+	} else if _, ok := e.jobs[j.id]; ok {
+		return removed, fmt.Errorf("%w: job id %s is taken", ErrInvalidInput, j.id)
+	}
+	e.jobs[j.id] = j
+	if j.idemKey != "" {
+		e.idem[j.idemKey] = j
+	}
+	e.running++
+	if j.background && j.agentID != "" {
+		e.bgRunning[j.agentID]++
+	}
+	e.live[j.proc] = struct{}{}
+	return removed, nil
+}
+
+// unregister undoes register after a failed spawn.
+func (e *Executor) unregister(j *Job) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	delete(e.jobs, j.id)
+	if j.idemKey != "" && e.idem[j.idemKey] == j {
+		delete(e.idem, j.idemKey)
+	}
+	e.releaseLocked(j)
+}
+
+func (e *Executor) releaseLocked(j *Job) {
+	e.running--
+	if j.background && j.agentID != "" {
+		if e.bgRunning[j.agentID]--; e.bgRunning[j.agentID] <= 0 {
+			delete(e.bgRunning, j.agentID)
+		}
+	}
+	delete(e.live, j.proc)
+}
+
+// jobFinished updates accounting when j ended; it runs before j's done is
+// closed, so a caller that saw done can start a job in its place.
+func (e *Executor) jobFinished(j *Job, state State) {
+	now := e.now()
+	e.mu.Lock()
+	e.releaseLocked(j)
+	if pgid, ok := j.proc.lingering(); ok {
+		e.lingering[pgid] = struct{}{}
+	}
+	e.finished = append(e.finished, finishedJob{job: j, at: now})
+	removed := e.pruneLocked(now)
+	e.mu.Unlock()
+	e.m.running.Dec()
+	e.m.finished(state)
+	e.removeJobs(removed)
+	if e.log.Enabled(context.Background(), slog.LevelDebug) {
+		e.log.Debug("job finished", "job_id", j.id, "state", state)
+	}
+}
+
+// pruneLocked forgets finished jobs beyond Retention or RetainMax and
+// returns them for removeJobs.
+func (e *Executor) pruneLocked(now time.Time) []*Job {
+	var removed []*Job
+	for len(e.finished) > 0 {
+		f := e.finished[0]
+		if len(e.finished) <= e.opts.RetainMax && now.Sub(f.at) < e.opts.Retention {
+			break
+		}
+		e.finished[0] = finishedJob{}
+		e.finished = e.finished[1:]
+		delete(e.jobs, f.job.id)
+		if f.job.idemKey != "" && e.idem[f.job.idemKey] == f.job {
+			delete(e.idem, f.job.idemKey)
+		}
+		removed = append(removed, f.job)
+	}
+	return removed
+}
+
+func (e *Executor) removeJobs(js []*Job) {
+	for _, j := range js {
+		j.remove()
+	}
+}
+
+// prune applies retention now; the janitor calls it periodically.
+func (e *Executor) prune() {
+	e.mu.Lock()
+	removed := e.pruneLocked(e.now())
+	pgids := make([]int, 0, len(e.lingering))
+	for pgid := range e.lingering {
+		pgids = append(pgids, pgid)
+	}
+	e.mu.Unlock()
+	e.removeJobs(removed)
+	// Forget groups that emptied, so Close does not signal a pgid that may
+	// by then belong to someone else.
+	var gone []int
+	for _, pgid := range pgids {
+		if !groupExists(pgid) {
+			gone = append(gone, pgid)
+		}
+	}
+	if len(gone) > 0 {
+		e.mu.Lock()
+		for _, pgid := range gone {
+			delete(e.lingering, pgid)
+		}
+		e.mu.Unlock()
+	}
+}
+
+func (e *Executor) janitor() {
+	defer close(e.janitorDone)
+	every := min(max(e.opts.Retention/4, 100*time.Millisecond), time.Minute)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			e.prune()
+		case <-e.stopJanitor:
+			return
+		}
+	}
+}
+
+// Job returns the recorded job with the given id, or ErrJobNotFound.
+func (e *Executor) Job(id string) (*Job, error) {
+	e.mu.Lock()
+	j, ok := e.jobs[id]
+	e.mu.Unlock()
+	if !ok {
+		return nil, fmt.Errorf("job %s: %w", id, ErrJobNotFound)
+	}
+	return j, nil
+}
+
+// Jobs returns snapshots of the recorded jobs of agentID in state, sorted by
+// id; "" matches any agent or state.
+func (e *Executor) Jobs(agentID string, state State) []Snapshot {
+	e.mu.Lock()
+	js := make([]*Job, 0, len(e.jobs))
+	for _, j := range e.jobs {
+		if agentID == "" || j.agentID == agentID {
+			js = append(js, j)
+		}
+	}
+	e.mu.Unlock()
+	out := make([]Snapshot, 0, len(js))
+	for _, j := range js {
+		if s := j.Snapshot(); state == "" || s.State == state {
+			out = append(out, s)
+		}
+	}
+	slices.SortFunc(out, func(a, b Snapshot) int { return strings.Compare(a.ID, b.ID) })
+	return out
+}
+
+// Cancel stops a running job through the kill path (SIGTERM the group, the
+// grace, SIGKILL) and waits until it is finished or ctx is done; the job
+// ends in StateCancelled. Cancelling a finished job changes nothing. It
+// returns ErrJobNotFound for an unknown id, and ctx's error (with the
+// current snapshot) if ctx ends first.
+func (e *Executor) Cancel(ctx context.Context, id string) (Snapshot, error) {
+	j, err := e.Job(id)
+	if err != nil {
+		return Snapshot{}, err
+	}
+	j.proc.stop(StateCancelled)
+	return j.Wait(ctx)
+}
+
+// Close stops every running job and hook process through the kill path
+// and waits for them, including the grace-period SIGKILL of their groups.
+// It also SIGKILLs the process groups of finished jobs whose descendants
+// outlived the leader, and removes all spool files. Start and RunProcess
+// return ErrClosed afterwards. If ctx ends first, Close returns its error
+// and processes may still be exiting. Close may be called more than once.
+func (e *Executor) Close(ctx context.Context) error {
+	e.mu.Lock()
+	e.closed = true
+	procs := make([]*proc, 0, len(e.live))
+	for p := range e.live {
+		procs = append(procs, p)
+	}
+	e.mu.Unlock()
+	e.closeOnce.Do(func() { close(e.stopJanitor) })
+
+	for _, p := range procs {
+		p.stop(StateCancelled)
+	}
+	for _, p := range procs {
+		if !p.waitKilled(ctx.Done()) {
+			return fmt.Errorf("close executor: %w", ctx.Err())
+		}
+	}
+	<-e.janitorDone
+
+	e.mu.Lock()
+	pgids := make([]int, 0, len(e.lingering))
+	for pgid := range e.lingering {
+		pgids = append(pgids, pgid)
+	}
+	clear(e.lingering)
+	js := make([]*Job, 0, len(e.jobs))
+	for _, j := range e.jobs {
+		js = append(js, j)
+	}
+	e.mu.Unlock()
+	for _, pgid := range pgids {
+		signalGroup(pgid, sigKill)
+	}
+	e.removeJobs(js)
+	if err := e.devNull.Close(); err != nil && !errors.Is(err, os.ErrClosed) {
+		return fmt.Errorf("close executor: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,299 @@
+package exec
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// State is a job's lifecycle state.
+type State string
+
+// Job states. Every state but StateRunning is final.
+const (
+	StateRunning   State = "running"
+	StateExited    State = "exited"    // the leader exited on its own (any code or signal)
+	StateTimedOut  State = "timed_out" // stopped by the kill path after its timeout
+	StateCancelled State = "cancelled" // stopped by Cancel or Close
+)
+
+// Stream selects a job's output stream.
+type Stream int
+
+// Output streams.
+const (
+	Stdout Stream = iota
+	Stderr
+)
+
+// String returns "stdout" or "stderr".
+func (s Stream) String() string {
+	switch s {
+	case Stdout:
+		return "stdout"
+	case Stderr:
+		return "stderr"
+	}
+	return fmt.Sprintf("Stream(%d)", int(s))
+}
+
+// Output is one stream as reported in a Snapshot.
+type Output struct {
+	// Text is the stream when it fits in Options.CaptureBytes; otherwise its
+	// head and tail around a line "…[N bytes elided]…", cut at rune
+	// boundaries.
+	Text string
+	// TotalBytes counts every byte the process wrote to the stream.
+	TotalBytes int64
+	// Truncated is true when Text is not the whole stream.
+	Truncated bool
+	// Dropped counts bytes that are not readable through ReadOutput because
+	// the spool reached Options.SpoolMaxBytes (or could not be written).
+	Dropped int64
+}
+
+// Snapshot is a point-in-time copy of a job. Managed must not be modified.
+type Snapshot struct {
+	ID, Command, AgentID, Cwd string
+	State                     State
+	Background                bool
+	PID                       int
+	// ExitCode is the leader's exit code; nil while running and on signal death.
+	ExitCode *int
+	// Signal names the signal that killed the leader ("SIGKILL"), or "".
+	Signal         string
+	Stdout, Stderr Output
+	// Managed is the overlay snapshot the process got ("K=V", sorted).
+	Managed []string
+	// Timeout is the effective timeout; 0 means none.
+	Timeout              time.Duration
+	CreatedAt, StartedAt time.Time
+	// EndedAt is nil while running.
+	EndedAt *time.Time
+	// Duration is EndedAt-StartedAt, or the time running so far.
+	Duration time.Duration
+}
+
+// Job is one recorded execution. Its methods are safe for concurrent use.
+type Job struct {
+	e          *Executor
+	proc       *proc
+	id         string
+	command    string
+	agentID    string
+	cwd        string
+	background bool
+	managed    []string
+	timeout    time.Duration
+	idemKey    string
+	createdAt  time.Time
+	timer      *time.Timer
+	started    chan struct{} // only for idempotent starts: closed after the spawn attempt
+	existing   *Job          // set by register on an idempotency hit
+
+	mu        sync.Mutex
+	state     State
+	startedAt time.Time
+	endedAt   time.Time
+	exitCode  *int
+	signal    string
+	stdout    capture
+	stderr    capture
+	changed   chan struct{} // closed on the next output or the end; nil until asked
+	removed   bool
+}
+
+// ID returns the job id ("job_…").
+func (j *Job) ID() string { return j.id }
+
+// Done returns a channel closed when the job is finished: its leader exited
+// and its output is drained.
+func (j *Job) Done() <-chan struct{} { return j.proc.done }
+
+// Snapshot returns the job's current state.
+func (j *Job) Snapshot() Snapshot {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	s := Snapshot{
+		ID:         j.id,
+		Command:    j.command,
+		AgentID:    j.agentID,
+		Cwd:        j.cwd,
+		State:      j.state,
+		Background: j.background,
+		PID:        j.proc.pidNow(),
+		ExitCode:   j.exitCode,
+		Signal:     j.signal,
+		Stdout:     j.stdout.output(),
+		Stderr:     j.stderr.output(),
+		Managed:    j.managed,
+		Timeout:    j.timeout,
+		CreatedAt:  j.createdAt,
+		StartedAt:  j.startedAt,
+	}
+	if j.exitCode != nil {
+		c := *j.exitCode
+		s.ExitCode = &c
+	}
+	if j.state != StateRunning {
+		end := j.endedAt
+		s.EndedAt = &end
+		s.Duration = end.Sub(j.startedAt)
+	} else if !j.startedAt.IsZero() {
+		s.Duration = j.e.now().Sub(j.startedAt)
+	}
+	return s
+}
+
+// Wait waits until the job is finished or ctx is done, and returns the
+// latest snapshot; with ctx done first, also ctx's error. Waiting does not
+// affect the job.
+func (j *Job) Wait(ctx context.Context) (Snapshot, error) {
+	select {
+	case <-j.proc.done:
+		return j.Snapshot(), nil
+	case <-ctx.Done():
+		return j.Snapshot(), ctx.Err()
+	}
+}
+
+// ReadOutput reads bytes of stream s from absolute offset off into p. It
+// returns io.EOF when the job is finished and off is at (or past) the end
+// of the readable stream, and (0, nil) when no bytes past off exist yet.
+// Bytes counted in Output.Dropped are not readable. It returns
+// ErrInvalidInput for a negative offset or unknown stream, and
+// ErrJobNotFound once the job was removed by retention.
+func (j *Job) ReadOutput(s Stream, off int64, p []byte) (int, error) {
+	if off < 0 || (s != Stdout && s != Stderr) {
+		return 0, fmt.Errorf("read output of %s: %w", j.id, ErrInvalidInput)
+	}
+	if len(p) == 0 {
+		return 0, nil
+	}
+	j.mu.Lock()
+	if j.removed {
+		j.mu.Unlock()
+		return 0, fmt.Errorf("read output of %s: %w", j.id, ErrJobNotFound)
+	}
+	c := &j.stdout
+	if s == Stderr {
+		c = &j.stderr
+	}
+	n, f, fileLen, err := c.readAt(off, p)
+	j.mu.Unlock()
+	if f == nil {
+		return n, err
+	}
+	n, err = f.ReadAt(p[:fileLen], off)
+	if err == io.EOF && n > 0 {
+		err = nil
+	}
+	if err != nil {
+		return n, fmt.Errorf("read output of %s: %w", j.id, err)
+	}
+	return n, nil
+}
+
+// OutputChanged returns a channel that is closed when more output arrives
+// or the job finishes. A finished job returns a closed channel.
+func (j *Job) OutputChanged() <-chan struct{} {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.state != StateRunning {
+		return j.proc.done
+	}
+	if j.changed == nil {
+		j.changed = make(chan struct{})
+	}
+	return j.changed
+}
+
+// notifyLocked wakes OutputChanged waiters. Caller holds j.mu.
+func (j *Job) notifyLocked() {
+	if j.changed != nil {
+		close(j.changed)
+		j.changed = nil
+	}
+}
+
+// sink returns the function the stream's reader goroutine feeds.
+func (j *Job) sink(c *capture, name string) func([]byte) {
+	return func(b []byte) {
+		if c.fitsInMemory(len(b)) {
+			j.mu.Lock()
+			c.appendMem(b)
+			j.notifyLocked()
+			j.mu.Unlock()
+			return
+		}
+		// File I/O outside the lock; only this goroutine touches the file
+		// position, mem and spooled (see capture).
+		spooled := c.spooled
+		first := !c.spilled
+		var err error
+		var n int
+		if first {
+			n, err = c.spoolWrite(c.mem, spooled)
+			spooled += int64(n)
+		}
+		if err == nil && spooled == c.total {
+			n, err = c.spoolWrite(b, spooled)
+			spooled += int64(n)
+		}
+		if err != nil {
+			j.e.log.Warn("output spool failed; further output is dropped", "job_id", j.id, "stream", name, "err", err)
+		}
+		j.mu.Lock()
+		if first {
+			c.spill(b, spooled)
+		} else {
+			c.appendSpilled(b, spooled)
+		}
+		j.notifyLocked()
+		j.mu.Unlock()
+	}
+}
+
+// finish records the exit. It runs in the waiter goroutine after the
+// streams are drained, before done is closed.
+func (j *Job) finish(ws syscall.WaitStatus, waitErr error) {
+	if j.timer != nil {
+		j.timer.Stop()
+	}
+	state := StateExited
+	if r, ok := j.proc.stopReason(); ok {
+		state = r
+	}
+	j.mu.Lock()
+	j.state = state
+	j.endedAt = j.e.now()
+	if waitErr == nil {
+		j.exitCode, j.signal = exitOf(ws)
+	}
+	j.stdout.eof = true
+	j.stderr.eof = true
+	j.notifyLocked()
+	j.mu.Unlock()
+	if waitErr != nil {
+		j.e.log.Error("wait for job", "job_id", j.id, "err", waitErr)
+	}
+	j.e.jobFinished(j, state)
+}
+
+// remove drops the spool files; the job reads as not found afterwards.
+func (j *Job) remove() {
+	j.mu.Lock()
+	j.removed = true
+	j.mu.Unlock()
+	// Writers are done (the job is finished) and readers check removed
+	// under the lock before touching the files, except those already in
+	// ReadAt, which then get os.ErrClosed.
+	for _, c := range []*capture{&j.stdout, &j.stderr} {
+		if err := c.remove(); err != nil {
+			j.e.log.Warn("remove spool file", "job_id", j.id, "path", c.path, "err", err)
+		}
+	}
+}

@@ -1,0 +1,431 @@
+//go:build unix
+
+package exec
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	osexec "os/exec"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// drainTimeout bounds how long output is still read after the leader has
+// been reaped. Descendants that escaped into the background may hold the
+// pipes open forever; what they wrote before the leader exited is already in
+// the pipe buffer and is read well within this time.
+const drainTimeout = 50 * time.Millisecond
+
+// groupPollInterval is how often the kill path checks whether the group is
+// empty after the leader exited, during the grace period. There is no way to
+// wait for processes that are not our children (grandchildren are reparented
+// to init or a subreaper), so we poll, bounded by the grace.
+const groupPollInterval = 10 * time.Millisecond
+
+// proc is one process group led by `bash -c`. It owns the one goroutine
+// that calls cmd.Wait and the kill path shared by timeout, cancel and
+// shutdown.
+type proc struct {
+	grace time.Duration
+	done  chan struct{} // closed after the leader is reaped, output drained and onExit ran
+
+	mu         sync.Mutex
+	pid        int   // 0 until started
+	startErr   error // set if the spawn failed
+	stopping   bool
+	reason     State // why stop was requested
+	exited     bool
+	killDone   chan struct{} // non-nil once the kill path runs; closed when it ends
+	groupAlive bool          // members of the group outlived the leader
+}
+
+func newProc(grace time.Duration) *proc {
+	return &proc{grace: grace, done: make(chan struct{})}
+}
+
+// spawnSpec is what proc.start needs. stdout and stderr receive every chunk
+// read from the child's streams, each from its own goroutine.
+type spawnSpec struct {
+	bash     string
+	command  string
+	dir      string
+	env      []string
+	devNull  *os.File
+	stdin    []byte
+	hasStdin bool
+	stdout   func([]byte)
+	stderr   func([]byte)
+	// onExit runs in the waiter goroutine after the streams are drained and
+	// before done is closed.
+	onExit func(ws syscall.WaitStatus, err error)
+}
+
+// start spawns the process. On error nothing is left running, done is
+// closed and onExit is not called.
+func (p *proc) start(s *spawnSpec) error {
+	err := p.spawn(s)
+	if err != nil {
+		p.mu.Lock()
+		p.startErr = err
+		p.exited = true
+		p.mu.Unlock()
+		close(p.done)
+	}
+	return err
+}
+
+func (p *proc) spawn(s *spawnSpec) error {
+	// We create the pipes ourselves and hand os/exec *os.File values, so it
+	// starts no copying goroutines and Wait never waits for pipe EOF; the
+	// child ends are blocking (as children expect), our ends are in the
+	// runtime poller so reads honour deadlines.
+	outR, outW, err := pipe(true)
+	if err != nil {
+		return err
+	}
+	errR, errW, err := pipe(true)
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		return err
+	}
+	stdin := s.devNull
+	var inW *os.File
+	if s.hasStdin {
+		var inR *os.File
+		if inR, inW, err = pipe(false); err != nil {
+			outR.Close()
+			outW.Close()
+			errR.Close()
+			errW.Close()
+			return err
+		}
+		stdin = inR
+	}
+	cmd := &osexec.Cmd{
+		Path:   s.bash,
+		Args:   []string{"bash", "-c", s.command},
+		Env:    s.env,
+		Dir:    s.dir,
+		Stdin:  stdin,
+		Stdout: outW,
+		Stderr: errW,
+		// Own process group, so the whole tree is signalled as -pgid.
+		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
+	}
+	err = cmd.Start()
+	// The child has its copies now (or never will): our write ends must go,
+	// or we would never see EOF.
+	outW.Close()
+	errW.Close()
+	if s.hasStdin {
+		stdin.Close()
+	}
+	if err != nil {
+		outR.Close()
+		errR.Close()
+		if inW != nil {
+			inW.Close()
+		}
+		return spawnError(err)
+	}
+
+	p.mu.Lock()
+	p.pid = cmd.Process.Pid
+	stop := p.stopping
+	if stop {
+		p.killDone = make(chan struct{})
+	}
+	p.mu.Unlock()
+	if stop {
+		go p.kill()
+	}
+
+	if inW != nil {
+		go writeStdin(inW, s.stdin)
+	}
+	var readers sync.WaitGroup
+	readers.Add(2)
+	go readStream(outR, s.stdout, &readers)
+	go readStream(errR, s.stderr, &readers)
+	go p.wait(cmd, outR, errR, inW, &readers, s.onExit)
+	return nil
+}
+
+// wait is the one goroutine that calls cmd.Wait.
+func (p *proc) wait(cmd *osexec.Cmd, outR, errR, inW *os.File, readers *sync.WaitGroup, onExit func(syscall.WaitStatus, error)) {
+	err := cmd.Wait()
+	var ws syscall.WaitStatus
+	if st := cmd.ProcessState; st != nil {
+		ws, _ = st.Sys().(syscall.WaitStatus)
+		err = nil // an *ExitError only restates ws
+	}
+	// The leader is reaped, but its pid stays reserved as our pgid while any
+	// group member lives, so the probe cannot hit an unrelated process.
+	alive := groupExists(p.pid)
+	p.mu.Lock()
+	p.exited = true
+	p.groupAlive = alive
+	p.mu.Unlock()
+
+	if inW != nil {
+		// Unblock a stdin writer stuck on a pipe nobody reads any more.
+		inW.SetWriteDeadline(time.Now())
+	}
+	deadline := time.Now().Add(drainTimeout)
+	outR.SetReadDeadline(deadline)
+	errR.SetReadDeadline(deadline)
+	readers.Wait()
+	outR.Close()
+	errR.Close()
+	onExit(ws, err)
+	close(p.done)
+}
+
+// stop starts the kill path once: SIGTERM to the group, the grace, SIGKILL
+// to the group. reason is recorded for the job's final state. A stop before
+// the spawn completes takes effect right after it.
+func (p *proc) stop(reason State) {
+	p.mu.Lock()
+	if p.exited || p.stopping {
+		p.mu.Unlock()
+		return
+	}
+	p.stopping = true
+	p.reason = reason
+	started := p.pid != 0
+	if started {
+		p.killDone = make(chan struct{})
+	}
+	p.mu.Unlock()
+	if started {
+		go p.kill()
+	}
+}
+
+func (p *proc) kill() {
+	defer close(p.killDone)
+	signalGroup(p.pid, syscall.SIGTERM)
+	grace := time.NewTimer(p.grace)
+	defer grace.Stop()
+	select {
+	case <-grace.C:
+		signalGroup(p.pid, syscall.SIGKILL)
+		return
+	case <-p.done:
+	}
+	// The leader is gone; other members got the same SIGTERM and the rest of
+	// the grace to leave before they are killed.
+	tick := time.NewTicker(groupPollInterval)
+	defer tick.Stop()
+	for groupExists(p.pid) {
+		select {
+		case <-grace.C:
+			signalGroup(p.pid, syscall.SIGKILL)
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// stopping reports the reason for a requested stop, if any.
+func (p *proc) stopReason() (State, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.reason, p.stopping
+}
+
+// waitKilled waits for done and for a running kill path to finish.
+func (p *proc) waitKilled(cancel <-chan struct{}) bool {
+	select {
+	case <-p.done:
+	case <-cancel:
+		return false
+	}
+	p.mu.Lock()
+	kd := p.killDone
+	p.mu.Unlock()
+	if kd == nil {
+		return true
+	}
+	select {
+	case <-kd:
+		return true
+	case <-cancel:
+		return false
+	}
+}
+
+// lingering returns the pgid if group members outlived the leader.
+func (p *proc) lingering() (int, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.pid, p.exited && p.groupAlive && p.pid != 0
+}
+
+func readStream(f *os.File, sink func([]byte), wg *sync.WaitGroup) {
+	defer wg.Done()
+	bp := getBuf(false)
+	for {
+		n, err := f.Read(*bp)
+		if n > 0 {
+			sink((*bp)[:n])
+			if n == len(*bp) && len(*bp) == smallBuf {
+				// A busy stream: move to the large buffer.
+				putBuf(bp)
+				bp = getBuf(true)
+			}
+		}
+		if err != nil {
+			break
+		}
+	}
+	putBuf(bp)
+}
+
+func writeStdin(w *os.File, data []byte) {
+	// Errors are expected and harmless: the child may exit or close stdin
+	// without reading it all (EPIPE; Go ignores SIGPIPE on non-std fds), or
+	// the waiter sets a deadline after the leader exits.
+	w.Write(data)
+	w.Close()
+}
+
+// pipe returns a pipe whose parent end is in the runtime poller. With
+// parentReads the read end is the parent's; otherwise the write end is.
+// The child's end stays blocking and never enters the poller: os.Pipe would
+// register both ends and os/exec would then switch the child end back.
+func pipe(parentReads bool) (r, w *os.File, err error) {
+	var fds [2]int
+	if err := syscall.Pipe2(fds[:], syscall.O_CLOEXEC); err != nil {
+		return nil, nil, os.NewSyscallError("pipe2", err)
+	}
+	parent := fds[1]
+	if parentReads {
+		parent = fds[0]
+	}
+	if err := syscall.SetNonblock(parent, true); err != nil {
+		syscall.Close(fds[0])
+		syscall.Close(fds[1])
+		return nil, nil, os.NewSyscallError("setnonblock", err)
+	}
+	// os.NewFile puts a non-blocking descriptor in the poller.
+	return os.NewFile(uintptr(fds[0]), "|0"), os.NewFile(uintptr(fds[1]), "|1"), nil
+}
+
+// spawnError maps start failures to sentinels. os.StartProcess stats the
+// directory itself and reports a missing one as a "chdir" PathError; a
+// directory that exists but is not one fails in the child's chdir, which
+// comes back as ENOTDIR from fork/exec (bash's own path is absolute and was
+// checked in New, so ENOTDIR cannot come from it).
+func spawnError(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) && pe.Op == "chdir" || errors.Is(err, syscall.ENOTDIR) {
+		return errors.Join(ErrInvalidCwd, err)
+	}
+	return err
+}
+
+// signalGroup signals every process in the group. ESRCH (group gone) is the
+// expected outcome of a race with exit and is ignored.
+func signalGroup(pgid int, sig syscall.Signal) {
+	if pgid <= 0 {
+		return
+	}
+	_ = syscall.Kill(-pgid, sig)
+}
+
+// groupExists reports whether any process is in the group. EPERM means a
+// member exists that we may not signal (it changed credentials).
+func groupExists(pgid int) bool {
+	if pgid <= 0 {
+		return false
+	}
+	err := syscall.Kill(-pgid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
+}
+
+// exitOf turns a wait status into the exit code or signal name reported by
+// jobs: a signal death has a name and a nil code.
+func exitOf(ws syscall.WaitStatus) (code *int, signal string) {
+	if ws.Signaled() {
+		return nil, signalName(ws.Signal())
+	}
+	c := ws.ExitStatus()
+	return &c, ""
+}
+
+// signalName returns the conventional name ("SIGKILL") of s.
+func signalName(s syscall.Signal) string {
+	switch s {
+	case syscall.SIGHUP:
+		return "SIGHUP"
+	case syscall.SIGINT:
+		return "SIGINT"
+	case syscall.SIGQUIT:
+		return "SIGQUIT"
+	case syscall.SIGILL:
+		return "SIGILL"
+	case syscall.SIGTRAP:
+		return "SIGTRAP"
+	case syscall.SIGABRT:
+		return "SIGABRT"
+	case syscall.SIGBUS:
+		return "SIGBUS"
+	case syscall.SIGFPE:
+		return "SIGFPE"
+	case syscall.SIGKILL:
+		return "SIGKILL"
+	case syscall.SIGUSR1:
+		return "SIGUSR1"
+	case syscall.SIGSEGV:
+		return "SIGSEGV"
+	case syscall.SIGUSR2:
+		return "SIGUSR2"
+	case syscall.SIGPIPE:
+		return "SIGPIPE"
+	case syscall.SIGALRM:
+		return "SIGALRM"
+	case syscall.SIGTERM:
+		return "SIGTERM"
+	case syscall.SIGCHLD:
+		return "SIGCHLD"
+	case syscall.SIGCONT:
+		return "SIGCONT"
+	case syscall.SIGSTOP:
+		return "SIGSTOP"
+	case syscall.SIGTSTP:
+		return "SIGTSTP"
+	case syscall.SIGTTIN:
+		return "SIGTTIN"
+	case syscall.SIGTTOU:
+		return "SIGTTOU"
+	case syscall.SIGURG:
+		return "SIGURG"
+	case syscall.SIGXCPU:
+		return "SIGXCPU"
+	case syscall.SIGXFSZ:
+		return "SIGXFSZ"
+	case syscall.SIGVTALRM:
+		return "SIGVTALRM"
+	case syscall.SIGPROF:
+		return "SIGPROF"
+	case syscall.SIGWINCH:
+		return "SIGWINCH"
+	case syscall.SIGSYS:
+		return "SIGSYS"
+	}
+	return "SIG" + strconv.Itoa(int(s))
+}
+
+// pidNow returns the leader's pid, 0 before the spawn.
+func (p *proc) pidNow() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.pid
+}
+
+const sigKill = syscall.SIGKILL

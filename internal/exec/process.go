@@ -1,0 +1,139 @@
+package exec
+
+import (
+	"context"
+	"fmt"
+	"syscall"
+	"time"
+)
+
+// ProcessCaptureBytes is how much of each stream RunProcess keeps; the rest
+// is discarded.
+const ProcessCaptureBytes = 1 << 20
+
+// ProcessSpec describes a helper process such as a hook script.
+type ProcessSpec struct {
+	// Command is run as `bash -c Command`.
+	Command string
+	// Cwd is the working directory; empty means Options.DefaultCwd.
+	Cwd string
+	// Stdin is the process's standard input (nil: empty).
+	Stdin []byte
+	// ExtraEnv is added after the policy environment; managed (DSH_*) names
+	// are dropped.
+	ExtraEnv map[string]string
+	// Timeout: 0 means Options.DefaultTimeout.
+	Timeout time.Duration
+}
+
+// ProcessResult is how a helper process ended.
+type ProcessResult struct {
+	// Stdout and Stderr hold up to ProcessCaptureBytes of each stream.
+	Stdout, Stderr []byte
+	// ExitCode is nil on signal death.
+	ExitCode *int
+	// Signal names the signal that killed the process ("SIGTERM"), or "".
+	Signal string
+	// TimedOut is true when the kill path ran because of the timeout.
+	TimedOut bool
+	Duration time.Duration
+}
+
+// RunProcess runs p to completion with the policy environment (no managed
+// values) plus p.ExtraEnv, in its own process group, through the same spawn
+// and kill path as jobs. It is not recorded as a job. A non-zero exit, a
+// signal or a timeout is reported in the result, not as an error. If ctx
+// ends first the process is stopped through the kill path and RunProcess
+// returns the result together with ctx's error.
+//
+// Errors: ErrInvalidInput (NUL bytes, malformed env names, empty command,
+// negative timeout), ErrInvalidCwd, ErrClosed, or a spawn error.
+func (e *Executor) RunProcess(ctx context.Context, p ProcessSpec) (ProcessResult, error) {
+	if p.Command == "" || hasNUL(p.Command) || hasNUL(p.Cwd) || p.Timeout < 0 {
+		return ProcessResult{}, fmt.Errorf("run process: %w: empty command, NUL byte or negative timeout", ErrInvalidInput)
+	}
+	for k, v := range p.ExtraEnv {
+		if !validEnvName(k) || hasNUL(v) {
+			return ProcessResult{}, fmt.Errorf("run process: %w: env %q: malformed name or NUL in value", ErrInvalidInput, k)
+		}
+	}
+	timeout := p.Timeout
+	if timeout == 0 {
+		timeout = e.opts.DefaultTimeout
+	}
+	pr := newProc(e.opts.Grace)
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return ProcessResult{}, ErrClosed
+	}
+	e.live[pr] = struct{}{}
+	e.mu.Unlock()
+
+	var (
+		stdout, stderr limitedBuffer
+		ws             syscall.WaitStatus
+		waitErr        error
+	)
+	timer := time.AfterFunc(timeout, func() { pr.stop(StateTimedOut) })
+	defer timer.Stop()
+	start := time.Now()
+	err := pr.start(&spawnSpec{
+		bash:     e.bash,
+		command:  p.Command,
+		dir:      e.resolveCwd(p.Cwd),
+		env:      e.base.with(p.ExtraEnv, nil),
+		devNull:  e.devNull,
+		stdin:    p.Stdin,
+		hasStdin: len(p.Stdin) > 0,
+		stdout:   stdout.write,
+		stderr:   stderr.write,
+		onExit: func(s syscall.WaitStatus, err error) {
+			ws, waitErr = s, err
+			e.mu.Lock()
+			delete(e.live, pr)
+			if pgid, ok := pr.lingering(); ok {
+				e.lingering[pgid] = struct{}{}
+			}
+			e.mu.Unlock()
+		},
+	})
+	e.m.spawn.Observe(time.Since(start).Seconds())
+	if err != nil {
+		e.mu.Lock()
+		delete(e.live, pr)
+		e.mu.Unlock()
+		return ProcessResult{}, fmt.Errorf("run process: %w", err)
+	}
+	var ctxErr error
+	select {
+	case <-pr.done:
+	case <-ctx.Done():
+		ctxErr = ctx.Err()
+		pr.stop(StateCancelled)
+		<-pr.done
+	}
+	res := ProcessResult{
+		Stdout:   stdout.buf,
+		Stderr:   stderr.buf,
+		Duration: time.Since(start),
+	}
+	if r, ok := pr.stopReason(); ok && r == StateTimedOut {
+		res.TimedOut = true
+	}
+	if waitErr != nil {
+		return res, fmt.Errorf("run process: wait: %w", waitErr)
+	}
+	res.ExitCode, res.Signal = exitOf(ws)
+	return res, ctxErr
+}
+
+// limitedBuffer keeps the first ProcessCaptureBytes written to it. It is
+// written by one reader goroutine and read after the process is done.
+type limitedBuffer struct{ buf []byte }
+
+func (b *limitedBuffer) write(p []byte) {
+	if room := ProcessCaptureBytes - len(b.buf); room > 0 {
+		b.buf = append(b.buf, p[:min(len(p), room)]...)
+	}
+}
