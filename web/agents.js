@@ -128,12 +128,12 @@ function eventRow(line) {
       h('td', {}), h('td', {}), h('td', {}, badge('unreadable', 'bad')), h('td', {}, h('code', {}, clip(line))));
   }
   if (ev.type === 'session') {
-    const { type, version, ...header } = ev;
+    const details = `${ev.origin ?? '?'} agent, depth ${ev.depth ?? '?'}, parent ${ev.parentId ?? 'none'}, cwd ${ev.cwd ?? '?'}`;
     return h('tr', { 'data-event-type': 'session' },
       h('td', { class: 'num' }, '—'),
       h('td', {}, timeElement(ev.createdAt)),
       h('td', {}, badge('session', 'session')),
-      h('td', {}, h('code', { class: 'details' }, clip(JSON.stringify(header)))));
+      h('td', {}, h('code', { class: 'details' }, clip(details))));
   }
   return h('tr', { 'data-event-type': ev.type },
     h('td', { class: 'num' }, ev.seq ?? ''),

@@ -116,7 +116,8 @@ export function createJobsView() {
     }
     if (cells.state.dataset.state !== job.state) {
       cells.state.dataset.state = job.state;
-      cells.state.replaceChildren(badge(job.state), job.background ? h('span', { class: 'muted' }, ' bg') : null);
+      cells.state.replaceChildren(badge(job.state));
+      if (job.background) cells.state.append(' ', h('span', { class: 'muted', title: 'background job' }, 'bg'));
     }
     setText(cells.exit, exitText(job));
     cells.exit.classList.toggle('bad', job.state !== 'running' && job.exitCode !== 0);
