@@ -122,10 +122,7 @@ func (s *Server) observe(next http.Handler) http.Handler {
 					s.writeError(rec, r, errors.New("panic"))
 				}
 			}
-			route := "unmatched"
-			if rc := chi.RouteContext(r.Context()); rc != nil && rc.RoutePattern() != "" {
-				route = rc.RoutePattern()
-			}
+			route := s.routePattern(r)
 			status := strconv.Itoa(max(rec.status, http.StatusOK))
 			elapsed := time.Since(start)
 			s.metrics.requests.WithLabelValues(route, r.Method, status).Inc()
@@ -136,6 +133,18 @@ func (s *Server) observe(next http.Handler) http.Handler {
 		}()
 		next.ServeHTTP(rec, r)
 	})
+}
+
+// routePattern names the route r matched, also when a middleware rejected
+// it before chi routed it.
+func (s *Server) routePattern(r *http.Request) string {
+	if rc := chi.RouteContext(r.Context()); rc != nil && rc.RoutePattern() != "" {
+		return rc.RoutePattern()
+	}
+	if p := s.router.Find(chi.NewRouteContext(), r.Method, r.URL.Path); p != "" {
+		return p
+	}
+	return "unmatched"
 }
 
 // limitBody reads bodies of up to s.maxBody bytes into memory and answers 413

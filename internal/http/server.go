@@ -128,6 +128,7 @@ type Server struct {
 	keepAlive time.Duration
 	metrics   *httpMetrics
 	ids       *ids.Source
+	router    *chi.Mux
 }
 
 // NewServer builds the HTTP handler. It returns an error when the contract
@@ -184,6 +185,7 @@ func NewServer(d Deps) (http.Handler, error) {
 	})
 
 	r := chi.NewRouter()
+	s.router = r
 	r.Use(s.requestID, s.observe, s.authenticate, s.limitBody, validator)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) { s.writeError(w, r, errNotFound) })
 	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) { s.writeError(w, r, errMethodNotAllowed) })

@@ -266,10 +266,10 @@ type KeySpec struct {
 
 // Output defines model for Output.
 type Output struct {
-	// DroppedBytes Bytes beyond the spool cap
+	// DroppedBytes Bytes beyond the spool cap, which were lost.
 	DroppedBytes *int64 `json:"droppedBytes,omitempty"`
 
-	// Text Head and tail of the stream
+	// Text Head and tail of the stream, with an elision marker when truncated.
 	Text       string `json:"text"`
 	TotalBytes int64  `json:"totalBytes"`
 	Truncated  bool   `json:"truncated"`
@@ -299,7 +299,7 @@ type Problem struct {
 	// Example: duplicate_contributor
 	Code string `json:"code"`
 
-	// Contributor For env_resolution_failed
+	// Contributor For env_resolution_failed, the failing contributor.
 	Contributor *string `json:"contributor,omitempty"`
 	Detail      *string `json:"detail,omitempty"`
 
@@ -308,7 +308,7 @@ type Problem struct {
 	Instance *string   `json:"instance,omitempty"`
 	Key      *string   `json:"key,omitempty"`
 
-	// Owner For key_owned
+	// Owner For key_owned, the contributor that owns the key.
 	Owner     *string `json:"owner,omitempty"`
 	Reason    *string `json:"reason,omitempty"`
 	RequestId *string `json:"requestId,omitempty"`
@@ -2405,7 +2405,7 @@ func (response Exec200JSONResponse) VisitExecResponse(w http.ResponseWriter) err
 }
 
 type Exec202ResponseHeaders struct {
-	Location *string
+	Location string
 }
 
 type Exec202JSONResponse struct {
@@ -2420,9 +2420,7 @@ func (response Exec202JSONResponse) VisitExecResponse(w http.ResponseWriter) err
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
-	if response.Headers.Location != nil {
-		w.Header().Set("Location", fmt.Sprint(*response.Headers.Location))
-	}
+	w.Header().Set("Location", fmt.Sprint(response.Headers.Location))
 	w.WriteHeader(202)
 	_, err := buf.WriteTo(w)
 	return err

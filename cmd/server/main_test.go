@@ -1,0 +1,392 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// runningServer is run() started in-process.
+type runningServer struct {
+	url, token, home string
+	line             string
+	cancel           context.CancelFunc
+	errc             chan error
+	stopOnce         sync.Once
+}
+
+// startRun calls run in a goroutine with a fake environment and waits for
+// the startup line. The server is shut down at cleanup.
+func startRun(t *testing.T, args []string, env map[string]string) *runningServer {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	pr, pw := io.Pipe()
+	s := &runningServer{cancel: cancel, errc: make(chan error, 1)}
+	getenv := func(k string) string { return env[k] }
+	go func() {
+		err := run(ctx, append([]string{"dshd", "--addr", "127.0.0.1:0"}, args...), getenv, nil, pw, io.Discard)
+		pw.CloseWithError(io.EOF)
+		s.errc <- err
+	}()
+	lines := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(pr)
+		if sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+		_, _ = io.Copy(io.Discard, pr)
+	}()
+	select {
+	case l, ok := <-lines:
+		if !ok {
+			cancel()
+			t.Fatalf("run ended before its startup line: %v", <-s.errc)
+		}
+		s.line = l
+	case <-time.After(20 * time.Second):
+		cancel()
+		t.Fatal("no startup line within 20s")
+	}
+	rest := strings.TrimPrefix(s.line, "dshd listening on ")
+	s.url, _, _ = strings.Cut(rest, " ")
+	_, s.token, _ = strings.Cut(s.line, "#token=")
+	_, h, _ := strings.Cut(s.line, "(home ")
+	s.home, _, _ = strings.Cut(h, ",")
+	t.Cleanup(func() { s.shutdown(t) })
+	return s
+}
+
+// shutdown cancels run's context and waits for it to return cleanly.
+func (s *runningServer) shutdown(t *testing.T) {
+	t.Helper()
+	s.stopOnce.Do(func() {
+		s.cancel()
+		select {
+		case err := <-s.errc:
+			if err != nil {
+				t.Errorf("run returned %v after shutdown", err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Error("run did not return within 20s of shutdown")
+		}
+	})
+}
+
+func (s *runningServer) request(t *testing.T, method, path, body string, header map[string]string) (*http.Response, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(method, s.url+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, b
+}
+
+func (s *runningServer) auth() map[string]string {
+	return map[string]string{"Authorization": "Bearer " + s.token}
+}
+
+func TestRequests(t *testing.T) {
+	home := t.TempDir()
+	s := startRun(t, []string{"--home", home}, nil)
+	big := `{"name":"x","keys":[],"resolver":{"kind":"static","values":{"DSH_X":"` + strings.Repeat("a", 2<<20) + `"}}}`
+
+	tests := []struct {
+		name        string
+		method      string
+		path        string
+		body        string
+		header      map[string]string
+		wantStatus  int
+		wantCode    string // problem code; "" for a success
+		wantProblem bool
+	}{
+		{name: "health needs no token", method: "GET", path: "/healthz", wantStatus: 200},
+		{name: "contract needs no token", method: "GET", path: "/openapi.yaml", wantStatus: 200},
+		{name: "no token", method: "GET", path: "/env/declarations", wantStatus: 401, wantCode: "unauthorized"},
+		{name: "wrong token", method: "GET", path: "/env/declarations", header: map[string]string{"Authorization": "Bearer nope"}, wantStatus: 401, wantCode: "unauthorized"},
+		{name: "not bearer", method: "GET", path: "/env/declarations", header: map[string]string{"Authorization": "Basic " + s.token}, wantStatus: 401, wantCode: "unauthorized"},
+		{name: "right token", method: "GET", path: "/env/declarations", header: s.auth(), wantStatus: 200},
+		{name: "unknown field", method: "POST", path: "/contributors", header: s.auth(),
+			body:       `{"name":"a.b","keys":[{"key":"DSH_A","description":"d"}],"resolver":{"kind":"static","values":{"DSH_A":"1"}},"colour":"red"}`,
+			wantStatus: 400, wantCode: "bad_request"},
+		{name: "malformed JSON", method: "POST", path: "/contributors", header: s.auth(), body: `{"name":`, wantStatus: 400, wantCode: "bad_request"},
+		{name: "wrong type", method: "POST", path: "/exec", header: s.auth(), body: `{"command":42}`, wantStatus: 400, wantCode: "bad_request"},
+		{name: "missing field", method: "POST", path: "/exec", header: s.auth(), body: `{}`, wantStatus: 400, wantCode: "bad_request"},
+		{name: "oversize body", method: "POST", path: "/contributors", header: s.auth(), body: big, wantStatus: 413, wantCode: "body_too_large"},
+		{name: "unknown route", method: "GET", path: "/nope", header: s.auth(), wantStatus: 404, wantCode: "not_found"},
+		{name: "wrong method", method: "PUT", path: "/jobs", header: s.auth(), wantStatus: 405, wantCode: "method_not_allowed"},
+		{name: "missing job", method: "GET", path: "/jobs/job_missing", header: s.auth(), wantStatus: 404, wantCode: "job_not_found"},
+		{name: "managed env", method: "POST", path: "/exec", header: s.auth(), body: `{"command":"true","env":{"DSH_HOME":"/x"}}`, wantStatus: 400, wantCode: "managed_key_in_env"},
+		{name: "NUL in command", method: "POST", path: "/exec", header: s.auth(), body: `{"command":"echo a\u0000b"}`, wantStatus: 400, wantCode: "invalid_input"},
+		{name: "metrics", method: "GET", path: "/metrics", header: s.auth(), wantStatus: 200},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			resp, body := s.request(t, tt.method, tt.path, tt.body, tt.header)
+			if resp.StatusCode != tt.wantStatus {
+				t.Fatalf("status = %d, want %d; body %s", resp.StatusCode, tt.wantStatus, body)
+			}
+			if resp.Header.Get("X-Request-ID") == "" {
+				t.Error("no X-Request-ID in the response")
+			}
+			if tt.wantCode == "" {
+				return
+			}
+			if ct := resp.Header.Get("Content-Type"); ct != "application/problem+json" {
+				t.Errorf("Content-Type = %q, want application/problem+json", ct)
+			}
+			var p struct {
+				Status    int    `json:"status"`
+				Code      string `json:"code"`
+				Title     string `json:"title"`
+				RequestID string `json:"requestId"`
+			}
+			if err := json.Unmarshal(body, &p); err != nil {
+				t.Fatalf("problem %q: %v", body, err)
+			}
+			if p.Code != tt.wantCode || p.Status != tt.wantStatus || p.Title == "" {
+				t.Errorf("problem = %+v, want code %q status %d and a title", p, tt.wantCode, tt.wantStatus)
+			}
+			if p.RequestID != resp.Header.Get("X-Request-ID") {
+				t.Errorf("problem requestId %q != header %q", p.RequestID, resp.Header.Get("X-Request-ID"))
+			}
+		})
+	}
+
+	t.Run("request id echoed", func(t *testing.T) {
+		resp, _ := s.request(t, "GET", "/healthz", "", map[string]string{"X-Request-ID": "trace-123"})
+		if got := resp.Header.Get("X-Request-ID"); got != "trace-123" {
+			t.Errorf("X-Request-ID = %q, want trace-123", got)
+		}
+	})
+	t.Run("metrics count requests by route", func(t *testing.T) {
+		_, body := s.request(t, "GET", "/metrics", "", s.auth())
+		if !strings.Contains(string(body), `dshd_http_requests_total{method="GET",route="/env/declarations",status="401"}`) {
+			t.Errorf("metrics lack the 401 count of /env/declarations:\n%s", grep(string(body), "dshd_http_requests_total"))
+		}
+	})
+	t.Run("nothing stored by rejected requests", func(t *testing.T) {
+		_, body := s.request(t, "GET", "/contributors", "", s.auth())
+		if strings.Contains(string(body), `"a.b"`) || strings.Contains(string(body), `"x"`) {
+			t.Errorf("a rejected registration was stored: %s", body)
+		}
+	})
+}
+
+func grep(s, substr string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, substr) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+func TestHomeAndTokenModes(t *testing.T) {
+	home := filepath.Join(t.TempDir(), "new-home")
+	s := startRun(t, []string{"--home", home}, nil)
+	for path, want := range map[string]os.FileMode{home: 0o700 | os.ModeDir, filepath.Join(home, "server.token"): 0o600} {
+		fi, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode() != want {
+			t.Errorf("%s mode = %v, want %v", path, fi.Mode(), want)
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(home, "server.token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tok := strings.TrimSpace(string(b)); len(tok) != 64 || tok != s.token {
+		t.Errorf("token file holds %q (len %d); want the 64 hex digits (256 bits) the startup line shows (%q)", tok, len(tok), s.token)
+	}
+	if !strings.Contains(s.line, "token in "+filepath.Join(home, "server.token")) || !strings.Contains(s.line, "/ui/#token=") {
+		t.Errorf("startup line %q does not say where the token and the UI are", s.line)
+	}
+}
+
+func TestTokenFile(t *testing.T) {
+	tf := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tf, []byte("a-token-chosen-by-the-operator\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := startRun(t, []string{"--home", t.TempDir(), "--token-file", tf}, nil)
+	if resp, body := s.request(t, "GET", "/jobs", "", map[string]string{"Authorization": "Bearer a-token-chosen-by-the-operator"}); resp.StatusCode != 200 {
+		t.Fatalf("status = %d with the token file's token: %s", resp.StatusCode, body)
+	}
+}
+
+func TestHomePrecedence(t *testing.T) {
+	tmp := t.TempDir()
+	userHome := filepath.Join(tmp, "user")
+	cwd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel, err := filepath.Rel(cwd, filepath.Join(tmp, "relative"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeConfig := func(name, content string) string {
+		p := filepath.Join(tmp, name)
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	cfgHome := writeConfig("home.yaml", "dshHome: "+filepath.Join(tmp, "from-config")+"\n")
+	cfgTilde := writeConfig("tilde.yaml", "dshHome: ~/from-config-tilde\n")
+
+	tests := []struct {
+		name string
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{"flag", []string{"--home", filepath.Join(tmp, "flag")}, map[string]string{"DSH_HOME": filepath.Join(tmp, "env")}, filepath.Join(tmp, "flag")},
+		{"flag beats config", []string{"--home", filepath.Join(tmp, "flag2"), "--config", cfgHome}, nil, filepath.Join(tmp, "flag2")},
+		{"config beats env", []string{"--config", cfgHome}, map[string]string{"DSH_HOME": filepath.Join(tmp, "env")}, filepath.Join(tmp, "from-config")},
+		{"env", nil, map[string]string{"DSH_HOME": filepath.Join(tmp, "env"), "HOME": userHome}, filepath.Join(tmp, "env")},
+		{"blank env is absent", nil, map[string]string{"DSH_HOME": "  ", "HOME": userHome}, filepath.Join(userHome, ".dsh")},
+		{"default", nil, map[string]string{"HOME": userHome}, filepath.Join(userHome, ".dsh")},
+		{"tilde in config", []string{"--config", cfgTilde}, map[string]string{"HOME": userHome}, filepath.Join(userHome, "from-config-tilde")},
+		{"tilde in env", nil, map[string]string{"DSH_HOME": "~/env-tilde", "HOME": userHome}, filepath.Join(userHome, "env-tilde")},
+		{"relative flag", []string{"--home", rel}, nil, filepath.Join(tmp, "relative")},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := startRun(t, tt.args, tt.env)
+			if diff := cmp.Diff(tt.want, s.home); diff != "" {
+				t.Errorf("home (-want +got):\n%s", diff)
+			}
+			if fi, err := os.Stat(tt.want); err != nil || !fi.IsDir() {
+				t.Errorf("home %s not created: %v", tt.want, err)
+			}
+		})
+	}
+}
+
+func TestRefusals(t *testing.T) {
+	tmp := t.TempDir()
+	conflict := filepath.Join(tmp, "conflict.yaml")
+	if err := os.WriteFile(conflict, []byte("skills:\n  local:\n    dshHome: "+filepath.Join(tmp, "b")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	short := filepath.Join(tmp, "short-token")
+	if err := os.WriteFile(short, []byte("abc\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	unknown := filepath.Join(tmp, "unknown.yaml")
+	if err := os.WriteFile(unknown, []byte("dshHomme: /x\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name    string
+		args    []string
+		wantAll []string
+	}{
+		{"home conflict", []string{"--home", filepath.Join(tmp, "a"), "--config", conflict},
+			[]string{"--home", "skills.local.dshHome", filepath.Join(tmp, "a"), filepath.Join(tmp, "b")}},
+		{"non-loopback address", []string{"--home", tmp, "--addr", "0.0.0.0:0"}, []string{"0.0.0.0:0", "--allow-remote"}},
+		{"unknown config key", []string{"--home", tmp, "--config", unknown}, []string{"dshHomme"}},
+		{"short token file", []string{"--home", tmp, "--token-file", short}, []string{"token"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			err := run(ctx, append([]string{"dshd", "--addr", "127.0.0.1:0"}, tt.args...), func(string) string { return "" }, nil, io.Discard, io.Discard)
+			if err == nil {
+				t.Fatal("run succeeded; want a refusal")
+			}
+			for _, want := range tt.wantAll {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not name %q", err, want)
+				}
+			}
+		})
+	}
+}
+
+func TestUnixSocket(t *testing.T) {
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "dshd.sock")
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	pr, pw := io.Pipe()
+	go func() {
+		errc <- run(ctx, []string{"dshd", "--addr", "unix:" + sock, "--home", dir}, func(string) string { return "" }, nil, pw, io.Discard)
+		pw.Close()
+	}()
+	line, err := bufio.NewReader(pr).ReadString('\n')
+	if err != nil {
+		cancel()
+		t.Fatalf("no startup line: %v (run: %v)", err, <-errc)
+	}
+	go func() { _, _ = io.Copy(io.Discard, pr) }()
+	if !strings.HasPrefix(line, "dshd listening on unix:"+sock) {
+		t.Errorf("startup line %q does not name the socket", line)
+	}
+	client := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+	}}}
+	resp, err := client.Get("http://dshd/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Errorf("healthz over the socket = %d", resp.StatusCode)
+	}
+	cancel()
+	if err := <-errc; err != nil {
+		t.Errorf("run: %v", err)
+	}
+}
+
+func TestGracefulShutdownStopsJobs(t *testing.T) {
+	s := startRun(t, []string{"--home", t.TempDir()}, nil)
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	resp, body := s.request(t, "POST", "/exec", `{"command":"sleep 300 & echo $! > `+pidFile+`; wait","background":true}`, s.auth())
+	if resp.StatusCode != 202 {
+		t.Fatalf("exec status = %d: %s", resp.StatusCode, body)
+	}
+	pid := waitForPID(t, pidFile)
+	s.shutdown(t)
+	deadline := time.Now().Add(10 * time.Second)
+	for processAlive(pid) {
+		if time.Now().After(deadline) {
+			t.Fatalf("grandchild %d still alive after shutdown", pid)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
