@@ -101,6 +101,9 @@ func TestBrowserUI(t *testing.T) {
 
 	b.do("select the background job", chromedp.Click(chromedp.CSS(testID("job-select-"+bg.ID))))
 	b.waitText(testID("job-output"), "started-ui-job")
+	// The job's overlay snapshot includes the test's static contributor.
+	b.waitText(`#job-env-body tr[data-key="DSH_UI_TEST"]`, "1")
+	b.do("snapshot has DSH_HOME", chromedp.WaitVisible(chromedp.CSS(`#job-env-body tr[data-key="DSH_HOME"]`)))
 	b.screenshot("jobs-running")
 
 	b.do("cancel the background job", chromedp.Click(chromedp.CSS(testID("job-cancel-"+bg.ID))))
@@ -123,6 +126,15 @@ func TestBrowserUI(t *testing.T) {
 		t.Fatalf("POST /agents/%s/spawn: status %d, want 201", parent.ID, status)
 	}
 
+	// One model tool call gives the parent's transcript events to show.
+	var result struct{ IsError bool }
+	if status := srv.doJSON(t, http.MethodPost, "/agents/"+parent.ID+"/tools/bash", map[string]any{
+		"callId":    "call-ui-1",
+		"arguments": map[string]any{"command": "echo transcript-line"},
+	}, &result); status != http.StatusOK || result.IsError {
+		t.Fatalf("POST /agents/%s/tools/bash: status %d, isError %v", parent.ID, status, result.IsError)
+	}
+
 	b.do("open the agents view", chromedp.Click(chromedp.CSS(`[data-testid="nav-agents"]`)))
 	nested := fmt.Sprintf(`li[data-agent-id=%q] > ul > li[data-agent-id=%q]`, parent.ID, child.ID)
 	b.do("child nested under parent", chromedp.WaitVisible(chromedp.CSS(nested)))
@@ -132,6 +144,8 @@ func TestBrowserUI(t *testing.T) {
 	b.do("select the parent", chromedp.Click(chromedp.CSS(fmt.Sprintf(`[data-agent-button=%q]`, parent.ID))))
 	b.do("transcript shown", chromedp.WaitVisible(chromedp.CSS(`#transcript-body tr[data-event-type="session"]`)))
 	b.waitText("#transcript-caption", parent.ID)
+	b.waitText(`#transcript-body tr[data-event-type="tool/call"]`, "echo transcript-line")
+	b.waitText(`#transcript-body tr[data-event-type="tool/result"]`, "transcript-line")
 	b.screenshot("agents")
 
 	// Phone width: the page must not scroll sideways; wide tables scroll in

@@ -22,6 +22,8 @@ export function createJobsView() {
   const outputStatus = $('job-output-status');
   const outputCommand = $('job-output-command');
   const outputHeading = $('job-output-heading');
+  const envBody = $('job-env-body');
+  const envCaption = $('job-env-caption');
 
   const rows = new Map(); // job id → {tr, cells, job}
   let active = false;
@@ -157,7 +159,18 @@ export function createJobsView() {
     setText(outputHeading, `Output of job ${job.id}`);
     setText(outputCommand, `$ ${job.command}`);
     output.replaceChildren();
+    renderEnv(job);
     stream(job.id, selected.controller.signal);
+  }
+
+  function renderEnv(job) {
+    const entries = Object.entries(job.managedEnv ?? {}).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+    envBody.replaceChildren(...(entries.length === 0
+      ? [h('tr', {}, h('td', { colspan: 2, class: 'empty' }, 'No managed keys.'))]
+      : entries.map(([key, value]) => h('tr', { 'data-key': key },
+        h('th', { scope: 'row' }, h('code', {}, key)),
+        h('td', {}, h('code', {}, value))))));
+    setText(envCaption, `The managed snapshot job ${job.id} received: ${entries.length} ${entries.length === 1 ? 'key' : 'keys'}`);
   }
 
   // Streams the output, resuming from the last event id if the connection
