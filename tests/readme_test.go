@@ -1,0 +1,82 @@
+package tests
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// TestREADMEQuickStart runs the README's quick-start block, unchanged but for
+// the server address, against a real server whose home is ~/.dsh of a fake
+// HOME, and checks what each command answered.
+func TestREADMEQuickStart(t *testing.T) {
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	block := quickStartBlock(t, string(readme))
+
+	userHome := t.TempDir()
+	s := startServer(t, withHome(filepath.Join(userHome, ".dsh")))
+
+	const defaultAddr = "DSHD=http://127.0.0.1:7433"
+	if !strings.Contains(block, defaultAddr) {
+		t.Fatalf("quick start no longer sets %s; update this test with the README", defaultAddr)
+	}
+	script := "set -euo pipefail\n" +
+		// Fail on HTTP errors too, so a broken command cannot pass silently.
+		"curl() { command curl --fail-with-body \"$@\"; echo; }\n" +
+		strings.Replace(block, defaultAddr, "DSHD="+s.URL, 1)
+	cmd := exec.Command("bash", "-c", script)
+	cmd.Env = append(cleanEnv(), "HOME="+userHome)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("quick start failed: %v\n%s", err, out)
+	}
+	text := string(out)
+	agent := regexp.MustCompile(`DSH_SESSION_ID=(agt_[0-9a-z]+)`).FindStringSubmatch(text)
+	if agent == nil {
+		t.Fatalf("the agent's command printed no DSH_SESSION_ID:\n%s", text)
+	}
+	for _, want := range []string{
+		`{"status":"ok"}`,       // healthz
+		`"key":"DSH_HOME"`,      // declarations
+		`"name":"demo.repo"`,    // registration
+		"DSH_HOME=" + s.Home,    // the agent's exec: managed home
+		"DSH_REPO=acme/widgets", // and the new contributor's fact
+		"DSH_SHELL=1",           // and the shell marker
+		`"text":"` + agent[1],   // the bash tool call echoes the same id
+		`"state":"exited"`,      // the long-polled background job
+		"event: stdout",         // its output as server-sent events
+		`tick 3`,                // all of it
+		"event: exit",           // and the end
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("quick start output lacks %q", want)
+		}
+	}
+	if t.Failed() {
+		t.Logf("output:\n%s", text)
+	}
+}
+
+// quickStartBlock returns the first ```sh block under "## Quick start".
+func quickStartBlock(t *testing.T, readme string) string {
+	t.Helper()
+	_, section, ok := strings.Cut(readme, "## Quick start")
+	if !ok {
+		t.Fatal("README has no Quick start section")
+	}
+	_, rest, ok := strings.Cut(section, "```sh\n")
+	if !ok {
+		t.Fatal("Quick start has no sh block")
+	}
+	block, _, ok := strings.Cut(rest, "```")
+	if !ok {
+		t.Fatal("unterminated sh block")
+	}
+	return block
+}
