@@ -91,15 +91,16 @@ func (c *capture) spoolWrite(b []byte, spooled int64) (int, error) {
 // spill switches to spill mode with b as the first bytes past memory.
 // Caller holds the job lock; the spool already holds spooled bytes.
 func (c *capture) spill(b []byte, spooled int64) {
-	all := c.mem
-	c.head = make([]byte, c.headMax)
-	copy(c.head, all)
+	c.head = make([]byte, 0, c.headMax)
 	c.ring = make([]byte, c.limit-c.headMax)
-	c.mem = nil
 	c.spilled = true
 	c.total += int64(len(b))
-	c.pushRing(all[c.headMax:])
-	c.pushRing(b)
+	for _, part := range [][]byte{c.mem, b} {
+		k := min(c.headMax-len(c.head), len(part))
+		c.head = append(c.head, part[:k]...)
+		c.pushRing(part[k:])
+	}
+	c.mem = nil
 	c.spooled = spooled
 	c.dropped = c.total - spooled
 }

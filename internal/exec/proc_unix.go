@@ -4,6 +4,7 @@ package exec
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	osexec "os/exec"
@@ -130,7 +131,7 @@ func (p *proc) spawn(s *spawnSpec) error {
 		if inW != nil {
 			inW.Close()
 		}
-		return spawnError(err)
+		return spawnError(err, s.dir)
 	}
 
 	p.mu.Lock()
@@ -316,15 +317,17 @@ func pipe(parentReads bool) (r, w *os.File, err error) {
 	return os.NewFile(uintptr(fds[0]), "|0"), os.NewFile(uintptr(fds[1]), "|1"), nil
 }
 
-// spawnError maps start failures to sentinels. os.StartProcess stats the
-// directory itself and reports a missing one as a "chdir" PathError; a
-// directory that exists but is not one fails in the child's chdir, which
-// comes back as ENOTDIR from fork/exec (bash's own path is absolute and was
-// checked in New, so ENOTDIR cannot come from it).
-func spawnError(err error) error {
+// spawnError maps start failures to sentinels. The child's chdir failure
+// comes back from fork/exec as a bare errno (ENOENT, ENOTDIR, EACCES) that
+// cannot be told from a problem with bash itself, so on this error path only
+// (the hot path does no extra stat) we look at the directory.
+func spawnError(err error, dir string) error {
 	var pe *fs.PathError
-	if errors.As(err, &pe) && pe.Op == "chdir" || errors.Is(err, syscall.ENOTDIR) {
+	if errors.As(err, &pe) && pe.Op == "chdir" {
 		return errors.Join(ErrInvalidCwd, err)
+	}
+	if fi, serr := os.Stat(dir); serr != nil || !fi.IsDir() {
+		return fmt.Errorf("%w: %s: not an existing directory", ErrInvalidCwd, dir)
 	}
 	return err
 }
