@@ -48,14 +48,33 @@ func TestBrowserUI(t *testing.T) {
 		t.Fatalf("POST /contributors: status %d, want 201", status)
 	}
 
+	// A plugin with a lease, owning one more contributor.
+	var plugin struct{ ID string }
+	if status := srv.doJSON(t, http.MethodPost, "/plugins", map[string]any{
+		"name": "ui-harness", "leaseSeconds": 600,
+	}, &plugin); status != http.StatusCreated {
+		t.Fatalf("POST /plugins: status %d, want 201", status)
+	}
+	if status := srv.doJSON(t, http.MethodPost, "/contributors", map[string]any{
+		"name":     "test.ui.leased",
+		"plugin":   plugin.ID,
+		"keys":     []map[string]string{{"key": "DSH_UI_LEASED", "description": "lives as long as its plugin"}},
+		"resolver": map[string]any{"kind": "static", "values": map[string]string{"DSH_UI_LEASED": "yes"}},
+	}, nil); status != http.StatusCreated {
+		t.Fatalf("POST /contributors under plugin %s: status %d, want 201", plugin.ID, status)
+	}
+
 	// Declarations: the default view.
 	b.do("open the UI with the token", chromedp.Navigate(srv.URL+"/ui/#token="+srv.Token))
-	for _, key := range []string{"DSH_HOME", "DSH_SHELL", "DSH_SESSION_ID", "DSH_UI_TEST"} {
+	for _, key := range []string{"DSH_HOME", "DSH_SHELL", "DSH_SESSION_ID", "DSH_UI_TEST", "DSH_UI_LEASED"} {
 		b.do("see declaration "+key, chromedp.WaitVisible(chromedp.CSS(declRow(key))))
 	}
 	b.waitText(declRow("DSH_UI_TEST"), "test.ui")
 	b.waitText(declRow("DSH_UI_TEST"), "set by the browser test")
 	b.waitText(declRow("DSH_HOME"), "built-in")
+	b.waitText(declRow("DSH_UI_LEASED"), "ui-harness")
+	b.do("lease expiry shown", chromedp.WaitVisible(chromedp.CSS(declRow("DSH_UI_LEASED")+" time")))
+	b.waitText(fmt.Sprintf(`#plugins-body tr[data-plugin-id=%q]`, plugin.ID), "test.ui.leased")
 	if hash := b.eval(`location.hash`); hash != "#/declarations" {
 		t.Errorf("location.hash = %q after load, want %q (the token must leave the URL)", hash, "#/declarations")
 	}
@@ -66,8 +85,10 @@ func TestBrowserUI(t *testing.T) {
 
 	b.do("filter by contributor", chromedp.SendKeys(chromedp.ID("declarations-filter"), "test.UI"))
 	b.do("filtered out DSH_HOME", chromedp.WaitNotPresent(chromedp.CSS(declRow("DSH_HOME"))))
+	b.do("DSH_UI_LEASED matches too (contributor test.ui.leased)",
+		chromedp.WaitVisible(chromedp.CSS(declRow("DSH_UI_LEASED"))))
 	b.do("DSH_UI_TEST still shown", chromedp.WaitVisible(chromedp.CSS(declRow("DSH_UI_TEST"))))
-	b.waitText("#declarations-caption", "1 of")
+	b.waitText("#declarations-caption", "2 of")
 	b.screenshot("declarations-filtered")
 
 	b.setInput("declarations-filter", "")
@@ -112,7 +133,10 @@ func TestBrowserUI(t *testing.T) {
 	b.do("the Cancel button goes away",
 		chromedp.WaitNotPresent(chromedp.CSS(testID("job-cancel-"+bg.ID))))
 
-	b.do("select the finished job", chromedp.Click(chromedp.CSS(testID("job-select-"+done.ID))))
+	// Real buttons work from the keyboard: focus and press Enter.
+	b.do("select the finished job with the keyboard",
+		chromedp.Focus(chromedp.CSS(testID("job-select-"+done.ID))),
+		chromedp.KeyEvent("\r"))
 	b.waitText(testID("job-output"), "err-line")
 	b.waitText(testID("job-output-exit"), "exited: 3")
 	b.screenshot("jobs")

@@ -103,8 +103,8 @@ export function createDeclarationsView() {
       h('th', { scope: 'row' }, h('code', {}, d.key)),
       h('td', {}, d.description),
       h('td', {}, d.contributor),
-      h('td', {}, source),
-      h('td', {}, expiresAt ? lease(expiresAt) : h('span', { class: 'muted' }, 'no lease')));
+      h('td', { class: 'nowrap' }, source),
+      h('td', { class: 'nowrap' }, expiresAt ? lease(expiresAt) : h('span', { class: 'muted' }, 'no lease')));
   }
 
   function lease(iso) {
@@ -118,7 +118,7 @@ export function createDeclarationsView() {
         h('th', { scope: 'row' }, p.name),
         h('td', {}, h('code', {}, p.id)),
         h('td', {}, `${p.leaseSeconds} s`),
-        h('td', {}, lease(p.expiresAt)),
+        h('td', { class: 'nowrap' }, lease(p.expiresAt)),
         h('td', {}, (p.contributors ?? []).length ? p.contributors.join(', ') : h('span', { class: 'muted' }, 'none'))))));
     setText(pluginsCaption, `Open plugins: ${plugins.length}`);
   }
