@@ -130,11 +130,12 @@ type Options struct {
 	// DefaultCwd is the cwd of agents created with an empty cwd. When empty,
 	// the process working directory at Open is used.
 	DefaultCwd string
-	// Now is the clock; nil means time.Now.
+	// Now is the clock; nil means time.Now. It must be safe for concurrent use.
 	Now func() time.Time
 	// NewID makes agent ids; nil means ULIDs with the "agt_" prefix from
-	// internal/ids. Tests inject deterministic ids. Ids must be URL-safe
-	// (letters, digits, '_' and '-').
+	// internal/ids. Tests inject deterministic ids. It must be safe for
+	// concurrent use and return unique, URL-safe ids (letters, digits, '_'
+	// and '-', at most 128 bytes).
 	NewID func() string
 	// MaxDepth is the deepest Spawn allowed (roots are depth 0); zero means
 	// DefaultMaxDepth.

@@ -43,9 +43,10 @@ type Store struct {
 	// the fsync path.
 	syncFile func(f *os.File) error
 
-	mu     sync.RWMutex
-	agents map[string]*entry
-	closed bool
+	mu       sync.RWMutex
+	agents   map[string]*entry
+	reserved map[string]struct{} // ids being created
+	closed   bool
 }
 
 // entry is one agent's in-memory state. mu serialises every write to the
@@ -97,6 +98,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		metrics:    newMetrics(opts.Registerer),
 		syncFile:   (*os.File).Sync,
 		agents:     make(map[string]*entry),
+		reserved:   make(map[string]struct{}),
 	}
 	if s.now == nil {
 		s.now = time.Now
@@ -111,7 +113,6 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
-	s.log = s.log.With("component", "agents")
 	if s.defaultCwd == "" {
 		if s.defaultCwd, err = os.Getwd(); err != nil {
 			return nil, fmt.Errorf("open agent store: default cwd: %w", err)
@@ -232,18 +233,32 @@ func checkCwd(cwd string) (string, error) {
 // create assigns a to a new id, writes its header followed by events (raw,
 // newline-terminated lines whose last seq is lastSeq) and indexes it.
 func (s *Store) create(a Agent, events [][]byte) (Agent, error) {
+	// Reserve the id under the lock, but write and fsync without it, so a
+	// slow disk does not stall lookups and appends of other agents.
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.closed {
+		s.mu.Unlock()
 		return Agent{}, ErrClosed
 	}
 	a.ID = s.newID()
-	if !validID(a.ID) {
+	_, dup := s.agents[a.ID]
+	_, reserved := s.reserved[a.ID]
+	switch {
+	case !validID(a.ID):
+		s.mu.Unlock()
 		return Agent{}, fmt.Errorf("create agent: generated id %q is not URL-safe", a.ID)
-	}
-	if _, dup := s.agents[a.ID]; dup {
+	case dup || reserved:
+		s.mu.Unlock()
 		return Agent{}, fmt.Errorf("create agent: id %s already in use", a.ID)
 	}
+	s.reserved[a.ID] = struct{}{}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.reserved, a.ID)
+		s.mu.Unlock()
+	}()
+
 	a.CreatedAt = s.now().UTC()
 	if a.Origin == OriginRoot {
 		a.RootID = a.ID
@@ -270,7 +285,11 @@ func (s *Store) create(a Agent, events [][]byte) (Agent, error) {
 	if err := s.writeNew(a.ID, buf.Bytes()); err != nil {
 		return Agent{}, fmt.Errorf("create agent %s: %w", a.ID, err)
 	}
+	// The transcript is durable: index it even if Close ran meanwhile, so
+	// the caller's agent exists for the next Open either way.
+	s.mu.Lock()
 	s.agents[a.ID] = &entry{agent: a, lastSeq: lastSeq, size: int64(buf.Len())}
+	s.mu.Unlock()
 	s.metrics.created.WithLabelValues(string(a.Origin)).Inc()
 	s.log.Debug("agent created", "agent_id", a.ID, "origin", a.Origin, "parent_id", a.ParentID)
 	return a, nil

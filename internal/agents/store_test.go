@@ -695,3 +695,75 @@ func compareGolden(tb testing.TB, path string, got []byte) {
 		tb.Errorf("%s mismatch (-want +got):\n%s", path, diff)
 	}
 }
+
+func TestRootIDWithMissingAncestor(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s1 := mustOpen(t, Options{Dir: dir, DefaultCwd: "/"})
+	root := mustCreate(t, s1, "")
+	mid, err := s1.Spawn(ctx, root.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := s1.Spawn(ctx, mid.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(s1.Path(mid.ID)); err != nil {
+		t.Fatal(err)
+	}
+	s2 := mustOpen(t, Options{Dir: dir})
+	got, err := s2.Get(ctx, leaf.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The walk stops at the missing ancestor: it is the furthest id known.
+	if got.RootID != mid.ID || got.ParentID != mid.ID {
+		t.Errorf("leaf after its parent vanished = %+v, want RootID %s", got, mid.ID)
+	}
+	if got, _ := s2.Get(ctx, root.ID); got.RootID != root.ID {
+		t.Errorf("root RootID = %s, want itself", got.RootID)
+	}
+}
+
+func TestConcurrentCreates(t *testing.T) {
+	ctx := context.Background()
+	s := mustOpen(t, Options{DefaultCwd: "/"})
+	root := mustCreate(t, s, "")
+	var wg sync.WaitGroup
+	for range 20 {
+		wg.Go(func() {
+			if _, err := s.Spawn(ctx, root.ID); err != nil {
+				t.Error(err)
+			}
+		})
+		wg.Go(func() {
+			if _, err := s.Append(ctx, root.ID, EventToolCall, nil); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	list, err := s.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 21 {
+		t.Errorf("List has %d agents, want 21", len(list))
+	}
+	if got := seqs(t, s, root.ID); len(got) != 20 || got[19] != 20 {
+		t.Errorf("root seqs = %v, want 1..20", got)
+	}
+}
+
+func TestDuplicateIDRefused(t *testing.T) {
+	s := mustOpen(t, Options{DefaultCwd: "/", NewID: func() string { return "agt_same" }})
+	mustCreate(t, s, "")
+	if _, err := s.Create(context.Background(), ""); err == nil {
+		t.Error("second Create with a repeated id succeeded")
+	}
+	s2 := mustOpen(t, Options{DefaultCwd: "/", NewID: func() string { return "../escape" }})
+	if _, err := s2.Create(context.Background(), ""); err == nil {
+		t.Error("Create with a path-like id succeeded")
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -28,12 +29,13 @@ type Runner struct {
 }
 
 // NewRunner returns a Runner over cfg's handlers (nil cfg: none) that runs
-// processes with pr and logs to logger (nil: discard).
+// processes with pr and logs to logger (nil: discard). With a nil pr every
+// matching handler is recorded as not run (and does not block).
 func NewRunner(cfg *Config, pr ProcessRunner, logger *slog.Logger) *Runner {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	r := &Runner{pr: pr, log: logger.With("component", "hooks"), turnIDs: ids.NewSource(nil)}
+	r := &Runner{pr: pr, log: logger, turnIDs: ids.NewSource(nil)}
 	if cfg != nil {
 		r.handlers = cfg.handlers
 	}
@@ -107,7 +109,15 @@ func (r *Runner) Run(ctx context.Context, in Input) (Outcome, error) {
 		if h.Dialect == DialectClaudeCode && in.Cwd != "" {
 			spec.ExtraEnv = map[string]string{claudeProjectDirEnv: in.Cwd}
 		}
-		pres, err := r.pr.RunProcess(ctx, spec)
+		var (
+			pres exec.ProcessResult
+			err  error
+		)
+		if r.pr == nil {
+			err = errors.New("no process runner configured")
+		} else {
+			pres, err = r.pr.RunProcess(ctx, spec)
+		}
 		if err != nil && ctx.Err() != nil {
 			return out, fmt.Errorf("run hooks: %s: %w", h.Name, ctx.Err())
 		}

@@ -347,6 +347,12 @@ func TestRunnerWithFake(t *testing.T) {
 		t.Errorf("failing runner outcome = %+v, %v", out, err)
 	}
 
+	// Without a process runner handlers are recorded as not run.
+	out, err = NewRunner(cfg, nil, nil).Run(ctx, in)
+	if err != nil || out.Blocked || len(out.Results) != 2 || !strings.Contains(out.Results[0].Error, "no process runner") {
+		t.Errorf("nil runner outcome = %+v, %v", out, err)
+	}
+
 	// A cancelled context stops the run and is returned.
 	cctx, cancel := context.WithCancel(ctx)
 	cancelling := NewRunner(cfg, &fakeRunner{fn: func(exec.ProcessSpec) (exec.ProcessResult, error) {
