@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strconv"
 	"unicode/utf8"
 )
@@ -22,7 +23,9 @@ type capture struct {
 	limit    int
 	headMax  int
 	spoolMax int64
-	path     string // spool file path; "" disables spooling
+	dir      string // spool directory; "" disables spooling
+	id       string // job id; the spool is <dir>/<id><suffix>, named only when created
+	suffix   string
 
 	mem  []byte // in-memory mode: the whole stream
 	head []byte // spill mode: first headMax bytes
@@ -35,16 +38,18 @@ type capture struct {
 	spool   *os.File
 	spooled int64
 	dropped int64
-	broken  bool // spool write failed; later bytes are dropped
-	eof     bool // stream drained and closed
-	text    *string
+	broken  bool   // spool write failed; later bytes are dropped
+	eof     bool   // stream drained and closed
+	text    string // final Text, once eof
+	textSet bool
 }
 
-func (c *capture) init(limit int, spoolMax int64, path string) {
+func (c *capture) init(limit int, spoolMax int64, dir, id, suffix string) {
 	c.limit = limit
 	c.headMax = limit / 2
 	c.spoolMax = spoolMax
-	c.path = path
+	c.dir = dir
+	c.id, c.suffix = id, suffix
 }
 
 // fitsInMemory reports, without the lock (only the writer changes these),
@@ -63,7 +68,7 @@ func (c *capture) appendMem(b []byte) {
 // It returns how many bytes were spooled; the rest must be counted as
 // dropped. The first call creates the file.
 func (c *capture) spoolWrite(b []byte, spooled int64) (int, error) {
-	if c.broken || c.path == "" {
+	if c.broken || c.dir == "" {
 		return 0, nil
 	}
 	if room := c.spoolMax - spooled; int64(len(b)) > room {
@@ -73,7 +78,7 @@ func (c *capture) spoolWrite(b []byte, spooled int64) (int, error) {
 		b = b[:room]
 	}
 	if c.spool == nil {
-		f, err := os.OpenFile(c.path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+		f, err := os.OpenFile(filepath.Join(c.dir, c.id+c.suffix), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 		if err != nil {
 			c.broken = true
 			return 0, fmt.Errorf("create spool: %w", err)
@@ -133,8 +138,8 @@ func (c *capture) pushRing(b []byte) {
 // Once the stream is at EOF the text is computed once and reused.
 func (c *capture) output() Output {
 	o := Output{TotalBytes: c.total, Truncated: c.spilled, Dropped: c.dropped}
-	if c.text != nil {
-		o.Text = *c.text
+	if c.textSet {
+		o.Text = c.text
 		return o
 	}
 	if !c.spilled {
@@ -143,7 +148,7 @@ func (c *capture) output() Output {
 		o.Text = c.elided()
 	}
 	if c.eof {
-		c.text = &o.Text
+		c.text, c.textSet = o.Text, true
 	}
 	return o
 }
@@ -204,7 +209,7 @@ func (c *capture) remove() error {
 		return nil
 	}
 	c.spool.Close()
-	if err := os.Remove(c.path); err != nil && !os.IsNotExist(err) {
+	if err := os.Remove(c.spool.Name()); err != nil && !os.IsNotExist(err) {
 		return err
 	}
 	return nil

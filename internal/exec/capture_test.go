@@ -26,7 +26,7 @@ func TestCaptureText(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			j := &Job{e: &Executor{}}
 			var c capture
-			c.init(tt.limit, 1<<20, "")
+			c.init(tt.limit, 1<<20, "", "", "")
 			sink := j.sink(&c, "stdout")
 			total := 0
 			for _, w := range tt.writes {

@@ -343,12 +343,8 @@ func (e *Executor) Start(ctx context.Context, s Spec) (*Job, error) {
 	}
 	j.existing = nil
 
-	var spool string
-	if e.jobsDir != "" {
-		spool = filepath.Join(e.jobsDir, j.id)
-	}
-	j.stdout.init(e.opts.CaptureBytes, e.opts.SpoolMaxBytes, spoolPath(spool, Stdout))
-	j.stderr.init(e.opts.CaptureBytes, e.opts.SpoolMaxBytes, spoolPath(spool, Stderr))
+	j.stdout.init(e.opts.CaptureBytes, e.opts.SpoolMaxBytes, e.jobsDir, j.id, ".stdout")
+	j.stderr.init(e.opts.CaptureBytes, e.opts.SpoolMaxBytes, e.jobsDir, j.id, ".stderr")
 	if timeout > 0 {
 		// Armed before the spawn so that finish can read j.timer without a
 		// race; a timeout firing before the spawn completes kills right after.
@@ -411,13 +407,6 @@ func (j *Job) awaitStart(ctx context.Context) (*Job, error) {
 		return nil, fmt.Errorf("start job %s: %w", j.id, err)
 	}
 	return j, nil
-}
-
-func spoolPath(base string, s Stream) string {
-	if base == "" {
-		return ""
-	}
-	return base + "." + s.String()
 }
 
 func validateSpec(s *Spec) error {

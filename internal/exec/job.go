@@ -293,7 +293,7 @@ func (j *Job) remove() {
 	// ReadAt, which then get os.ErrClosed.
 	for _, c := range []*capture{&j.stdout, &j.stderr} {
 		if err := c.remove(); err != nil {
-			j.e.log.Warn("remove spool file", "job_id", j.id, "path", c.path, "err", err)
+			j.e.log.Warn("remove spool file", "job_id", j.id, "stream", c.suffix, "err", err)
 		}
 	}
 }
