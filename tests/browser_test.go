@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -46,6 +48,23 @@ func TestBrowserUI(t *testing.T) {
 	}, nil)
 	if status != http.StatusCreated {
 		t.Fatalf("POST /contributors: status %d, want 201", status)
+	}
+
+	// A webhook contributor counts its calls: the declarations view must not
+	// cause any (listing declarations never runs a resolver).
+	var webhookCalls atomic.Int64
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		webhookCalls.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"DSH_UI_HOOK":"called"}`))
+	}))
+	t.Cleanup(hook.Close)
+	if status := srv.doJSON(t, http.MethodPost, "/contributors", map[string]any{
+		"name":     "test.ui.hook",
+		"keys":     []map[string]string{{"key": "DSH_UI_HOOK", "description": "from a webhook"}},
+		"resolver": map[string]any{"kind": "webhook", "url": hook.URL, "timeoutMs": 5000},
+	}, nil); status != http.StatusCreated {
+		t.Fatalf("POST /contributors (webhook): status %d, want 201", status)
 	}
 
 	// A plugin with a lease, owning one more contributor.
@@ -88,7 +107,7 @@ func TestBrowserUI(t *testing.T) {
 	b.do("DSH_UI_LEASED matches too (contributor test.ui.leased)",
 		chromedp.WaitVisible(chromedp.CSS(declRow("DSH_UI_LEASED"))))
 	b.do("DSH_UI_TEST still shown", chromedp.WaitVisible(chromedp.CSS(declRow("DSH_UI_TEST"))))
-	b.waitText("#declarations-caption", "2 of")
+	b.waitText("#declarations-caption", "3 of 6")
 	b.screenshot("declarations-filtered")
 
 	b.setInput("declarations-filter", "")
@@ -97,6 +116,11 @@ func TestBrowserUI(t *testing.T) {
 		`#declarations-table tbody[data-contributor="test.ui"] tr[data-key="DSH_UI_TEST"]`)))
 	b.do("built-ins come back", chromedp.WaitVisible(chromedp.CSS(declRow("DSH_HOME"))))
 	b.screenshot("declarations-grouped")
+	b.do("refresh the declarations", chromedp.Click(chromedp.ID("declarations-refresh")))
+	b.do("still listed", chromedp.WaitVisible(chromedp.CSS(declRow("DSH_UI_HOOK"))))
+	if n := webhookCalls.Load(); n != 0 {
+		t.Errorf("the declarations view ran the webhook resolver %d times, want 0", n)
+	}
 
 	// Jobs: one finished foreground job and one running background job.
 	var done, bg struct{ ID, State string }
@@ -125,6 +149,7 @@ func TestBrowserUI(t *testing.T) {
 	// The job's overlay snapshot includes the test's static contributor.
 	b.waitText(`#job-env-body tr[data-key="DSH_UI_TEST"]`, "1")
 	b.do("snapshot has DSH_HOME", chromedp.WaitVisible(chromedp.CSS(`#job-env-body tr[data-key="DSH_HOME"]`)))
+	b.waitText(`#job-env-body tr[data-key="DSH_UI_HOOK"]`, "called")
 	b.screenshot("jobs-running")
 
 	b.do("cancel the background job", chromedp.Click(chromedp.CSS(testID("job-cancel-"+bg.ID))))
