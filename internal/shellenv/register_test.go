@@ -103,8 +103,8 @@ func TestRegisterRejects(t *testing.T) {
 			wantErr: ErrReservedKey,
 		},
 		{
-			name: "reserved key and another problem",
-			spec: Spec{Name: "c", Keys: []KeySpec{{Key: KeySessionJSONL, Description: "d"}, {Key: "DSH_X"}}, Resolver: static(nil)},
+			name:    "reserved key and another problem",
+			spec:    Spec{Name: "c", Keys: []KeySpec{{Key: KeySessionJSONL, Description: "d"}, {Key: "DSH_X"}}, Resolver: static(nil)},
 			wantErr: ErrInvalidDeclaration,
 			wantProblems: []string{
 				"keys[0]: key DSH_SESSION_JSONL is reserved",
