@@ -3,12 +3,9 @@ package exec
 import (
 	"slices"
 	"strings"
+
+	"github.com/dshd/dshd/internal/shellenv"
 )
-
-// managedPrefix is the managed namespace. TODO: switch to shellenv.Prefix.
-const managedPrefix = "DSH_"
-
-func isManaged(name string) bool { return strings.HasPrefix(name, managedPrefix) }
 
 // Inherit says which of the server's environment variables a child starts
 // from (DESIGN §3 step 1).
@@ -110,7 +107,7 @@ func newBaseEnv(p EnvPolicy, environ []string) *baseEnv {
 			if p.Inherit == InheritCore && !isCoreName(name) {
 				continue
 			}
-			if isManaged(name) || matchAny(globs, name) {
+			if shellenv.IsManaged(name) || matchAny(globs, name) {
 				continue
 			}
 			b.put(name, kv)
@@ -120,7 +117,7 @@ func newBaseEnv(p EnvPolicy, environ []string) *baseEnv {
 		b.put(envName(kv), kv)
 	}
 	for _, k := range sortedKeys(p.Set) {
-		if validEnvName(k) && !isManaged(k) {
+		if validEnvName(k) && !shellenv.IsManaged(k) {
 			b.put(k, k+"="+p.Set[k])
 		}
 	}
@@ -151,7 +148,7 @@ func (b *baseEnv) with(explicit map[string]string, managed []string) []string {
 	m := merger{base: b, out: out}
 	if len(explicit) > 0 {
 		for _, k := range sortedKeys(explicit) {
-			if validEnvName(k) && !isManaged(k) {
+			if validEnvName(k) && !shellenv.IsManaged(k) {
 				m.set(k, k+"="+explicit[k])
 			}
 		}

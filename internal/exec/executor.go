@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/dshd/dshd/internal/ids"
+	"github.com/dshd/dshd/internal/shellenv"
 )
 
 // Defaults applied by New to zero Options fields.
@@ -167,8 +168,8 @@ func normalize(o *Options) error {
 		if !validEnvName(k) || strings.IndexByte(v, 0) >= 0 {
 			return fmt.Errorf("%w: set %q: malformed name or NUL in value", ErrInvalidOptions, k)
 		}
-		if isManaged(k) {
-			return fmt.Errorf("%w: set %q: names starting with %s are managed by dshd", ErrInvalidOptions, k, managedPrefix)
+		if shellenv.IsManaged(k) {
+			return fmt.Errorf("%w: set %q: names starting with %s are managed by dshd", ErrInvalidOptions, k, shellenv.Prefix)
 		}
 	}
 	if o.Home != "" && !filepath.IsAbs(o.Home) {
@@ -420,8 +421,8 @@ func validateSpec(s *Spec) error {
 		return fmt.Errorf("%w: negative timeout", ErrInvalidInput)
 	}
 	for k, v := range s.Env {
-		if isManaged(k) {
-			return fmt.Errorf("%w: %s (names starting with %s are set by dshd only)", ErrManagedKeyInEnv, k, managedPrefix)
+		if shellenv.IsManaged(k) {
+			return fmt.Errorf("%w: %s (names starting with %s are set by dshd only)", ErrManagedKeyInEnv, k, shellenv.Prefix)
 		}
 		if !validEnvName(k) || hasNUL(v) {
 			return fmt.Errorf("%w: env %q: malformed name or NUL in value", ErrInvalidInput, k)
