@@ -26,12 +26,6 @@ const (
 // Codex, so that existing matchers ("Bash") apply unchanged.
 const hookToolName = "Bash"
 
-// Hook events the bash tool runs, spelled as the hooks contract spells them.
-const (
-	eventPreToolUse  = hooks.EventName("PreToolUse")
-	eventPostToolUse = hooks.EventName("PostToolUse")
-)
-
 // maxWait bounds job_output's waitMs so one call cannot hold a request
 // open indefinitely.
 const maxWait = 10 * time.Minute
@@ -167,6 +161,7 @@ type hookResultEvent struct {
 	Signal     string `json:"signal,omitempty"`
 	TimedOut   bool   `json:"timedOut,omitempty"`
 	Stderr     string `json:"stderr,omitempty"`
+	Error      string `json:"error,omitempty"`
 	DurationMs int64  `json:"durationMs"`
 }
 
@@ -211,9 +206,11 @@ func (s *Service) bash(ctx context.Context, agent agents.Agent, callID string, a
 	hookInput := func(ev hooks.EventName) hooks.Input {
 		return hooks.Input{Event: ev, SessionID: agent.ID, Cwd: hookCwd, ToolName: hookToolName, ToolUseID: callID, ToolInput: input}
 	}
+	var preOut hooks.Outcome
 	pre := func(ctx context.Context) (string, bool, error) {
-		out, err := s.runHooks(ctx, callID, agent.ID, hookInput(eventPreToolUse))
-		return out.Reason, out.Blocked, err
+		var err error
+		preOut, err = s.runHooks(ctx, callID, agent.ID, hookInput(hooks.PreToolUse))
+		return preOut.Reason, preOut.Blocked, err
 	}
 
 	job, err := s.start(ctx, run{command: command, cwd: cwd, agent: &agent, timeout: timeout, background: background}, pre)
@@ -245,7 +242,8 @@ func (s *Service) bash(ctx context.Context, agent agents.Agent, callID string, a
 		response = map[string]any{"stdout": snap.Stdout.Text, "stderr": snap.Stderr.Text, "exitCode": snap.ExitCode, "interrupted": interrupted}
 	}
 
-	post := hookInput(eventPostToolUse)
+	res.Text += hookContext(preOut)
+	post := hookInput(hooks.PostToolUse)
 	post.ToolResponse = response
 	out, err := s.runHooks(ctx, callID, agent.ID, post)
 	if err != nil {
@@ -257,7 +255,21 @@ func (s *Service) bash(ctx context.Context, agent agents.Agent, callID string, a
 		res.IsError = true
 		res.Text += "\n" + blockedText("PostToolUse", out.Reason)
 	}
+	res.Text += hookContext(out)
 	return res, nil
+}
+
+// hookContext renders the additional context hooks offered the model (as
+// Claude Code passes hookSpecificOutput.additionalContext on), one marker
+// line per hook, each preceded by a newline; "" when there is none.
+func hookContext(out hooks.Outcome) string {
+	var b strings.Builder
+	for _, r := range out.Results {
+		if c := strings.TrimSpace(r.AdditionalContext); c != "" {
+			fmt.Fprintf(&b, "\n[hook context: %s]", c)
+		}
+	}
+	return b.String()
 }
 
 func blockedText(event, reason string) string {
@@ -289,7 +301,7 @@ func (s *Service) runHooks(ctx context.Context, callID, agentID string, in hooks
 		if err := s.record(rctx, agentID, EventHookResult, hookResultEvent{
 			CallID: callID, Event: ev, Handler: r.Handler, Dialect: string(r.Dialect),
 			Decision: string(r.Decision), Reason: r.Reason, ExitCode: r.ExitCode, Signal: r.Signal,
-			TimedOut: r.TimedOut, Stderr: r.Stderr, DurationMs: r.Duration.Milliseconds(),
+			TimedOut: r.TimedOut, Stderr: r.Stderr, Error: r.Error, DurationMs: r.Duration.Milliseconds(),
 		}); err != nil {
 			return out, err
 		}

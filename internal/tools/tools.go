@@ -60,6 +60,14 @@ type hookRunner interface {
 	Run(ctx context.Context, in hooks.Input) (hooks.Outcome, error)
 }
 
+// The real dependencies satisfy the interfaces.
+var (
+	_ envCollector = (*shellenv.Registry)(nil)
+	_ jobRunner    = (*exec.Executor)(nil)
+	_ agentStore   = (*agents.Store)(nil)
+	_ hookRunner   = (*hooks.Runner)(nil)
+)
+
 // Options configures a Service. Env, Jobs and Agents are required; Hooks may
 // be nil (no hooks run).
 type Options struct {

@@ -1,0 +1,714 @@
+package tools
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/dshd/dshd/internal/agents"
+	"github.com/dshd/dshd/internal/exec"
+	"github.com/dshd/dshd/internal/hooks"
+	"github.com/dshd/dshd/internal/shellenv"
+)
+
+// fakeHooks is a behaving hook runner: it records every input and answers
+// with decide (no hooks when nil).
+type fakeHooks struct {
+	mu     sync.Mutex
+	inputs []hooks.Input
+	decide func(hooks.Input) hooks.Outcome
+}
+
+func (f *fakeHooks) Run(_ context.Context, in hooks.Input) (hooks.Outcome, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.inputs = append(f.inputs, in)
+	if f.decide == nil {
+		return hooks.Outcome{}, nil
+	}
+	return f.decide(in), nil
+}
+
+func (f *fakeHooks) seen() []hooks.Input {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]hooks.Input(nil), f.inputs...)
+}
+
+// countingEnv counts Collect calls on a real registry.
+type countingEnv struct {
+	envCollector
+	n atomic.Int64
+}
+
+func (c *countingEnv) Collect(ctx context.Context, x shellenv.Execution) (shellenv.Overlay, error) {
+	c.n.Add(1)
+	return c.envCollector.Collect(ctx, x)
+}
+
+// world is a Service over the real registry, executor and agent store.
+type world struct {
+	svc    *Service
+	home   string
+	reg    *shellenv.Registry
+	env    *countingEnv
+	jobs   *exec.Executor
+	agents *agents.Store
+	hooks  *fakeHooks
+}
+
+func newWorld(tb testing.TB) *world {
+	tb.Helper()
+	ctx := context.Background()
+	home := tb.TempDir()
+	reg, err := shellenv.New(shellenv.Options{Home: home, StatePath: filepath.Join(home, "contributors.json")})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	jobs, err := exec.New(exec.Options{
+		Home:                  home,
+		Environ:               append(os.Environ(), "DSH_SESSION_ID=ambient-leak", "DSH_AMBIENT=leak"),
+		DefaultCwd:            tb.TempDir(),
+		DefaultTimeout:        30 * time.Second,
+		MaxTimeout:            time.Minute,
+		Grace:                 200 * time.Millisecond,
+		MaxBackgroundPerAgent: 64,
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	store, err := agents.Open(ctx, agents.Options{Dir: filepath.Join(home, "sessions"), DefaultCwd: tb.TempDir()})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := jobs.Close(ctx); err != nil {
+			tb.Errorf("close executor: %v", err)
+		}
+		if err := store.Close(); err != nil {
+			tb.Errorf("close store: %v", err)
+		}
+	})
+	w := &world{home: home, reg: reg, env: &countingEnv{envCollector: reg}, jobs: jobs, agents: store, hooks: &fakeHooks{}}
+	w.svc = New(Options{Env: w.env, Jobs: jobs, Agents: store, Hooks: w.hooks, Home: home})
+	return w
+}
+
+func (w *world) agent(tb testing.TB) agents.Agent {
+	tb.Helper()
+	a, err := w.agents.Create(context.Background(), tb.TempDir())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return a
+}
+
+// call runs one tool call with arguments given as a Go value and fails the
+// test on error.
+func (w *world) call(tb testing.TB, agentID, name string, args any) CallResult {
+	tb.Helper()
+	raw, err := json.Marshal(args)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res, err := w.svc.Call(ctx, agentID, name, "", raw)
+	if err != nil {
+		tb.Fatalf("Call(%s, %s): %v", name, raw, err)
+	}
+	return res
+}
+
+// events returns the agent's transcript events of the given types, in order.
+func (w *world) events(tb testing.TB, agentID string, types ...string) []agents.Event {
+	tb.Helper()
+	all, err := w.agents.Events(context.Background(), agentID)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var out []agents.Event
+	for _, e := range all {
+		for _, t := range types {
+			if e.Type == t {
+				out = append(out, e)
+			}
+		}
+	}
+	return out
+}
+
+func decode[T any](tb testing.TB, raw json.RawMessage) T {
+	tb.Helper()
+	var v T
+	if err := json.Unmarshal(raw, &v); err != nil {
+		tb.Fatalf("decode %s: %v", raw, err)
+	}
+	return v
+}
+
+func TestCallBashSeesOwnSessionID(t *testing.T) {
+	w := newWorld(t)
+	a := w.agent(t)
+
+	res := w.call(t, a.ID, ToolBash, map[string]any{"command": `echo "$DSH_SESSION_ID"; echo "$DSH_HOME"; echo "${DSH_AMBIENT-absent}"`})
+	want := a.ID + "\n" + w.home + "\nabsent"
+	if res.Text != want || res.IsError || res.ExitCode == nil || *res.ExitCode != 0 {
+		t.Fatalf("result = %+v, want text %q, exit 0", res, want)
+	}
+	if !strings.HasPrefix(res.CallID, "call_") || res.JobID == "" {
+		t.Errorf("callID %q jobID %q: want a generated call_ id and a job id", res.CallID, res.JobID)
+	}
+	if snap, err := w.jobs.Job(res.JobID); err != nil || snap.Snapshot().AgentID != a.ID {
+		t.Errorf("job %s: err %v, want it owned by %s", res.JobID, err, a.ID)
+	}
+}
+
+func TestCallIgnoresModelEnvAndStdin(t *testing.T) {
+	w := newWorld(t)
+	a := w.agent(t)
+	args := map[string]any{
+		"command":   `printf '%s|%s|' "${FOO-unset}" "$DSH_SESSION_ID"; cat; echo end`,
+		"env":       map[string]string{"FOO": "x", "DSH_SESSION_ID": "forged"},
+		"stdin":     "y",
+		"timeoutMs": 10000,
+	}
+	start := time.Now()
+	res := w.call(t, a.ID, ToolBash, args)
+	if want := "unset|" + a.ID + "|end"; res.Text != want {
+		t.Errorf("text = %q, want %q", res.Text, want)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("cat took %v: stdin is not empty", d)
+	}
+
+	calls := w.events(t, a.ID, EventToolCall)
+	if len(calls) != 1 {
+		t.Fatalf("%d tool/call events, want 1", len(calls))
+	}
+	got := decode[struct {
+		CallID    string         `json:"callId"`
+		Name      string         `json:"name"`
+		Arguments map[string]any `json:"arguments"`
+		Ignored   []string       `json:"ignored"`
+	}](t, calls[0].Data)
+	if diff := cmp.Diff([]string{"env", "stdin"}, got.Ignored); diff != "" {
+		t.Errorf("ignored (-want +got):\n%s", diff)
+	}
+	if got.CallID != res.CallID || got.Name != ToolBash || got.Arguments["stdin"] != "y" {
+		t.Errorf("tool/call = %+v, want the call as sent", got)
+	}
+}
+
+func TestCallTranscript(t *testing.T) {
+	w := newWorld(t)
+	ctx := context.Background()
+	const secret = "fact-value-7f3a9c"
+	if _, err := w.reg.Register(ctx, shellenv.Spec{
+		Name:     "test-facts",
+		Keys:     []shellenv.KeySpec{{Key: "DSH_TEST_FACT", Description: "a test fact"}},
+		Resolver: shellenv.ResolverSpec{Kind: shellenv.KindStatic, Values: map[string]string{"DSH_TEST_FACT": secret}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	a := w.agent(t)
+
+	res := w.call(t, a.ID, ToolBash, map[string]any{"command": `[ "${DSH_TEST_FACT#fact-value-}" != "$DSH_TEST_FACT" ] && echo ok; exit 3`, "description": "check"})
+	if res.Text != "ok\n[exit code: 3]" {
+		t.Fatalf("text = %q", res.Text)
+	}
+	if snap, _ := w.jobs.Job(res.JobID); !strings.Contains(strings.Join(snap.Snapshot().Managed, "\n"), secret) {
+		t.Errorf("job snapshot lacks the managed fact: the overlay did not reach the job")
+	}
+
+	evs := w.events(t, a.ID, EventToolCall, EventToolResult)
+	var types []string
+	for _, e := range evs {
+		types = append(types, e.Type)
+	}
+	if diff := cmp.Diff([]string{EventToolCall, EventToolResult}, types); diff != "" {
+		t.Fatalf("events (-want +got):\n%s", diff)
+	}
+	got := decode[map[string]any](t, evs[1].Data)
+	want := map[string]any{"callId": res.CallID, "isError": false, "text": "ok\n[exit code: 3]", "jobId": res.JobID, "exitCode": 3.0}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("tool/result (-want +got):\n%s", diff)
+	}
+
+	transcript, err := w.agents.Transcript(ctx, a.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, leak := range []string{secret, w.home, "DSH_HOME", "DSH_SHELL", "managed"} {
+		if bytes.Contains(transcript, []byte(leak)) {
+			t.Errorf("transcript contains %q:\n%s", leak, transcript)
+		}
+	}
+}
+
+func TestCallErrors(t *testing.T) {
+	w := newWorld(t)
+	a := w.agent(t)
+	tests := []struct {
+		name    string
+		agentID string
+		tool    string
+		args    string
+		want    error
+	}{
+		{"unknown agent", "agt_nope", ToolBash, `{"command":"true"}`, agents.ErrNotFound},
+		{"unknown tool", a.ID, "python", `{"code":"1"}`, ErrUnknownTool},
+		{"missing command", a.ID, ToolBash, `{"env":{"A":"b"}}`, ErrInvalidArguments},
+		{"ill-typed timeout", a.ID, ToolBash, `{"command":"true","timeoutMs":"soon"}`, ErrInvalidArguments},
+		{"arguments not an object", a.ID, ToolJobKill, `"job_1"`, ErrInvalidArguments},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := w.svc.Call(context.Background(), tt.agentID, tt.tool, "c1", json.RawMessage(tt.args))
+			if !errors.Is(err, tt.want) {
+				t.Errorf("Call error = %v, want %v", err, tt.want)
+			}
+		})
+	}
+	if evs := w.events(t, a.ID, EventToolCall, EventToolResult); len(evs) != 0 {
+		t.Errorf("rejected calls were recorded: %v", evs)
+	}
+	if n := w.env.n.Load(); n != 0 {
+		t.Errorf("rejected calls collected the environment %d times", n)
+	}
+}
+
+func TestCallModelErrorsAreResults(t *testing.T) {
+	w := newWorld(t)
+	a := w.agent(t)
+	tests := []struct {
+		name string
+		args map[string]any
+		want string
+	}{
+		{"missing workdir", map[string]any{"command": "pwd", "workdir": "/definitely/not/here"}, "could not start the command"},
+		{"timeout", map[string]any{"command": "echo tick; sleep 10", "timeoutMs": 300}, "tick\n[timed out after 300ms]"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			res := w.call(t, a.ID, ToolBash, tt.args)
+			if !res.IsError || !strings.Contains(res.Text, tt.want) {
+				t.Errorf("result = %+v, want isError with %q", res, tt.want)
+			}
+		})
+	}
+	if got := len(w.events(t, a.ID, EventToolResult)); got != len(tests) {
+		t.Errorf("%d tool/result events, want %d", got, len(tests))
+	}
+}
+
+func TestCallWorkdir(t *testing.T) {
+	w := newWorld(t)
+	a := w.agent(t)
+	if err := os.Mkdir(filepath.Join(a.Cwd, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	other := t.TempDir()
+	tests := []struct{ workdir, want string }{
+		{"", a.Cwd},
+		{"sub", filepath.Join(a.Cwd, "sub")},
+		{other, other},
+	}
+	for _, tt := range tests {
+		t.Run("workdir="+tt.workdir, func(t *testing.T) {
+			args := map[string]any{"command": "pwd -P"}
+			if tt.workdir != "" {
+				args["workdir"] = tt.workdir
+			}
+			want, _ := filepath.EvalSymlinks(tt.want)
+			if res := w.call(t, a.ID, ToolBash, args); res.Text != want {
+				t.Errorf("pwd = %q, want %q", res.Text, want)
+			}
+		})
+	}
+}
+
+func TestCallBackground(t *testing.T) {
+	w := newWorld(t)
+	a := w.agent(t)
+	res := w.call(t, a.ID, ToolBash, map[string]any{"command": `sleep 0.2; echo "bg $DSH_SESSION_ID"`, "run_in_background": true})
+	if res.Text != "started background job "+res.JobID || res.IsError || res.ExitCode != nil {
+		t.Fatalf("start = %+v", res)
+	}
+	out := w.call(t, a.ID, ToolJobOutput, map[string]any{"jobId": res.JobID, "waitMs": 10000})
+	if out.Text != "bg "+a.ID || out.IsError || out.ExitCode == nil || *out.ExitCode != 0 {
+		t.Errorf("job_output = %+v", out)
+	}
+	list := w.call(t, a.ID, ToolJobList, map[string]any{"state": "exited"})
+	if !strings.Contains(list.Text, res.JobID+"  exited 0  background  sleep 0.2;") {
+		t.Errorf("job_list = %q", list.Text)
+	}
+	if none := w.call(t, a.ID, ToolJobList, map[string]any{"state": "running"}); none.Text != "(no jobs)" {
+		t.Errorf("job_list running = %q", none.Text)
+	}
+}
+
+func TestJobToolsIsolation(t *testing.T) {
+	w := newWorld(t)
+	owner, other := w.agent(t), w.agent(t)
+
+	started := w.call(t, owner.ID, ToolBash, map[string]any{"command": "sleep 30", "run_in_background": true})
+	id := started.JobID
+	notFound := fmt.Sprintf("job %s not found", id)
+
+	for _, tool := range []string{ToolJobOutput, ToolJobKill} {
+		res := w.call(t, other.ID, tool, map[string]any{"jobId": id})
+		if !res.IsError || !strings.HasPrefix(res.Text, notFound) {
+			t.Errorf("%s by another agent = %+v, want not found", tool, res)
+		}
+	}
+	if res := w.call(t, other.ID, ToolJobList, nil); res.Text != "(no jobs)" {
+		t.Errorf("job_list by another agent = %q", res.Text)
+	}
+	if res := w.call(t, owner.ID, ToolJobOutput, map[string]any{"jobId": "job_missing"}); !res.IsError {
+		t.Errorf("job_output of a missing job = %+v", res)
+	}
+	if snap, _ := w.jobs.Job(id); snap.Snapshot().State != "running" {
+		t.Fatalf("another agent's job_kill stopped the job")
+	}
+
+	if res := w.call(t, owner.ID, ToolJobList, map[string]any{}); !strings.Contains(res.Text, id+"  running  background  sleep 30") {
+		t.Errorf("owner job_list = %q", res.Text)
+	}
+	if res := w.call(t, owner.ID, ToolJobKill, map[string]any{"jobId": id}); res.IsError || !strings.Contains(res.Text, id) {
+		t.Errorf("owner job_kill = %+v", res)
+	}
+	res := w.call(t, owner.ID, ToolJobOutput, map[string]any{"jobId": id, "waitMs": 10000})
+	if !strings.Contains(res.Text, "[killed by signal: SIG") {
+		t.Errorf("job_output after kill = %q", res.Text)
+	}
+	if res := w.call(t, owner.ID, ToolJobKill, map[string]any{"jobId": id}); res.IsError || !strings.Contains(res.Text, "already finished") {
+		t.Errorf("second job_kill = %+v", res)
+	}
+}
+
+func TestCallHooks(t *testing.T) {
+	exit2 := 2
+	t.Run("PreToolUse block starts nothing", func(t *testing.T) {
+		w := newWorld(t)
+		a := w.agent(t)
+		w.hooks.decide = func(in hooks.Input) hooks.Outcome {
+			if in.Event != hooks.PreToolUse {
+				t.Errorf("hook event %s after a block", in.Event)
+			}
+			return hooks.Outcome{Blocked: true, Decision: "deny", Reason: "no rm please", Results: []hooks.Result{{
+				Handler: "claude-code:PreToolUse[0].hooks[0]", Dialect: "claude-code", Decision: "deny",
+				Reason: "no rm please", ExitCode: &exit2, Stderr: "no rm please", Duration: 12 * time.Millisecond,
+			}}}
+		}
+		raw := json.RawMessage(`{"command":"touch marker","description":"make a file","timeoutMs":5000}`)
+		res, err := w.svc.Call(context.Background(), a.ID, ToolBash, "toolu_1", raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !res.IsError || res.JobID != "" || !strings.Contains(res.Text, "no rm please") || res.CallID != "toolu_1" {
+			t.Errorf("result = %+v, want a blocked error result", res)
+		}
+		if _, err := os.Stat(filepath.Join(a.Cwd, "marker")); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("blocked command ran: stat marker: %v", err)
+		}
+		if jobs := w.jobs.Jobs(a.ID, ""); len(jobs) != 0 {
+			t.Errorf("blocked call started %d jobs", len(jobs))
+		}
+		seen := w.hooks.seen()
+		if len(seen) != 1 {
+			t.Fatalf("%d hook runs, want 1", len(seen))
+		}
+		wantIn := hooks.Input{
+			Event: hooks.PreToolUse, SessionID: a.ID, Cwd: a.Cwd, ToolName: "Bash", ToolUseID: "toolu_1",
+			ToolInput: map[string]any{"command": "touch marker", "description": "make a file", "timeout": int64(5000)},
+		}
+		if diff := cmp.Diff(wantIn, seen[0]); diff != "" {
+			t.Errorf("hook input (-want +got):\n%s", diff)
+		}
+
+		var types []string
+		for _, e := range w.events(t, a.ID, EventToolCall, EventHookInvoked, EventHookResult, EventToolResult) {
+			types = append(types, e.Type)
+		}
+		if diff := cmp.Diff([]string{EventToolCall, EventHookInvoked, EventHookResult, EventToolResult}, types); diff != "" {
+			t.Errorf("events (-want +got):\n%s", diff)
+		}
+		hr := decode[map[string]any](t, w.events(t, a.ID, EventHookResult)[0].Data)
+		want := map[string]any{
+			"callId": "toolu_1", "event": "PreToolUse", "handler": "claude-code:PreToolUse[0].hooks[0]", "dialect": "claude-code",
+			"decision": "deny", "reason": "no rm please", "exitCode": 2.0, "stderr": "no rm please", "durationMs": 12.0,
+		}
+		if diff := cmp.Diff(want, hr); diff != "" {
+			t.Errorf("hook/result (-want +got):\n%s", diff)
+		}
+	})
+
+	t.Run("PostToolUse sees the response and may block", func(t *testing.T) {
+		w := newWorld(t)
+		a := w.agent(t)
+		w.hooks.decide = func(in hooks.Input) hooks.Outcome {
+			if in.Event == hooks.PostToolUse {
+				return hooks.Outcome{Blocked: true, Reason: "output looks secret"}
+			}
+			return hooks.Outcome{}
+		}
+		res := w.call(t, a.ID, ToolBash, map[string]any{"command": "echo out; echo err >&2; exit 4"})
+		if !res.IsError || res.Text != "out\n[stderr]\nerr\n[exit code: 4]\n[blocked by PostToolUse hook: output looks secret]" {
+			t.Errorf("result = %+v", res)
+		}
+		seen := w.hooks.seen()
+		if len(seen) != 2 || seen[1].Event != hooks.PostToolUse {
+			t.Fatalf("hook runs = %+v", seen)
+		}
+		wantResp := map[string]any{"stdout": "out\n", "stderr": "err\n", "exitCode": intp(4), "interrupted": false}
+		if diff := cmp.Diff(wantResp, seen[1].ToolResponse); diff != "" {
+			t.Errorf("tool_response (-want +got):\n%s", diff)
+		}
+	})
+}
+
+func TestExec(t *testing.T) {
+	w := newWorld(t)
+	a := w.agent(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	wait := func(t *testing.T, j *exec.Job) exec.Snapshot {
+		t.Helper()
+		snap, err := j.Wait(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return snap
+	}
+
+	t.Run("agent identity, cwd, env and stdin", func(t *testing.T) {
+		j, err := w.svc.Exec(ctx, ExecRequest{
+			Command: `echo "$DSH_SESSION_ID|$PWD|$FOO|$(cat)"`, AgentID: a.ID,
+			Env: map[string]string{"FOO": "bar"}, Stdin: []byte("in"), HasStdin: true,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := a.ID + "|" + a.Cwd + "|bar|in\n"
+		if snap := wait(t, j); snap.Stdout.Text != want || snap.AgentID != a.ID {
+			t.Errorf("stdout = %q agent %q, want %q", snap.Stdout.Text, snap.AgentID, want)
+		}
+	})
+
+	t.Run("no agent: no session id", func(t *testing.T) {
+		j, err := w.svc.Exec(ctx, ExecRequest{Command: `echo "${DSH_SESSION_ID-absent} $DSH_SHELL"`})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if snap := wait(t, j); snap.Stdout.Text != "absent 1\n" {
+			t.Errorf("stdout = %q", snap.Stdout.Text)
+		}
+	})
+
+	t.Run("idempotency key returns the job without collecting", func(t *testing.T) {
+		first, err := w.svc.Exec(ctx, ExecRequest{Command: "echo once", IdempotencyKey: "k1", Background: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := w.env.n.Load()
+		again, err := w.svc.Exec(ctx, ExecRequest{Command: "echo once", IdempotencyKey: "k1", Background: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if again.ID() != first.ID() || w.env.n.Load() != before {
+			t.Errorf("second Exec: job %s (want %s), %d extra collects", again.ID(), first.ID(), w.env.n.Load()-before)
+		}
+	})
+
+	t.Run("unknown agent", func(t *testing.T) {
+		if _, err := w.svc.Exec(ctx, ExecRequest{Command: "true", AgentID: "agt_missing"}); !errors.Is(err, agents.ErrNotFound) {
+			t.Errorf("error = %v, want agents.ErrNotFound", err)
+		}
+	})
+
+	t.Run("empty command", func(t *testing.T) {
+		if _, err := w.svc.Exec(ctx, ExecRequest{}); !errors.Is(err, ErrInvalidArguments) {
+			t.Errorf("error = %v, want ErrInvalidArguments", err)
+		}
+	})
+}
+
+func TestResolutionFailureStartsNothing(t *testing.T) {
+	w := newWorld(t)
+	a := w.agent(t)
+	hook := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, _ *http.Request) {
+		http.Error(rw, "down", http.StatusInternalServerError)
+	}))
+	defer hook.Close()
+	if _, err := w.reg.Register(context.Background(), shellenv.Spec{
+		Name:     "flaky",
+		Keys:     []shellenv.KeySpec{{Key: "DSH_FLAKY", Description: "a fact from a broken webhook"}},
+		Resolver: shellenv.ResolverSpec{Kind: shellenv.KindWebhook, URL: hook.URL},
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	if _, err := w.svc.Exec(context.Background(), ExecRequest{Command: "true", AgentID: a.ID}); !errors.Is(err, shellenv.ErrResolution) {
+		t.Errorf("Exec error = %v, want shellenv.ErrResolution", err)
+	}
+	_, err := w.svc.Call(context.Background(), a.ID, ToolBash, "c1", json.RawMessage(`{"command":"true"}`))
+	var re *shellenv.ResolutionError
+	if !errors.Is(err, shellenv.ErrResolution) || !errors.As(err, &re) || re.Contributor != "flaky" {
+		t.Errorf("Call error = %v, want a resolution error naming flaky", err)
+	}
+	if jobs := w.jobs.Jobs("", ""); len(jobs) != 0 {
+		t.Errorf("%d jobs started despite resolution failures", len(jobs))
+	}
+	// The recorded call has its (error) result.
+	if res := w.events(t, a.ID, EventToolResult); len(res) != 1 || !decode[resultEvent](t, res[0].Data).IsError {
+		t.Errorf("tool/result events = %v, want one error result", res)
+	}
+}
+
+// TestConcurrentParentAndChild runs dozens of overlapping foreground and
+// background calls from a parent and its spawned child; each must only ever
+// see its own id.
+func TestConcurrentParentAndChild(t *testing.T) {
+	w := newWorld(t)
+	parent := w.agent(t)
+	child, err := w.agents.Spawn(context.Background(), parent.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const perAgent = 24
+	var wg sync.WaitGroup
+	for _, ag := range []agents.Agent{parent, child} {
+		for i := range perAgent {
+			wg.Go(func() {
+				bg := i%2 == 1
+				res, err := w.svc.Call(context.Background(), ag.ID, ToolBash, "",
+					json.RawMessage(fmt.Sprintf(`{"command":"sleep 0.0%d; echo \"$DSH_SESSION_ID\"","run_in_background":%v}`, i%10, bg)))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if bg {
+					res, err = w.svc.Call(context.Background(), ag.ID, ToolJobOutput, "",
+						json.RawMessage(fmt.Sprintf(`{"jobId":%q,"waitMs":20000}`, res.JobID)))
+					if err != nil {
+						t.Error(err)
+						return
+					}
+				}
+				for _, other := range []agents.Agent{parent, child} {
+					if other.ID != ag.ID && strings.Contains(res.Text, other.ID) {
+						t.Errorf("agent %s saw the id of %s", ag.ID, other.ID)
+					}
+				}
+				if res.Text != ag.ID || res.IsError {
+					t.Errorf("agent %s (background %v, job %s) saw %q", ag.ID, bg, res.JobID, res.Text)
+				}
+			})
+		}
+	}
+	wg.Wait()
+	for _, ag := range []agents.Agent{parent, child} {
+		if n := len(w.jobs.Jobs(ag.ID, "")); n != perAgent {
+			t.Errorf("agent %s has %d jobs, want %d", ag.ID, n, perAgent)
+		}
+		if n := len(w.events(t, ag.ID, EventToolResult)); n != perAgent*3/2 {
+			t.Errorf("agent %s has %d tool/result events, want %d", ag.ID, n, perAgent*3/2)
+		}
+	}
+}
+
+// TestCallRealHooks runs Claude Code hook scripts through the real hooks
+// bridge: PreToolUse sees the Bash input and blocks with exit 2; then a
+// permissive configuration lets the call run and PostToolUse sees the
+// response.
+func TestCallRealHooks(t *testing.T) {
+	w := newWorld(t)
+	a := w.agent(t)
+	out := t.TempDir()
+	writeHooks := func(t *testing.T, cfg string) {
+		t.Helper()
+		path := hooks.File(w.home, hooks.DialectClaudeCode)
+		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		hc, err := hooks.Load(w.home)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.svc = New(Options{Env: w.reg, Jobs: w.jobs, Agents: w.agents, Hooks: hooks.NewRunner(hc, w.jobs, nil), Home: w.home})
+	}
+	type payload struct {
+		SessionID string         `json:"session_id"`
+		Cwd       string         `json:"cwd"`
+		Event     string         `json:"hook_event_name"`
+		ToolName  string         `json:"tool_name"`
+		ToolInput map[string]any `json:"tool_input"`
+		ToolUseID string         `json:"tool_use_id"`
+		Response  map[string]any `json:"tool_response"`
+	}
+	readPayload := func(t *testing.T, name string) payload {
+		t.Helper()
+		b, err := os.ReadFile(filepath.Join(out, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return decode[payload](t, b)
+	}
+
+	t.Run("PreToolUse exit 2 blocks", func(t *testing.T) {
+		writeHooks(t, fmt.Sprintf(`{"hooks":{"PreToolUse":[{"matcher":"Bash","hooks":[{"type":"command","command":"cat > %s/pre.json; env | grep -c '^DSH_' > %s/dsh-count; echo 'rm is not allowed' >&2; exit 2"}]}]}}`, out, out))
+		res, err := w.svc.Call(context.Background(), a.ID, ToolBash, "toolu_pre", json.RawMessage(`{"command":"rm -rf x","description":"remove x"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !res.IsError || !strings.Contains(res.Text, "rm is not allowed") || res.JobID != "" {
+			t.Errorf("result = %+v, want blocked", res)
+		}
+		p := readPayload(t, "pre.json")
+		want := payload{SessionID: a.ID, Cwd: a.Cwd, Event: "PreToolUse", ToolName: "Bash", ToolUseID: "toolu_pre",
+			ToolInput: map[string]any{"command": "rm -rf x", "description": "remove x"}}
+		if diff := cmp.Diff(want, p); diff != "" {
+			t.Errorf("hook payload (-want +got):\n%s", diff)
+		}
+		if b, _ := os.ReadFile(filepath.Join(out, "dsh-count")); strings.TrimSpace(string(b)) != "0" {
+			t.Errorf("hook saw %s DSH_* variables, want 0", b)
+		}
+		hr := w.events(t, a.ID, EventHookResult)
+		if len(hr) != 1 || decode[hookResultEvent](t, hr[0].Data).Decision != "deny" {
+			t.Errorf("hook/result events = %v", hr)
+		}
+	})
+
+	t.Run("PostToolUse sees the response", func(t *testing.T) {
+		writeHooks(t, fmt.Sprintf(`{"hooks":{"PostToolUse":[{"matcher":"Bash","hooks":[{"type":"command","command":"cat > %s/post.json"}]}]}}`, out))
+		res := w.call(t, a.ID, ToolBash, map[string]any{"command": "echo hi; exit 1"})
+		if res.IsError || res.Text != "hi\n[exit code: 1]" {
+			t.Errorf("result = %+v", res)
+		}
+		p := readPayload(t, "post.json")
+		want := map[string]any{"stdout": "hi\n", "stderr": "", "exitCode": 1.0, "interrupted": false}
+		if diff := cmp.Diff(want, p.Response); diff != "" || p.Event != "PostToolUse" {
+			t.Errorf("event %s tool_response (-want +got):\n%s", p.Event, diff)
+		}
+	})
+}
