@@ -28,26 +28,44 @@ export function createJobsView() {
   const rows = new Map(); // job id → {tr, cells, job}
   let active = false;
   let timer = 0;
+  let inflight = false;
+  let again = false;
   let selected = null; // {id, controller}
 
   document.addEventListener('visibilitychange', () => {
     if (active && !document.hidden) poll();
   });
 
+  // One poll at a time: a poll asked for while one is in flight runs right
+  // after it, so the timer chain never forks.
   async function poll() {
+    if (inflight) {
+      again = true;
+      return;
+    }
     clearTimeout(timer);
     if (!active || document.hidden) return;
+    inflight = true;
     try {
       const jobs = await requestJSON('/jobs');
-      if (!active) return;
-      render(Array.isArray(jobs) ? jobs : []);
-      setMessage(error, '');
-      setText(updated, `Updated ${new Date().toLocaleTimeString()}`);
+      if (active) {
+        render(Array.isArray(jobs) ? jobs : []);
+        setMessage(error, '');
+        setText(updated, `Updated ${new Date().toLocaleTimeString()}`);
+      }
     } catch (err) {
       if (isQuiet(err)) return;
       setMessage(error, `Could not list jobs: ${err.message}`);
+    } finally {
+      inflight = false;
     }
-    if (active) timer = setTimeout(poll, POLL_MS);
+    if (!active) return;
+    if (again) {
+      again = false;
+      poll();
+    } else {
+      timer = setTimeout(poll, POLL_MS);
+    }
   }
 
   function render(jobs) {
@@ -91,7 +109,7 @@ export function createJobsView() {
     const cancel = h('button', {
       type: 'button', class: 'danger', 'data-testid': `job-cancel-${job.id}`,
       'aria-label': `Cancel job ${job.id}`,
-      onclick: () => cancelJob(job.id, cancel),
+      onclick: () => cancelJob(job.id),
     }, 'Cancel');
     const cells = {
       agent: h('td', {}),
@@ -125,6 +143,11 @@ export function createJobsView() {
     cells.exit.classList.toggle('bad', job.state !== 'running' && job.exitCode !== 0);
     setText(cells.duration, formatDuration(durationOf(job)));
     const running = job.state === 'running';
+    // Between DELETE and the job's end (up to the grace period) the button
+    // stays disabled, so it is not pressed twice.
+    // aria-disabled, not disabled: a disabled button would drop keyboard focus.
+    cells.cancel.setAttribute('aria-disabled', String(Boolean(entry.cancelling)));
+    setText(cells.cancel, entry.cancelling ? 'Cancelling…' : 'Cancel');
     if (running && !cells.cancel.isConnected) cells.actions.append(cells.cancel);
     if (!running && cells.cancel.isConnected) {
       // Keep keyboard focus on the row when its button disappears.
@@ -136,17 +159,18 @@ export function createJobsView() {
     entry.tr.classList.toggle('selected', selected?.id === job.id);
   }
 
-  async function cancelJob(id, button) {
-    button.disabled = true;
-    setText(button, 'Cancelling…');
+  async function cancelJob(id) {
+    const entry = rows.get(id);
+    if (!entry || entry.cancelling) return;
+    entry.cancelling = true;
+    updateRow(entry, entry.job);
     try {
       await request(path('jobs', id), { method: 'DELETE' });
     } catch (err) {
+      entry.cancelling = false;
+      updateRow(entry, entry.job);
       if (isQuiet(err)) return;
       setMessage(error, `Could not cancel job ${id}: ${err.message}`);
-    } finally {
-      button.disabled = false;
-      setText(button, 'Cancel');
     }
     poll();
   }
