@@ -43,6 +43,7 @@ type KeyOwnedError struct {
 	Owner string // name of the contributor that owns it
 }
 
+// Error names the key and its owner.
 func (e *KeyOwnedError) Error() string {
 	return fmt.Sprintf("key %s is owned by contributor %q", e.Key, e.Owner)
 }
@@ -60,6 +61,7 @@ type DeclarationError struct {
 	Err error
 }
 
+// Error lists every problem, separated by semicolons.
 func (e *DeclarationError) Error() string {
 	return fmt.Sprintf("%s: %s", strings.TrimPrefix(e.Unwrap().Error(), "shellenv: "), strings.Join(e.Problems, "; "))
 }
@@ -79,6 +81,7 @@ type ResolutionError struct {
 	Reason      string // e.g. "timed out after 2s", "undeclared key DSH_X"
 }
 
+// Error names the contributor and the reason.
 func (e *ResolutionError) Error() string {
 	return fmt.Sprintf("resolve contributor %q: %s", e.Contributor, e.Reason)
 }

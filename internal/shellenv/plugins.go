@@ -11,9 +11,9 @@ import (
 
 // Plugin lease bounds.
 const (
-	DefaultLease = 5 * time.Minute
-	MinLease     = time.Second
-	MaxLease     = 24 * time.Hour
+	DefaultLease = 5 * time.Minute // lease of OpenPlugin(…, 0)
+	MinLease     = time.Second     // shortest lease accepted
+	MaxLease     = 24 * time.Hour  // longest lease accepted
 	// MaxPluginNameLen is the longest plugin name OpenPlugin accepts.
 	MaxPluginNameLen = 128
 )

@@ -18,7 +18,9 @@ import (
 
 // Defaults applied by New.
 const (
+	// DefaultWebhookTimeout bounds all webhook calls of one Collect.
 	DefaultWebhookTimeout = 2 * time.Second
+	// DefaultExpiryInterval is how often Run disposes expired plugins.
 	DefaultExpiryInterval = time.Second
 	// MaxWebhookResponse is the largest webhook response body accepted.
 	MaxWebhookResponse = 1 << 20

@@ -109,20 +109,34 @@ const (
 	numFacts
 )
 
-var factNames = [numFacts]string{
-	factAgentID:       "agent.id",
-	factAgentParentID: "agent.parentId",
-	factAgentRootID:   "agent.rootId",
-	factAgentCwd:      "agent.cwd",
-	factAgentDepth:    "agent.depth",
-	factJobID:         "job.id",
-	factJobCwd:        "job.cwd",
-	factJobBackground: "job.background",
+// name returns the placeholder name of f, "" for factNone.
+func (f fact) name() string {
+	switch f {
+	case factAgentID:
+		return "agent.id"
+	case factAgentParentID:
+		return "agent.parentId"
+	case factAgentRootID:
+		return "agent.rootId"
+	case factAgentCwd:
+		return "agent.cwd"
+	case factAgentDepth:
+		return "agent.depth"
+	case factJobID:
+		return "job.id"
+	case factJobCwd:
+		return "job.cwd"
+	case factJobBackground:
+		return "job.background"
+	}
+	return ""
 }
 
+// lookupFact returns the fact named name, or factNone. It runs only at
+// registration; Collect never parses.
 func lookupFact(name string) fact {
 	for f := factAgentID; f < numFacts; f++ {
-		if factNames[f] == name {
+		if f.name() == name {
 			return f
 		}
 	}
@@ -135,7 +149,7 @@ func lookupFact(name string) fact {
 func TemplateFacts() []string {
 	out := make([]string, 0, numFacts-1)
 	for f := factAgentID; f < numFacts; f++ {
-		out = append(out, factNames[f])
+		out = append(out, f.name())
 	}
 	slices.Sort(out)
 	return out
