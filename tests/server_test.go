@@ -58,16 +58,26 @@ type testServer struct {
 }
 
 type serverConfig struct {
-	home   string
-	env    []string
-	args   []string
-	config string
+	home        string
+	ambientHome bool
+	env         []string
+	args        []string
+	config      string
 }
 
 type serverOption func(*serverConfig)
 
 // withHome runs the server on an existing home (a restart keeps its state).
 func withHome(dir string) serverOption { return func(c *serverConfig) { c.home = dir } }
+
+// withAmbientHome gives the server its home through $DSH_HOME in its own
+// environment instead of --home.
+func withAmbientHome(dir string) serverOption {
+	return func(c *serverConfig) {
+		c.home, c.ambientHome = dir, true
+		c.env = append(c.env, "DSH_HOME="+dir)
+	}
+}
 
 // withEnv adds KEY=VALUE pairs to the server's own environment.
 func withEnv(kv ...string) serverOption {
@@ -94,7 +104,10 @@ func startServer(t testing.TB, opts ...serverOption) *testServer {
 	if c.home == "" {
 		c.home = filepath.Join(t.TempDir(), "home")
 	}
-	args := []string{"--addr", "127.0.0.1:0", "--home", c.home}
+	args := []string{"--addr", "127.0.0.1:0"}
+	if !c.ambientHome {
+		args = append(args, "--home", c.home)
+	}
 	if c.config != "" {
 		p := filepath.Join(t.TempDir(), "config.yaml")
 		if err := os.WriteFile(p, []byte(c.config), 0o600); err != nil {
