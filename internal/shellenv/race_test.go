@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -59,6 +60,7 @@ func TestConcurrentCollectSeesWholeSnapshots(t *testing.T) {
 		}
 	})
 
+	var with, without atomic.Int64 // overlays with and without contributor c
 	errc := make(chan error, readers)
 	for range readers {
 		wg.Go(func() {
@@ -67,6 +69,11 @@ func TestConcurrentCollectSeesWholeSnapshots(t *testing.T) {
 				if err != nil {
 					errc <- err
 					return
+				}
+				if _, ok := o.Get("DSH_C_A"); ok {
+					with.Add(1)
+				} else {
+					without.Add(1)
 				}
 				if err := checkOverlay(o); err != nil {
 					errc <- err
@@ -84,6 +91,7 @@ func TestConcurrentCollectSeesWholeSnapshots(t *testing.T) {
 	for err := range errc {
 		t.Error(err)
 	}
+	t.Logf("overlays with contributor c: %d, without: %d", with.Load(), without.Load())
 }
 
 func checkOverlay(o Overlay) error {
