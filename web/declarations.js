@@ -116,7 +116,7 @@ export function createDeclarationsView() {
       ? [h('tr', {}, h('td', { colspan: 5, class: 'empty' }, 'No plugin is open.'))]
       : plugins.map((p) => h('tr', { 'data-plugin-id': p.id },
         h('th', { scope: 'row' }, p.name),
-        h('td', {}, h('code', {}, p.id)),
+        h('td', {}, h('code', { class: 'id' }, p.id)),
         h('td', {}, `${p.leaseSeconds} s`),
         h('td', { class: 'nowrap' }, lease(p.expiresAt)),
         h('td', {}, (p.contributors ?? []).length ? p.contributors.join(', ') : h('span', { class: 'muted' }, 'none'))))));

@@ -113,7 +113,7 @@ export function createJobsView() {
     }, 'Cancel');
     const cells = {
       agent: h('td', {}),
-      state: h('td', { 'data-testid': `job-state-${job.id}` }),
+      state: h('td', { class: 'nowrap', 'data-testid': `job-state-${job.id}` }),
       exit: h('td', { class: 'num' }),
       duration: h('td', { class: 'num' }),
       started: h('td', {}, timeElement(job.startedAt ?? job.createdAt)),
@@ -132,7 +132,7 @@ export function createJobsView() {
     const previous = entry.job;
     entry.job = job;
     if (!cells.agent.firstChild || previous.agentId !== job.agentId) {
-      cells.agent.replaceChildren(job.agentId ? h('code', {}, job.agentId) : h('span', { class: 'muted' }, 'none'));
+      cells.agent.replaceChildren(job.agentId ? h('code', { class: 'id' }, job.agentId) : h('span', { class: 'muted' }, 'none'));
     }
     if (cells.state.dataset.state !== job.state) {
       cells.state.dataset.state = job.state;
