@@ -12,7 +12,8 @@ built-in scripted model issues one bash call, `echo "$DSH_SESSION_ID"`, which
 prints the agent's own id.
 
 Environment:
-  DSHD_URL         base URL of the server, e.g. http://127.0.0.1:8080 (required)
+  DSHD_URL         base URL of the server (default http://127.0.0.1:7433,
+                   dshd's default address)
   DSHD_TOKEN       bearer token; or
   DSHD_TOKEN_FILE  file holding it (default $DSH_HOME/server.token,
                    else ~/.dsh/server.token)
@@ -146,9 +147,7 @@ def read_token(env):
 
 def main(env=os.environ, model=scripted_model):
     try:
-        url = env.get("DSHD_URL", "").strip()
-        if not url:
-            raise DshdError("DSHD_URL is not set")
+        url = env.get("DSHD_URL", "").strip() or "http://127.0.0.1:7433"
         client = Client(url, read_token(env))
         summary = run(client, model)
     except Exception as e:  # any failure, ours or the model's, is fatal

@@ -107,7 +107,7 @@ func New(o Options) *Service {
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Service{
-		log:    log.With("component", "tools"),
+		log:    log,
 		env:    o.Env,
 		jobs:   o.Jobs,
 		agents: o.Agents,
@@ -143,8 +143,8 @@ type ExecRequest struct {
 	Stdin    []byte
 	HasStdin bool
 	Timeout  time.Duration // 0 = executor default (foreground) / none (background)
-	// Background starts the job without any notion of waiting; the caller
-	// decides whether to wait on the returned job.
+	// Background makes a background job: no default timeout, counted
+	// against the agent's background cap. Exec never waits either way.
 	Background     bool
 	IdempotencyKey string
 }
