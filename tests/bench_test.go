@@ -1,0 +1,300 @@
+package tests
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	osexec "os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// The benchmarks here measure DESIGN section 10's budgets against the real
+// (non-race) binary over loopback HTTP, each beside its baseline measured in
+// the same run. They print figures; they assert nothing about time.
+
+// benchClient keeps connections alive, as a harness would.
+var benchClient = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, MaxConnsPerHost: 64}}
+
+func (s *testServer) post(tb testing.TB, path string, body []byte) []byte {
+	req, err := http.NewRequest("POST", s.URL+path, bytes.NewReader(body))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+s.Token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := benchClient.Do(req)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	out, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode >= 300 {
+		tb.Fatalf("POST %s = %d %v: %s", path, resp.StatusCode, err, out)
+	}
+	return out
+}
+
+func (s *testServer) get(tb testing.TB, path string) []byte {
+	req, err := http.NewRequest("GET", s.URL+path, nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+s.Token)
+	resp, err := benchClient.Do(req)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	out, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != 200 {
+		tb.Fatalf("GET %s = %d %v", path, resp.StatusCode, err)
+	}
+	return out
+}
+
+func spawnDirect(tb testing.TB) {
+	if err := osexec.Command("bash", "-c", "true").Run(); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+var execTrue = []byte(`{"command":"true"}`)
+
+func percentile(d []time.Duration, p float64) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[min(len(s)-1, int(float64(len(s))*p))]
+}
+
+func us(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
+
+// BenchmarkExecForeground alternates a direct `bash -c true` spawn (the
+// physical floor) with a foreground POST /exec of `true`, so both see the
+// same machine, and reports median and p99 of each and their ratios.
+// Budget: median ≤ 1.25×, p99 ≤ 2× of direct.
+func BenchmarkExecForeground(b *testing.B) {
+	s := startServer(b)
+	for range 50 { // warm up both paths
+		spawnDirect(b)
+		s.post(b, "/exec", execTrue)
+	}
+	direct := make([]time.Duration, 0, b.N)
+	served := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for range b.N {
+		t0 := time.Now()
+		spawnDirect(b)
+		t1 := time.Now()
+		s.post(b, "/exec", execTrue)
+		direct = append(direct, t1.Sub(t0))
+		served = append(served, time.Since(t1))
+	}
+	b.StopTimer()
+	dm, sm := percentile(direct, .5), percentile(served, .5)
+	d99, s99 := percentile(direct, .99), percentile(served, .99)
+	b.ReportMetric(us(dm), "direct-median-µs")
+	b.ReportMetric(us(sm), "exec-median-µs")
+	b.ReportMetric(float64(sm)/float64(dm), "median-ratio")
+	b.ReportMetric(us(d99), "direct-p99-µs")
+	b.ReportMetric(us(s99), "exec-p99-µs")
+	b.ReportMetric(float64(s99)/float64(d99), "p99-ratio")
+}
+
+// BenchmarkExecConcurrent8 measures throughput with 8 concurrent clients,
+// direct spawning first, then POST /exec. Budget: ≥ 90% of direct.
+func BenchmarkExecConcurrent8(b *testing.B) {
+	s := startServer(b)
+	run := func(op func()) float64 {
+		var wg sync.WaitGroup
+		per := max(b.N/8, 1)
+		start := time.Now()
+		for range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range per {
+					op()
+				}
+			}()
+		}
+		wg.Wait()
+		return float64(per*8) / time.Since(start).Seconds()
+	}
+	run(func() { s.post(b, "/exec", execTrue) }) // warm up
+	b.ResetTimer()
+	direct := run(func() { spawnDirect(b) })
+	served := run(func() { s.post(b, "/exec", execTrue) })
+	direct2 := run(func() { spawnDirect(b) }) // again, to bracket drift
+	b.StopTimer()
+	base := (direct + direct2) / 2
+	b.ReportMetric(base, "direct-ops/s")
+	b.ReportMetric(served, "exec-ops/s")
+	b.ReportMetric(served/base, "throughput-ratio")
+}
+
+// rssKiB reads a process's resident set (VmRSS) or its peak (VmHWM).
+func rssKiB(tb testing.TB, pid int, field string) int64 {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			n, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			if err != nil {
+				tb.Fatal(err)
+			}
+			return n
+		}
+	}
+	tb.Fatalf("no %s in /proc/%d/status", field, pid)
+	return 0
+}
+
+// BenchmarkStream256MiB: a background job writes 256 MiB to stdout; the
+// baseline is the same command's pipe read straight into io.Discard.
+// Budgets: ≥ 50% of raw pipe speed; server memory growth < 64 MiB.
+func BenchmarkStream256MiB(b *testing.B) {
+	const size = 256 << 20
+	cmd := fmt.Sprintf("head -c %d /dev/zero", size)
+	s := startServer(b)
+	pid := s.cmd.Process.Pid
+	before := rssKiB(b, pid, "VmRSS")
+	var rawTotal, servedTotal time.Duration
+	b.ResetTimer()
+	for range b.N {
+		t0 := time.Now()
+		c := osexec.Command("bash", "-c", cmd)
+		out, err := c.StdoutPipe()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := c.Start(); err != nil {
+			b.Fatal(err)
+		}
+		if n, err := io.Copy(io.Discard, out); err != nil || n != size {
+			b.Fatalf("raw pipe read %d bytes: %v", n, err)
+		}
+		if err := c.Wait(); err != nil {
+			b.Fatal(err)
+		}
+		rawTotal += time.Since(t0)
+
+		t1 := time.Now()
+		var j job
+		if err := json.Unmarshal(s.post(b, "/exec", []byte(`{"command":"`+cmd+`","background":true}`)), &j); err != nil {
+			b.Fatal(err)
+		}
+		for j.State == "running" {
+			if err := json.Unmarshal(s.get(b, "/jobs/"+j.ID+"?waitMs=60000"), &j); err != nil {
+				b.Fatal(err)
+			}
+		}
+		servedTotal += time.Since(t1)
+		if j.Stdout.TotalBytes != size {
+			b.Fatalf("job saw %d bytes, want %d", j.Stdout.TotalBytes, size)
+		}
+	}
+	b.StopTimer()
+	peak := rssKiB(b, pid, "VmHWM")
+	mib := float64(size*b.N) / (1 << 20)
+	b.ReportMetric(mib/rawTotal.Seconds(), "raw-MiB/s")
+	b.ReportMetric(mib/servedTotal.Seconds(), "served-MiB/s")
+	b.ReportMetric(rawTotal.Seconds()/servedTotal.Seconds(), "speed-ratio")
+	b.ReportMetric(float64(peak-before)/1024, "server-growth-MiB")
+}
+
+// BenchmarkBackgroundSleeps1000 starts 1,000 background sleeps at once and
+// waits until every one is reaped. Budget: server RSS < 200 MiB; the
+// baseline is the server's RSS before the load.
+func BenchmarkBackgroundSleeps1000(b *testing.B) {
+	s := startServer(b, withConfig("jobs:\n  maxRunning: 1100\n  retainMax: 5000\n"))
+	pid := s.cmd.Process.Pid
+	before := rssKiB(b, pid, "VmRSS")
+	b.ResetTimer()
+	for range b.N {
+		ids := make([]string, 1000)
+		var wg sync.WaitGroup
+		for w := range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := w; i < len(ids); i += 8 {
+					var j job
+					if err := json.Unmarshal(s.post(b, "/exec", []byte(`{"command":"sleep 2","background":true}`)), &j); err != nil {
+						b.Error(err)
+						return
+					}
+					ids[i] = j.ID
+				}
+			}()
+		}
+		wg.Wait()
+		for _, id := range ids {
+			var j job
+			for j.State == "" || j.State == "running" {
+				if err := json.Unmarshal(s.get(b, "/jobs/"+id+"?waitMs=30000"), &j); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if j.State != "exited" {
+				b.Fatalf("job %s ended %s", id, j.State)
+			}
+		}
+		var running []job
+		if err := json.Unmarshal(s.get(b, "/jobs?state=running"), &running); err != nil || len(running) != 0 {
+			b.Fatalf("%d jobs still running (%v)", len(running), err)
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(before)/1024, "rss-before-MiB")
+	b.ReportMetric(float64(rssKiB(b, pid, "VmHWM"))/1024, "rss-peak-MiB")
+}
+
+// BenchmarkDeclarations10000 times GET /env/declarations with 10,000
+// contributors beside GET /healthz (the HTTP floor). Budget: < 20 ms.
+func BenchmarkDeclarations10000(b *testing.B) {
+	s := startServer(b)
+	var plugin struct{ ID string }
+	if err := json.Unmarshal(s.post(b, "/plugins", []byte(`{"name":"bench","leaseSeconds":86400}`)), &plugin); err != nil {
+		b.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < 10000; i += 8 {
+				key := fmt.Sprintf("DSH_BENCH_%05d", i)
+				s.post(b, "/contributors", fmt.Appendf(nil,
+					`{"name":"bench.c%05d","plugin":%q,"keys":[{"key":%q,"description":"benchmark fact %d"}],"resolver":{"kind":"static","values":{%q:"v"}}}`,
+					i, plugin.ID, key, i, key))
+			}
+		}()
+	}
+	wg.Wait()
+	if n := bytes.Count(s.get(b, "/env/declarations"), []byte(`"key"`)); n < 10000 {
+		b.Fatalf("%d declarations, want ≥ 10000", n)
+	}
+	var decl, health time.Duration
+	b.ResetTimer()
+	for range b.N {
+		t0 := time.Now()
+		s.get(b, "/healthz")
+		t1 := time.Now()
+		s.get(b, "/env/declarations")
+		health += t1.Sub(t0)
+		decl += time.Since(t1)
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(health.Microseconds())/float64(b.N)/1000, "healthz-ms")
+	b.ReportMetric(float64(decl.Microseconds())/float64(b.N)/1000, "declarations-ms")
+}
