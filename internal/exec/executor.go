@@ -352,6 +352,9 @@ func (e *Executor) Start(ctx context.Context, s Spec) (*Job, error) {
 		j.timer = time.AfterFunc(timeout, func() { j.proc.stop(StateTimedOut) })
 	}
 
+	j.mu.Lock()
+	j.startedAt = e.now() // before the spawn: the job may end before start returns
+	j.mu.Unlock()
 	t0 := time.Now()
 	err = j.proc.start(&spawnSpec{
 		bash:     e.bash,
@@ -381,9 +384,6 @@ func (e *Executor) Start(ctx context.Context, s Spec) (*Job, error) {
 	if j.started != nil {
 		close(j.started)
 	}
-	j.mu.Lock()
-	j.startedAt = e.now()
-	j.mu.Unlock()
 	if e.log.Enabled(ctx, slog.LevelDebug) {
 		e.log.Debug("job started", "job_id", j.id, "pid", j.proc.pidNow(), "background", s.Background, "agent_id", s.AgentID)
 	}

@@ -480,7 +480,7 @@ func TestCaps(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Slots free up when jobs finish.
-	mustStart(t, e, Spec{Command: "true", AgentID: "a", Background: true})
+	mustStart(t, e, Spec{Command: "sleep 30", AgentID: "a", Background: true})
 	if got := len(e.Jobs("a", StateRunning)); got != 2 {
 		t.Errorf("running jobs of a = %d, want 2", got)
 	}
