@@ -112,7 +112,7 @@ func (s *Server) CreateAgent(ctx context.Context, req api.CreateAgentRequestObje
 	if req.Body != nil {
 		cwd = deref(req.Body.Cwd)
 	}
-	a, err := s.agents.Create(ctx, cwd)
+	a, err := s.pipeline.CreateAgent(ctx, cwd)
 	if err != nil {
 		return nil, err
 	}
@@ -130,7 +130,7 @@ func (s *Server) GetAgent(ctx context.Context, req api.GetAgentRequestObject) (a
 
 // ResumeAgent reloads an agent and records the resume.
 func (s *Server) ResumeAgent(ctx context.Context, req api.ResumeAgentRequestObject) (api.ResumeAgentResponseObject, error) {
-	a, err := s.agents.Resume(ctx, req.Id)
+	a, err := s.pipeline.ResumeAgent(ctx, req.Id)
 	if err != nil {
 		return nil, err
 	}
@@ -143,7 +143,7 @@ func (s *Server) ForkAgent(ctx context.Context, req api.ForkAgentRequestObject) 
 	if req.Body != nil {
 		boundary = req.Body.Boundary
 	}
-	a, err := s.agents.Fork(ctx, req.Id, boundary)
+	a, err := s.pipeline.ForkAgent(ctx, req.Id, boundary)
 	if err != nil {
 		return nil, err
 	}
@@ -152,7 +152,7 @@ func (s *Server) ForkAgent(ctx context.Context, req api.ForkAgentRequestObject) 
 
 // SpawnAgent spawns a child agent.
 func (s *Server) SpawnAgent(ctx context.Context, req api.SpawnAgentRequestObject) (api.SpawnAgentResponseObject, error) {
-	a, err := s.agents.Spawn(ctx, req.Id)
+	a, err := s.pipeline.SpawnAgent(ctx, req.Id)
 	if err != nil {
 		return nil, err
 	}

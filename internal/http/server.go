@@ -54,20 +54,21 @@ type jobService interface {
 	Cancel(ctx context.Context, id string) (exec.Snapshot, error)
 }
 
-// pipeline runs executions: harness commands and model tool calls.
+// pipeline runs executions (harness commands and model tool calls) and
+// starts sessions, so their hooks run.
 type pipeline interface {
 	Exec(ctx context.Context, r tools.ExecRequest) (*exec.Job, error)
 	Call(ctx context.Context, agentID, name, callID string, args json.RawMessage) (tools.CallResult, error)
+	CreateAgent(ctx context.Context, cwd string) (agents.Agent, error)
+	ResumeAgent(ctx context.Context, id string) (agents.Agent, error)
+	ForkAgent(ctx context.Context, id string, boundary *int64) (agents.Agent, error)
+	SpawnAgent(ctx context.Context, id string) (agents.Agent, error)
 }
 
-// agentService is what the handlers need of agent sessions.
+// agentService is what the handlers read of agent sessions.
 type agentService interface {
-	Create(ctx context.Context, cwd string) (agents.Agent, error)
 	Get(ctx context.Context, id string) (agents.Agent, error)
 	List(ctx context.Context) ([]agents.Agent, error)
-	Resume(ctx context.Context, id string) (agents.Agent, error)
-	Fork(ctx context.Context, id string, boundary *int64) (agents.Agent, error)
-	Spawn(ctx context.Context, id string) (agents.Agent, error)
 	Transcript(ctx context.Context, id string) ([]byte, error)
 }
 

@@ -49,10 +49,15 @@ type jobRunner interface {
 	Cancel(ctx context.Context, id string) (exec.Snapshot, error)
 }
 
-// agentStore is the part of *agents.Store the pipeline uses.
+// agentStore is the part of *agents.Store the pipeline uses: it reads and
+// records sessions, and starts them so that SessionStart hooks run.
 type agentStore interface {
 	Get(ctx context.Context, id string) (agents.Agent, error)
 	Append(ctx context.Context, id, typ string, data any) (agents.Event, error)
+	Create(ctx context.Context, cwd string) (agents.Agent, error)
+	Resume(ctx context.Context, id string) (agents.Agent, error)
+	Fork(ctx context.Context, id string, boundary *int64) (agents.Agent, error)
+	Spawn(ctx context.Context, id string) (agents.Agent, error)
 }
 
 // hookRunner is the part of *hooks.Runner the pipeline uses.

@@ -1,0 +1,206 @@
+package tests
+
+import (
+	"bufio"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+type hookCall struct {
+	Raw        string   `json:"raw"`
+	Cwd        string   `json:"cwd"`
+	Managed    []string `json:"managed"`
+	ProjectDir *string  `json:"project_dir"`
+}
+
+func readHookLog(t *testing.T, path string) []hookCall {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatalf("hook log: %v", err)
+	}
+	defer f.Close()
+	var out []hookCall
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var c hookCall
+		if err := json.Unmarshal(sc.Bytes(), &c); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// TestHooksThroughServer configures real Claude Code and Codex hook scripts
+// in the home and drives model tool calls through the real server.
+func TestHooksThroughServer(t *testing.T) {
+	home := filepath.Join(t.TempDir(), "home")
+	testdata, err := filepath.Abs("testdata/hooks")
+	if err != nil {
+		t.Fatal(err)
+	}
+	claudeLog := filepath.Join(t.TempDir(), "claude.jsonl")
+	codexLog := filepath.Join(t.TempDir(), "codex.jsonl")
+	writeJSON(t, filepath.Join(home, "hooks", "claude-code.json"), map[string]any{"hooks": map[string]any{
+		"SessionStart": []any{map[string]any{"hooks": []any{map[string]any{"type": "command", "command": "HOOK_LOG=" + claudeLog + " " + testdata + "/record.py"}}}},
+		"PreToolUse": []any{
+			map[string]any{"matcher": "Bash", "hooks": []any{map[string]any{"type": "command", "command": testdata + "/validate-bash.sh", "timeout": 10}}},
+			map[string]any{"matcher": "Bash", "hooks": []any{map[string]any{"type": "command", "command": "HOOK_LOG=" + claudeLog + " " + testdata + "/record.py"}}},
+		},
+		"PostToolUse": []any{map[string]any{"matcher": "Ba.*", "hooks": []any{map[string]any{"type": "command", "command": "HOOK_LOG=" + claudeLog + " " + testdata + "/record.py"}}}},
+	}})
+	writeJSON(t, filepath.Join(home, "hooks", "codex.json"), map[string]any{"hooks": map[string]any{
+		"PreToolUse": []any{map[string]any{"matcher": "^Bash$", "hooks": []any{
+			map[string]any{"type": "command", "command": "HOOK_LOG=" + codexLog + " " + testdata + "/record.py", "timeoutSec": 10},
+			map[string]any{"type": "command", "command": "exit 1"},
+			map[string]any{"type": "command", "command": "sleep 30", "timeout": 1},
+		}}},
+	}})
+
+	s := startServer(t, withHome(home), withEnv("DSH_STALE=stale"))
+	var listed []map[string]any
+	if st := s.doJSON(t, "GET", "/hooks", nil, &listed); st != 200 || len(listed) != 7 {
+		t.Fatalf("GET /hooks = %d with %d hooks, want 7: %v", st, len(listed), listed)
+	}
+
+	cwd := t.TempDir()
+	var a agent
+	if st := s.doJSON(t, "POST", "/agents", map[string]any{"cwd": cwd}, &a); st != 201 {
+		t.Fatalf("create agent = %d", st)
+	}
+
+	// The validator blocks: no process starts, the marker never appears.
+	marker := filepath.Join(t.TempDir(), "marker")
+	victim := t.TempDir()
+	r := s.callTool(t, a.ID, "bash", map[string]any{"command": "touch " + marker + " && rm -rf " + victim})
+	if !r.IsError || !strings.Contains(r.Text, "recursive forced removal is not allowed") {
+		t.Errorf("blocked call = %+v, want isError with the validator's reason", r)
+	}
+	if _, err := os.Stat(marker); !os.IsNotExist(err) {
+		t.Errorf("a blocked command ran (marker exists: %v)", err)
+	}
+	if _, err := os.Stat(victim); err != nil {
+		t.Errorf("the blocked rm -rf removed %s", victim)
+	}
+
+	// An allowed call runs, despite a hook exiting 1 and one timing out.
+	r = s.callTool(t, a.ID, "bash", map[string]any{"command": "echo allowed"})
+	if r.IsError || strings.TrimSpace(r.Text) != "allowed" {
+		t.Errorf("allowed call = %+v", r)
+	}
+
+	calls := readHookLog(t, claudeLog)
+	// SessionStart, then PreToolUse for the second call (the first was
+	// blocked by the earlier validator, but every matching hook still runs),
+	// then PostToolUse.
+	var events []string
+	for _, c := range calls {
+		var p map[string]any
+		if err := json.Unmarshal([]byte(c.Raw), &p); err != nil {
+			t.Fatalf("payload %q: %v", c.Raw, err)
+		}
+		events = append(events, p["hook_event_name"].(string))
+		if !strings.HasSuffix(c.Raw, "\n") {
+			t.Errorf("Claude Code payload does not end with a newline: %q", c.Raw)
+		}
+		if p["session_id"] != a.ID || p["transcript_path"] != "" || p["cwd"] != cwd {
+			t.Errorf("payload session_id=%v transcript_path=%q cwd=%v", p["session_id"], p["transcript_path"], p["cwd"])
+		}
+		if len(c.Managed) != 0 {
+			t.Errorf("hook saw managed variables %v", c.Managed)
+		}
+		if c.Cwd != cwd || c.ProjectDir == nil || *c.ProjectDir != cwd {
+			t.Errorf("hook ran in %q with CLAUDE_PROJECT_DIR %v, want %q", c.Cwd, c.ProjectDir, cwd)
+		}
+		if p["hook_event_name"] == "PostToolUse" && p["tool_response"] == nil {
+			t.Errorf("PostToolUse payload has no tool_response: %s", c.Raw)
+		}
+		if p["hook_event_name"] == "SessionStart" && p["source"] != "startup" {
+			t.Errorf("SessionStart source = %v, want startup", p["source"])
+		}
+	}
+	if got := strings.Join(events, ","); got != "SessionStart,PreToolUse,PreToolUse,PostToolUse" {
+		t.Errorf("Claude Code events = %s", got)
+	}
+
+	codex := readHookLog(t, codexLog)
+	if len(codex) != 2 {
+		t.Fatalf("codex hook ran %d times, want 2", len(codex))
+	}
+	var p map[string]any
+	if err := json.Unmarshal([]byte(codex[0].Raw), &p); err != nil {
+		t.Fatal(err)
+	}
+	if strings.HasSuffix(codex[0].Raw, "\n") {
+		t.Errorf("Codex payload ends with a newline: %q", codex[0].Raw)
+	}
+	if v, ok := p["transcript_path"]; !ok || v != nil {
+		t.Errorf("Codex transcript_path = %v (present %v), want null", v, ok)
+	}
+	for _, k := range []string{"turn_id", "model", "permission_mode", "tool_use_id", "tool_input"} {
+		if _, ok := p[k]; !ok {
+			t.Errorf("Codex payload lacks %s: %s", k, codex[0].Raw)
+		}
+	}
+	if len(codex[0].Managed) != 0 || codex[0].ProjectDir != nil {
+		t.Errorf("Codex hook saw managed %v, CLAUDE_PROJECT_DIR %v", codex[0].Managed, codex[0].ProjectDir)
+	}
+
+	// The transcript records each hook and its result.
+	resp := s.do(t, "GET", "/agents/"+a.ID+"/transcript", nil)
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	var invoked, results, timedOut int
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case strings.Contains(line, `"type":"hook/invoked"`):
+			invoked++
+		case strings.Contains(line, `"type":"hook/result"`):
+			results++
+			if strings.Contains(line, `"timedOut":true`) {
+				timedOut++
+			}
+		}
+	}
+	if invoked == 0 || invoked != results || timedOut != 2 {
+		t.Errorf("transcript has %d hook/invoked, %d hook/result, %d timed out; want equal counts and 2 timeouts", invoked, results, timedOut)
+	}
+}
+
+func TestInvalidHookConfigRefusesToStart(t *testing.T) {
+	home := filepath.Join(t.TempDir(), "home")
+	writeJSON(t, filepath.Join(home, "hooks", "claude-code.json"), map[string]any{"hooks": map[string]any{
+		"PreToolUse": []any{map[string]any{"matcher": "Bash(", "hooks": []any{map[string]any{"type": "command", "command": "true"}}}},
+	}})
+	cmd := exec.Command(serverBinary, "--addr", "127.0.0.1:0", "--home", home)
+	cmd.Env = cleanEnv()
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Fatalf("server started with an invalid matcher:\n%s", out)
+	}
+	if !strings.Contains(string(out), "Bash(") || !strings.Contains(string(out), "claude-code.json") {
+		t.Errorf("error does not name the hook and file:\n%s", out)
+	}
+}
+
+func writeJSON(t *testing.T, path string, v any) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
