@@ -1,0 +1,108 @@
+package httpapi
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/dshd/dshd/internal/exec"
+	"github.com/dshd/dshd/internal/http/api"
+	"github.com/dshd/dshd/internal/tools"
+)
+
+func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+func withRequestID(ctx context.Context, id string) context.Context {
+	return context.WithValue(ctx, requestIDKey, id)
+}
+
+func TestToAPIJob(t *testing.T) {
+	created := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	ended := created.Add(1500 * time.Millisecond)
+	tests := []struct {
+		name string
+		in   exec.Snapshot
+		want api.Job
+	}{
+		{
+			name: "running without agent",
+			in: exec.Snapshot{ID: "job_1", Command: "sleep 9", Cwd: "/w", State: exec.StateRunning, PID: 42,
+				Managed: []string{"DSH_HOME=/h", "DSH_SHELL=1", "DSH_X=a=b"}, CreatedAt: created, StartedAt: created},
+			want: api.Job{Id: "job_1", Command: "sleep 9", Cwd: "/w", State: "running", Pid: 42,
+				ManagedEnv: map[string]string{"DSH_HOME": "/h", "DSH_SHELL": "1", "DSH_X": "a=b"}, CreatedAt: created, StartedAt: created},
+		},
+		{
+			name: "killed by signal",
+			in: exec.Snapshot{ID: "job_2", AgentID: "agt_1", State: exec.StateCancelled, Signal: "SIGTERM", Timeout: 5 * time.Second,
+				Stdout: exec.Output{Text: "x", TotalBytes: 10, Truncated: true, Dropped: 3},
+				CreatedAt: created, StartedAt: created, EndedAt: &ended, Duration: 1500 * time.Millisecond},
+			want: api.Job{Id: "job_2", AgentId: ptr("agt_1"), State: "cancelled", Signal: ptr("SIGTERM"), TimeoutMs: ptr(int64(5000)),
+				Stdout:     api.Output{Text: "x", TotalBytes: 10, Truncated: true, DroppedBytes: ptr(int64(3))},
+				ManagedEnv: map[string]string{}, CreatedAt: created, StartedAt: created, EndedAt: &ended, DurationMs: ptr(int64(1500))},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if diff := cmp.Diff(tt.want, toAPIJob(tt.in)); diff != "" {
+				t.Errorf("toAPIJob (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestFromAPIExecRequest(t *testing.T) {
+	got := fromAPIExecRequest(api.ExecRequest{
+		Command: "cat", AgentId: ptr("agt_1"), Cwd: ptr("/w"), Env: &map[string]string{"A": "1"},
+		Stdin: ptr(""), TimeoutMs: ptr(1500), Background: ptr(true),
+	}, ptr("key-1"))
+	want := tools.ExecRequest{Command: "cat", AgentID: "agt_1", Cwd: "/w", Env: map[string]string{"A": "1"},
+		Stdin: []byte{}, HasStdin: true, Timeout: 1500 * time.Millisecond, Background: true, IdempotencyKey: "key-1"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("fromAPIExecRequest (-want +got):\n%s", diff)
+	}
+	if got := fromAPIExecRequest(api.ExecRequest{Command: "true"}, nil); got.HasStdin || got.Stdin != nil {
+		t.Errorf("absent stdin became %+v", got)
+	}
+}
+
+func TestParseEventID(t *testing.T) {
+	tests := []struct {
+		id      string
+		want    [2]int64
+		wantErr bool
+	}{
+		{"0.0", [2]int64{0, 0}, false},
+		{"123.45", [2]int64{123, 45}, false},
+		{"12", [2]int64{}, true},
+		{"a.b", [2]int64{}, true},
+		{"-1.0", [2]int64{}, true},
+	}
+	for _, tt := range tests {
+		got, err := parseEventID(tt.id)
+		if (err != nil) != tt.wantErr || got != tt.want {
+			t.Errorf("parseEventID(%q) = %v, %v; want %v, err %v", tt.id, got, err, tt.want, tt.wantErr)
+		}
+	}
+}
+
+func TestWholeRunes(t *testing.T) {
+	euro := "€" // 3 bytes
+	tests := []struct {
+		in, want string
+	}{
+		{"abc", "abc"},
+		{"ab" + euro, "ab" + euro},
+		{"ab" + euro[:1], "ab"},
+		{"ab" + euro[:2], "ab"},
+		{"\xff\xfe", "\xff\xfe"}, // invalid bytes never complete: pass them on
+		{"", ""},
+	}
+	for _, tt := range tests {
+		if got := string(wholeRunes([]byte(tt.in))); got != tt.want {
+			t.Errorf("wholeRunes(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}

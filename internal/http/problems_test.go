@@ -1,0 +1,63 @@
+package httpapi
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/dshd/dshd/internal/agents"
+	"github.com/dshd/dshd/internal/exec"
+	"github.com/dshd/dshd/internal/shellenv"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files")
+
+// TestProblemGolden pins the problem+json body of each kind of error.
+func TestProblemGolden(t *testing.T) {
+	s := &Server{}
+	s.logger = discardLogger()
+	tests := []struct {
+		name string
+		err  error
+	}{
+		{"key_owned", fmt.Errorf("register acme.b: %w", &shellenv.KeyOwnedError{Key: "DSH_REPO", Owner: "acme.a"})},
+		{"invalid_declaration", fmt.Errorf("register: %w", &shellenv.DeclarationError{
+			Err:      shellenv.ErrInvalidDeclaration,
+			Problems: []string{`name "Bad Name" is not lowercase letters, digits, '.', '_' or '-'`, `key "DSH_x": not ^DSH_[A-Z][A-Z0-9_]*$`},
+		})},
+		{"env_resolution_failed", fmt.Errorf("collect: %w", &shellenv.ResolutionError{Contributor: "acme.ticket", Reason: "timeout after 2s"})},
+		{"too_many_jobs", fmt.Errorf("start: %w", &exec.TooManyJobsError{RetryAfter: 2 * time.Second})},
+		{"agent_not_found", fmt.Errorf("get agt_x: %w", agents.ErrNotFound)},
+		{"internal", errors.New("open /secret/path: permission denied")},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req := httptest.NewRequest(http.MethodPost, "/exec", nil)
+			req = req.WithContext(withRequestID(req.Context(), "req_test"))
+			rec := httptest.NewRecorder()
+			s.writeError(rec, req, tt.err)
+			got := fmt.Sprintf("%d %s Retry-After=%q\n%s", rec.Code, rec.Header().Get("Content-Type"), rec.Header().Get("Retry-After"), rec.Body.String())
+			golden := filepath.Join("testdata", "problem_"+tt.name+".golden")
+			if *update {
+				if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("%v (run with -update to create)", err)
+			}
+			if diff := cmp.Diff(string(want), got); diff != "" {
+				t.Errorf("problem (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
