@@ -37,7 +37,7 @@ func TestToAPIJob(t *testing.T) {
 		{
 			name: "killed by signal",
 			in: exec.Snapshot{ID: "job_2", AgentID: "agt_1", State: exec.StateCancelled, Signal: "SIGTERM", Timeout: 5 * time.Second,
-				Stdout: exec.Output{Text: "x", TotalBytes: 10, Truncated: true, Dropped: 3},
+				Stdout:    exec.Output{Text: "x", TotalBytes: 10, Truncated: true, Dropped: 3},
 				CreatedAt: created, StartedAt: created, EndedAt: &ended, Duration: 1500 * time.Millisecond},
 			want: api.Job{Id: "job_2", AgentId: ptr("agt_1"), State: "cancelled", Signal: ptr("SIGTERM"), TimeoutMs: ptr(int64(5000)),
 				Stdout:     api.Output{Text: "x", TotalBytes: 10, Truncated: true, DroppedBytes: ptr(int64(3))},
