@@ -732,3 +732,35 @@ func gather(tb testing.TB, reg *prometheus.Registry) map[string]float64 {
 	}
 	return out
 }
+
+// TestConcurrentOutputNotLost runs many short jobs at once on a busy
+// machine: each one's output must arrive whole even when its reader is
+// scheduled after the post-exit drain deadline.
+func TestConcurrentOutputNotLost(t *testing.T) {
+	e := newTestExecutor(t, func(o *Options) { o.MaxRunning = 200 })
+	ctx := context.Background()
+	for round := range 3 {
+		var wg sync.WaitGroup
+		for i := range 64 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				want := fmt.Sprintf("round %d job %d", round, i)
+				j, err := e.Start(ctx, Spec{Command: "printf '%s' '" + want + "'"})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				snap, err := j.Wait(ctx)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if snap.Stdout.Text != want {
+					t.Errorf("job %s output %q, want %q", snap.ID, snap.Stdout.Text, want)
+				}
+			}()
+		}
+		wg.Wait()
+	}
+}

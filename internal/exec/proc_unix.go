@@ -281,10 +281,39 @@ func readStream(f *os.File, sink func([]byte), wg *sync.WaitGroup) {
 			}
 		}
 		if err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				drainBuffered(f, *bp, sink)
+			}
 			break
 		}
 	}
 	putBuf(bp)
+}
+
+// maxFinalDrain bounds drainBuffered, so a descendant that keeps writing
+// into an inherited pipe cannot keep the job from finishing.
+const maxFinalDrain = 4 << 20
+
+// drainBuffered reads what is already in the pipe after the drain deadline
+// has passed. Once a deadline has expired the poller refuses to read at all,
+// even bytes already buffered, so a reader scheduled late would lose output
+// the leader wrote before it exited; raw non-blocking reads on the
+// descriptor take them.
+func drainBuffered(f *os.File, buf []byte, sink func([]byte)) {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return
+	}
+	_ = rc.Control(func(fd uintptr) {
+		for total := 0; total < maxFinalDrain; {
+			n, err := syscall.Read(int(fd), buf)
+			if n <= 0 || err != nil {
+				return // EAGAIN: empty; 0: every writer closed
+			}
+			sink(buf[:n])
+			total += n
+		}
+	})
 }
 
 func writeStdin(w *os.File, data []byte) {
