@@ -118,7 +118,6 @@ func New(opts Options) (*Executor, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	log = log.With("component", "exec")
 	bash, err := osexec.LookPath("bash")
 	if err != nil {
 		return nil, fmt.Errorf("find bash: %w", err)

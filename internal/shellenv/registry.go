@@ -87,7 +87,6 @@ func New(opts Options) (*Registry, error) {
 	if r.logger == nil {
 		r.logger = slog.New(slog.DiscardHandler)
 	}
-	r.logger = r.logger.With("component", "shellenv")
 	r.ids = ids.NewSource(r.now)
 
 	var err error
