@@ -409,6 +409,13 @@ func (j *Job) awaitStart(ctx context.Context) (*Job, error) {
 	return j, nil
 }
 
+// Validate checks s as Start would before spawning, without touching the
+// system: it returns ErrInvalidInput for an empty command, NUL bytes, a
+// negative timeout or a malformed env name, and ErrManagedKeyInEnv for an
+// env name in the managed namespace. Callers use it to refuse bad input
+// before doing costly work such as collecting an overlay.
+func (s Spec) Validate() error { return validateSpec(&s) }
+
 func validateSpec(s *Spec) error {
 	if s.Command == "" {
 		return fmt.Errorf("%w: empty command", ErrInvalidInput)

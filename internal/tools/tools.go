@@ -242,6 +242,22 @@ func (s *Service) start(ctx context.Context, r run, pass gate) (*exec.Job, error
 			Depth:    r.agent.Depth,
 		}
 	}
+	spec := exec.Spec{
+		ID:             x.JobID,
+		Command:        r.command,
+		Cwd:            cwd,
+		AgentID:        agentID,
+		Env:            r.env,
+		Stdin:          r.stdin,
+		HasStdin:       r.hasStdin,
+		Timeout:        r.timeout,
+		Background:     r.background,
+		IdempotencyKey: r.idemKey,
+	}
+	// Refuse bad input before resolvers (webhooks among them) run for it.
+	if err := spec.Validate(); err != nil {
+		return nil, fmt.Errorf("job %s: %w", x.JobID, err)
+	}
 	overlay, err := s.env.Collect(ctx, x)
 	if err != nil {
 		return nil, fmt.Errorf("collect environment for job %s: %w", x.JobID, err)
@@ -255,19 +271,8 @@ func (s *Service) start(ctx context.Context, r run, pass gate) (*exec.Job, error
 			return nil, &errBlocked{reason: reason}
 		}
 	}
-	job, err := s.jobs.Start(ctx, exec.Spec{
-		ID:             x.JobID,
-		Command:        r.command,
-		Cwd:            cwd,
-		AgentID:        agentID,
-		Env:            r.env,
-		Stdin:          r.stdin,
-		HasStdin:       r.hasStdin,
-		Timeout:        r.timeout,
-		Background:     r.background,
-		Managed:        overlay.AppendEnv(nil),
-		IdempotencyKey: r.idemKey,
-	})
+	spec.Managed = overlay.AppendEnv(nil)
+	job, err := s.jobs.Start(ctx, spec)
 	if err != nil {
 		return nil, fmt.Errorf("start job %s: %w", x.JobID, err)
 	}
