@@ -27,9 +27,13 @@ vet:
 unit:
 	$(GO) test -race -count=1 -timeout 20m ./...
 
+# In-process figures, then the real binary over loopback HTTP: latency and
+# throughput over many requests, the heavy loads once each.
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -count=1 -timeout 30m ./internal/shellenv ./internal/exec
-	$(GO) test -run '^$$' -bench . -benchtime 2000x -count=1 -timeout 30m ./tests
+	$(GO) test -run '^$$' -bench 'ExecForeground|ExecConcurrent8|Declarations10000' -benchtime 1000x -count=1 -timeout 30m ./tests
+	$(GO) test -run '^$$' -bench 'Stream256MiB' -benchtime 3x -count=1 -timeout 30m ./tests
+	$(GO) test -run '^$$' -bench 'BackgroundSleeps1000' -benchtime 1x -count=1 -timeout 30m ./tests
 
 run:
 	$(GO) run ./cmd/server

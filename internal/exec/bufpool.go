@@ -7,7 +7,7 @@ import "sync"
 // once a read fills the small buffer. The pools are caches, not state.
 const (
 	smallBuf = 4 << 10
-	largeBuf = 64 << 10
+	largeBuf = 256 << 10
 )
 
 var (
