@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -60,6 +61,39 @@ func (s *testServer) get(tb testing.TB, path string) []byte {
 	return out
 }
 
+// startBare starts the minimal exec server and returns its URL.
+func startBare(tb testing.TB) string {
+	cmd := osexec.Command(bareBinary)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return strings.TrimSpace(line)
+}
+
+func postBare(tb testing.TB, url string) {
+	resp, err := benchClient.Post(url+"/exec", "application/json", bytes.NewReader(execTrue))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		tb.Fatalf("bare exec = %d", resp.StatusCode)
+	}
+}
+
 func spawnDirect(tb testing.TB) {
 	if err := osexec.Command("bash", "-c", "true").Run(); err != nil {
 		tb.Fatal(err)
@@ -76,32 +110,41 @@ func percentile(d []time.Duration, p float64) time.Duration {
 
 func us(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
 
-// BenchmarkExecForeground alternates a direct `bash -c true` spawn (the
-// physical floor) with a foreground POST /exec of `true`, so both see the
-// same machine, and reports median and p99 of each and their ratios.
+// BenchmarkExecForeground interleaves a direct `bash -c true` spawn (the
+// physical floor), the same command through the minimal net/http exec
+// server (the calibration point), and a foreground POST /exec of `true`,
+// so all three see the same machine, and reports medians, p99s and ratios.
 // Budget: median ≤ 1.25×, p99 ≤ 2× of direct.
 func BenchmarkExecForeground(b *testing.B) {
 	s := startServer(b)
-	for range 50 { // warm up both paths
+	bare := startBare(b)
+	for range 50 { // warm up every path
 		spawnDirect(b)
+		postBare(b, bare)
 		s.post(b, "/exec", execTrue)
 	}
 	direct := make([]time.Duration, 0, b.N)
+	bared := make([]time.Duration, 0, b.N)
 	served := make([]time.Duration, 0, b.N)
 	b.ResetTimer()
 	for range b.N {
 		t0 := time.Now()
 		spawnDirect(b)
 		t1 := time.Now()
+		postBare(b, bare)
+		t2 := time.Now()
 		s.post(b, "/exec", execTrue)
 		direct = append(direct, t1.Sub(t0))
-		served = append(served, time.Since(t1))
+		bared = append(bared, t2.Sub(t1))
+		served = append(served, time.Since(t2))
 	}
 	b.StopTimer()
-	dm, sm := percentile(direct, .5), percentile(served, .5)
+	dm, bm, sm := percentile(direct, .5), percentile(bared, .5), percentile(served, .5)
 	d99, s99 := percentile(direct, .99), percentile(served, .99)
 	b.ReportMetric(us(dm), "direct-median-µs")
+	b.ReportMetric(us(bm), "bare-median-µs")
 	b.ReportMetric(us(sm), "exec-median-µs")
+	b.ReportMetric(float64(bm)/float64(dm), "bare-median-ratio")
 	b.ReportMetric(float64(sm)/float64(dm), "median-ratio")
 	b.ReportMetric(us(d99), "direct-p99-µs")
 	b.ReportMetric(us(s99), "exec-p99-µs")
@@ -128,15 +171,19 @@ func BenchmarkExecConcurrent8(b *testing.B) {
 		wg.Wait()
 		return float64(per*8) / time.Since(start).Seconds()
 	}
+	bare := startBare(b)
 	run(func() { s.post(b, "/exec", execTrue) }) // warm up
 	b.ResetTimer()
 	direct := run(func() { spawnDirect(b) })
+	bared := run(func() { postBare(b, bare) })
 	served := run(func() { s.post(b, "/exec", execTrue) })
 	direct2 := run(func() { spawnDirect(b) }) // again, to bracket drift
 	b.StopTimer()
 	base := (direct + direct2) / 2
 	b.ReportMetric(base, "direct-ops/s")
+	b.ReportMetric(bared, "bare-ops/s")
 	b.ReportMetric(served, "exec-ops/s")
+	b.ReportMetric(bared/base, "bare-throughput-ratio")
 	b.ReportMetric(served/base, "throughput-ratio")
 }
 

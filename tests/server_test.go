@@ -21,8 +21,9 @@ import (
 	"time"
 )
 
-// serverBinary is the dshd binary built once by TestMain.
-var serverBinary string
+// serverBinary is the dshd binary built once by TestMain; bareBinary, built
+// only for benchmarks, is the minimal exec server they calibrate against.
+var serverBinary, bareBinary string
 
 func TestMain(m *testing.M) {
 	os.Exit(buildAndRun(m))
@@ -42,6 +43,14 @@ func buildAndRun(m *testing.M) int {
 	flag.Parse()
 	if f := flag.Lookup("test.bench"); f != nil && f.Value.String() != "" {
 		args = []string{"build", "-o", serverBinary, "./cmd/server"}
+		bareBinary = filepath.Join(dir, "bareexec")
+		bare := exec.Command("go", "build", "-o", bareBinary, "./tests/testdata/bareexec")
+		bare.Dir = ".."
+		bare.Stdout, bare.Stderr = os.Stderr, os.Stderr
+		if err := bare.Run(); err != nil {
+			fmt.Fprintln(os.Stderr, "build bareexec:", err)
+			return 1
+		}
 	}
 	build := exec.Command("go", args...)
 	build.Dir = ".."
