@@ -34,7 +34,7 @@ func TestProblemGolden(t *testing.T) {
 			Problems: []string{`name "Bad Name" is not lowercase letters, digits, '.', '_' or '-'`, `key "DSH_x": not ^DSH_[A-Z][A-Z0-9_]*$`},
 		})},
 		{"env_resolution_failed", fmt.Errorf("collect: %w", &shellenv.ResolutionError{Contributor: "acme.ticket", Reason: "timeout after 2s"})},
-		{"too_many_jobs", fmt.Errorf("start: %w", &exec.TooManyJobsError{RetryAfter: 2 * time.Second})},
+		{"too_many_jobs", fmt.Errorf("start: %w", &exec.TooManyJobsError{Limit: "agent", Max: 10, RetryAfter: 2 * time.Second})},
 		{"agent_not_found", fmt.Errorf("get agt_x: %w", agents.ErrNotFound)},
 		{"internal", errors.New("open /secret/path: permission denied")},
 	}

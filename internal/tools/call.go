@@ -70,7 +70,7 @@ type CallResult struct {
 func (s *Service) Call(ctx context.Context, agentID, name, callID string, args json.RawMessage) (CallResult, error) {
 	agent, err := s.agents.Get(ctx, agentID)
 	if err != nil {
-		return CallResult{}, fmt.Errorf("tool call %s: agent %s: %w", name, agentID, err)
+		return CallResult{}, fmt.Errorf("tool call %s: %w", name, err) // the store's error names the agent
 	}
 	if _, ok := params[name]; !ok {
 		return CallResult{}, fmt.Errorf("%w %q", ErrUnknownTool, name)

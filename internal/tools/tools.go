@@ -172,7 +172,7 @@ func (s *Service) Exec(ctx context.Context, r ExecRequest) (*exec.Job, error) {
 	if r.AgentID != "" {
 		a, err := s.agents.Get(ctx, r.AgentID)
 		if err != nil {
-			return nil, fmt.Errorf("exec: agent %s: %w", r.AgentID, err)
+			return nil, fmt.Errorf("exec: %w", err) // the store's error names the agent
 		}
 		agent = &a
 	}
@@ -274,7 +274,7 @@ func (s *Service) start(ctx context.Context, r run, pass gate) (*exec.Job, error
 	spec.Managed = overlay.AppendEnv(nil)
 	job, err := s.jobs.Start(ctx, spec)
 	if err != nil {
-		return nil, fmt.Errorf("start job %s: %w", x.JobID, err)
+		return nil, err // the executor's error says what failed, and for which job
 	}
 	s.log.Debug("job started", "job_id", job.ID(), "agent_id", agentID, "background", r.background, "managed_keys", overlay.Len())
 	return job, nil
