@@ -15,6 +15,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/dshd/dshd/internal/proctest"
 )
 
 // job is the part of the job resource these tests read.
@@ -347,7 +349,7 @@ func TestCancelKillsGrandchildren(t *testing.T) {
 	if st := s.doJSON(t, "POST", "/exec", map[string]any{"command": cmd, "background": true}, &j); st != 202 {
 		t.Fatalf("exec = %d", st)
 	}
-	pid := waitForPID(t, pidFile)
+	pid := proctest.ReadPID(t, pidFile)
 	resp := s.do(t, "DELETE", "/jobs/"+j.ID, nil)
 	resp.Body.Close()
 	if resp.StatusCode != 200 && resp.StatusCode != 202 {
@@ -356,7 +358,7 @@ func TestCancelKillsGrandchildren(t *testing.T) {
 	if j = s.waitJob(t, j.ID); j.State != "cancelled" {
 		t.Errorf("state = %q, want cancelled", j.State)
 	}
-	waitGone(t, pid)
+	proctest.WaitGone(t, pid)
 }
 
 // TestNoProcessLeftBehind starts foreground, background and escaped
@@ -382,11 +384,11 @@ func TestNoProcessLeftBehind(t *testing.T) {
 		if !c.background && j.State != "exited" {
 			t.Errorf("job with an escaped descendant is %q, want exited: the descendant must not hold it open", j.State)
 		}
-		pids = append(pids, waitForPID(t, pidFile))
+		pids = append(pids, proctest.ReadPID(t, pidFile))
 	}
 	s.stop(t)
 	for _, pid := range pids {
-		waitGone(t, pid)
+		proctest.WaitGone(t, pid)
 	}
 }
 

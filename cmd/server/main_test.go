@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/dshd/dshd/internal/proctest"
 )
 
 // runningServer is run() started in-process.
@@ -380,13 +382,7 @@ func TestGracefulShutdownStopsJobs(t *testing.T) {
 	if resp.StatusCode != 202 {
 		t.Fatalf("exec status = %d: %s", resp.StatusCode, body)
 	}
-	pid := waitForPID(t, pidFile)
+	pid := proctest.ReadPID(t, pidFile)
 	s.shutdown(t)
-	deadline := time.Now().Add(10 * time.Second)
-	for processAlive(pid) {
-		if time.Now().After(deadline) {
-			t.Fatalf("grandchild %d still alive after shutdown", pid)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	proctest.WaitGone(t, pid)
 }

@@ -16,6 +16,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/dshd/dshd/internal/proctest"
 )
 
 func TestChildEnvironment(t *testing.T) {
@@ -211,8 +213,8 @@ func TestTimeoutKillsGroup(t *testing.T) {
 			e := newTestExecutor(t, nil)
 			dir := t.TempDir()
 			j := mustStart(t, e, Spec{Command: tt.command, Cwd: dir, Timeout: 200 * time.Millisecond})
-			pid := readPID(t, filepath.Join(dir, "pid"))
-			t.Cleanup(func() { killIfAlive(pid) })
+			pid := proctest.ReadPID(t, filepath.Join(dir, "pid"))
+			t.Cleanup(func() { proctest.KillIfAlive(pid) })
 			s, err := j.Wait(testCtx(t))
 			if err != nil {
 				t.Fatal(err)
@@ -220,7 +222,7 @@ func TestTimeoutKillsGroup(t *testing.T) {
 			if s.State != StateTimedOut || s.Signal != tt.signal || s.ExitCode != nil {
 				t.Errorf("state %s signal %q code %v, want timed_out %s nil", s.State, s.Signal, s.ExitCode, tt.signal)
 			}
-			waitGone(t, pid)
+			proctest.WaitGone(t, pid)
 		})
 	}
 }
@@ -251,8 +253,8 @@ func TestCancelKillsGrandchild(t *testing.T) {
 	e := newTestExecutor(t, nil)
 	dir := t.TempDir()
 	j := mustStart(t, e, Spec{Command: "sleep 30 & echo $! > pid; wait", Cwd: dir, Background: true})
-	pid := readPID(t, filepath.Join(dir, "pid"))
-	t.Cleanup(func() { killIfAlive(pid) })
+	pid := proctest.ReadPID(t, filepath.Join(dir, "pid"))
+	t.Cleanup(func() { proctest.KillIfAlive(pid) })
 	s, err := e.Cancel(testCtx(t), j.ID())
 	if err != nil {
 		t.Fatal(err)
@@ -260,7 +262,7 @@ func TestCancelKillsGrandchild(t *testing.T) {
 	if s.State != StateCancelled || s.EndedAt == nil {
 		t.Errorf("state = %s, want cancelled", s.State)
 	}
-	waitGone(t, pid)
+	proctest.WaitGone(t, pid)
 	// Cancelling again, or a finished job, changes nothing.
 	if s2, err := e.Cancel(testCtx(t), j.ID()); err != nil || s2.State != StateCancelled {
 		t.Errorf("second Cancel = %s, %v", s2.State, err)
@@ -275,15 +277,15 @@ func TestEscapedDescendantDoesNotHang(t *testing.T) {
 	dir := t.TempDir()
 	start := time.Now()
 	s := mustRun(t, e, Spec{Command: "(sleep 30 & echo $! > pid); echo hi", Cwd: dir})
-	pid := readPID(t, filepath.Join(dir, "pid"))
-	t.Cleanup(func() { killIfAlive(pid) })
+	pid := proctest.ReadPID(t, filepath.Join(dir, "pid"))
+	t.Cleanup(func() { proctest.KillIfAlive(pid) })
 	if d := time.Since(start); d > 5*time.Second {
 		t.Errorf("job took %v; an escaped descendant held it", d)
 	}
 	if s.Stdout.Text != "hi\n" || s.State != StateExited {
 		t.Errorf("got %q %s", s.Stdout.Text, s.State)
 	}
-	if processGone(pid) {
+	if proctest.Gone(pid) {
 		t.Fatalf("escaped sleep died early; the test proves nothing")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), testDeadline)
@@ -291,7 +293,7 @@ func TestEscapedDescendantDoesNotHang(t *testing.T) {
 	if err := e.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	waitGone(t, pid)
+	proctest.WaitGone(t, pid)
 }
 
 func TestCloseLeavesNoProcess(t *testing.T) {
@@ -301,13 +303,13 @@ func TestCloseLeavesNoProcess(t *testing.T) {
 	for i := range 3 {
 		f := fmt.Sprintf("pid%d", i)
 		mustStart(t, e, Spec{Command: "trap '' TERM; sleep 30 & echo $! > " + f + "; wait", Cwd: dir, Background: true})
-		pids = append(pids, readPID(t, filepath.Join(dir, f)))
+		pids = append(pids, proctest.ReadPID(t, filepath.Join(dir, f)))
 	}
 	fg := mustStart(t, e, Spec{Command: "echo $$ > pidfg; exec sleep 30", Cwd: dir})
-	pids = append(pids, readPID(t, filepath.Join(dir, "pidfg")))
+	pids = append(pids, proctest.ReadPID(t, filepath.Join(dir, "pidfg")))
 	t.Cleanup(func() {
 		for _, pid := range pids {
-			killIfAlive(pid)
+			proctest.KillIfAlive(pid)
 		}
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), testDeadline)
@@ -316,7 +318,7 @@ func TestCloseLeavesNoProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, pid := range pids {
-		waitGone(t, pid)
+		proctest.WaitGone(t, pid)
 	}
 	if s := fg.Snapshot(); s.State != StateCancelled {
 		t.Errorf("foreground state after Close = %s", s.State)
@@ -637,7 +639,7 @@ func TestRunProcess(t *testing.T) {
 	if !res.TimedOut || res.Signal != "SIGTERM" || res.ExitCode != nil {
 		t.Errorf("timeout result = %+v", res)
 	}
-	waitGone(t, readPID(t, filepath.Join(dir, "pid")))
+	proctest.WaitGone(t, proctest.ReadPID(t, filepath.Join(dir, "pid")))
 	res, err = e.RunProcess(testCtx(t), ProcessSpec{Command: "head -c 3000000 /dev/zero"})
 	if err != nil || len(res.Stdout) != ProcessCaptureBytes {
 		t.Errorf("capture = %d bytes, %v; want %d", len(res.Stdout), err, ProcessCaptureBytes)

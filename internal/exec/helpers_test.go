@@ -5,10 +5,6 @@ import (
 	"errors"
 	"io"
 	"os"
-	"path/filepath"
-	"strconv"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -72,62 +68,6 @@ func mustRun(tb testing.TB, e *Executor, s Spec) Snapshot {
 		tb.Fatalf("Wait(%q): %v", s.Command, err)
 	}
 	return snap
-}
-
-// readPID waits until path holds a pid written by a test command.
-func readPID(tb testing.TB, path string) int {
-	tb.Helper()
-	deadline := time.Now().Add(testDeadline)
-	for {
-		b, err := os.ReadFile(path)
-		if err == nil && strings.HasSuffix(string(b), "\n") {
-			pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-			if err != nil {
-				tb.Fatalf("pid file %s: %v", path, err)
-			}
-			return pid
-		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("pid file %s not written in time", path)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-// processGone reports whether pid no longer runs. A killed orphan is
-// reparented to PID 1, which in containers may be slow to reap it (or never
-// do), so a zombie counts as gone: it runs no code and holds no resources.
-func processGone(pid int) bool {
-	if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
-		return true
-	}
-	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
-	if err != nil {
-		return os.IsNotExist(err)
-	}
-	// Format: pid (comm) state ...; comm may contain spaces and parens.
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i >= 0 && i+2 < len(s) && s[i+2] == 'Z'
-}
-
-// waitGone fails the test unless pid is gone within the deadline.
-func waitGone(tb testing.TB, pid int) {
-	tb.Helper()
-	deadline := time.Now().Add(testDeadline)
-	for !processGone(pid) {
-		if time.Now().After(deadline) {
-			tb.Fatalf("process %d still alive", pid)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-// killIfAlive is a cleanup for processes a failing test might leave.
-func killIfAlive(pid int) {
-	if pid > 0 && !processGone(pid) {
-		_ = syscall.Kill(pid, syscall.SIGKILL)
-	}
 }
 
 func readAll(tb testing.TB, j *Job, s Stream) []byte {
