@@ -22,6 +22,15 @@ func optional[T comparable](v T) *T {
 	return &v
 }
 
+// convertAll converts each element of in with f.
+func convertAll[T, U any](in []T, f func(T) U) []U {
+	out := make([]U, len(in))
+	for i, v := range in {
+		out[i] = f(v)
+	}
+	return out
+}
+
 func deref[T any](p *T) T {
 	if p == nil {
 		var zero T
@@ -103,14 +112,6 @@ func toAPIContributor(c shellenv.Contributor) api.Contributor {
 	return out
 }
 
-func toAPIContributors(cs []shellenv.Contributor) []api.Contributor {
-	out := make([]api.Contributor, len(cs))
-	for i, c := range cs {
-		out[i] = toAPIContributor(c)
-	}
-	return out
-}
-
 func toAPIPlugin(p shellenv.Plugin) api.Plugin {
 	return api.Plugin{
 		Id:           p.ID,
@@ -120,14 +121,6 @@ func toAPIPlugin(p shellenv.Plugin) api.Plugin {
 		ExpiresAt:    p.ExpiresAt,
 		Contributors: append([]string{}, p.Contributors...),
 	}
-}
-
-func toAPIPlugins(ps []shellenv.Plugin) []api.Plugin {
-	out := make([]api.Plugin, len(ps))
-	for i, p := range ps {
-		out[i] = toAPIPlugin(p)
-	}
-	return out
 }
 
 func toAPIAgent(a agents.Agent) api.Agent {
@@ -140,14 +133,6 @@ func toAPIAgent(a agents.Agent) api.Agent {
 		Cwd:       a.Cwd,
 		CreatedAt: a.CreatedAt,
 	}
-}
-
-func toAPIAgents(as []agents.Agent) []api.Agent {
-	out := make([]api.Agent, len(as))
-	for i, a := range as {
-		out[i] = toAPIAgent(a)
-	}
-	return out
 }
 
 func fromAPIExecRequest(in api.ExecRequest, idempotencyKey *string) tools.ExecRequest {
@@ -199,14 +184,6 @@ func toAPIJob(s exec.Snapshot) api.Job {
 		j.DurationMs = ptr(s.Duration.Milliseconds())
 	}
 	return j
-}
-
-func toAPIJobs(ss []exec.Snapshot) []api.Job {
-	out := make([]api.Job, len(ss))
-	for i, s := range ss {
-		out[i] = toAPIJob(s)
-	}
-	return out
 }
 
 func toAPIToolResult(r tools.CallResult) api.ToolResult {

@@ -24,7 +24,7 @@ func (s *Server) ListDeclarations(context.Context, api.ListDeclarationsRequestOb
 
 // ListContributors lists contributors with their declarations.
 func (s *Server) ListContributors(context.Context, api.ListContributorsRequestObject) (api.ListContributorsResponseObject, error) {
-	return api.ListContributors200JSONResponse(toAPIContributors(s.env.Contributors())), nil
+	return api.ListContributors200JSONResponse(convertAll(s.env.Contributors(), toAPIContributor)), nil
 }
 
 // RegisterContributor registers a contributor.
@@ -55,7 +55,7 @@ func (s *Server) DeleteContributor(ctx context.Context, req api.DeleteContributo
 
 // ListPlugins lists open plugins.
 func (s *Server) ListPlugins(context.Context, api.ListPluginsRequestObject) (api.ListPluginsResponseObject, error) {
-	return api.ListPlugins200JSONResponse(toAPIPlugins(s.env.Plugins())), nil
+	return api.ListPlugins200JSONResponse(convertAll(s.env.Plugins(), toAPIPlugin)), nil
 }
 
 // OpenPlugin opens a plugin scope.
@@ -103,7 +103,7 @@ func (s *Server) ListAgents(ctx context.Context, _ api.ListAgentsRequestObject) 
 	if err != nil {
 		return nil, err
 	}
-	return api.ListAgents200JSONResponse(toAPIAgents(as)), nil
+	return api.ListAgents200JSONResponse(convertAll(as, toAPIAgent)), nil
 }
 
 // CreateAgent creates a root agent.
@@ -246,7 +246,7 @@ func (s *Server) ListJobs(_ context.Context, req api.ListJobsRequestObject) (api
 	if req.Params.State != nil {
 		state = exec.State(*req.Params.State)
 	}
-	return api.ListJobs200JSONResponse(toAPIJobs(s.jobs.Jobs(deref(req.Params.AgentId), state))), nil
+	return api.ListJobs200JSONResponse(convertAll(s.jobs.Jobs(deref(req.Params.AgentId), state), toAPIJob)), nil
 }
 
 // GetJob returns a job, long-polling up to waitMs for it to end.
