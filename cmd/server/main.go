@@ -192,10 +192,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Re
 	defer stopLeases()
 	go env.Run(leaseCtx)
 
+	// Requests run under reqCtx, which shutdown cancels: long-polls and
+	// output streams then end instead of holding the shutdown open.
+	reqCtx, cancelRequests := context.WithCancel(context.Background())
+	defer cancelRequests()
 	srv := &http.Server{
 		Handler:           handler,
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+		BaseContext:       func(net.Listener) context.Context { return reqCtx },
 	}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
@@ -214,11 +219,17 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Re
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	var errs []error
-	if err := srv.Shutdown(shutdownCtx); err != nil {
-		errs = append(errs, fmt.Errorf("http shutdown: %w", err))
-	}
+	// HTTP first: stop taking requests. Requests in flight may be waiting
+	// on jobs, so the jobs are stopped (through the kill path) while HTTP
+	// drains; their waiters then answer with the cancelled jobs.
+	httpDone := make(chan error, 1)
+	go func() { httpDone <- srv.Shutdown(shutdownCtx) }()
 	if err := executor.Close(shutdownCtx); err != nil {
 		errs = append(errs, fmt.Errorf("stop jobs: %w", err))
+	}
+	cancelRequests()
+	if err := <-httpDone; err != nil {
+		errs = append(errs, fmt.Errorf("http shutdown: %w", err))
 	}
 	stopLeases()
 	if err := sessions.Close(); err != nil {

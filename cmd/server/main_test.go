@@ -386,3 +386,69 @@ func TestGracefulShutdownStopsJobs(t *testing.T) {
 	s.shutdown(t)
 	proctest.WaitGone(t, pid)
 }
+
+// TestShutdownWithRequestsInFlight: a foreground request waiting on a long
+// job and an open output stream do not hold the shutdown open; the waiting
+// request is answered with its cancelled job.
+func TestShutdownWithRequestsInFlight(t *testing.T) {
+	s := startRun(t, []string{"--home", t.TempDir()}, nil)
+	type answer struct {
+		status int
+		body   string
+	}
+	fg := make(chan answer, 1)
+	go func() {
+		resp, body := s.request(t, "POST", "/exec", `{"command":"sleep 300"}`, s.auth())
+		fg <- answer{resp.StatusCode, string(body)}
+	}()
+	_, body := s.request(t, "POST", "/exec", `{"command":"sleep 300","background":true}`, s.auth())
+	var bg struct{ ID string }
+	if err := json.Unmarshal(body, &bg); err != nil || bg.ID == "" {
+		t.Fatalf("background exec: %s", body)
+	}
+	req, _ := http.NewRequest("GET", s.url+"/jobs/"+bg.ID+"/output", nil)
+	req.Header.Set("Authorization", "Bearer "+s.token)
+	// The stream's headers come before any output exists (a stream that
+	// said nothing until the first keep-alive, 15s on, would time out here).
+	streamClient := &http.Client{Transport: &http.Transport{ResponseHeaderTimeout: 5 * time.Second}}
+	stream, err := streamClient.Do(req)
+	if err != nil {
+		t.Fatalf("open the output stream of a silent job: %v", err)
+	}
+	defer stream.Body.Close()
+	streamEnded := make(chan struct{})
+	go func() {
+		_, _ = io.Copy(io.Discard, stream.Body)
+		close(streamEnded)
+	}()
+	// Wait until the foreground job runs, then shut down.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, b := s.request(t, "GET", "/jobs?state=running", "", s.auth())
+		if strings.Count(string(b), `"id"`) == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("jobs never both ran: %s", b)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	start := time.Now()
+	s.shutdown(t)
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("shutdown took %v with requests in flight", d)
+	}
+	select {
+	case a := <-fg:
+		if a.status != 200 || !strings.Contains(a.body, `"state":"cancelled"`) {
+			t.Errorf("in-flight foreground request got %d %s, want 200 with the cancelled job", a.status, a.body)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("the in-flight foreground request was never answered")
+	}
+	select {
+	case <-streamEnded:
+	case <-time.After(10 * time.Second):
+		t.Error("the output stream was still open after shutdown")
+	}
+}

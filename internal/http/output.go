@@ -38,9 +38,11 @@ func (s *Server) GetJobOutput(ctx context.Context, req api.GetJobOutputRequestOb
 			return nil, err
 		}
 	}
-	return sseResponse{api.GetJobOutput200TexteventStreamResponse{
-		Body: &eventStream{ctx: ctx, job: job, pos: pos, keepAlive: s.keepAlive},
-	}}, nil
+	es := &eventStream{ctx: ctx, job: job, pos: pos, keepAlive: s.keepAlive}
+	// The first bytes go out at once, so the client has the response
+	// headers before any output exists; they also set the reconnection delay.
+	es.pending.WriteString("retry: 1000\n\n")
+	return sseResponse{api.GetJobOutput200TexteventStreamResponse{Body: es}}, nil
 }
 
 // rawOutput reads one stream from an offset up to what has been written.
