@@ -199,6 +199,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Re
 	srv := &http.Server{
 		Handler:           handler,
 		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 		BaseContext:       func(net.Listener) context.Context { return reqCtx },
 	}
