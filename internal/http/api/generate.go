@@ -2,4 +2,4 @@
 // api/openapi.yaml. Never edit *.gen.go by hand: run `go generate ./...`.
 package api
 
-//go:generate go run github.com/oapi-codegen/oapi-codegen/v2/cmd/oapi-codegen -config server.cfg.yaml ../../../api/openapi.yaml
+//go:generate go tool oapi-codegen -config server.cfg.yaml ../../../api/openapi.yaml
