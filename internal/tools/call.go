@@ -199,7 +199,13 @@ func (s *Service) bash(ctx context.Context, agent agents.Agent, callID string, a
 	if a.has("run_in_background") {
 		input["run_in_background"] = background
 	}
-	hookCwd := cwd
+	if a.has("workdir") {
+		input["workdir"] = a.str("workdir")
+	}
+	// Hooks run in the agent's cwd (DESIGN §7), never in the workdir the
+	// model asked for: a project's hooks are found relative to it (often via
+	// CLAUDE_PROJECT_DIR), and a hook that cannot be found does not block.
+	hookCwd := agent.Cwd
 	if hookCwd == "" {
 		hookCwd = s.home
 	}

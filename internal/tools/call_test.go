@@ -712,3 +712,55 @@ func TestCallRealHooks(t *testing.T) {
 		}
 	})
 }
+
+// TestCallHooksRunInAgentCwd: hooks run in the agent's cwd with
+// CLAUDE_PROJECT_DIR set to it, whatever workdir the model asks for, so a
+// model cannot dodge a project's validator (the documented Claude Code idiom
+// "$CLAUDE_PROJECT_DIR"/.claude/hooks/…) by running the command elsewhere.
+// The hooks still see the requested workdir in tool_input.
+func TestCallHooksRunInAgentCwd(t *testing.T) {
+	w := newWorld(t)
+	a := w.agent(t)
+	hookDir := filepath.Join(a.Cwd, ".claude", "hooks")
+	if err := os.MkdirAll(hookDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	guard := "#!/bin/bash\ncat > \"$CLAUDE_PROJECT_DIR/payload.json\"\necho \"guarded from $PWD\" >&2\nexit 2\n"
+	if err := os.WriteFile(filepath.Join(hookDir, "guard.sh"), []byte(guard), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	path := hooks.File(w.home, hooks.DialectClaudeCode)
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	cfg := `{"hooks":{"PreToolUse":[{"matcher":"Bash","hooks":[{"type":"command","command":"\"$CLAUDE_PROJECT_DIR\"/.claude/hooks/guard.sh"}]}]}}`
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	hc, err := hooks.Load(w.home)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.svc = New(Options{Env: w.reg, Jobs: w.jobs, Agents: w.agents, Hooks: hooks.NewRunner(hc, w.jobs, nil), Home: w.home})
+
+	other := t.TempDir()
+	res := w.call(t, a.ID, ToolBash, map[string]any{"command": "touch marker", "workdir": other})
+	if !res.IsError || !strings.Contains(res.Text, "guarded from "+a.Cwd) || res.JobID != "" {
+		t.Errorf("result = %+v, want blocked by the project's guard", res)
+	}
+	if _, err := os.Stat(filepath.Join(other, "marker")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("blocked command ran: stat marker: %v", err)
+	}
+	b, err := os.ReadFile(filepath.Join(a.Cwd, "payload.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := decode[map[string]any](t, b)
+	if p["cwd"] != a.Cwd {
+		t.Errorf("payload cwd = %v, want the agent's %s", p["cwd"], a.Cwd)
+	}
+	wantInput := map[string]any{"command": "touch marker", "workdir": other}
+	if diff := cmp.Diff(wantInput, p["tool_input"]); diff != "" {
+		t.Errorf("tool_input (-want +got):\n%s", diff)
+	}
+}

@@ -81,8 +81,8 @@ type Options struct {
 	Jobs   jobRunner    // usually *exec.Executor
 	Agents agentStore   // usually *agents.Store
 	Hooks  hookRunner   // usually *hooks.Runner; nil: no hooks
-	// Home is the resolved dshd home; hooks run there when neither the call
-	// nor the agent names a working directory.
+	// Home is the resolved dshd home; hooks run there when the agent has no
+	// working directory.
 	Home       string
 	Now        func() time.Time      // clock for call ids; nil: time.Now
 	Registerer prometheus.Registerer // nil: no metrics
