@@ -419,6 +419,11 @@ func (s *Store) reload(id string) (*entry, error) {
 	if e, ok := s.agents[id]; ok {
 		return e, nil
 	}
+	if _, creating := s.reserved[id]; creating {
+		// Create owns this file and indexes it when it is done; a second
+		// entry would be a second writer handing out the same seqs.
+		return nil, notFound
+	}
 	if _, err := os.Lstat(s.Path(id)); err != nil {
 		return nil, notFound
 	}

@@ -767,3 +767,36 @@ func TestDuplicateIDRefused(t *testing.T) {
 		t.Error("Create with a path-like id succeeded")
 	}
 }
+
+// TestResumeDuringCreate: an id whose transcript is already renamed into
+// place but not yet indexed by Create is not found by Resume, which would
+// otherwise index a second entry for the same file and let two writers hand
+// out the same seqs.
+func TestResumeDuringCreate(t *testing.T) {
+	ctx := context.Background()
+	s := mustOpen(t, Options{DefaultCwd: "/", NewID: seqIDs()})
+	var resumeErr error
+	resumed := false
+	s.syncFile = func(f *os.File) error {
+		if fi, err := f.Stat(); err == nil && fi.IsDir() && !resumed {
+			resumed = true // the file is in place; Create has not indexed it yet
+			_, resumeErr = s.Resume(ctx, "agt_0001")
+		}
+		return f.Sync()
+	}
+	a := mustCreate(t, s, "")
+	if !resumed {
+		t.Fatal("directory fsync hook did not run")
+	}
+	if !errors.Is(resumeErr, ErrNotFound) {
+		t.Errorf("Resume of an agent being created: err = %v, want ErrNotFound", resumeErr)
+	}
+	mustAppend(t, s, a.ID, EventToolCall, nil)
+	mustAppend(t, s, a.ID, EventToolCall, nil)
+	if _, err := s.Resume(ctx, a.ID); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]int64{1, 2, 3}, seqs(t, s, a.ID)); diff != "" {
+		t.Errorf("seqs (-want +got):\n%s", diff)
+	}
+}
