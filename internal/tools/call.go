@@ -286,16 +286,13 @@ func blockedText(event, reason string) string {
 }
 
 // runHooks runs the hooks for one event and records a hook/invoked and a
-// hook/result event for each one that ran. Without a hook runner it does
-// nothing.
+// hook/result event for each one that ran, also when running them failed
+// part way (the caller went away). Without a hook runner it does nothing.
 func (s *Service) runHooks(ctx context.Context, callID, agentID string, in hooks.Input) (hooks.Outcome, error) {
 	if s.hooks == nil {
 		return hooks.Outcome{}, nil
 	}
-	out, err := s.hooks.Run(ctx, in)
-	if err != nil {
-		return out, fmt.Errorf("run %s hooks: %w", in.Event, err)
-	}
+	out, runErr := s.hooks.Run(ctx, in)
 	rctx := context.WithoutCancel(ctx)
 	for _, r := range out.Results {
 		ev := string(in.Event)
@@ -311,6 +308,9 @@ func (s *Service) runHooks(ctx context.Context, callID, agentID string, in hooks
 		}); err != nil {
 			return out, err
 		}
+	}
+	if runErr != nil {
+		return out, fmt.Errorf("run %s hooks: %w", in.Event, runErr)
 	}
 	if out.Blocked {
 		s.log.Info("tool call blocked by hook", "agent_id", agentID, "call_id", callID, "event", in.Event, "reason", out.Reason)

@@ -764,3 +764,51 @@ func TestCallHooksRunInAgentCwd(t *testing.T) {
 		t.Errorf("tool_input (-want +got):\n%s", diff)
 	}
 }
+
+// TestCallRecordsHooksThatRanBeforeCancel: when the caller goes away while
+// PreToolUse hooks run, the hooks that already ran are still recorded, the
+// command does not start, and the call ends with an error result.
+func TestCallRecordsHooksThatRanBeforeCancel(t *testing.T) {
+	w := newWorld(t)
+	a := w.agent(t)
+	out := t.TempDir()
+	path := hooks.File(w.home, hooks.DialectClaudeCode)
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	cfg := fmt.Sprintf(`{"hooks":{"PreToolUse":[{"matcher":"Bash","hooks":[
+		{"type":"command","command":"echo ran > %s/first"},
+		{"type":"command","command":"sleep 30"}]}]}}`, out)
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	hc, err := hooks.Load(w.home)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.svc = New(Options{Env: w.reg, Jobs: w.jobs, Agents: w.agents, Hooks: hooks.NewRunner(hc, w.jobs, nil), Home: w.home})
+
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	if _, err := w.svc.Call(ctx, a.ID, ToolBash, "toolu_c", json.RawMessage(`{"command":"touch marker"}`)); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Call err = %v, want the deadline", err)
+	}
+	if _, err := os.Stat(filepath.Join(out, "first")); err != nil {
+		t.Fatalf("first hook did not run: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(a.Cwd, "marker")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("command ran although its hooks did not finish: stat marker: %v", err)
+	}
+	var types []string
+	for _, e := range w.events(t, a.ID, EventToolCall, EventHookInvoked, EventHookResult, EventToolResult) {
+		types = append(types, e.Type)
+	}
+	if diff := cmp.Diff([]string{EventToolCall, EventHookInvoked, EventHookResult, EventToolResult}, types); diff != "" {
+		t.Errorf("events (-want +got):\n%s", diff)
+	}
+	if hr := w.events(t, a.ID, EventHookResult); len(hr) == 1 {
+		if got := decode[hookResultEvent](t, hr[0].Data); got.Handler != "claude-code:PreToolUse[0].hooks[0]" || got.CallID != "toolu_c" {
+			t.Errorf("hook/result = %+v, want the first hook", got)
+		}
+	}
+}
