@@ -67,12 +67,3 @@ const (
 func startedText(id string) string {
 	return "started background job " + id
 }
-
-// callText renders the result of a bash call from the job's snapshot right
-// after it started (background) or after it ended (foreground).
-func callText(snap exec.Snapshot) string {
-	if snap.Background {
-		return startedText(snap.ID)
-	}
-	return RenderResult(snap)
-}

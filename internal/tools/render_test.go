@@ -100,31 +100,3 @@ func TestRenderResult(t *testing.T) {
 		})
 	}
 }
-
-// TestCallText pins what a bash call answers: a background start names the
-// job; a foreground call is its rendered result.
-func TestCallText(t *testing.T) {
-	tests := []struct {
-		name string
-		snap exec.Snapshot
-		want string
-	}{
-		{
-			name: "background start",
-			snap: exec.Snapshot{ID: "job_7", State: "running", Background: true, Stdout: out("early\n")},
-			want: "started background job job_7",
-		},
-		{
-			name: "foreground",
-			snap: exec.Snapshot{ID: "job_7", State: "exited", ExitCode: intp(0), Stdout: out("done\n")},
-			want: "done",
-		},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if diff := cmp.Diff(tt.want, callText(tt.snap)); diff != "" {
-				t.Errorf("callText (-want +got):\n%s", diff)
-			}
-		})
-	}
-}
