@@ -121,7 +121,7 @@ func New(o Options) *Service {
 		ids:    ids.NewSource(o.Now),
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "dshd_tool_calls_total",
-			Help: "Model tool calls by tool and outcome (ok, error, blocked).",
+			Help: "Model tool calls by tool and outcome: ok, error (an error result, blocked calls included) or failed (no result could be produced).",
 		}, []string{"tool", "outcome"}),
 	}
 	if o.Registerer != nil {
