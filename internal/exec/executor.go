@@ -273,14 +273,29 @@ type Spec struct {
 	IdempotencyKey string
 }
 
-// Lookup returns the recorded job started with idempotencyKey, if any.
+// Lookup returns the recorded job started with idempotencyKey, if any. A
+// job still being spawned is waited for (fork and exec, bounded), and one
+// whose spawn failed is not reported: it never ran and is not recorded.
 func (e *Executor) Lookup(idempotencyKey string) (*Job, bool) {
-	if idempotencyKey == "" {
+	j, ok := e.idemJob(idempotencyKey)
+	if !ok {
+		return nil, false
+	}
+	if _, err := j.awaitStart(context.Background()); err != nil {
+		return nil, false
+	}
+	return j, true
+}
+
+// idemJob returns the job registered with key, whether or not its spawn
+// has completed.
+func (e *Executor) idemJob(key string) (*Job, bool) {
+	if key == "" {
 		return nil, false
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	j, ok := e.idem[idempotencyKey]
+	j, ok := e.idem[key]
 	return j, ok
 }
 
@@ -300,7 +315,7 @@ func (e *Executor) Start(ctx context.Context, s Spec) (*Job, error) {
 		return nil, err
 	}
 	if s.IdempotencyKey != "" {
-		if j, ok := e.Lookup(s.IdempotencyKey); ok {
+		if j, ok := e.idemJob(s.IdempotencyKey); ok {
 			return j.awaitStart(ctx)
 		}
 	}

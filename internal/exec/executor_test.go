@@ -524,6 +524,37 @@ func TestIdempotency(t *testing.T) {
 	}
 }
 
+// TestLookupSkipsFailedStart looks a key up while the start that holds it
+// fails to spawn: Lookup must never hand out that job, which never ran.
+func TestLookupSkipsFailedStart(t *testing.T) {
+	e := newTestExecutor(t, nil)
+	bad := filepath.Join(t.TempDir(), "missing")
+	for i := range 50 {
+		key := fmt.Sprintf("key-%d", i)
+		done := make(chan error, 1)
+		go func() {
+			_, err := e.Start(testCtx(t), Spec{Command: "true", Cwd: bad, IdempotencyKey: key})
+			done <- err
+		}()
+		var err error
+	poll:
+		for {
+			select {
+			case err = <-done:
+				break poll
+			default:
+			}
+			if j, ok := e.Lookup(key); ok {
+				s := j.Snapshot()
+				t.Fatalf("Lookup returned job %s (state %s, pid %d) of a failed start", s.ID, s.State, s.PID)
+			}
+		}
+		if !errors.Is(err, ErrInvalidCwd) {
+			t.Fatalf("Start = %v, want ErrInvalidCwd", err)
+		}
+	}
+}
+
 func TestRetention(t *testing.T) {
 	t.Run("RetainMax", func(t *testing.T) {
 		e := newTestExecutor(t, func(o *Options) {
