@@ -25,6 +25,7 @@ type job struct {
 	State      string            `json:"state"`
 	AgentID    *string           `json:"agentId"`
 	Background bool              `json:"background"`
+	Cwd        string            `json:"cwd"`
 	PID        int               `json:"pid"`
 	ExitCode   *int              `json:"exitCode"`
 	Signal     *string           `json:"signal"`

@@ -73,11 +73,13 @@ func TestTemplateAgentFacts(t *testing.T) {
 			{"key": "DSH_LINEAGE", "description": "agent, parent, root and depth"},
 			{"key": "DSH_PARENT", "description": "the parent agent"},
 			{"key": "DSH_RUN", "description": "job facts"},
+			{"key": "DSH_WHERE", "description": "the job's working directory"},
 		},
 		"resolver": map[string]any{"kind": "template", "values": map[string]string{
 			"DSH_LINEAGE": "{agent.id}/{agent.rootId}/{agent.depth}",
 			"DSH_PARENT":  "{agent.parentId}",
 			"DSH_RUN":     "{job.id} bg={job.background}",
+			"DSH_WHERE":   "{job.cwd}",
 		}},
 	}, nil); st != 201 {
 		t.Fatalf("register = %d", st)
@@ -107,5 +109,10 @@ func TestTemplateAgentFacts(t *testing.T) {
 	}
 	if bare.ManagedEnv["DSH_RUN"] != bare.ID+" bg=false" {
 		t.Errorf("DSH_RUN = %q", bare.ManagedEnv["DSH_RUN"])
+	}
+	// No cwd in the request and no agent: the job runs in the server's
+	// default directory, and {job.cwd} says so.
+	if bare.Cwd == "" || bare.ManagedEnv["DSH_WHERE"] != bare.Cwd {
+		t.Errorf("DSH_WHERE = %q, job cwd %q", bare.ManagedEnv["DSH_WHERE"], bare.Cwd)
 	}
 }

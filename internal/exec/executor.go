@@ -319,7 +319,7 @@ func (e *Executor) Start(ctx context.Context, s Spec) (*Job, error) {
 			return j.awaitStart(ctx)
 		}
 	}
-	cwd := e.resolveCwd(s.Cwd)
+	cwd := e.ResolveCwd(s.Cwd)
 	timeout := s.Timeout
 	if !s.Background {
 		if timeout == 0 {
@@ -459,7 +459,10 @@ func validateSpec(s *Spec) error {
 
 func hasNUL(s string) bool { return strings.IndexByte(s, 0) >= 0 }
 
-func (e *Executor) resolveCwd(cwd string) string {
+// ResolveCwd returns the directory a job asking for cwd runs in: the
+// default directory for "", cwd itself when absolute, else cwd under the
+// default. It does not check that the directory exists (Start does).
+func (e *Executor) ResolveCwd(cwd string) string {
 	switch {
 	case cwd == "":
 		return e.opts.DefaultCwd

@@ -81,7 +81,7 @@ func (e *Executor) RunProcess(ctx context.Context, p ProcessSpec) (ProcessResult
 	err := pr.start(&spawnSpec{
 		bash:     e.bash,
 		command:  p.Command,
-		dir:      e.resolveCwd(p.Cwd),
+		dir:      e.ResolveCwd(p.Cwd),
 		env:      e.base.with(p.ExtraEnv, nil),
 		devNull:  e.devNull,
 		stdin:    p.Stdin,

@@ -42,6 +42,7 @@ type envCollector interface {
 // jobRunner is the part of *exec.Executor the pipeline and the job tools use.
 type jobRunner interface {
 	NewID() string
+	ResolveCwd(cwd string) string
 	Lookup(idempotencyKey string) (*exec.Job, bool)
 	Start(ctx context.Context, s exec.Spec) (*exec.Job, error)
 	Job(id string) (*exec.Job, error)
@@ -225,6 +226,8 @@ func (s *Service) start(ctx context.Context, r run, pass gate) (*exec.Job, error
 	if cwd == "" && r.agent != nil {
 		cwd = r.agent.Cwd
 	}
+	// The directory the job will really run in, so {job.cwd} names it too.
+	cwd = s.jobs.ResolveCwd(cwd)
 	x := shellenv.Execution{
 		JobID:      s.jobs.NewID(),
 		Command:    r.command,
