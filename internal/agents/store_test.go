@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io/fs"
 	"log/slog"
@@ -18,9 +17,9 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
-)
 
-var update = flag.Bool("update", false, "rewrite golden files in testdata")
+	"github.com/dshd/dshd/internal/golden"
+)
 
 // fakeClock returns a fixed start time advanced by one second per call.
 type fakeClock struct {
@@ -671,28 +670,8 @@ func TestGoldenTranscripts(t *testing.T) {
 	}
 	for name, id := range map[string]string{"root": root.ID, "fork": fork.ID, "spawn": spawn.ID} {
 		t.Run(name, func(t *testing.T) {
-			compareGolden(t, filepath.Join("testdata", name+".jsonl.golden"), mustTranscript(t, s, id))
+			golden.Compare(t, filepath.Join("testdata", name+".jsonl.golden"), mustTranscript(t, s, id))
 		})
-	}
-}
-
-// compareGolden compares got with the golden file, rewriting it under -update.
-func compareGolden(tb testing.TB, path string, got []byte) {
-	tb.Helper()
-	if *update {
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			tb.Fatal(err)
-		}
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			tb.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		tb.Fatalf("%v (run go test -update to create it)", err)
-	}
-	if diff := cmp.Diff(string(want), string(got)); diff != "" {
-		tb.Errorf("%s mismatch (-want +got):\n%s", path, diff)
 	}
 }
 

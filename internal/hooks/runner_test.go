@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -15,9 +13,9 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/dshd/dshd/internal/exec"
-)
 
-var update = flag.Bool("update", false, "rewrite golden files in testdata")
+	"github.com/dshd/dshd/internal/golden"
+)
 
 // fakeRunner records process specs and answers with fn (exit 0, no output
 // when nil).
@@ -38,25 +36,6 @@ func (f *fakeRunner) RunProcess(ctx context.Context, p exec.ProcessSpec) (exec.P
 }
 
 func intp(n int) *int { return &n }
-
-func compareGolden(tb testing.TB, path string, got []byte) {
-	tb.Helper()
-	if *update {
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			tb.Fatal(err)
-		}
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			tb.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		tb.Fatalf("%v (run go test -update to create it)", err)
-	}
-	if diff := cmp.Diff(string(want), string(got)); diff != "" {
-		tb.Errorf("%s mismatch (-want +got):\n%s", path, diff)
-	}
-}
 
 func TestPayloads(t *testing.T) {
 	toolInput := map[string]any{"command": "make test && echo <done>", "timeout": 120000}
@@ -97,7 +76,7 @@ func TestPayloads(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				compareGolden(t, filepath.Join("testdata", "payload", string(d)+"-"+string(ev)+".golden"), got)
+				golden.Compare(t, filepath.Join("testdata", "payload", string(d)+"-"+string(ev)+".golden"), got)
 
 				endsNL := strings.HasSuffix(string(got), "\n")
 				if wantNL := d == DialectClaudeCode; endsNL != wantNL {

@@ -2,23 +2,19 @@ package httpapi
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
-
 	"github.com/dshd/dshd/internal/agents"
 	"github.com/dshd/dshd/internal/exec"
 	"github.com/dshd/dshd/internal/shellenv"
-)
 
-var update = flag.Bool("update", false, "rewrite golden files")
+	"github.com/dshd/dshd/internal/golden"
+)
 
 // TestProblemGolden pins the problem+json body of each kind of error.
 func TestProblemGolden(t *testing.T) {
@@ -45,19 +41,7 @@ func TestProblemGolden(t *testing.T) {
 			rec := httptest.NewRecorder()
 			s.writeError(rec, req, tt.err)
 			got := fmt.Sprintf("%d %s Retry-After=%q\n%s", rec.Code, rec.Header().Get("Content-Type"), rec.Header().Get("Retry-After"), rec.Body.String())
-			golden := filepath.Join("testdata", "problem_"+tt.name+".golden")
-			if *update {
-				if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatalf("%v (run with -update to create)", err)
-			}
-			if diff := cmp.Diff(string(want), got); diff != "" {
-				t.Errorf("problem (-want +got):\n%s", diff)
-			}
+			golden.Compare(t, filepath.Join("testdata", "problem_"+tt.name+".golden"), []byte(got))
 		})
 	}
 }

@@ -3,35 +3,14 @@ package tools
 import (
 	"encoding/json"
 	"errors"
-	"flag"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/dshd/dshd/internal/golden"
 )
-
-var update = flag.Bool("update", false, "rewrite golden files in testdata")
-
-// compareGolden compares got with testdata/name, rewriting it under -update.
-func compareGolden(tb testing.TB, name string, got []byte) {
-	tb.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			tb.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		tb.Fatalf("read golden (run with -update to create): %v", err)
-	}
-	if diff := cmp.Diff(string(want), string(got)); diff != "" {
-		tb.Errorf("%s mismatch (-want +got):\n%s", path, diff)
-	}
-}
 
 func TestRenderGolden(t *testing.T) {
 	for _, tt := range []struct{ format, golden string }{
@@ -48,7 +27,7 @@ func TestRenderGolden(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			compareGolden(t, tt.golden, append(got, '\n'))
+			golden.Compare(t, filepath.Join("testdata", tt.golden), append(got, '\n'))
 		})
 	}
 }
