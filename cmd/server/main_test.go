@@ -452,3 +452,31 @@ func TestShutdownWithRequestsInFlight(t *testing.T) {
 		t.Error("the output stream was still open after shutdown")
 	}
 }
+
+// TestConfigEnvPolicy: the config file's env policy reaches the commands.
+func TestConfigEnvPolicy(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "config.json")
+	if err := os.WriteFile(cfg, []byte(`{"env":{"inherit":"none","set":{"EDITOR":"true","DSHD_NOTE":"from-config"}},"jobs":{"graceMs":500}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := startRun(t, []string{"--home", t.TempDir(), "--config", cfg}, nil)
+	resp, body := s.request(t, "POST", "/exec", `{"command":"export -p"}`, s.auth())
+	if resp.StatusCode != 200 {
+		t.Fatalf("exec = %d %s", resp.StatusCode, body)
+	}
+	var j struct {
+		Stdout struct{ Text string }
+	}
+	if err := json.Unmarshal(body, &j); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`EDITOR="true"`, `DSHD_NOTE="from-config"`, `TERM="dumb"`, `DSH_SHELL="1"`} {
+		if !strings.Contains(j.Stdout.Text, want) {
+			t.Errorf("child lacks %s:\n%s", want, j.Stdout.Text)
+		}
+	}
+	// inherit: none — nothing of the server's own environment.
+	if strings.Contains(j.Stdout.Text, `declare -x PATH=`) || strings.Contains(j.Stdout.Text, `declare -x HOME=`) {
+		t.Errorf("inherit none let the server's environment through:\n%s", j.Stdout.Text)
+	}
+}
