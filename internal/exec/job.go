@@ -109,6 +109,9 @@ type Job struct {
 // ID returns the job id ("job_…").
 func (j *Job) ID() string { return j.id }
 
+// Background reports whether the job was started as a background job.
+func (j *Job) Background() bool { return j.background }
+
 // Done returns a channel closed when the job is finished: its leader exited
 // and its output is drained.
 func (j *Job) Done() <-chan struct{} { return j.proc.done }

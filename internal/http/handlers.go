@@ -211,11 +211,10 @@ func (s *Server) Exec(ctx context.Context, req api.ExecRequestObject) (api.ExecR
 	if err != nil {
 		return nil, err
 	}
-	snap := job.Snapshot()
-	if snap.Background {
+	if job.Background() {
 		return api.Exec202JSONResponse{
-			Body:    toAPIJob(snap),
-			Headers: api.Exec202ResponseHeaders{Location: "/jobs/" + snap.ID},
+			Body:    toAPIJob(job.Snapshot()),
+			Headers: api.Exec202ResponseHeaders{Location: "/jobs/" + job.ID()},
 		}, nil
 	}
 	if req.Body.YieldMs != nil {
@@ -223,21 +222,17 @@ func (s *Server) Exec(ctx context.Context, req api.ExecRequestObject) (api.ExecR
 		ctx, cancel = context.WithTimeout(ctx, millis(req.Body.YieldMs))
 		defer cancel()
 	}
-	snap, err = waitJob(ctx, job)
-	if err != nil {
-		return nil, err
-	}
-	return api.Exec200JSONResponse(toAPIJob(snap)), nil
+	return api.Exec200JSONResponse(toAPIJob(waitJob(ctx, job))), nil
 }
 
 // waitJob waits for job to end or ctx to expire, and returns its state then.
 // An expired ctx is not an error: the caller asked for the job as it stands.
-func waitJob(ctx context.Context, job *exec.Job) (exec.Snapshot, error) {
+func waitJob(ctx context.Context, job *exec.Job) exec.Snapshot {
 	select {
 	case <-job.Done():
 	case <-ctx.Done():
 	}
-	return job.Snapshot(), nil
+	return job.Snapshot()
 }
 
 // ListJobs lists jobs, optionally by agent and state.
@@ -259,7 +254,7 @@ func (s *Server) GetJob(ctx context.Context, req api.GetJobRequestObject) (api.G
 	if req.Params.WaitMs != nil && snap.State == exec.StateRunning {
 		wctx, cancel := context.WithTimeout(ctx, millis(req.Params.WaitMs))
 		defer cancel()
-		snap, _ = waitJob(wctx, job)
+		snap = waitJob(wctx, job)
 	}
 	return api.GetJob200JSONResponse(toAPIJob(snap)), nil
 }
