@@ -241,7 +241,7 @@ func (s *Service) bash(ctx context.Context, agent agents.Agent, callID string, a
 		if err != nil {
 			return res, fmt.Errorf("wait for job %s: %w", job.ID(), err)
 		}
-		interrupted := snap.State == stateTimedOut || snap.State == stateCancelled
+		interrupted := snap.State == exec.StateTimedOut || snap.State == exec.StateCancelled
 		res.Text = RenderResult(snap)
 		res.ExitCode = snap.ExitCode
 		res.IsError = interrupted
@@ -415,7 +415,7 @@ func (s *Service) jobKill(ctx context.Context, agentID string, a args) (CallResu
 	if err != nil || !ok {
 		return notFound(id), err
 	}
-	if sn := job.Snapshot(); sn.State != stateRunning {
+	if sn := job.Snapshot(); sn.State != exec.StateRunning {
 		return CallResult{JobID: id, Text: fmt.Sprintf("job %s already finished: %s", id, status(sn)), ExitCode: sn.ExitCode}, nil
 	}
 	sn, err := s.jobs.Cancel(ctx, id)
@@ -425,7 +425,7 @@ func (s *Service) jobKill(ctx context.Context, agentID string, a args) (CallResu
 	if err != nil {
 		return CallResult{JobID: id}, fmt.Errorf("cancel job %s: %w", id, err)
 	}
-	if sn.State == stateRunning {
+	if sn.State == exec.StateRunning {
 		return CallResult{JobID: id, Text: fmt.Sprintf("stopping job %s: SIGTERM sent to its process group, SIGKILL follows after the grace period", id)}, nil
 	}
 	return CallResult{JobID: id, Text: fmt.Sprintf("stopped job %s: %s", id, status(sn)), ExitCode: sn.ExitCode}, nil

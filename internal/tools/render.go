@@ -38,7 +38,7 @@ func RenderResult(snap exec.Snapshot) string {
 	if snap.Stdout.Truncated || snap.Stderr.Truncated {
 		line(fmt.Sprintf("[output truncated; full output: GET /jobs/%s/output]", snap.ID))
 	}
-	if snap.State == stateTimedOut {
+	if snap.State == exec.StateTimedOut {
 		line(fmt.Sprintf("[timed out after %dms]", snap.Timeout.Milliseconds()))
 	}
 	if snap.Signal != "" {
@@ -46,7 +46,7 @@ func RenderResult(snap exec.Snapshot) string {
 	} else if snap.ExitCode != nil && *snap.ExitCode != 0 {
 		line(fmt.Sprintf("[exit code: %d]", *snap.ExitCode))
 	}
-	if snap.State == stateRunning {
+	if snap.State == exec.StateRunning {
 		line(fmt.Sprintf("[still running: job %s]", snap.ID))
 	}
 	out := strings.TrimSuffix(b.String(), "\n")
@@ -55,13 +55,6 @@ func RenderResult(snap exec.Snapshot) string {
 	}
 	return out
 }
-
-// Job states, spelled as the exec contract spells them.
-const (
-	stateRunning   = exec.State("running")
-	stateTimedOut  = exec.State("timed_out")
-	stateCancelled = exec.State("cancelled")
-)
 
 // startedText is the result of a bash call that started a background job.
 func startedText(id string) string {
