@@ -182,6 +182,16 @@ func TestRequests(t *testing.T) {
 		})
 	}
 
+	t.Run("contract served as written", func(t *testing.T) {
+		_, body := s.request(t, "GET", "/openapi.yaml", "", nil)
+		want, err := os.ReadFile("../../api/openapi.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(body) != string(want) {
+			t.Error("GET /openapi.yaml differs from api/openapi.yaml")
+		}
+	})
 	t.Run("request id echoed", func(t *testing.T) {
 		resp, _ := s.request(t, "GET", "/healthz", "", map[string]string{"X-Request-ID": "trace-123"})
 		if got := resp.Header.Get("X-Request-ID"); got != "trace-123" {
