@@ -80,3 +80,67 @@ func quickStartBlock(t *testing.T, readme string) string {
 	}
 	return block
 }
+
+// fencedBlock returns the first ```lang block after heading in the README.
+func fencedBlock(t *testing.T, readme, heading, lang string) string {
+	t.Helper()
+	_, section, ok := strings.Cut(readme, heading)
+	if !ok {
+		t.Fatalf("README has no %q section", heading)
+	}
+	_, rest, ok := strings.Cut(section, "```"+lang+"\n")
+	if !ok {
+		t.Fatalf("%q has no %s block", heading, lang)
+	}
+	block, _, ok := strings.Cut(rest, "```")
+	if !ok {
+		t.Fatalf("unterminated %s block under %q", lang, heading)
+	}
+	return block
+}
+
+// TestREADMEConfigAndHooks starts the real server with the README's
+// configuration example and hooks file, pasted as they are, together with
+// --home (the combination an older example made the server refuse), and
+// checks that the hooks do what the README says.
+func TestREADMEConfigAndHooks(t *testing.T) {
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	config := fencedBlock(t, string(readme), "## Configuration", "yaml")
+	hooksFile := fencedBlock(t, string(readme), "### Hooks", "json")
+
+	home := filepath.Join(t.TempDir(), "home")
+	if err := os.MkdirAll(filepath.Join(home, "hooks"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(home, "hooks", "claude-code.json"), []byte(hooksFile), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := startServer(t, withHome(home), withConfig(config))
+
+	var a agent
+	if st := s.doJSON(t, "POST", "/agents", map[string]any{"cwd": t.TempDir()}, &a); st != 201 {
+		t.Fatalf("create agent = %d", st)
+	}
+	victim := t.TempDir()
+	var blocked toolResult
+	if st := s.doJSON(t, "POST", "/agents/"+a.ID+"/tools/bash", map[string]any{
+		"arguments": map[string]any{"command": "rm -rf " + victim},
+	}, &blocked); st != 200 {
+		t.Fatalf("bash tool = %d", st)
+	}
+	if !blocked.IsError || !strings.Contains(blocked.Text, "rm -rf is not allowed here") {
+		t.Errorf("rm -rf was not blocked with the hook's reason: %+v", blocked)
+	}
+	if _, err := os.Stat(victim); err != nil {
+		t.Errorf("the blocked command ran: %v", err)
+	}
+	var ok toolResult
+	if st := s.doJSON(t, "POST", "/agents/"+a.ID+"/tools/bash", map[string]any{
+		"arguments": map[string]any{"command": "echo fine"},
+	}, &ok); st != 200 || ok.IsError || !strings.HasPrefix(ok.Text, "fine") {
+		t.Errorf("echo through the hooks = %d %+v", st, ok)
+	}
+}

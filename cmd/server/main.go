@@ -1,4 +1,4 @@
-// Command server runs dshd: an HTTP service that runs bash commands for AI
+// Command dshd runs dshd: an HTTP service that runs bash commands for AI
 // agent harnesses, each with a trusted environment of managed DSH_* facts.
 package main
 
@@ -16,6 +16,8 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -36,7 +38,7 @@ import (
 
 func main() {
 	if err := run(context.Background(), os.Args, os.Getenv, os.Stdin, os.Stdout, os.Stderr); err != nil {
-		fmt.Fprintf(os.Stderr, "server: %v\n", err)
+		fmt.Fprintf(os.Stderr, "dshd: %v\n", err)
 		os.Exit(1)
 	}
 }
@@ -49,25 +51,94 @@ type options struct {
 	tokenFile   string
 	allowRemote bool
 	logLevel    slog.Level
+	version     bool
 }
 
-func parseFlags(args []string, stderr io.Writer) (options, error) {
+// errExit ends run successfully before serving: --help and --version.
+var errExit = errors.New("nothing to serve")
+
+const usageHead = `Usage: dshd [flags]
+
+dshd runs bash commands for agent harnesses over HTTP/JSON, each with a
+trusted environment of managed DSH_* facts. The contract is served at
+/openapi.yaml; the startup line says where the token is.
+
+Flags:
+`
+
+// parseFlags reads the flags. --help prints the usage on stdout and
+// --version the build information; both return errExit. A bad flag
+// prints the error and the usage on stderr.
+func parseFlags(args []string, stdout, stderr io.Writer) (options, error) {
 	var o options
-	fs := flag.NewFlagSet(args[0], flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := flag.NewFlagSet("dshd", flag.ContinueOnError)
+	// Parse errors are reported below, with the usage on the right stream.
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
 	fs.StringVar(&o.addr, "addr", "127.0.0.1:7433", "listen address: host:port, or unix:/path for a Unix socket")
 	fs.StringVar(&o.home, "home", "", "harness home (default: config dshHome, else $DSH_HOME, else ~/.dsh)")
 	fs.StringVar(&o.config, "config", "", "configuration file (YAML or JSON)")
 	fs.StringVar(&o.tokenFile, "token-file", "", "file holding the bearer token (default: generated into <home>/server.token)")
 	fs.BoolVar(&o.allowRemote, "allow-remote", false, "allow listening on a non-loopback address")
 	fs.TextVar(&o.logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn or error")
+	fs.BoolVar(&o.version, "version", false, "print the version and build information, then exit")
+	usage := func(w io.Writer) {
+		fmt.Fprint(w, usageHead)
+		fs.SetOutput(w)
+		fs.PrintDefaults()
+		fs.SetOutput(io.Discard)
+	}
 	if err := fs.Parse(args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			usage(stdout)
+			return o, errExit
+		}
+		usage(stderr) // run's caller prints err itself
 		return o, err
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments: %q", fs.Args())
 	}
+	if o.version {
+		fmt.Fprintln(stdout, versionLine())
+		return o, errExit
+	}
 	return o, nil
+}
+
+// versionLine describes the running binary from its build information:
+// the module version (a tag under go install module@version, "(devel)" in
+// a checkout) and, when built from a checkout, the VCS revision and time.
+func versionLine() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "dshd (no build information)"
+	}
+	version := bi.Main.Version
+	if version == "" {
+		version = "(devel)"
+	}
+	line := fmt.Sprintf("dshd %s %s", version, bi.GoVersion)
+	var rev, at, modified string
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.time":
+			at = s.Value
+		case "vcs.modified":
+			if s.Value == "true" {
+				modified = " (modified)"
+			}
+		}
+	}
+	if rev != "" {
+		line += " revision " + rev + modified
+		if at != "" {
+			line += " " + at
+		}
+	}
+	return line + " " + runtime.GOOS + "/" + runtime.GOARCH
 }
 
 // run is the whole program: it serves until ctx ends or SIGINT/SIGTERM
@@ -78,7 +149,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Re
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	o, err := parseFlags(args, stderr)
+	o, err := parseFlags(args, stdout, stderr)
+	if errors.Is(err, errExit) {
+		return nil
+	}
 	if err != nil {
 		return err
 	}

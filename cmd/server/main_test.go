@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -488,5 +489,47 @@ func TestConfigEnvPolicy(t *testing.T) {
 	// inherit: none — nothing of the server's own environment.
 	if strings.Contains(j.Stdout.Text, `declare -x PATH=`) || strings.Contains(j.Stdout.Text, `declare -x HOME=`) {
 		t.Errorf("inherit none let the server's environment through:\n%s", j.Stdout.Text)
+	}
+}
+
+func TestHelpAndVersion(t *testing.T) {
+	tests := []struct {
+		name       string
+		args       []string
+		wantErr    bool
+		wantStdout []string
+		wantStderr []string
+	}{
+		{"--help", []string{"--help"}, false, []string{"Usage: dshd", "-addr", "-home", "-version"}, nil},
+		{"-h", []string{"-h"}, false, []string{"Usage: dshd"}, nil},
+		{"--version", []string{"--version"}, false, []string{"dshd ", runtime.Version()}, nil},
+		{"unknown flag", []string{"--bogus"}, true, nil, []string{"Usage: dshd"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var stdout, stderr strings.Builder
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			// --home points at a path that cannot be created: reaching
+			// the server's setup would fail the test.
+			args := append([]string{"dshd", "--home", "/proc/no-such-home"}, tt.args...)
+			err := run(ctx, args, func(string) string { return "" }, nil, &stdout, &stderr)
+			if gotErr := err != nil; gotErr != tt.wantErr {
+				t.Fatalf("run error = %v, want error %v", err, tt.wantErr)
+			}
+			for _, want := range tt.wantStdout {
+				if !strings.Contains(stdout.String(), want) {
+					t.Errorf("stdout lacks %q:\n%s", want, stdout.String())
+				}
+			}
+			for _, want := range tt.wantStderr {
+				if !strings.Contains(stderr.String(), want) {
+					t.Errorf("stderr lacks %q:\n%s", want, stderr.String())
+				}
+			}
+			if !tt.wantErr && stderr.Len() != 0 {
+				t.Errorf("stderr = %q, want nothing", stderr.String())
+			}
+		})
 	}
 }

@@ -1,0 +1,29 @@
+package tests
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// TestCLIFirstContact runs the built binary the way a new user does first:
+// --help and --version answer on stdout and exit 0.
+func TestCLIFirstContact(t *testing.T) {
+	for _, tt := range []struct {
+		arg  string
+		want string
+	}{
+		{"--help", "Usage: dshd [flags]"},
+		{"--version", "dshd "},
+	} {
+		t.Run(tt.arg, func(t *testing.T) {
+			out, err := exec.Command(serverBinary, tt.arg).Output()
+			if err != nil {
+				t.Fatalf("dshd %s: %v", tt.arg, err)
+			}
+			if !strings.HasPrefix(string(out), tt.want) {
+				t.Errorf("dshd %s printed %q, want it to start with %q", tt.arg, out, tt.want)
+			}
+		})
+	}
+}
