@@ -205,6 +205,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Re
 			Exclude:               cfg.Env.Exclude,
 			IgnoreDefaultExcludes: cfg.Env.IgnoreDefaultExcludes,
 			Set:                   cfg.Env.Set,
+			// No child may see the token, whatever the variable's name.
+			Secrets: []string{token},
 		},
 		DefaultCwd:            cwd,
 		DefaultTimeout:        ms(cfg.Jobs.DefaultTimeoutMs),

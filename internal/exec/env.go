@@ -54,6 +54,12 @@ type EnvPolicy struct {
 	// Set are config values applied after the terminal environment. Names
 	// in the managed namespace are ignored.
 	Set map[string]string
+	// Secrets are values no child may see, whatever the name of the
+	// variable holding them (the server's bearer token): a variable whose
+	// value, without surrounding white space, equals one is dropped at
+	// every step, inherited, set, explicit and managed alike. Empty
+	// strings are ignored.
+	Secrets []string
 }
 
 func isCoreName(name string) bool {
@@ -67,7 +73,8 @@ func isCoreName(name string) bool {
 // BuildEnv returns a child's environment as "K=V" entries, following DESIGN §3
 // in order: environ filtered by the inherit policy; every DSH_* name and every
 // name matching the credential globs (and p.Exclude) removed; TerminalEnv; p.Set;
-// explicit (names in the managed namespace dropped); managed last. A later
+// explicit (names in the managed namespace dropped); managed last. A variable
+// whose value is one of p.Secrets is dropped at every step. A later
 // step overrides an earlier one in place, so no name appears twice. Entries
 // of environ without '=' or with an empty name are skipped, as are malformed
 // names in p.Set and explicit (empty, containing '=' or NUL).
@@ -81,14 +88,34 @@ func BuildEnv(p EnvPolicy, environ []string, explicit map[string]string, managed
 
 // baseEnv is steps 1-4a of DESIGN §3: fixed per Executor.
 type baseEnv struct {
-	env []string
-	idx map[string]int // name -> index in env
+	env     []string
+	idx     map[string]int // name -> index in env
+	secrets []string
+}
+
+// secret reports whether v, without surrounding white space, is a secret.
+func (b *baseEnv) secret(v string) bool {
+	if len(b.secrets) == 0 {
+		return false
+	}
+	v = strings.TrimSpace(v)
+	for _, s := range b.secrets {
+		if v == s {
+			return true
+		}
+	}
+	return false
 }
 
 func newBaseEnv(p EnvPolicy, environ []string) *baseEnv {
 	b := &baseEnv{
 		env: make([]string, 0, len(environ)+len(TerminalEnv())+len(p.Set)),
 		idx: make(map[string]int, len(environ)+len(TerminalEnv())+len(p.Set)),
+	}
+	for _, sec := range p.Secrets {
+		if sec = strings.TrimSpace(sec); sec != "" {
+			b.secrets = append(b.secrets, sec)
+		}
 	}
 	if p.Inherit == "" || p.Inherit == InheritAll || p.Inherit == InheritCore {
 		var globs []string
@@ -107,7 +134,7 @@ func newBaseEnv(p EnvPolicy, environ []string) *baseEnv {
 			if p.Inherit == InheritCore && !isCoreName(name) {
 				continue
 			}
-			if shellenv.IsManaged(name) || matchAny(globs, name) {
+			if shellenv.IsManaged(name) || matchAny(globs, name) || b.secret(kv[len(name)+1:]) {
 				continue
 			}
 			b.put(name, kv)
@@ -117,7 +144,7 @@ func newBaseEnv(p EnvPolicy, environ []string) *baseEnv {
 		b.put(envName(kv), kv)
 	}
 	for _, k := range sortedKeys(p.Set) {
-		if validEnvName(k) && !shellenv.IsManaged(k) {
+		if validEnvName(k) && !shellenv.IsManaged(k) && !b.secret(p.Set[k]) {
 			b.put(k, k+"="+p.Set[k])
 		}
 	}
@@ -148,14 +175,14 @@ func (b *baseEnv) with(explicit map[string]string, managed []string) []string {
 	m := merger{base: b, out: out}
 	if len(explicit) > 0 {
 		for _, k := range sortedKeys(explicit) {
-			if validEnvName(k) && !shellenv.IsManaged(k) {
+			if validEnvName(k) && !shellenv.IsManaged(k) && !b.secret(explicit[k]) {
 				m.set(k, k+"="+explicit[k])
 			}
 		}
 	}
 	for _, kv := range managed {
 		name := envName(kv)
-		if name == "" || len(name) == len(kv) {
+		if name == "" || len(name) == len(kv) || b.secret(kv[len(name)+1:]) {
 			continue
 		}
 		m.set(name, kv)

@@ -101,6 +101,15 @@ func TestBuildEnv(t *testing.T) {
 			managed: []string{"DSH_HOME=/new", "DSH_SESSION_ID=child"},
 			want:    with(nil, "DSH_HOME=/new", "DSH_SESSION_ID=child"),
 		},
+		{
+			name: "a secret value is dropped whatever its name, at every step",
+			policy: EnvPolicy{IgnoreDefaultExcludes: true, Secrets: []string{"tok-123", ""},
+				Set: map[string]string{"CONF_AUTH": "tok-123", "CONF_OK": "fine"}},
+			environ:  []string{"BEARER=tok-123", "PADDED= tok-123\n", "EMPTY=", "NEAR=tok-1234"},
+			explicit: map[string]string{"REQ_AUTH": "tok-123", "REQ_OK": "ok"},
+			managed:  []string{"DSH_X=tok-123", "DSH_Y=y"},
+			want:     with([]string{"EMPTY=", "NEAR=tok-1234"}, "CONF_OK=fine", "REQ_OK=ok", "DSH_Y=y"),
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
