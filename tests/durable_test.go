@@ -68,3 +68,42 @@ func TestTokenNeverReachesChildren(t *testing.T) {
 		}
 	}
 }
+
+// TestLeftoverContributorTempsRemovedAtStart: a crash during a contributor
+// save leaves ".contributors.json.*.tmp" behind; the next start removes
+// them and keeps everything else.
+func TestLeftoverContributorTempsRemovedAtStart(t *testing.T) {
+	home := filepath.Join(t.TempDir(), "home")
+	s := startServer(t, withHome(home))
+	if st := s.doJSON(t, "POST", "/contributors", map[string]any{
+		"name": "keep.me", "keys": []map[string]string{{"key": "DSH_KEEP", "description": "a test fact"}},
+		"resolver": map[string]any{"kind": "static", "values": map[string]string{"DSH_KEEP": "kept"}},
+	}, nil); st != 201 {
+		t.Fatalf("register = %d", st)
+	}
+	s.stop(t)
+
+	leftovers := []string{".contributors.json.123456.tmp", ".contributors.json.987654321.tmp"}
+	for _, name := range leftovers {
+		if err := os.WriteFile(filepath.Join(home, name), []byte(`{"version":1,"contrib`), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	unrelated := filepath.Join(home, "contributors.json.tmp.notes")
+	if err := os.WriteFile(unrelated, []byte("mine"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	s = startServer(t, withHome(home))
+	for _, name := range leftovers {
+		if _, err := os.Lstat(filepath.Join(home, name)); err == nil {
+			t.Errorf("%s survived the start", name)
+		}
+	}
+	if _, err := os.Stat(unrelated); err != nil {
+		t.Errorf("an unrelated file was removed: %v", err)
+	}
+	if st := s.doJSON(t, "GET", "/contributors/keep.me", nil, nil); st != 200 {
+		t.Errorf("durable contributor after restart = %d, want 200", st)
+	}
+}

@@ -56,7 +56,8 @@ type Registry struct {
 }
 
 // New returns a Registry holding the built-in contributors and the durable
-// contributors restored from opts.StatePath. It returns an error if
+// contributors restored from opts.StatePath. Temporary files of a save that
+// a crash interrupted (".<state file>.*.tmp") are removed first. It returns an error if
 // opts.Home is not absolute, if the metrics cannot be registered, or if the
 // state file cannot be read or is corrupt (the error names the file).
 func New(opts Options) (*Registry, error) {
@@ -95,6 +96,7 @@ func New(opts Options) (*Registry, error) {
 	}
 	entries := builtinEntries(r.home, r.now())
 	if r.statePath != "" {
+		removeStaleTemps(r.statePath, r.logger)
 		restored, err := loadState(r.statePath)
 		if err != nil {
 			return nil, err

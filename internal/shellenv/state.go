@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"time"
@@ -122,6 +123,34 @@ func loadState(path string) ([]*entry, error) {
 	return entries, nil
 }
 
+// removeStaleTemps removes the temporary files writeFileAtomic leaves
+// behind when the process dies between creating and renaming one. Only
+// regular files are removed: a symlink or directory of that name is left
+// alone and reported.
+func removeStaleTemps(path string, log *slog.Logger) {
+	dir := filepath.Dir(path)
+	matches, err := filepath.Glob(filepath.Join(dir, tempPattern(path)))
+	if err != nil {
+		return // the pattern is well formed; Glob ignores I/O errors
+	}
+	for _, m := range matches {
+		fi, err := os.Lstat(m)
+		if err != nil || !fi.Mode().IsRegular() {
+			log.Warn("leaving a non-regular file that looks like a temporary contributors file", "path", m)
+			continue
+		}
+		if err := os.Remove(m); err != nil {
+			log.Warn("remove leftover temporary contributors file", "path", m, "err", err)
+			continue
+		}
+		log.Info("removed leftover temporary contributors file", "path", m)
+	}
+}
+
+// tempPattern is the name pattern of writeFileAtomic's temporary files for
+// path, in os.CreateTemp and filepath.Glob syntax alike.
+func tempPattern(path string) string { return "." + filepath.Base(path) + ".*.tmp" }
+
 // writeFileAtomic replaces path with data: it writes a temporary file in the
 // same directory, syncs it, renames it over path and syncs the directory, so
 // a crash leaves either the old or the new contents. The file gets perm;
@@ -131,7 +160,7 @@ func writeFileAtomic(path string, data []byte, perm fs.FileMode) (err error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*.tmp")
+	f, err := os.CreateTemp(dir, tempPattern(path))
 	if err != nil {
 		return err
 	}
