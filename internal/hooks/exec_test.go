@@ -187,3 +187,110 @@ func TestExecEnvironment(t *testing.T) {
 		t.Errorf("hook ran in %q, want the agent cwd %q", got, cwd)
 	}
 }
+
+// writeHookifyRule writes a hookify rule file into cwd/.claude.
+func writeHookifyRule(tb testing.TB, cwd, name, action, pattern, message string) {
+	tb.Helper()
+	dir := filepath.Join(cwd, ".claude")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		tb.Fatal(err)
+	}
+	body := fmt.Sprintf("---\nname: %s\nenabled: true\nevent: bash\npattern: %s\naction: %s\n---\n\n%s\n", name, pattern, action, message)
+	if err := os.WriteFile(filepath.Join(dir, "hookify."+name+".local.md"), []byte(body), 0o644); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// TestExecHookifyMessages runs a hook that answers as hookify does: a block
+// is a bare permissionDecision "deny" whose only explanation is
+// systemMessage, and a warning is a systemMessage alone.
+func TestExecHookifyMessages(t *testing.T) {
+	if _, err := osexec.LookPath("python3"); err != nil {
+		t.Skip("python3 not installed")
+	}
+	cwd := t.TempDir()
+	writeHookifyRule(t, cwd, "no-force-push", "block", `git push.*--force`, "Force pushes rewrite shared history. Push a new branch instead.")
+	writeHookifyRule(t, cwd, "warn-sudo", "warn", `\bsudo\b`, "sudo is rarely needed here.")
+	cfg := mustLoad(t, map[Dialect]string{DialectClaudeCode: preToolUse("python3 "+script(t, "hookify.py"), 20)})
+	r := NewRunner(cfg, newExecutor(t), nil)
+
+	out, err := r.Run(runCtx(t), bashCall(cwd, "git push origin main --force"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantMsg := "**[no-force-push]**\nForce pushes rewrite shared history. Push a new branch instead."
+	if !out.Blocked || out.Reason != wantMsg {
+		t.Errorf("force push outcome = %+v, want blocked with reason %q", out, wantMsg)
+	}
+	if got := out.SystemMessages(); len(got) != 1 || got[0] != wantMsg {
+		t.Errorf("SystemMessages = %q, want [%q]", got, wantMsg)
+	}
+
+	out, err = r.Run(runCtx(t), bashCall(cwd, "sudo ls"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantWarn := "**[warn-sudo]**\nsudo is rarely needed here."
+	if out.Blocked || out.Results[0].Error != "" || out.Results[0].SystemMessage != wantWarn {
+		t.Errorf("sudo outcome = %+v, want not blocked with systemMessage %q", out, wantWarn)
+	}
+}
+
+// TestExecSessionStartContext runs a SessionStart hook that offers context.
+func TestExecSessionStartContext(t *testing.T) {
+	cfg := mustLoad(t, map[Dialect]string{
+		DialectClaudeCode: fmt.Sprintf(`{"hooks":{"SessionStart":[{"hooks":[{"type":"command","command":%q}]}]}}`, script(t, "session_context.sh")),
+		DialectCodex:      fmt.Sprintf(`{"hooks":{"SessionStart":[{"hooks":[{"type":"command","command":%q}]}]}}`, "echo plain text context"),
+	})
+	out, err := NewRunner(cfg, newExecutor(t), nil).Run(runCtx(t), Input{Event: SessionStart, SessionID: "agt_1", Cwd: t.TempDir(), Source: "resume"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"Session resume: this repository deploys with make release.", "plain text context"}
+	if got := out.AdditionalContext(); strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Errorf("AdditionalContext = %q, want %q", got, want)
+	}
+}
+
+// TestExecHooksRunInParallel checks that matching hooks run at once and that
+// their results are applied in configuration order. Each hook waits (bounded)
+// for every other hook to have started, which only happens when they run
+// concurrently; the first configured hook also finishes last.
+func TestExecHooksRunInParallel(t *testing.T) {
+	dir := t.TempDir()
+	const n = 4
+	hook := func(i int) string {
+		var wait strings.Builder
+		for j := range n {
+			fmt.Fprintf(&wait, " && test -e %s/started.%d", dir, j)
+		}
+		cmd := fmt.Sprintf(`touch %s/started.%d; for _ in $(seq 100); do true%s && break; sleep 0.05; done; true%s || { echo "hook %d ran alone" >&2; exit 1; }`,
+			dir, i, wait.String(), wait.String(), i)
+		if i == 0 {
+			cmd += fmt.Sprintf(`; for _ in $(seq 100); do test -e %s/done.%d && break; sleep 0.05; done`, dir, n-1)
+		}
+		return cmd + fmt.Sprintf(`; touch %s/done.%d; echo "deny %d" >&2; exit 2`, dir, i, i)
+	}
+	var handlers []string
+	for i := range n {
+		handlers = append(handlers, fmt.Sprintf(`{"type":"command","command":%q,"timeout":30}`, hook(i)))
+	}
+	cfg := mustLoad(t, map[Dialect]string{
+		DialectClaudeCode: `{"hooks":{"PreToolUse":[{"matcher":"Bash","hooks":[` + strings.Join(handlers, ",") + `]}]}}`,
+	})
+	out, err := NewRunner(cfg, newExecutor(t), nil).Run(runCtx(t), bashCall(t.TempDir(), "ls"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, res := range out.Results {
+		if res.Error != "" || res.Decision != DecisionDeny {
+			t.Errorf("hook %d: %+v", i, res)
+		}
+		if want := fmt.Sprintf("claude-code:PreToolUse[0].hooks[%d]", i); res.Handler != want {
+			t.Errorf("result %d is %s, want %s (configuration order)", i, res.Handler, want)
+		}
+	}
+	if want := "deny 0\ndeny 1\ndeny 2\ndeny 3"; out.Reason != want {
+		t.Errorf("merged reason = %q, want %q in configuration order", out.Reason, want)
+	}
+}

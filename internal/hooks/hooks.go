@@ -23,14 +23,14 @@
 // # Running
 //
 // dshd fires SessionStart (source "startup" or "resume"), PreToolUse and
-// PostToolUse. The matching handlers run one after another in configuration
-// order — every Claude Code handler before every Codex handler, and within a
-// file in the order written — each in the agent's cwd through a
-// ProcessRunner, which gives them the ordinary environment without managed
-// DSH_* values. Claude Code handlers also get CLAUDE_PROJECT_DIR=<cwd>.
-// Sequential rather than parallel execution keeps results and side effects
-// in a predictable order. Every matching handler runs, even after one has
-// blocked, so logging hooks see every call; their decisions are merged.
+// PostToolUse. The matching handlers all start at once, as in Claude Code and
+// Codex, each in the agent's cwd through a ProcessRunner, which gives them the
+// ordinary environment without managed DSH_* values. Claude Code handlers
+// also get CLAUDE_PROJECT_DIR=<cwd>. Run waits for every one of them, so
+// logging hooks see every call, and then applies their results in
+// configuration order — every Claude Code handler before every Codex handler,
+// and within a file in the order written — so merged reasons, context and
+// messages read the same on every run.
 //
 // # Decisions
 //
@@ -38,7 +38,9 @@
 // '{' is parsed as JSON: hookSpecificOutput.permissionDecision
 // "deny"/"ask"/"allow" with permissionDecisionReason, top-level
 // decision "block" (or the legacy "approve") with reason, and continue:false
-// with stopReason (treated as a block). Output that looks like JSON but is not
+// with stopReason (treated as a block). A block without any reason takes the
+// hook's systemMessage as its reason (hookify denies that way). systemMessage
+// and hookSpecificOutput.additionalContext are kept in each Result. Output that looks like JSON but is not
 // is tolerated and recorded in Result.Error. Any other exit, a signal death or
 // a timeout does not block; it is recorded. Several decisions merge as
 // deny over ask over allow. There is no person to ask, so "ask" fails closed:
@@ -50,6 +52,7 @@ package hooks
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/dshd/dshd/internal/exec"
@@ -196,6 +199,34 @@ type Result struct {
 	// AdditionalContext is hookSpecificOutput.additionalContext, or for
 	// SessionStart plain (non-JSON) stdout: text the hook offers the model.
 	AdditionalContext string
+	// SystemMessage is the hook's top-level systemMessage: a message meant
+	// for whoever watches the session. When the hook blocks without any
+	// other reason, it is also the Reason.
+	SystemMessage string
+}
+
+// AdditionalContext returns the non-blank additionalContext of every result,
+// in configuration order.
+func (o Outcome) AdditionalContext() []string {
+	var out []string
+	for _, r := range o.Results {
+		if c := strings.TrimSpace(r.AdditionalContext); c != "" {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// SystemMessages returns the non-blank systemMessage of every result, in
+// configuration order.
+func (o Outcome) SystemMessages() []string {
+	var out []string
+	for _, r := range o.Results {
+		if m := strings.TrimSpace(r.SystemMessage); m != "" {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 // Outcome is the merged result of every handler that matched.

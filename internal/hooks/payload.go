@@ -5,14 +5,14 @@ import (
 	"encoding/json"
 )
 
-// Codex payload constants. dshd does not know which model the harness uses,
-// so model is "" (a valid, honestly empty string) rather than a made-up
-// name. permission_mode is "default": dshd never prompts anyone, but hook
-// scripts should apply their normal policy rather than treat calls as
-// pre-approved ("bypassPermissions") or as plan-only.
+// Payload constants. dshd does not know which model the harness uses, so
+// Codex's model is "" (a valid, honestly empty string) rather than a made-up
+// name. permission_mode (both dialects) is "default": dshd never prompts
+// anyone, but hook scripts should apply their normal policy rather than treat
+// calls as pre-approved ("bypassPermissions") or as plan-only.
 const (
-	codexModel          = ""
-	codexPermissionMode = "default"
+	codexModel     = ""
+	permissionMode = "default"
 )
 
 // claudePayload is Claude Code's hook input. Field order follows Claude
@@ -22,6 +22,7 @@ type claudePayload struct {
 	SessionID      string    `json:"session_id"`
 	TranscriptPath string    `json:"transcript_path"` // always "": dshd exposes no transcript location
 	Cwd            string    `json:"cwd"`
+	PermissionMode string    `json:"permission_mode"`
 	HookEventName  EventName `json:"hook_event_name"`
 	Source         string    `json:"source,omitempty"`
 	ToolName       *string   `json:"tool_name,omitempty"`
@@ -80,7 +81,7 @@ func payload(d Dialect, in Input, newTurnID func() string) ([]byte, error) {
 	switch d {
 	case DialectCodex:
 		p := codexPayload{SessionID: in.SessionID, Cwd: in.Cwd, HookEventName: in.Event,
-			Model: codexModel, PermissionMode: codexPermissionMode, Source: source,
+			Model: codexModel, PermissionMode: permissionMode, Source: source,
 			ToolName: toolName, ToolInput: toolInput, ToolResponse: toolResp, ToolUseID: toolUseID}
 		if in.Event != SessionStart {
 			turn := in.TurnID
@@ -94,7 +95,7 @@ func payload(d Dialect, in Input, newTurnID func() string) ([]byte, error) {
 		}
 		v = p
 	default:
-		v = claudePayload{SessionID: in.SessionID, Cwd: in.Cwd, HookEventName: in.Event,
+		v = claudePayload{SessionID: in.SessionID, Cwd: in.Cwd, PermissionMode: permissionMode, HookEventName: in.Event,
 			Source: source, ToolName: toolName, ToolInput: toolInput, ToolResponse: toolResp,
 			ToolUseID: toolUseID}
 	}

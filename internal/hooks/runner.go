@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/dshd/dshd/internal/exec"
@@ -74,15 +75,16 @@ func (r *Runner) match(in Input) []handler {
 	return out
 }
 
-// Run fires in.Event: it runs every matching handler in order (see the
-// package comment) and merges their decisions. With no matching handler it
+// Run fires in.Event: it runs every matching handler at once (see the
+// package comment), waits for all of them and merges their decisions in
+// configuration order. With no matching handler it
 // returns the zero Outcome. A handler that fails to run, exits with a status
 // other than 0 or 2, is killed or times out is recorded in its Result and
 // does not block.
 //
 // It returns ErrUnknownEvent for an event dshd does not fire, and ctx's error
-// (with the results so far) when ctx ends; a caller must then treat the call
-// as blocked.
+// (with every handler's result, those cut short included) when ctx ends; a
+// caller must then treat the call as blocked.
 func (r *Runner) Run(ctx context.Context, in Input) (Outcome, error) {
 	if !in.Event.supported() {
 		return Outcome{}, fmt.Errorf("run hooks: %w: %q", ErrUnknownEvent, in.Event)
@@ -91,39 +93,51 @@ func (r *Runner) Run(ctx context.Context, in Input) (Outcome, error) {
 	var out Outcome
 	payloads := map[Dialect][]byte{}
 	for _, h := range matched {
-		if err := ctx.Err(); err != nil {
-			return out, fmt.Errorf("run hooks: %w", err)
+		if _, ok := payloads[h.Dialect]; ok {
+			continue
 		}
-		stdin, ok := payloads[h.Dialect]
-		if !ok {
-			var err error
-			stdin, err = payload(h.Dialect, in, func() string { return r.turnIDs.New("turn_") })
-			if err != nil {
-				// Only unencodable ToolInput/ToolResponse gets here: a
-				// caller bug, not a hook's fault.
-				return out, fmt.Errorf("run hooks: encode %s payload: %w", h.Dialect, err)
+		stdin, err := payload(h.Dialect, in, func() string { return r.turnIDs.New("turn_") })
+		if err != nil {
+			// Only unencodable ToolInput/ToolResponse gets here: a
+			// caller bug, not a hook's fault.
+			return out, fmt.Errorf("run hooks: encode %s payload: %w", h.Dialect, err)
+		}
+		payloads[h.Dialect] = stdin
+	}
+	if err := ctx.Err(); err != nil {
+		return out, fmt.Errorf("run hooks: %w", err)
+	}
+	// Every matching handler starts at once, as in Claude Code and Codex;
+	// results are kept in configuration order whatever order they end in.
+	results := make([]Result, len(matched))
+	var wg sync.WaitGroup
+	for i, h := range matched {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			spec := exec.ProcessSpec{Command: h.Command, Cwd: in.Cwd, Stdin: payloads[h.Dialect], Timeout: h.Timeout}
+			if h.Dialect == DialectClaudeCode && in.Cwd != "" {
+				spec.ExtraEnv = map[string]string{claudeProjectDirEnv: in.Cwd}
 			}
-			payloads[h.Dialect] = stdin
-		}
-		spec := exec.ProcessSpec{Command: h.Command, Cwd: in.Cwd, Stdin: stdin, Timeout: h.Timeout}
-		if h.Dialect == DialectClaudeCode && in.Cwd != "" {
-			spec.ExtraEnv = map[string]string{claudeProjectDirEnv: in.Cwd}
-		}
-		var (
-			pres exec.ProcessResult
-			err  error
-		)
-		if r.pr == nil {
-			err = errors.New("no process runner configured")
-		} else {
-			pres, err = r.pr.RunProcess(ctx, spec)
-		}
-		if err != nil && ctx.Err() != nil {
-			return out, fmt.Errorf("run hooks: %s: %w", h.Name, ctx.Err())
-		}
-		res := interpret(h.Handler, pres, err)
+			var (
+				pres exec.ProcessResult
+				err  error
+			)
+			if r.pr == nil {
+				err = errors.New("no process runner configured")
+			} else {
+				pres, err = r.pr.RunProcess(ctx, spec)
+			}
+			results[i] = interpret(h.Handler, pres, err)
+		}()
+	}
+	wg.Wait()
+	out.Results = results
+	for _, res := range out.Results {
 		r.logResult(in, res)
-		out.Results = append(out.Results, res)
+	}
+	if err := ctx.Err(); err != nil {
+		return out, fmt.Errorf("run hooks: %w", err)
 	}
 	merge(&out, in.Event)
 	return out, nil
@@ -172,6 +186,7 @@ type hookOutput struct {
 	StopReason         string `json:"stopReason"`
 	Decision           string `json:"decision"`
 	Reason             string `json:"reason"`
+	SystemMessage      string `json:"systemMessage"`
 	HookSpecificOutput *struct {
 		PermissionDecision       string `json:"permissionDecision"`
 		PermissionDecisionReason string `json:"permissionDecisionReason"`
@@ -233,6 +248,12 @@ func parseStdout(h Handler, stdout []byte, res *Result) {
 			reason = fmt.Sprintf("hook %s asked to stop (continue: false)", h.Name)
 		}
 		consider(DecisionDeny, reason)
+	}
+	res.SystemMessage = o.SystemMessage
+	if res.Reason == "" && (res.Decision == DecisionDeny || res.Decision == DecisionAsk) {
+		// A hook that blocks with only a systemMessage (hookify does)
+		// still explains itself: the message is the reason.
+		res.Reason = o.SystemMessage
 	}
 	if len(problems) > 0 {
 		res.Error = strings.Join(problems, "; ")

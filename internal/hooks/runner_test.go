@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -50,11 +51,11 @@ func TestPayloads(t *testing.T) {
 	// want lists each payload's fields; values not listed must be absent.
 	want := map[Dialect]map[EventName]map[string]any{
 		DialectClaudeCode: {
-			SessionStart: {"session_id": "agt_1", "transcript_path": "", "cwd": "/work",
+			SessionStart: {"session_id": "agt_1", "transcript_path": "", "cwd": "/work", "permission_mode": "default",
 				"hook_event_name": "SessionStart", "source": "resume"},
-			PreToolUse: {"session_id": "agt_1", "transcript_path": "", "cwd": "/work",
+			PreToolUse: {"session_id": "agt_1", "transcript_path": "", "cwd": "/work", "permission_mode": "default",
 				"hook_event_name": "PreToolUse", "tool_name": "Bash", "tool_input": toolInput, "tool_use_id": "call_1"},
-			PostToolUse: {"session_id": "agt_1", "transcript_path": "", "cwd": "/work",
+			PostToolUse: {"session_id": "agt_1", "transcript_path": "", "cwd": "/work", "permission_mode": "default",
 				"hook_event_name": "PostToolUse", "tool_name": "Bash", "tool_input": toolInput,
 				"tool_response": toolResp, "tool_use_id": "call_1"},
 		},
@@ -291,6 +292,8 @@ func TestRunnerWithFake(t *testing.T) {
 	if len(fake.calls) != 2 {
 		t.Fatalf("ran %d processes, want 2", len(fake.calls))
 	}
+	// The hooks run at once, so they may start in either order.
+	sort.Slice(fake.calls, func(i, j int) bool { return fake.calls[i].Command < fake.calls[j].Command })
 	cc, cx := fake.calls[0], fake.calls[1]
 	if cc.Command != "cc-pre" || cc.Cwd != "/work" || cc.Timeout != 3*time.Second ||
 		!cmp.Equal(cc.ExtraEnv, map[string]string{"CLAUDE_PROJECT_DIR": "/work"}) || !strings.HasSuffix(string(cc.Stdin), "}\n") {
