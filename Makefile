@@ -9,6 +9,7 @@ test: deps generate-check fmt-check vet unit
 deps:
 	$(GO) mod download
 	./scripts/ensure-chromium.sh
+	./scripts/ensure-npm-deps.sh
 
 generate:
 	$(GO) generate ./...
