@@ -1,7 +1,10 @@
 package tests
 
 import (
+	"encoding/json"
+	"io"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -114,5 +117,52 @@ func TestTemplateAgentFacts(t *testing.T) {
 	// default directory, and {job.cwd} says so.
 	if bare.Cwd == "" || bare.ManagedEnv["DSH_WHERE"] != bare.Cwd {
 		t.Errorf("DSH_WHERE = %q, job cwd %q", bare.ManagedEnv["DSH_WHERE"], bare.Cwd)
+	}
+}
+
+// TestDeclarationsShowResolverWithoutSecrets: GET /env/declarations names
+// each key's resolver kind and details, and a webhook URL's credentials,
+// query and fragment never leave the server through it.
+func TestDeclarationsShowResolverWithoutSecrets(t *testing.T) {
+	s := startServer(t)
+	if st := s.doJSON(t, "POST", "/contributors", map[string]any{
+		"name": "w", "keys": []map[string]string{{"key": "DSH_W", "description": "w"}},
+		"resolver": map[string]any{"kind": "webhook", "url": "http://user:pw-secret@127.0.0.1:9/env?token=q-secret#f-secret"},
+	}, nil); st != 201 {
+		t.Fatalf("register webhook = %d", st)
+	}
+	if st := s.doJSON(t, "POST", "/contributors", map[string]any{
+		"name": "t", "keys": []map[string]string{{"key": "DSH_T", "description": "t"}},
+		"resolver": map[string]any{"kind": "template", "values": map[string]string{"DSH_T": "a-{agent.id}"}},
+	}, nil); st != 201 {
+		t.Fatalf("register template = %d", st)
+	}
+	res := s.do(t, "GET", "/env/declarations", nil)
+	raw, err := io.ReadAll(res.Body)
+	res.Body.Close()
+	if err != nil || res.StatusCode != 200 {
+		t.Fatalf("GET /env/declarations = %d, %v", res.StatusCode, err)
+	}
+	for _, secret := range []string{"pw-secret", "q-secret", "f-secret", "user"} {
+		if strings.Contains(string(raw), secret) {
+			t.Errorf("GET /env/declarations shows %q: %s", secret, raw)
+		}
+	}
+	var list struct {
+		Declarations []struct{ Key, Kind, Template, WebhookURL string }
+	}
+	if err := json.Unmarshal(raw, &list); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, d := range list.Declarations {
+		got[d.Key] = d.Kind + " " + d.Template + d.WebhookURL
+	}
+	for key, want := range map[string]string{
+		"DSH_HOME": "builtin ", "DSH_T": "template a-{agent.id}", "DSH_W": "webhook http://127.0.0.1:9/env",
+	} {
+		if got[key] != want {
+			t.Errorf("%s: %q, want %q", key, got[key], want)
+		}
 	}
 }

@@ -63,6 +63,9 @@ func toAPIDeclarations(ds []shellenv.Declaration) api.DeclarationList {
 			Builtin:     d.Builtin,
 			Plugin:      optional(d.Plugin),
 			ExpiresAt:   d.ExpiresAt,
+			Kind:        api.DeclarationKind(d.Kind),
+			Template:    optional(d.Template),
+			WebhookUrl:  optional(d.WebhookURL),
 		}
 	}
 	return out

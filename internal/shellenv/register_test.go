@@ -319,9 +319,9 @@ func TestRegisterReturnsContributor(t *testing.T) {
 func TestBuiltins(t *testing.T) {
 	r, clock := mustNew(t, Options{})
 	wantDecls := []Declaration{
-		{Key: KeyHome, Description: "Absolute path of the dshd home directory.", Contributor: "dsh.home", Builtin: true},
-		{Key: KeySessionID, Description: "Id of the agent session running the command; absent when the command runs for no agent.", Contributor: "dsh.session", Builtin: true},
-		{Key: KeyShell, Description: "Always 1 inside a command run by dshd.", Contributor: "dsh.shell", Builtin: true},
+		{Key: KeyHome, Description: "Absolute path of the dshd home directory.", Contributor: "dsh.home", Builtin: true, Kind: KindBuiltin},
+		{Key: KeySessionID, Description: "Id of the agent session running the command; absent when the command runs for no agent.", Contributor: "dsh.session", Builtin: true, Kind: KindBuiltin},
+		{Key: KeyShell, Description: "Always 1 inside a command run by dshd.", Contributor: "dsh.shell", Builtin: true, Kind: KindBuiltin},
 	}
 	if diff := cmp.Diff(wantDecls, r.Declarations()); diff != "" {
 		t.Errorf("Declarations() (-want +got):\n%s", diff)
@@ -364,5 +364,48 @@ func TestDeclarationsSorted(t *testing.T) {
 	want := []string{"DSH_A@a", "DSH_B@b", "DSH_HOME@dsh.home", "DSH_M@a", "DSH_SESSION_ID@dsh.session", "DSH_SHELL@dsh.shell", "DSH_Z@b"}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("Declarations() keys (-want +got):\n%s", diff)
+	}
+}
+
+// A declaration names its contributor's resolver kind and, where it helps a
+// reader, how the value is made; a webhook URL never shows its credentials,
+// query or fragment.
+func TestDeclarationsDescribeResolver(t *testing.T) {
+	r, _ := mustNew(t, Options{})
+	mustRegister(t, r, staticSpec("s", "DSH_S", "static-value"))
+	mustRegister(t, r, Spec{Name: "t", Keys: []KeySpec{{Key: "DSH_T", Description: "t"}},
+		Resolver: ResolverSpec{Kind: KindTemplate, Values: map[string]string{"DSH_T": "agent-{agent.id}"}}})
+	mustRegister(t, r, Spec{Name: "w", Keys: []KeySpec{{Key: "DSH_W", Description: "w"}},
+		Resolver: ResolverSpec{Kind: KindWebhook, URL: "https://user:s3cret@127.0.0.1:9/env/hook?token=q-secret#frag-secret"}})
+	got := map[string]Declaration{}
+	for _, d := range r.Declarations() {
+		got[d.Key] = d
+	}
+	for key, want := range map[string]Declaration{
+		KeyHome: {Kind: KindBuiltin},
+		"DSH_S": {Kind: KindStatic},
+		"DSH_T": {Kind: KindTemplate, Template: "agent-{agent.id}"},
+		"DSH_W": {Kind: KindWebhook, WebhookURL: "https://127.0.0.1:9/env/hook"},
+	} {
+		d := got[key]
+		if d.Kind != want.Kind || d.Template != want.Template || d.WebhookURL != want.WebhookURL {
+			t.Errorf("%s: kind %q template %q url %q, want %q %q %q",
+				key, d.Kind, d.Template, d.WebhookURL, want.Kind, want.Template, want.WebhookURL)
+		}
+	}
+}
+
+func TestRedactURL(t *testing.T) {
+	for raw, want := range map[string]string{
+		"http://127.0.0.1:8080/hook":              "http://127.0.0.1:8080/hook",
+		"https://u:p@127.0.0.1/a/b?x=1&token=2#f": "https://127.0.0.1/a/b",
+		"https://token@127.0.0.1/?":               "https://127.0.0.1/",
+		"http://127.0.0.1/p%2Fq?sig=abc":          "http://127.0.0.1/p%2Fq",
+		"http://[::1]:9/x#secret":                 "http://[::1]:9/x",
+		"://not a url":                            "",
+	} {
+		if got := RedactURL(raw); got != want {
+			t.Errorf("RedactURL(%q) = %q, want %q", raw, got, want)
+		}
 	}
 }

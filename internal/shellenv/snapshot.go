@@ -54,6 +54,10 @@ func newEntry(c Contributor, templates map[string]*template) *entry {
 	e.slots = make([]slot, len(c.Keys))
 	e.decls = make([]Declaration, len(c.Keys))
 	e.keys = make([]string, len(c.Keys))
+	var webhookURL string
+	if c.Kind == KindWebhook {
+		webhookURL = RedactURL(c.Resolver.URL)
+	}
 	for i, k := range c.Keys {
 		s := slot{key: k.Key, e: e, di: i}
 		switch c.Kind {
@@ -76,6 +80,10 @@ func newEntry(c Contributor, templates map[string]*template) *entry {
 		e.decls[i] = Declaration{
 			Key: k.Key, Description: k.Description, Contributor: c.Name,
 			Builtin: c.Builtin, Plugin: c.Plugin, ExpiresAt: c.ExpiresAt,
+			Kind: c.Kind, WebhookURL: webhookURL,
+		}
+		if c.Kind == KindTemplate {
+			e.decls[i].Template = c.Resolver.Values[k.Key]
 		}
 		e.keys[i] = k.Key
 	}

@@ -62,6 +62,13 @@ type Declaration struct {
 	Builtin     bool
 	Plugin      string     // plugin id, "" if none
 	ExpiresAt   *time.Time // plugin lease expiry, nil if none; shared, do not modify
+	// Kind is the contributor's resolver kind, or KindBuiltin.
+	Kind string
+	// Template is the key's template for a template contributor, else "".
+	Template string
+	// WebhookURL is a webhook contributor's URL with no credentials, query
+	// or fragment (they may hold secrets), else "".
+	WebhookURL string
 }
 
 // Contributor is a registered contributor.
@@ -421,4 +428,18 @@ func compileSpec(s Spec) (cp compiled, problems []string, onlyReserved bool) {
 		templates: templates,
 	}
 	return cp, problems, len(problems) > 0 && reserved == len(problems)
+}
+
+// RedactURL returns raw without its user information, query and fragment,
+// the parts of a webhook URL that may carry a secret, so the URL can be shown.
+// A URL that does not parse is shown as nothing at all.
+func RedactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return ""
+	}
+	u.User = nil
+	u.RawQuery, u.ForceQuery = "", false
+	u.Fragment, u.RawFragment = "", ""
+	return u.String()
 }

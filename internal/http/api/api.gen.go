@@ -38,6 +38,30 @@ func (e AgentOrigin) Valid() bool {
 	}
 }
 
+// Defines values for DeclarationKind.
+const (
+	Builtin  DeclarationKind = "builtin"
+	Static   DeclarationKind = "static"
+	Template DeclarationKind = "template"
+	Webhook  DeclarationKind = "webhook"
+)
+
+// Valid indicates whether the value is a known member of the DeclarationKind enum.
+func (e DeclarationKind) Valid() bool {
+	switch e {
+	case Builtin:
+		return true
+	case Static:
+		return true
+	case Template:
+		return true
+	case Webhook:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for HookDialect.
 const (
 	ClaudeCode HookDialect = "claude-code"
@@ -175,9 +199,21 @@ type Declaration struct {
 	ExpiresAt *time.Time `json:"expiresAt"`
 	Key       string     `json:"key"`
 
+	// Kind The contributor's resolver kind.
+	Kind DeclarationKind `json:"kind"`
+
 	// Plugin Id of the owning plugin.
 	Plugin *string `json:"plugin"`
+
+	// Template For a template contributor, this key's template (static values are never listed).
+	Template *string `json:"template,omitempty"`
+
+	// WebhookUrl For a webhook contributor, its URL without credentials, query or fragment, which may hold secrets.
+	WebhookUrl *string `json:"webhookUrl,omitempty"`
 }
+
+// DeclarationKind The contributor's resolver kind.
+type DeclarationKind string
 
 // DeclarationList defines model for DeclarationList.
 type DeclarationList struct {
