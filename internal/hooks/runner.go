@@ -128,7 +128,11 @@ func (r *Runner) Run(ctx context.Context, in Input) (Outcome, error) {
 			} else {
 				pres, err = r.pr.RunProcess(ctx, spec)
 			}
-			results[i] = interpret(h.Handler, pres, err)
+			res := interpret(h.Handler, pres, err)
+			if err != nil && ctx.Err() != nil {
+				res.Error = "cut short: " + ctx.Err().Error()
+			}
+			results[i] = res
 		}()
 	}
 	wg.Wait()

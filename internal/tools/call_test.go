@@ -803,12 +803,18 @@ func TestCallRecordsHooksThatRanBeforeCancel(t *testing.T) {
 	for _, e := range w.events(t, a.ID, EventToolCall, EventHookInvoked, EventHookResult, EventToolResult) {
 		types = append(types, e.Type)
 	}
-	if diff := cmp.Diff([]string{EventToolCall, EventHookInvoked, EventHookResult, EventToolResult}, types); diff != "" {
+	// Both hooks started at once; each is recorded, the second as cut short.
+	want := []string{EventToolCall, EventHookInvoked, EventHookResult, EventHookInvoked, EventHookResult, EventToolResult}
+	if diff := cmp.Diff(want, types); diff != "" {
 		t.Errorf("events (-want +got):\n%s", diff)
 	}
-	if hr := w.events(t, a.ID, EventHookResult); len(hr) == 1 {
-		if got := decode[hookResultEvent](t, hr[0].Data); got.Handler != "claude-code:PreToolUse[0].hooks[0]" || got.CallID != "toolu_c" {
-			t.Errorf("hook/result = %+v, want the first hook", got)
+	if hr := w.events(t, a.ID, EventHookResult); len(hr) == 2 {
+		first, second := decode[hookResultEvent](t, hr[0].Data), decode[hookResultEvent](t, hr[1].Data)
+		if first.Handler != "claude-code:PreToolUse[0].hooks[0]" || first.CallID != "toolu_c" || first.Error != "" {
+			t.Errorf("first hook/result = %+v, want the first hook, clean", first)
+		}
+		if second.Handler != "claude-code:PreToolUse[0].hooks[1]" || !strings.HasPrefix(second.Error, "cut short") {
+			t.Errorf("second hook/result = %+v, want the second hook, cut short", second)
 		}
 	}
 }
