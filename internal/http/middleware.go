@@ -7,12 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/go-json-experiment/json/jsontext"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -169,9 +171,39 @@ func (s *Server) limitBody(next http.Handler) http.Handler {
 			s.writeError(w, r, fmt.Errorf("%w: %v", errBadRequest, err))
 			return
 		}
+		if len(body) > 0 && isJSON(r.Header.Get("Content-Type")) {
+			if err := checkJSON(body); err != nil {
+				s.writeError(w, r, fmt.Errorf("%w: %v", errInvalidJSON, err))
+				return
+			}
+		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		next.ServeHTTP(w, r)
 	})
+}
+
+// isJSON reports whether a Content-Type names JSON (application/json or a
+// +json type); the validator decides what happens to every other type.
+func isJSON(contentType string) bool {
+	mt, _, err := mime.ParseMediaType(contentType)
+	return err == nil && (mt == "application/json" || strings.HasSuffix(mt, "+json"))
+}
+
+// checkJSON accepts exactly one JSON value (RFC 8259) and nothing after it
+// but whitespace: valid UTF-8, no lone surrogate escapes, no duplicate
+// member names. encoding/json, which decodes bodies after this, would
+// replace bad text with U+FFFD, keep the last of duplicate members and
+// ignore a second value, so the command that ran would not be the one that
+// was sent.
+func checkJSON(body []byte) error {
+	dec := jsontext.NewDecoder(bytes.NewReader(body))
+	if _, err := dec.ReadValue(); err != nil {
+		return err
+	}
+	if _, err := dec.ReadToken(); !errors.Is(err, io.EOF) {
+		return fmt.Errorf("data after the JSON value at byte %d", dec.InputOffset())
+	}
+	return nil
 }
 
 // isOpen reports whether a request may go without a token: liveness, the

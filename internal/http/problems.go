@@ -3,6 +3,7 @@ package httpapi
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 
@@ -48,6 +49,8 @@ var errorCodes = []struct {
 	{tools.ErrInvalidArguments, http.StatusUnprocessableEntity, "invalid_arguments", "Invalid tool arguments"},
 	{tools.ErrUnknownFormat, http.StatusBadRequest, "invalid_format", "Unknown tool format"},
 	{errBadRequest, http.StatusBadRequest, "bad_request", "Bad request"},
+	{errBodyTimeout, http.StatusRequestTimeout, "body_timeout", "Request body not received in time"},
+	{errHostNotAllowed, http.StatusMisdirectedRequest, "host_not_allowed", "Host not served here"},
 	{errUnauthorized, http.StatusUnauthorized, "unauthorized", "Missing or wrong bearer token"},
 	{errNotFound, http.StatusNotFound, "not_found", "No such route"},
 	{errMethodNotAllowed, http.StatusMethodNotAllowed, "method_not_allowed", "Method not allowed"},
@@ -61,6 +64,9 @@ var (
 	errNotFound         = errors.New("not found")
 	errMethodNotAllowed = errors.New("method not allowed")
 	errBodyTooLarge     = errors.New("request body too large")
+	errInvalidJSON      = fmt.Errorf("%w: the body is not exactly one valid JSON value", errBadRequest)
+	errBodyTimeout      = errors.New("request body not received in time")
+	errHostNotAllowed   = errors.New("host not allowed")
 )
 
 // problemFor turns err into problem details. Details of 4xx errors are the
