@@ -44,7 +44,9 @@ type config struct {
 		TimeoutMs int `yaml:"timeoutMs"`
 	} `yaml:"webhooks"`
 	HTTP struct {
-		MaxBodyBytes int64 `yaml:"maxBodyBytes"`
+		MaxBodyBytes    int64 `yaml:"maxBodyBytes"`
+		HeaderTimeoutMs int   `yaml:"headerTimeoutMs"`
+		BodyTimeoutMs   int   `yaml:"bodyTimeoutMs"`
 	} `yaml:"http"`
 }
 
@@ -87,6 +89,7 @@ func (c *config) validate() error {
 		{"jobs.maxBackgroundPerAgent", int64(c.Jobs.MaxBackgroundPerAgent)}, {"jobs.retentionSeconds", int64(c.Jobs.RetentionSeconds)},
 		{"jobs.retainMax", int64(c.Jobs.RetainMax)}, {"agents.maxDepth", int64(c.Agents.MaxDepth)},
 		{"webhooks.timeoutMs", int64(c.Webhooks.TimeoutMs)}, {"http.maxBodyBytes", c.HTTP.MaxBodyBytes},
+		{"http.headerTimeoutMs", int64(c.HTTP.HeaderTimeoutMs)}, {"http.bodyTimeoutMs", int64(c.HTTP.BodyTimeoutMs)},
 	} {
 		if f.v < 0 {
 			errs = append(errs, fmt.Errorf("%s: must not be negative", f.name))

@@ -259,6 +259,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Re
 		Spec:         contract.OpenAPI,
 		UI:           web.FS(),
 		MaxBodyBytes: cfg.HTTP.MaxBodyBytes,
+		BodyTimeout:  ms(cfg.HTTP.BodyTimeoutMs),
 	})
 	if err != nil {
 		return err
@@ -272,9 +273,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Re
 	// output streams then end instead of holding the shutdown open.
 	reqCtx, cancelRequests := context.WithCancel(context.Background())
 	defer cancelRequests()
+	headerTimeout := ms(cfg.HTTP.HeaderTimeoutMs)
+	if headerTimeout == 0 {
+		headerTimeout = 10 * time.Second
+	}
 	srv := &http.Server{
 		Handler:           handler,
-		ReadHeaderTimeout: 10 * time.Second,
+		ReadHeaderTimeout: headerTimeout,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 		BaseContext:       func(net.Listener) context.Context { return reqCtx },

@@ -9,6 +9,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -149,11 +150,33 @@ func (s *Server) routePattern(r *http.Request) string {
 	return "unmatched"
 }
 
+// hasBody reports whether r announces a request body.
+func hasBody(r *http.Request) bool { return r.Body != nil && r.Body != http.NoBody }
+
+// bodyDeadline gives a client s.bodyTimeout, from the end of its headers, to
+// send its whole body, on every route (open ones included). It sets the
+// connection's read deadline before anything can read or discard the body:
+// a handler, or the server draining an unread body after an early answer
+// (401, 421). limitBody lifts the deadline once the body is in, so the
+// server's own watch on the connection cannot cut SSE streams, long-polls
+// or downloads that outlast it. Requests without a body have no read
+// deadline after their headers, as before.
+func (s *Server) bodyDeadline(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if hasBody(r) {
+			// Only a writer without a connection (a test recorder) refuses.
+			_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.bodyTimeout))
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
 // limitBody reads bodies of up to s.maxBody bytes into memory and answers 413
-// for anything larger, before the validator or a handler sees a byte of it.
+// for anything larger, and 408 for a body not received within the deadline
+// bodyDeadline set, before the validator or a handler sees a byte of it.
 func (s *Server) limitBody(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Body == nil || r.Body == http.NoBody {
+		if !hasBody(r) {
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -164,13 +187,19 @@ func (s *Server) limitBody(next http.Handler) http.Handler {
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBody))
 		if err != nil {
 			var tooLarge *http.MaxBytesError
-			if errors.As(err, &tooLarge) {
+			switch {
+			case errors.As(err, &tooLarge):
 				s.writeError(w, r, errBodyTooLarge)
-				return
+			case errors.Is(err, os.ErrDeadlineExceeded):
+				// The connection cannot be read any more: close it.
+				w.Header().Set("Connection", "close")
+				s.writeError(w, r, errBodyTimeout)
+			default:
+				s.writeError(w, r, fmt.Errorf("%w: %v", errBadRequest, err))
 			}
-			s.writeError(w, r, fmt.Errorf("%w: %v", errBadRequest, err))
 			return
 		}
+		_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
 		if len(body) > 0 && isJSON(r.Header.Get("Content-Type")) {
 			if err := checkJSON(body); err != nil {
 				s.writeError(w, r, fmt.Errorf("%w: %v", errInvalidJSON, err))

@@ -110,26 +110,30 @@ type Deps struct {
 	UI         fs.FS  // static files served under /ui/; nil serves none
 	// MaxBodyBytes caps request bodies (default 1 MiB).
 	MaxBodyBytes int64
+	// BodyTimeout bounds the time a client may take to send a request body,
+	// from the end of its headers (default 30s).
+	BodyTimeout time.Duration
 	// KeepAlive is the interval of SSE keep-alive comments (default 15s).
 	KeepAlive time.Duration
 }
 
 // Server implements the generated strict server interface.
 type Server struct {
-	logger    *slog.Logger
-	token     []byte
-	env       envRegistry
-	jobs      jobService
-	pipeline  pipeline
-	agents    agentService
-	hooks     hookLister
-	skills    skillLister
-	spec      []byte
-	maxBody   int64
-	keepAlive time.Duration
-	metrics   *httpMetrics
-	ids       *ids.Source
-	router    *chi.Mux
+	logger      *slog.Logger
+	token       []byte
+	env         envRegistry
+	jobs        jobService
+	pipeline    pipeline
+	agents      agentService
+	hooks       hookLister
+	skills      skillLister
+	spec        []byte
+	maxBody     int64
+	bodyTimeout time.Duration
+	keepAlive   time.Duration
+	metrics     *httpMetrics
+	ids         *ids.Source
+	router      *chi.Mux
 }
 
 // NewServer builds the HTTP handler. It returns an error when the contract
@@ -139,25 +143,29 @@ func NewServer(d Deps) (http.Handler, error) {
 		return nil, errors.New("http: empty token")
 	}
 	s := &Server{
-		logger:    d.Logger,
-		token:     []byte(d.Token),
-		env:       d.Env,
-		jobs:      d.Jobs,
-		pipeline:  d.Pipeline,
-		agents:    d.Agents,
-		hooks:     d.Hooks,
-		skills:    d.Skills,
-		spec:      d.Spec,
-		maxBody:   d.MaxBodyBytes,
-		keepAlive: d.KeepAlive,
-		metrics:   newHTTPMetrics(d.Registerer),
-		ids:       ids.NewSource(nil),
+		logger:      d.Logger,
+		token:       []byte(d.Token),
+		env:         d.Env,
+		jobs:        d.Jobs,
+		pipeline:    d.Pipeline,
+		agents:      d.Agents,
+		hooks:       d.Hooks,
+		skills:      d.Skills,
+		spec:        d.Spec,
+		maxBody:     d.MaxBodyBytes,
+		bodyTimeout: d.BodyTimeout,
+		keepAlive:   d.KeepAlive,
+		metrics:     newHTTPMetrics(d.Registerer),
+		ids:         ids.NewSource(nil),
 	}
 	if s.logger == nil {
 		s.logger = slog.New(slog.DiscardHandler)
 	}
 	if s.maxBody <= 0 {
 		s.maxBody = 1 << 20
+	}
+	if s.bodyTimeout <= 0 {
+		s.bodyTimeout = 30 * time.Second
 	}
 	if s.keepAlive <= 0 {
 		s.keepAlive = 15 * time.Second
@@ -187,7 +195,7 @@ func NewServer(d Deps) (http.Handler, error) {
 
 	r := chi.NewRouter()
 	s.router = r
-	r.Use(s.requestID, s.observe, s.authenticate, s.limitBody, validator)
+	r.Use(s.bodyDeadline, s.requestID, s.observe, s.authenticate, s.limitBody, validator)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) { s.writeError(w, r, errNotFound) })
 	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) { s.writeError(w, r, errMethodNotAllowed) })
 
