@@ -204,3 +204,133 @@ func writeJSON(t *testing.T, path string, v any) {
 		t.Fatal(err)
 	}
 }
+
+// transcriptEvents reads an agent's transcript through the API.
+func (s *testServer) transcriptEvents(t *testing.T, agentID string) []map[string]any {
+	t.Helper()
+	resp := s.do(t, "GET", "/agents/"+agentID+"/transcript", nil)
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("transcript = %d", resp.StatusCode)
+	}
+	var out []map[string]any
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var m map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// TestHookMessagesReachModel runs, through the real server, a hook that
+// answers as hookify does (a deny whose only explanation is systemMessage, a
+// warning that is only a systemMessage) and a SessionStart hook offering
+// additionalContext, both unchanged, and checks that what they said reaches
+// the API, the tool result the model sees and the transcript.
+func TestHookMessagesReachModel(t *testing.T) {
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Fatal("python3 is needed to run the hookify-like hook")
+	}
+	scripts, err := filepath.Abs("../internal/hooks/testdata/scripts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	home := filepath.Join(t.TempDir(), "home")
+	writeJSON(t, filepath.Join(home, "hooks", "claude-code.json"), map[string]any{"hooks": map[string]any{
+		"SessionStart": []any{map[string]any{"hooks": []any{map[string]any{"type": "command", "command": scripts + "/session_context.sh"}}}},
+		"PreToolUse":   []any{map[string]any{"matcher": "Bash", "hooks": []any{map[string]any{"type": "command", "command": "python3 " + scripts + "/hookify.py"}}}},
+	}})
+	cwd := t.TempDir()
+	rule := func(name, action, pattern, message string) {
+		body := "---\nname: " + name + "\nenabled: true\nevent: bash\npattern: " + pattern + "\naction: " + action + "\n---\n\n" + message + "\n"
+		if err := os.MkdirAll(filepath.Join(cwd, ".claude"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(cwd, ".claude", "hookify."+name+".local.md"), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rule("no-force-push", "block", `git push.*--force`, "Force pushes rewrite shared history.")
+	rule("warn-sudo", "warn", `\bsudo\b`, "sudo is rarely needed here.")
+	s := startServer(t, withHome(home))
+
+	type session struct {
+		ID           string `json:"id"`
+		SessionStart *struct {
+			AdditionalContext []string `json:"additionalContext"`
+			SystemMessages    []string `json:"systemMessages"`
+		} `json:"sessionStart"`
+	}
+	var a session
+	if st := s.doJSON(t, "POST", "/agents", map[string]any{"cwd": cwd}, &a); st != 201 {
+		t.Fatalf("create agent = %d", st)
+	}
+	const startCtx = "Session startup: this repository deploys with make release."
+	if a.SessionStart == nil || len(a.SessionStart.AdditionalContext) != 1 || a.SessionStart.AdditionalContext[0] != startCtx {
+		t.Errorf("create agent sessionStart = %+v, want additionalContext [%q]", a.SessionStart, startCtx)
+	}
+	var resumed session
+	if st := s.doJSON(t, "POST", "/agents/"+a.ID+"/resume", nil, &resumed); st != 200 ||
+		resumed.SessionStart == nil || len(resumed.SessionStart.AdditionalContext) != 1 ||
+		!strings.HasPrefix(resumed.SessionStart.AdditionalContext[0], "Session resume:") {
+		t.Errorf("resume = %d %+v, want the resume context", st, resumed.SessionStart)
+	}
+
+	type result struct {
+		IsError        bool     `json:"isError"`
+		Text           string   `json:"text"`
+		SystemMessages []string `json:"systemMessages"`
+	}
+	const denyMsg = "**[no-force-push]**\nForce pushes rewrite shared history."
+	var denied result
+	if st := s.doJSON(t, "POST", "/agents/"+a.ID+"/tools/bash", map[string]any{"callId": "call_push",
+		"arguments": map[string]any{"command": "git push origin main --force"}}, &denied); st != 200 {
+		t.Fatalf("bash tool = %d", st)
+	}
+	if !denied.IsError || !strings.Contains(denied.Text, denyMsg) || strings.Contains(denied.Text, "without a reason") {
+		t.Errorf("denied call text = %q, want the hook's message as the reason", denied.Text)
+	}
+	if len(denied.SystemMessages) != 1 || denied.SystemMessages[0] != denyMsg {
+		t.Errorf("denied call systemMessages = %q", denied.SystemMessages)
+	}
+	const warnMsg = "**[warn-sudo]**\nsudo is rarely needed here."
+	var warned result
+	if st := s.doJSON(t, "POST", "/agents/"+a.ID+"/tools/bash", map[string]any{"callId": "call_sudo",
+		"arguments": map[string]any{"command": "echo sudo is a word"}}, &warned); st != 200 {
+		t.Fatalf("bash tool = %d", st)
+	}
+	if warned.IsError || !strings.HasPrefix(warned.Text, "sudo is a word\n") || !strings.Contains(warned.Text, "[hook message: "+warnMsg+"]") {
+		t.Errorf("warned call = %+v, want the output and the hook's message", warned)
+	}
+
+	// The transcript carries all of it.
+	var sawStartCtx, sawDenyResult, sawDenyHook, sawWarn bool
+	for _, e := range s.transcriptEvents(t, a.ID) {
+		data, _ := e["data"].(map[string]any)
+		switch e["type"] {
+		case "hook/result":
+			if data["additionalContext"] == startCtx {
+				sawStartCtx = true
+			}
+			if data["callId"] == "call_push" && data["systemMessage"] == denyMsg && data["reason"] == denyMsg {
+				sawDenyHook = true
+			}
+		case "tool/result":
+			text, _ := data["text"].(string)
+			if data["callId"] == "call_push" && strings.Contains(text, denyMsg) {
+				sawDenyResult = true
+			}
+			if data["callId"] == "call_sudo" && strings.Contains(text, warnMsg) {
+				sawWarn = true
+			}
+		}
+	}
+	if !sawStartCtx || !sawDenyHook || !sawDenyResult || !sawWarn {
+		t.Errorf("transcript: SessionStart context %v, deny hook/result %v, deny tool/result %v, warning %v; want all",
+			sawStartCtx, sawDenyHook, sawDenyResult, sawWarn)
+	}
+}

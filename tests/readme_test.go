@@ -120,9 +120,17 @@ func TestREADMEConfigAndHooks(t *testing.T) {
 	}
 	s := startServer(t, withHome(home), withConfig(config))
 
-	var a agent
+	var a struct {
+		agent
+		SessionStart struct {
+			AdditionalContext []string `json:"additionalContext"`
+		} `json:"sessionStart"`
+	}
 	if st := s.doJSON(t, "POST", "/agents", map[string]any{"cwd": t.TempDir()}, &a); st != 201 {
 		t.Fatalf("create agent = %d", st)
+	}
+	if got := a.SessionStart.AdditionalContext; len(got) != 1 || got[0] != "This repository is acme/widgets." {
+		t.Errorf("SessionStart context = %q, want the README hook's", got)
 	}
 	victim := t.TempDir()
 	var blocked toolResult

@@ -138,6 +138,24 @@ func toAPIAgent(a agents.Agent) api.Agent {
 	}
 }
 
+// toAPISession is an agent with what its SessionStart hooks said.
+func toAPISession(s tools.Session) api.Agent {
+	a := toAPIAgent(s.Agent)
+	a.SessionStart = &api.HookOutput{
+		AdditionalContext: nonNil(s.AdditionalContext),
+		SystemMessages:    nonNil(s.SystemMessages),
+	}
+	return a
+}
+
+// nonNil returns s, or an empty slice for nil, so JSON says [] rather than null.
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
 func fromAPIExecRequest(in api.ExecRequest, idempotencyKey *string) tools.ExecRequest {
 	r := tools.ExecRequest{
 		Command:        in.Command,
@@ -196,7 +214,19 @@ func toAPIToolResult(r tools.CallResult) api.ToolResult {
 		Text:     r.Text,
 		JobId:    optional(r.JobID),
 		ExitCode: r.ExitCode,
+
+		AdditionalContext: optionalSlice(r.AdditionalContext),
+		SystemMessages:    optionalSlice(r.SystemMessages),
 	}
+}
+
+// optionalSlice returns nil for an empty slice, so an omitempty pointer
+// field is left out.
+func optionalSlice(s []string) *[]string {
+	if len(s) == 0 {
+		return nil
+	}
+	return &s
 }
 
 func toAPIHooks(hs []hooks.Handler) []api.Hook {

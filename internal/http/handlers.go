@@ -116,7 +116,7 @@ func (s *Server) CreateAgent(ctx context.Context, req api.CreateAgentRequestObje
 	if err != nil {
 		return nil, err
 	}
-	return api.CreateAgent201JSONResponse(toAPIAgent(a)), nil
+	return api.CreateAgent201JSONResponse(toAPISession(a)), nil
 }
 
 // GetAgent returns an agent's header.
@@ -134,7 +134,7 @@ func (s *Server) ResumeAgent(ctx context.Context, req api.ResumeAgentRequestObje
 	if err != nil {
 		return nil, err
 	}
-	return api.ResumeAgent200JSONResponse(toAPIAgent(a)), nil
+	return api.ResumeAgent200JSONResponse(toAPISession(a)), nil
 }
 
 // ForkAgent forks an agent.
@@ -147,7 +147,7 @@ func (s *Server) ForkAgent(ctx context.Context, req api.ForkAgentRequestObject) 
 	if err != nil {
 		return nil, err
 	}
-	return api.ForkAgent201JSONResponse(toAPIAgent(a)), nil
+	return api.ForkAgent201JSONResponse(toAPISession(a)), nil
 }
 
 // SpawnAgent spawns a child agent.
@@ -156,7 +156,7 @@ func (s *Server) SpawnAgent(ctx context.Context, req api.SpawnAgentRequestObject
 	if err != nil {
 		return nil, err
 	}
-	return api.SpawnAgent201JSONResponse(toAPIAgent(a)), nil
+	return api.SpawnAgent201JSONResponse(toAPISession(a)), nil
 }
 
 // GetTranscript returns an agent's JSONL transcript as stored.

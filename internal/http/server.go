@@ -59,10 +59,10 @@ type jobService interface {
 type pipeline interface {
 	Exec(ctx context.Context, r tools.ExecRequest) (*exec.Job, error)
 	Call(ctx context.Context, agentID, name, callID string, args json.RawMessage) (tools.CallResult, error)
-	CreateAgent(ctx context.Context, cwd string) (agents.Agent, error)
-	ResumeAgent(ctx context.Context, id string) (agents.Agent, error)
-	ForkAgent(ctx context.Context, id string, boundary *int64) (agents.Agent, error)
-	SpawnAgent(ctx context.Context, id string) (agents.Agent, error)
+	CreateAgent(ctx context.Context, cwd string) (tools.Session, error)
+	ResumeAgent(ctx context.Context, id string) (tools.Session, error)
+	ForkAgent(ctx context.Context, id string, boundary *int64) (tools.Session, error)
+	SpawnAgent(ctx context.Context, id string) (tools.Session, error)
 }
 
 // agentService is what the handlers read of agent sessions.

@@ -42,6 +42,14 @@ type CallResult struct {
 	// ExitCode is the exit code of a finished job; nil while it runs and when
 	// it was killed by a signal.
 	ExitCode *int
+	// AdditionalContext is the additionalContext the PreToolUse and
+	// PostToolUse hooks offered the model, in configuration order. Text
+	// carries it too.
+	AdditionalContext []string
+	// SystemMessages are the hooks' systemMessage values, in configuration
+	// order. Text carries each one too, except where it already is the
+	// reason of a block.
+	SystemMessages []string
 }
 
 // Call runs one model tool call for the agent agentID and records it in the
@@ -105,7 +113,8 @@ func (s *Service) Call(ctx context.Context, agentID, name, callID string, args j
 	outcome := "ok"
 	switch {
 	case err != nil:
-		res = CallResult{CallID: callID, IsError: true, Text: "error: " + err.Error(), JobID: res.JobID}
+		res = CallResult{CallID: callID, IsError: true, Text: "error: " + err.Error(), JobID: res.JobID,
+			AdditionalContext: res.AdditionalContext, SystemMessages: res.SystemMessages}
 		outcome = "failed"
 	case res.IsError:
 		outcome = "error"
@@ -115,6 +124,7 @@ func (s *Service) Call(ctx context.Context, agentID, name, callID string, args j
 	// regardless, so every recorded call has its result.
 	if rerr := s.record(context.WithoutCancel(ctx), agentID, EventToolResult, resultEvent{
 		CallID: res.CallID, IsError: res.IsError, Text: res.Text, JobID: res.JobID, ExitCode: res.ExitCode,
+		AdditionalContext: res.AdditionalContext, SystemMessages: res.SystemMessages,
 	}); rerr != nil && err == nil {
 		err = rerr
 	}
@@ -139,6 +149,10 @@ type resultEvent struct {
 	Text     string `json:"text"`
 	JobID    string `json:"jobId,omitempty"`
 	ExitCode *int   `json:"exitCode,omitempty"`
+	// AdditionalContext and SystemMessages are what the hooks said (see
+	// CallResult).
+	AdditionalContext []string `json:"additionalContext,omitempty"`
+	SystemMessages    []string `json:"systemMessages,omitempty"`
 }
 
 // hookInvokedEvent is the data of a hook/invoked transcript event.
@@ -163,6 +177,10 @@ type hookResultEvent struct {
 	Stderr     string `json:"stderr,omitempty"`
 	Error      string `json:"error,omitempty"`
 	DurationMs int64  `json:"durationMs"`
+	// SystemMessage and AdditionalContext are the hook's own, as it printed
+	// them.
+	SystemMessage     string `json:"systemMessage,omitempty"`
+	AdditionalContext string `json:"additionalContext,omitempty"`
 }
 
 func (s *Service) record(ctx context.Context, agentID, typ string, data any) error {
@@ -223,7 +241,9 @@ func (s *Service) bash(ctx context.Context, agent agents.Agent, callID string, a
 	var blocked *errBlocked
 	switch {
 	case errors.As(err, &blocked):
-		return CallResult{IsError: true, Text: blockedText("PreToolUse", blocked.reason)}, nil
+		res := CallResult{IsError: true, Text: blockedText("PreToolUse", blocked.reason)}
+		addHookOutput(&res, preOut)
+		return res, nil
 	case errors.Is(err, exec.ErrInvalidCwd), errors.Is(err, exec.ErrInvalidInput), errors.Is(err, exec.ErrTooManyJobs):
 		// The model can fix these itself: tell it rather than fail the request.
 		return CallResult{IsError: true, Text: "could not start the command: " + err.Error()}, nil
@@ -248,7 +268,7 @@ func (s *Service) bash(ctx context.Context, agent agents.Agent, callID string, a
 		response = map[string]any{"stdout": snap.Stdout.Text, "stderr": snap.Stderr.Text, "exitCode": snap.ExitCode, "interrupted": interrupted}
 	}
 
-	res.Text += hookContext(preOut)
+	addHookOutput(&res, preOut)
 	post := hookInput(hooks.PostToolUse)
 	post.ToolResponse = response
 	out, err := s.runHooks(ctx, callID, agent.ID, post)
@@ -261,21 +281,32 @@ func (s *Service) bash(ctx context.Context, agent agents.Agent, callID string, a
 		res.IsError = true
 		res.Text += "\n" + blockedText("PostToolUse", out.Reason)
 	}
-	res.Text += hookContext(out)
+	addHookOutput(&res, out)
 	return res, nil
 }
 
-// hookContext renders the additional context hooks offered the model (as
-// Claude Code passes hookSpecificOutput.additionalContext on), one marker
-// line per hook, each preceded by a newline; "" when there is none.
-func hookContext(out hooks.Outcome) string {
+// addHookOutput carries what the hooks of one event said into res: in its
+// fields, and in its text, one marker line per hook, each preceded by a
+// newline. The additional context reaches the model as Claude Code and Codex
+// pass hookSpecificOutput.additionalContext on ("[hook context: …]"). A
+// systemMessage reaches it too ("[hook message: …]"), because dshd has no
+// one else to show it to; a message that already is the reason of a block
+// is not repeated.
+func addHookOutput(res *CallResult, out hooks.Outcome) {
 	var b strings.Builder
 	for _, r := range out.Results {
+		if m := strings.TrimSpace(r.SystemMessage); m != "" {
+			res.SystemMessages = append(res.SystemMessages, m)
+			if !(out.Blocked && strings.Contains(out.Reason, m)) {
+				fmt.Fprintf(&b, "\n[hook message: %s]", m)
+			}
+		}
 		if c := strings.TrimSpace(r.AdditionalContext); c != "" {
+			res.AdditionalContext = append(res.AdditionalContext, c)
 			fmt.Fprintf(&b, "\n[hook context: %s]", c)
 		}
 	}
-	return b.String()
+	res.Text += b.String()
 }
 
 func blockedText(event, reason string) string {
@@ -305,6 +336,7 @@ func (s *Service) runHooks(ctx context.Context, callID, agentID string, in hooks
 			CallID: callID, Event: ev, Handler: r.Handler, Dialect: string(r.Dialect),
 			Decision: string(r.Decision), Reason: r.Reason, ExitCode: r.ExitCode, Signal: r.Signal,
 			TimedOut: r.TimedOut, Stderr: r.Stderr, Error: r.Error, DurationMs: r.Duration.Milliseconds(),
+			SystemMessage: r.SystemMessage, AdditionalContext: r.AdditionalContext,
 		}); err != nil {
 			return out, err
 		}

@@ -152,6 +152,11 @@ type Agent struct {
 	Origin    AgentOrigin `json:"origin"`
 	ParentId  *string     `json:"parentId"`
 	RootId    string      `json:"rootId"`
+
+	// SessionStart What the SessionStart hooks said when this response started the session
+	// (create, resume, fork, spawn; absent elsewhere). Pass `additionalContext`
+	// on to the model, as Claude Code and Codex do.
+	SessionStart *HookOutput `json:"sessionStart,omitempty"`
 }
 
 // AgentOrigin defines model for Agent.Origin.
@@ -263,6 +268,17 @@ type Hook struct {
 
 // HookDialect defines model for Hook.Dialect.
 type HookDialect string
+
+// HookOutput What the SessionStart hooks said when this response started the session
+// (create, resume, fork, spawn; absent elsewhere). Pass `additionalContext`
+// on to the model, as Claude Code and Codex do.
+type HookOutput struct {
+	// AdditionalContext Each hook's `hookSpecificOutput.additionalContext` (or plain stdout), in configuration order.
+	AdditionalContext []string `json:"additionalContext"`
+
+	// SystemMessages Each hook's `systemMessage`, in configuration order.
+	SystemMessages []string `json:"systemMessages"`
+}
 
 // Job defines model for Job.
 type Job struct {
@@ -397,11 +413,18 @@ type ToolCall struct {
 
 // ToolResult defines model for ToolResult.
 type ToolResult struct {
-	CallId   string  `json:"callId"`
-	ExitCode *int    `json:"exitCode,omitempty"`
-	IsError  bool    `json:"isError"`
-	JobId    *string `json:"jobId,omitempty"`
-	Text     string  `json:"text"`
+	// AdditionalContext `additionalContext` the PreToolUse and PostToolUse hooks offered the model,
+	// in configuration order; `text` carries each as a `[hook context: …]` line.
+	AdditionalContext *[]string `json:"additionalContext,omitempty"`
+	CallId            string    `json:"callId"`
+	ExitCode          *int      `json:"exitCode,omitempty"`
+	IsError           bool      `json:"isError"`
+	JobId             *string   `json:"jobId,omitempty"`
+
+	// SystemMessages Each hook's `systemMessage`, in configuration order; `text` carries each as
+	// a `[hook message: …]` line, or as the reason of a block that gave no other.
+	SystemMessages *[]string `json:"systemMessages,omitempty"`
+	Text           string    `json:"text"`
 }
 
 // ExecParams defines parameters for Exec.
