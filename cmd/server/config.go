@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/dshd/dshd/internal/exec"
 )
 
 // config is the server's configuration file (YAML, or JSON, which is YAML).
@@ -94,6 +96,9 @@ func (c *config) validate() error {
 		if f.v < 0 {
 			errs = append(errs, fmt.Errorf("%s: must not be negative", f.name))
 		}
+	}
+	if limit := exec.MaxGrace.Milliseconds(); int64(c.Jobs.GraceMs) > limit {
+		errs = append(errs, fmt.Errorf("jobs.graceMs: %d exceeds the maximum %d: shutdown waits out the grace before it kills every job, and must end in bounded time", c.Jobs.GraceMs, limit))
 	}
 	return errors.Join(errs...)
 }

@@ -28,6 +28,7 @@ import (
 	contract "github.com/dshd/dshd/api"
 	"github.com/dshd/dshd/internal/agents"
 	"github.com/dshd/dshd/internal/exec"
+	"github.com/dshd/dshd/internal/homefs"
 	"github.com/dshd/dshd/internal/hooks"
 	httpapi "github.com/dshd/dshd/internal/http"
 	"github.com/dshd/dshd/internal/shellenv"
@@ -290,15 +291,18 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Re
 	base := baseURL(ln)
 	fmt.Fprintf(stdout, "dshd listening on %s (home %s, token in %s) ui %s/ui/#token=%s\n",
 		base, home, tokenPath, base, token)
-	logger.Info("started", "addr", base, "home", home)
+	// The shutdown budget covers the jobs' grace: every job gets its
+	// SIGTERM, the whole grace, then SIGKILL, before dshd exits.
+	budget := shutdownBudget(ms(cfg.Jobs.GraceMs))
+	logger.Info("started", "addr", base, "home", home, "shutdown_budget", budget)
 
 	select {
 	case <-ctx.Done():
 	case err := <-serveErr:
 		return fmt.Errorf("serve: %w", err)
 	}
-	logger.Info("shutting down")
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	logger.Info("shutting down", "budget", budget)
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), budget)
 	defer cancel()
 	var errs []error
 	// HTTP first: stop taking requests. Requests in flight may be waiting
@@ -318,6 +322,19 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Re
 		errs = append(errs, fmt.Errorf("close sessions: %w", err))
 	}
 	return errors.Join(errs...)
+}
+
+// shutdownMargin is the part of the shutdown budget beyond the jobs'
+// grace: draining HTTP, reaping, closing the stores.
+const shutdownMargin = 10 * time.Second
+
+// shutdownBudget is how long shutdown may take with the given grace (0:
+// the default). Config validation keeps the grace at most exec.MaxGrace.
+func shutdownBudget(grace time.Duration) time.Duration {
+	if grace <= 0 {
+		grace = exec.DefaultGrace
+	}
+	return grace + shutdownMargin
 }
 
 // resolveHome applies DESIGN invariant 10 to the flag, config and environment.
@@ -340,15 +357,14 @@ func resolveHome(o options, cfg config, getenv func(string) string) (string, err
 	})
 }
 
-// ensureHome creates the home directory, private to the server's user.
+// ensureHome creates the home directory and what dshd writes in it,
+// private to the server's user, and refuses a home where a symbolic link
+// or another user's file stands in their place (see homefs).
 func ensureHome(home string) error {
-	if err := os.MkdirAll(home, 0o700); err != nil {
-		return fmt.Errorf("create home: %w", err)
-	}
-	if err := os.Chmod(home, 0o700); err != nil {
-		return fmt.Errorf("secure home: %w", err)
-	}
-	return nil
+	return homefs.Prepare(home, homefs.Layout{
+		Dirs:  []string{"sessions", "jobs"},
+		Files: []string{"server.token", "contributors.json"},
+	})
 }
 
 // loadToken reads the token from tokenFile, or from <home>/server.token,
@@ -366,23 +382,40 @@ func loadToken(home, tokenFile string) (token, path string, err error) {
 		return token, tokenFile, nil
 	}
 	path = filepath.Join(home, "server.token")
-	if b, err := os.ReadFile(path); err == nil && len(strings.TrimSpace(string(b))) >= 32 {
-		if err := os.Chmod(path, 0o600); err != nil {
-			return "", "", fmt.Errorf("secure token file: %w", err)
+	// O_NOFOLLOW: a link planted in the home is never read or chmodded.
+	if f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0); err == nil {
+		b, rerr := io.ReadAll(io.LimitReader(f, 4096))
+		if rerr == nil && len(strings.TrimSpace(string(b))) >= 32 {
+			cerr := f.Chmod(0o600)
+			f.Close()
+			if cerr != nil {
+				return "", "", fmt.Errorf("secure token file: %w", cerr)
+			}
+			return strings.TrimSpace(string(b)), path, nil
 		}
-		return strings.TrimSpace(string(b)), path, nil
+		f.Close()
 	}
 	var raw [32]byte
 	if _, err := rand.Read(raw[:]); err != nil {
 		return "", "", fmt.Errorf("generate token: %w", err)
 	}
 	token = hex.EncodeToString(raw[:])
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(token+"\n"), 0o600); err != nil {
+	// A fresh temporary name (O_EXCL), renamed over the final one: neither
+	// step follows a link.
+	f, err := os.CreateTemp(home, ".server.token.*.tmp")
+	if err != nil {
 		return "", "", fmt.Errorf("write token: %w", err)
 	}
-	if err := os.Rename(tmp, path); err != nil {
-		return "", "", fmt.Errorf("write token: %w", err)
+	_, werr := f.WriteString(token + "\n")
+	if cerr := f.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr == nil {
+		werr = os.Rename(f.Name(), path)
+	}
+	if werr != nil {
+		_ = os.Remove(f.Name())
+		return "", "", fmt.Errorf("write token: %w", werr)
 	}
 	return token, path, nil
 }

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/dshd/dshd/internal/ids"
@@ -120,6 +121,13 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	}
 	if err := os.MkdirAll(dir, dirMode); err != nil {
 		return nil, fmt.Errorf("open agent store: %w", err)
+	}
+	// Transcripts are written by name inside dir: a link in its place would
+	// send them anywhere.
+	if fi, err := os.Lstat(dir); err != nil {
+		return nil, fmt.Errorf("open agent store: %w", err)
+	} else if !fi.IsDir() {
+		return nil, fmt.Errorf("open agent store: %s is a symbolic link or not a directory", dir)
 	}
 	des, err := os.ReadDir(dir)
 	if err != nil {
@@ -565,7 +573,7 @@ func (s *Store) append(e *entry, typ string, data any) (Event, error) {
 // the file is truncated back to its previous size so no torn line is left
 // behind. Called with e.mu held.
 func (s *Store) writeAt(e *entry, line []byte) error {
-	f, err := os.OpenFile(s.Path(e.agent.ID), os.O_WRONLY|os.O_APPEND, 0)
+	f, err := os.OpenFile(s.Path(e.agent.ID), os.O_WRONLY|os.O_APPEND|syscall.O_NOFOLLOW, 0)
 	if err != nil {
 		return err
 	}

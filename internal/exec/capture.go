@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"unicode/utf8"
 )
 
@@ -78,7 +79,7 @@ func (c *capture) spoolWrite(b []byte, spooled int64) (int, error) {
 		b = b[:room]
 	}
 	if c.spool == nil {
-		f, err := os.OpenFile(filepath.Join(c.dir, c.id+c.suffix), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+		f, err := os.OpenFile(filepath.Join(c.dir, c.id+c.suffix), os.O_RDWR|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
 		if err != nil {
 			c.broken = true
 			return 0, fmt.Errorf("create spool: %w", err)

@@ -30,6 +30,13 @@ const (
 	DefaultMaxBackgroundPerAgent = 10
 	DefaultRetention             = 15 * time.Minute
 	DefaultRetainMax             = 1000
+
+	// MaxGrace is the longest Grace New accepts. Shutdown waits out the
+	// grace of every job before its SIGKILL, and service managers kill a
+	// stopping service outright after a while (systemd: 90 s by default),
+	// which would leave the jobs' groups running: the grace plus the rest
+	// of the shutdown must fit well inside that.
+	MaxGrace = 60 * time.Second
 )
 
 // retryAfter is the hint given with ErrTooManyJobs.
@@ -53,7 +60,8 @@ type Options struct {
 	DefaultTimeout time.Duration
 	// MaxTimeout caps foreground timeouts.
 	MaxTimeout time.Duration
-	// Grace is the time between SIGTERM and SIGKILL on the kill path.
+	// Grace is the time between SIGTERM and SIGKILL on the kill path, at
+	// most MaxGrace.
 	Grace time.Duration
 	// CaptureBytes is the in-memory capture per stream (head plus tail).
 	CaptureBytes int
@@ -192,6 +200,9 @@ func normalize(o *Options) error {
 	def(&o.DefaultTimeout, DefaultTimeout)
 	def(&o.MaxTimeout, DefaultMaxTimeout)
 	def(&o.Grace, DefaultGrace)
+	if o.Grace > MaxGrace {
+		return fmt.Errorf("%w: grace %s exceeds the maximum %s", ErrInvalidOptions, o.Grace, MaxGrace)
+	}
 	def(&o.Retention, DefaultRetention)
 	if o.CaptureBytes <= 0 {
 		o.CaptureBytes = DefaultCaptureBytes
@@ -217,6 +228,12 @@ func normalize(o *Options) error {
 func prepareJobsDir(dir string, log *slog.Logger) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("create jobs dir: %w", err)
+	}
+	// Stale spools are deleted by name below: never through a link.
+	if fi, err := os.Lstat(dir); err != nil {
+		return fmt.Errorf("create jobs dir: %w", err)
+	} else if !fi.IsDir() {
+		return fmt.Errorf("%w: jobs dir %s is a symbolic link or not a directory", ErrInvalidOptions, dir)
 	}
 	if err := os.Chmod(dir, 0o700); err != nil {
 		return fmt.Errorf("create jobs dir: %w", err)
@@ -670,8 +687,13 @@ func (e *Executor) Cancel(ctx context.Context, id string) (Snapshot, error) {
 // and waits for them, including the grace-period SIGKILL of their groups.
 // It also SIGKILLs the process groups of finished jobs whose descendants
 // outlived the leader, and removes all spool files. Start and RunProcess
-// return ErrClosed afterwards. If ctx ends first, Close returns its error
-// and processes may still be exiting. Close may be called more than once.
+// return ErrClosed afterwards. Close may be called more than once.
+//
+// Close always ends with every group killed: if ctx ends before the kill
+// paths have run their course (a grace longer than the caller's budget),
+// every remaining group is sent SIGKILL at once and Close waits, at most
+// forceKillWait, for the leaders to be reaped; it then returns an error
+// wrapping ctx's that says so.
 func (e *Executor) Close(ctx context.Context) error {
 	e.mu.Lock()
 	e.closed = true
@@ -685,9 +707,11 @@ func (e *Executor) Close(ctx context.Context) error {
 	for _, p := range procs {
 		p.stop(StateCancelled)
 	}
+	var cutShort error
 	for _, p := range procs {
 		if !p.waitKilled(ctx.Done()) {
-			return fmt.Errorf("close executor: %w", ctx.Err())
+			cutShort = e.forceKill(procs, ctx.Err())
+			break
 		}
 	}
 	<-e.janitorDone
@@ -708,7 +732,34 @@ func (e *Executor) Close(ctx context.Context) error {
 	}
 	e.removeJobs(js)
 	if err := e.devNull.Close(); err != nil && !errors.Is(err, os.ErrClosed) {
-		return fmt.Errorf("close executor: %w", err)
+		return errors.Join(cutShort, fmt.Errorf("close executor: %w", err))
 	}
-	return nil
+	return cutShort
+}
+
+// forceKillWait bounds how long Close waits for SIGKILLed leaders to be
+// reaped and their output drained once its context has ended.
+const forceKillWait = 5 * time.Second
+
+// forceKill cuts the grace short for every proc that is not finished: it
+// SIGKILLs each group and waits for the leaders, bounded by forceKillWait.
+// cause is why the grace was cut; the error returned says what happened.
+func (e *Executor) forceKill(procs []*proc, cause error) error {
+	n := 0
+	for _, p := range procs {
+		if p.kill9() {
+			n++
+		}
+	}
+	e.log.Warn("shutdown budget ended before the grace: killed the remaining process groups", "groups", n, "err", cause)
+	deadline := time.NewTimer(forceKillWait)
+	defer deadline.Stop()
+	for _, p := range procs {
+		select {
+		case <-p.done:
+		case <-deadline.C:
+			return fmt.Errorf("close executor: %w; killed %d process groups, some leaders not reaped within %s", cause, n, forceKillWait)
+		}
+	}
+	return fmt.Errorf("close executor: %w; grace cut short: killed %d process groups", cause, n)
 }

@@ -797,3 +797,39 @@ func TestConcurrentOutputNotLost(t *testing.T) {
 		wg.Wait()
 	}
 }
+
+// TestCloseBudgetShorterThanGrace: when the caller's budget ends before the
+// grace, Close still ends with every group killed (the final SIGKILL is
+// sent at once) and says that the grace was cut short.
+func TestCloseBudgetShorterThanGrace(t *testing.T) {
+	e := newTestExecutor(t, func(o *Options) { o.Grace = 20 * time.Second })
+	dir := t.TempDir()
+	j := mustStart(t, e, Spec{Command: "trap '' TERM; echo $$ > pid; sleep 1000 & echo $! > child; wait", Cwd: dir, Background: true})
+	pids := []int{proctest.ReadPID(t, filepath.Join(dir, "pid")), proctest.ReadPID(t, filepath.Join(dir, "child"))}
+	t.Cleanup(func() {
+		for _, pid := range pids {
+			proctest.KillIfAlive(pid)
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	err := e.Close(ctx)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Close = %v, want an error wrapping the budget's end", err)
+	}
+	for _, pid := range pids {
+		if !proctest.Gone(pid) {
+			t.Errorf("pid %d outlived Close", pid)
+		}
+	}
+	if s := j.Snapshot(); s.State != StateCancelled || s.Signal != "SIGKILL" {
+		t.Errorf("job after Close: state %s signal %q, want cancelled by SIGKILL", s.State, s.Signal)
+	}
+}
+
+func TestGraceAboveMaximumRejected(t *testing.T) {
+	_, err := New(Options{Home: t.TempDir(), Grace: MaxGrace + time.Millisecond})
+	if !errors.Is(err, ErrInvalidOptions) {
+		t.Errorf("New with grace above MaxGrace = %v, want ErrInvalidOptions", err)
+	}
+}

@@ -232,6 +232,20 @@ func (p *proc) kill() {
 	}
 }
 
+// kill9 SIGKILLs the group at once, whatever the kill path is doing, and
+// reports whether the group had any member left to signal. The stop
+// reason stays what stop recorded (Close stops every proc first).
+func (p *proc) kill9() bool {
+	p.mu.Lock()
+	pid := p.pid
+	p.mu.Unlock()
+	if pid == 0 || !groupExists(pid) {
+		return false
+	}
+	signalGroup(pid, syscall.SIGKILL)
+	return true
+}
+
 // stopping reports the reason for a requested stop, if any.
 func (p *proc) stopReason() (State, bool) {
 	p.mu.Lock()
