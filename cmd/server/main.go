@@ -179,6 +179,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Re
 		return err
 	}
 	defer ln.Close()
+	hosts, anyHost, err := allowedHosts(o.addr, o.allowRemote)
+	if err != nil {
+		return err
+	}
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -261,6 +265,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Re
 		UI:           web.FS(),
 		MaxBodyBytes: cfg.HTTP.MaxBodyBytes,
 		BodyTimeout:  ms(cfg.HTTP.BodyTimeoutMs),
+		Hosts:        hosts,
+		AnyHost:      anyHost,
 	})
 	if err != nil {
 		return err
@@ -450,6 +456,41 @@ func listen(addr string, allowRemote bool) (net.Listener, error) {
 		return nil, fmt.Errorf("listen: %w", err)
 	}
 	return ln, nil
+}
+
+// allowedHosts says which Host values, besides localhost and loopback
+// addresses, requests may carry. A Unix socket takes any: no browser
+// reaches it, so DNS rebinding cannot. With --allow-remote, the listen
+// address's host is accepted; when that is a wildcard (every interface),
+// each address of this machine and its host name are. Any other name is
+// refused, which is what defeats DNS rebinding.
+func allowedHosts(addr string, allowRemote bool) (hosts []string, anyHost bool, err error) {
+	if strings.HasPrefix(addr, "unix:") {
+		return nil, true, nil
+	}
+	if !allowRemote {
+		return nil, false, nil
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, false, fmt.Errorf("--addr %q: %w", addr, err)
+	}
+	if ip := net.ParseIP(host); host != "" && (ip == nil || !ip.IsUnspecified()) {
+		return []string{host}, false, nil
+	}
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return nil, false, fmt.Errorf("list interface addresses: %w", err)
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok {
+			hosts = append(hosts, n.IP.String())
+		}
+	}
+	if name, err := os.Hostname(); err == nil && name != "" {
+		hosts = append(hosts, name)
+	}
+	return hosts, false, nil
 }
 
 func isLoopback(host string) bool {

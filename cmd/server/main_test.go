@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -529,6 +530,49 @@ func TestHelpAndVersion(t *testing.T) {
 			}
 			if !tt.wantErr && stderr.Len() != 0 {
 				t.Errorf("stderr = %q, want nothing", stderr.String())
+			}
+		})
+	}
+}
+
+func TestAllowedHosts(t *testing.T) {
+	hostname, err := os.Hostname()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name        string
+		addr        string
+		allowRemote bool
+		want        []string // each must be among the hosts
+		wantAny     bool
+	}{
+		{name: "loopback", addr: "127.0.0.1:7433"},
+		{name: "Unix socket", addr: "unix:/tmp/dshd.sock", wantAny: true},
+		{name: "remote address", addr: "192.0.2.7:7433", allowRemote: true, want: []string{"192.0.2.7"}},
+		{name: "remote name", addr: "dshd.lan:7433", allowRemote: true, want: []string{"dshd.lan"}},
+		{name: "every IPv4 interface", addr: "0.0.0.0:7433", allowRemote: true, want: []string{"127.0.0.1", hostname}},
+		{name: "every interface", addr: ":7433", allowRemote: true, want: []string{"127.0.0.1", hostname}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			hosts, anyHost, err := allowedHosts(tt.addr, tt.allowRemote)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if anyHost != tt.wantAny {
+				t.Errorf("anyHost = %v, want %v", anyHost, tt.wantAny)
+			}
+			for _, w := range tt.want {
+				if !slices.Contains(hosts, w) {
+					t.Errorf("hosts %q lack %q", hosts, w)
+				}
+			}
+			if len(tt.want) == 0 && len(hosts) != 0 {
+				t.Errorf("hosts = %q, want none beyond loopback", hosts)
+			}
+			if len(tt.want) == 1 && len(hosts) != 1 {
+				t.Errorf("hosts = %q, want only %q", hosts, tt.want)
 			}
 		})
 	}

@@ -12,6 +12,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"path"
 	"strings"
 	"time"
 
@@ -110,6 +111,11 @@ type Deps struct {
 	UI         fs.FS  // static files served under /ui/; nil serves none
 	// MaxBodyBytes caps request bodies (default 1 MiB).
 	MaxBodyBytes int64
+	// Hosts are the Host names and addresses requests may give besides
+	// localhost and loopback addresses (the address of a remote listener).
+	Hosts []string
+	// AnyHost accepts every Host: for a Unix socket, which no browser reaches.
+	AnyHost bool
 	// BodyTimeout bounds the time a client may take to send a request body,
 	// from the end of its headers (default 30s).
 	BodyTimeout time.Duration
@@ -128,6 +134,8 @@ type Server struct {
 	hooks       hookLister
 	skills      skillLister
 	spec        []byte
+	hosts       []string
+	anyHost     bool
 	maxBody     int64
 	bodyTimeout time.Duration
 	keepAlive   time.Duration
@@ -152,6 +160,7 @@ func NewServer(d Deps) (http.Handler, error) {
 		hooks:       d.Hooks,
 		skills:      d.Skills,
 		spec:        d.Spec,
+		anyHost:     d.AnyHost,
 		maxBody:     d.MaxBodyBytes,
 		bodyTimeout: d.BodyTimeout,
 		keepAlive:   d.KeepAlive,
@@ -163,6 +172,9 @@ func NewServer(d Deps) (http.Handler, error) {
 	}
 	if s.maxBody <= 0 {
 		s.maxBody = 1 << 20
+	}
+	for _, h := range d.Hosts {
+		s.hosts = append(s.hosts, normalizeHost(h))
 	}
 	if s.bodyTimeout <= 0 {
 		s.bodyTimeout = 30 * time.Second
@@ -189,13 +201,13 @@ func NewServer(d Deps) (http.Handler, error) {
 		ErrorHandlerWithOpts: s.validationError,
 		DoNotValidateServers: true,
 		Skipper: func(r *http.Request) bool {
-			return r.URL.Path == "/" || r.URL.Path == "/ui" || strings.HasPrefix(r.URL.Path, "/ui/")
+			return isUI(r.URL.Path)
 		},
 	})
 
 	r := chi.NewRouter()
 	s.router = r
-	r.Use(s.bodyDeadline, s.requestID, s.observe, s.authenticate, s.limitBody, validator)
+	r.Use(s.bodyDeadline, s.closeChunked, s.requestID, s.observe, s.checkHost, s.secureHeaders, s.authenticate, s.limitBody, validator)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) { s.writeError(w, r, errNotFound) })
 	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) { s.writeError(w, r, errMethodNotAllowed) })
 
@@ -213,7 +225,14 @@ func NewServer(d Deps) (http.Handler, error) {
 		r.Get("/ui", func(w http.ResponseWriter, r *http.Request) {
 			http.Redirect(w, r, "/ui/", http.StatusMovedPermanently)
 		})
-		r.Method(http.MethodGet, "/ui/*", http.StripPrefix("/ui/", http.FileServerFS(d.UI)))
+		files := http.StripPrefix("/ui/", http.FileServerFS(d.UI))
+		r.Get("/ui/*", func(w http.ResponseWriter, r *http.Request) {
+			if !hasUIFile(d.UI, strings.TrimPrefix(r.URL.Path, "/ui/")) {
+				s.writeError(w, r, errNotFound)
+				return
+			}
+			files.ServeHTTP(w, r)
+		})
 	}
 
 	strict := api.NewStrictHandlerWithOptions(s, nil, api.StrictHTTPServerOptions{
@@ -228,6 +247,25 @@ func NewServer(d Deps) (http.Handler, error) {
 			s.writeError(w, r, fmt.Errorf("%w: %v", errBadRequest, err))
 		},
 	}), nil
+}
+
+// hasUIFile reports whether name is a file of the UI, or a directory with an
+// index.html, so that everything else is the server's problem+json 404
+// rather than the file server's text one (or a directory listing).
+func hasUIFile(ui fs.FS, name string) bool {
+	name = strings.Trim(path.Clean("/"+name), "/")
+	if name == "" {
+		name = "."
+	}
+	fi, err := fs.Stat(ui, name)
+	if err != nil {
+		return false
+	}
+	if fi.IsDir() {
+		_, err = fs.Stat(ui, path.Join(name, "index.html"))
+		return err == nil
+	}
+	return true
 }
 
 // validationError turns a kin-openapi validation failure into problem+json,
