@@ -1,0 +1,451 @@
+package cgroup
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// limitControllers are the controllers Limits use, in the order they are
+// enabled.
+var limitControllers = []string{"cpu", "memory", "pids"}
+
+// Manager owns one parent group for one dshd home: <own cgroup>/<name>. The
+// parent holds no process itself (the kernel's "no internal processes" rule
+// then lets it enable controllers for its children).
+type Manager struct {
+	dir         string
+	controllers []string
+}
+
+// Open finds dshd's own cgroup v2 directory, creates (or reuses) the
+// subgroup name under it, enables the limit controllers the host delegates,
+// and checks that a process can be spawned straight into a group and that
+// cgroup.kill exists, by running probe (an argv such as {"/bin/bash", "-c",
+// ":"}) in a temporary group. It returns an error wrapping ErrUnavailable
+// that says why when any of this fails.
+func Open(name string, probe []string) (*Manager, error) {
+	own, err := OwnDir()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	return openAt(own, name, probe)
+}
+
+func openAt(own, name string, probe []string) (*Manager, error) {
+	if name == "" || strings.ContainsRune(name, '/') || name == "." || name == ".." {
+		return nil, fmt.Errorf("%w: bad group name %q", ErrUnavailable, name)
+	}
+	dir := filepath.Join(own, name)
+	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+		return nil, fmt.Errorf("%w: create %s: %v", ErrUnavailable, dir, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "cgroup.kill")); err != nil {
+		return nil, fmt.Errorf("%w: %s has no cgroup.kill (needs Linux 5.14 or later): %v", ErrUnavailable, dir, err)
+	}
+	m := &Manager{dir: dir}
+	m.controllers = enableControllers(own, dir)
+	if err := m.probe(probe); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	return m, nil
+}
+
+// enableControllers turns on, in own and then in dir, every limit
+// controller that own offers, and returns those dir's children really get.
+// Failures are expected and not errors: a controller bound to a v1
+// hierarchy is not offered, and a non-root own cgroup that holds processes
+// cannot pass controllers down (EBUSY).
+func enableControllers(own, dir string) []string {
+	avail := fields(readString(filepath.Join(own, "cgroup.controllers")))
+	for _, c := range limitControllers {
+		if !slices.Contains(avail, c) {
+			continue
+		}
+		_ = writeFile(filepath.Join(own, "cgroup.subtree_control"), "+"+c)
+		_ = writeFile(filepath.Join(dir, "cgroup.subtree_control"), "+"+c)
+	}
+	on := fields(readString(filepath.Join(dir, "cgroup.subtree_control")))
+	var got []string
+	for _, c := range limitControllers {
+		if slices.Contains(on, c) {
+			got = append(got, c)
+		}
+	}
+	return got
+}
+
+// probe spawns argv into a fresh group, waits for it, and removes the group.
+func (m *Manager) probe(argv []string) error {
+	if len(argv) == 0 {
+		return nil
+	}
+	g, err := m.create(fmt.Sprintf("probe-%d", os.Getpid()), Limits{})
+	if err != nil {
+		return err
+	}
+	defer g.Remove()
+	defer g.CloseFD()
+	attr := &syscall.ProcAttr{
+		Sys: &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: g.FD()},
+	}
+	pid, err := syscall.ForkExec(argv[0], argv, attr)
+	if err != nil {
+		return fmt.Errorf("spawn into %s (clone3 with CLONE_INTO_CGROUP needs Linux 5.7 or later): %w", g.Path(), err)
+	}
+	var ws syscall.WaitStatus
+	for {
+		_, err = syscall.Wait4(pid, &ws, 0, nil)
+		if !errors.Is(err, syscall.EINTR) {
+			break
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("wait for probe: %w", err)
+	}
+	if !ws.Exited() || ws.ExitStatus() != 0 {
+		return fmt.Errorf("probe %q in %s failed: %v", argv, g.Path(), ws)
+	}
+	return nil
+}
+
+// Dir returns the parent group's directory.
+func (m *Manager) Dir() string { return m.dir }
+
+// Controllers returns the limit controllers ("cpu", "memory", "pids") that
+// the manager's groups get; Limits for the others are not applied.
+func (m *Manager) Controllers() []string { return slices.Clone(m.controllers) }
+
+// Has reports whether controller c is enabled for the groups.
+func (m *Manager) Has(c string) bool { return slices.Contains(m.controllers, c) }
+
+// Create makes the group name (a job id) with the given limits and opens it
+// for spawning into. The caller closes the descriptor with CloseFD once the
+// process is started, and removes the group with Remove once it is empty.
+// A name that exists is an error: groups are never shared.
+func (m *Manager) Create(name string, lim Limits) (*Group, error) {
+	if name == "" || strings.ContainsRune(name, '/') || strings.HasPrefix(name, ".") {
+		return nil, fmt.Errorf("create cgroup: bad name %q", name)
+	}
+	return m.create(name, lim)
+}
+
+func (m *Manager) create(name string, lim Limits) (*Group, error) {
+	g := &Group{path: filepath.Join(m.dir, name), fd: -1}
+	if err := os.Mkdir(g.path, 0o755); err != nil {
+		return nil, fmt.Errorf("create cgroup: %w", err)
+	}
+	if err := m.apply(g.path, lim); err != nil {
+		g.Remove()
+		return nil, err
+	}
+	fd, err := syscall.Open(g.path, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		g.Remove()
+		return nil, fmt.Errorf("open cgroup %s: %w", g.path, err)
+	}
+	g.fd = fd
+	return g, nil
+}
+
+// cpuPeriod is the cpu.max period in microseconds (the kernel's default).
+const cpuPeriod = 100000
+
+func (m *Manager) apply(dir string, lim Limits) error {
+	var errs []error
+	set := func(ctrl, file, v string) {
+		if !m.Has(ctrl) {
+			return
+		}
+		if err := writeFile(filepath.Join(dir, file), v); err != nil {
+			errs = append(errs, fmt.Errorf("set %s: %w", file, err))
+		}
+	}
+	if lim.Pids > 0 {
+		set("pids", "pids.max", strconv.FormatInt(lim.Pids, 10))
+	}
+	if lim.MemoryBytes > 0 {
+		set("memory", "memory.max", strconv.FormatInt(lim.MemoryBytes, 10))
+		// Without this a memory hog swaps instead of meeting the OOM killer.
+		if _, err := os.Stat(filepath.Join(dir, "memory.swap.max")); err == nil {
+			set("memory", "memory.swap.max", "0")
+		}
+	}
+	if lim.CPU > 0 {
+		quota := max(int64(lim.CPU*cpuPeriod), 1000)
+		set("cpu", "cpu.max", fmt.Sprintf("%d %d", quota, cpuPeriod))
+	}
+	return errors.Join(errs...)
+}
+
+// Leftovers returns the groups under the parent, which a previous run of
+// dshd on the same home left (a clean shutdown removes its groups). Probe
+// groups of other runs are included; nothing runs in them for long.
+func (m *Manager) Leftovers() ([]*Group, error) {
+	entries, err := os.ReadDir(m.dir)
+	if err != nil {
+		return nil, fmt.Errorf("list cgroups: %w", err)
+	}
+	var gs []*Group
+	for _, de := range entries {
+		if de.IsDir() {
+			gs = append(gs, &Group{path: filepath.Join(m.dir, de.Name()), fd: -1})
+		}
+	}
+	return gs, nil
+}
+
+// Group is one job's cgroup.
+type Group struct {
+	path string
+	fd   int
+}
+
+// Path returns the group's directory.
+func (g *Group) Path() string { return g.path }
+
+// Name returns the group's name (the job id it was created for).
+func (g *Group) Name() string { return filepath.Base(g.path) }
+
+// FD returns the descriptor to pass as SysProcAttr.CgroupFD, -1 after
+// CloseFD.
+func (g *Group) FD() int { return g.fd }
+
+// CloseFD closes the descriptor used for spawning.
+func (g *Group) CloseFD() {
+	if g.fd >= 0 {
+		syscall.Close(g.fd)
+		g.fd = -1
+	}
+}
+
+// Kill SIGKILLs every process in the group and in groups below it, through
+// cgroup.kill; processes forked while the kill runs are killed too.
+func (g *Group) Kill() error {
+	if err := writeFile(filepath.Join(g.path, "cgroup.kill"), "1"); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil // removed: nothing to kill
+		}
+		return fmt.Errorf("kill cgroup %s: %w", g.path, err)
+	}
+	return nil
+}
+
+// Signal sends sig to every process in the group, best effort; it returns
+// how many were signalled. Unlike Kill it races with forks, which is fine
+// for the SIGTERM that opens the grace period.
+func (g *Group) Signal(sig syscall.Signal) int {
+	n := 0
+	for _, pid := range g.Procs() {
+		if syscall.Kill(pid, sig) == nil {
+			n++
+		}
+	}
+	return n
+}
+
+// Procs returns the pids in the group (not in groups below it).
+func (g *Group) Procs() []int {
+	b, err := os.ReadFile(filepath.Join(g.path, "cgroup.procs"))
+	if err != nil {
+		return nil
+	}
+	var pids []int
+	for _, f := range strings.Fields(string(b)) {
+		if pid, err := strconv.Atoi(f); err == nil {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// Populated reports whether any live process is in the group or below it.
+// A group that no longer exists is not populated.
+func (g *Group) Populated() bool {
+	b, err := os.ReadFile(filepath.Join(g.path, "cgroup.events"))
+	if err != nil {
+		return false
+	}
+	v, ok := keyed(b)["populated"]
+	return ok && v != 0
+}
+
+// WaitEmpty polls until the group is empty or d has passed, and reports
+// whether it is empty.
+func (g *Group) WaitEmpty(d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for g.Populated() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return true
+}
+
+// Usage reads what the group used so far.
+func (g *Group) Usage() Usage {
+	var u Usage
+	if b, err := os.ReadFile(filepath.Join(g.path, "cpu.stat")); err == nil {
+		u.CPU = time.Duration(keyed(b)["usage_usec"]) * time.Microsecond
+	}
+	if s := readString(filepath.Join(g.path, "memory.peak")); s != "" {
+		u.PeakMemoryBytes, _ = strconv.ParseInt(s, 10, 64)
+	}
+	if b, err := os.ReadFile(filepath.Join(g.path, "memory.events")); err == nil {
+		u.OOMKills = keyed(b)["oom_kill"]
+	}
+	if b, err := os.ReadFile(filepath.Join(g.path, "pids.events")); err == nil {
+		u.PidsMaxHits = keyed(b)["max"]
+	}
+	return u
+}
+
+// Remove deletes the group, which must be empty. The kernel may take a
+// moment after the last process exits to let go of the group (EBUSY), so
+// Remove retries briefly. A group already gone is not an error.
+func (g *Group) Remove() error {
+	g.CloseFD()
+	var err error
+	for range 100 {
+		err = syscall.Rmdir(g.path)
+		if err == nil || errors.Is(err, syscall.ENOENT) {
+			return nil
+		}
+		if !errors.Is(err, syscall.EBUSY) {
+			break
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	return fmt.Errorf("remove cgroup %s: %w", g.path, err)
+}
+
+// OwnDir returns the directory of the calling process's cgroup v2 group: its
+// path in /proc/self/cgroup ("0::/path") under the cgroup2 mount found in
+// /proc/self/mountinfo, which on hybrid hosts sits beside the v1 mounts
+// (for example /sys/fs/cgroup/unified).
+func OwnDir() (string, error) {
+	cg, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return "", err
+	}
+	mi, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return "", err
+	}
+	return ownDir(cg, mi)
+}
+
+func ownDir(procCgroup, mountinfo []byte) (string, error) {
+	var path string
+	found := false
+	for line := range strings.SplitSeq(string(procCgroup), "\n") {
+		if p, ok := strings.CutPrefix(line, "0::"); ok {
+			path, found = p, true
+			break
+		}
+	}
+	if !found {
+		return "", errors.New("no cgroup v2 entry (0::) in /proc/self/cgroup")
+	}
+	if strings.HasSuffix(path, " (deleted)") {
+		return "", fmt.Errorf("own cgroup %q was deleted", path)
+	}
+	sc := bufio.NewScanner(bytes.NewReader(mountinfo))
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		// id parent maj:min root mountpoint opts [optional...] - fstype src superopts
+		f := strings.Fields(sc.Text())
+		sep := slices.Index(f, "-")
+		if sep < 5 || sep+1 >= len(f) || f[sep+1] != "cgroup2" {
+			continue
+		}
+		root, mnt := unescape(f[3]), unescape(f[4])
+		rel, ok := within(path, root)
+		if !ok {
+			continue
+		}
+		return filepath.Join(mnt, rel), nil
+	}
+	return "", fmt.Errorf("no cgroup2 mount shows own cgroup %q (mount cgroup2, e.g. on /sys/fs/cgroup/unified)", path)
+}
+
+// within returns path relative to root if path is root or below it.
+func within(path, root string) (string, bool) {
+	if root == "/" {
+		return path, true
+	}
+	if path == root {
+		return "/", true
+	}
+	if rest, ok := strings.CutPrefix(path, root+"/"); ok {
+		return "/" + rest, true
+	}
+	return "", false
+}
+
+// unescape undoes mountinfo's octal escapes (\040 for a space).
+func unescape(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(v))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+func readString(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
+func fields(s string) []string { return strings.Fields(s) }
+
+// keyed parses "key value" lines (cgroup.events, cpu.stat, memory.events).
+func keyed(b []byte) map[string]int64 {
+	m := make(map[string]int64)
+	for line := range strings.SplitSeq(string(b), "\n") {
+		k, v, ok := strings.Cut(line, " ")
+		if !ok {
+			continue
+		}
+		if n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64); err == nil {
+			m[k] = n
+		}
+	}
+	return m
+}
+
+// writeFile writes v to a cgroup control file, which must exist.
+func writeFile(path, v string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString(v)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
