@@ -79,6 +79,9 @@ type Options struct {
 	Now func() time.Time
 	// Registerer receives the executor's metrics; nil registers none.
 	Registerer prometheus.Registerer
+	// Containment is ContainmentAuto (""), ContainmentCgroup or
+	// ContainmentGroup.
+	Containment string
 }
 
 // Executor spawns and records executions. It is safe for concurrent use.
@@ -92,6 +95,7 @@ type Executor struct {
 	devNull *os.File
 	jobsDir string
 	m       *metrics
+	cont    *container
 
 	mu        sync.Mutex
 	closed    bool
@@ -101,7 +105,7 @@ type Executor struct {
 	bgRunning map[string]int
 	finished  []finishedJob
 	live      map[*proc]struct{} // spawning or running processes, jobs and hooks alike
-	lingering map[int]struct{}   // pgids whose members outlived their leader
+	lingering map[*proc]struct{} // finished, but processes outlived their leader
 
 	stopJanitor chan struct{}
 	janitorDone chan struct{}
@@ -149,9 +153,12 @@ func New(opts Options) (*Executor, error) {
 		idem:        make(map[string]*Job),
 		bgRunning:   make(map[string]int),
 		live:        make(map[*proc]struct{}),
-		lingering:   make(map[int]struct{}),
+		lingering:   make(map[*proc]struct{}),
 		stopJanitor: make(chan struct{}),
 		janitorDone: make(chan struct{}),
+	}
+	if e.cont, err = newContainer(opts.Containment, opts.Home, bash, log); err != nil {
+		return nil, err
 	}
 	if opts.Home != "" {
 		e.jobsDir = filepath.Join(opts.Home, "jobs")
@@ -398,6 +405,7 @@ func (e *Executor) Start(ctx context.Context, s Spec) (*Job, error) {
 		stdout:   j.sink(&j.stdout, "stdout"),
 		stderr:   j.sink(&j.stderr, "stderr"),
 		onExit:   j.finish,
+		contain:  e.cont.forJob(j.id),
 	})
 	e.m.spawn.Observe(time.Since(t0).Seconds())
 	if err != nil {
@@ -555,8 +563,8 @@ func (e *Executor) jobFinished(j *Job, state State) {
 	now := e.now()
 	e.mu.Lock()
 	e.releaseLocked(j)
-	if pgid, ok := j.proc.lingering(); ok {
-		e.lingering[pgid] = struct{}{}
+	if j.proc.lingering() {
+		e.lingering[j.proc] = struct{}{}
 	}
 	e.finished = append(e.finished, finishedJob{job: j, at: now})
 	removed := e.pruneLocked(now)
@@ -599,24 +607,24 @@ func (e *Executor) removeJobs(js []*Job) {
 func (e *Executor) prune() {
 	e.mu.Lock()
 	removed := e.pruneLocked(e.now())
-	pgids := make([]int, 0, len(e.lingering))
-	for pgid := range e.lingering {
-		pgids = append(pgids, pgid)
+	procs := make([]*proc, 0, len(e.lingering))
+	for p := range e.lingering {
+		procs = append(procs, p)
 	}
 	e.mu.Unlock()
 	e.removeJobs(removed)
-	// Forget groups that emptied, so Close does not signal a pgid that may
-	// by then belong to someone else.
-	var gone []int
-	for _, pgid := range pgids {
-		if !groupExists(pgid) {
-			gone = append(gone, pgid)
+	// Forget jobs whose processes are all gone (removing their cgroups), so
+	// Close does not signal a pgid that may by then belong to someone else.
+	var gone []*proc
+	for _, p := range procs {
+		if !p.jobAlive() && p.releaseGroup() {
+			gone = append(gone, p)
 		}
 	}
 	if len(gone) > 0 {
 		e.mu.Lock()
-		for _, pgid := range gone {
-			delete(e.lingering, pgid)
+		for _, p := range gone {
+			delete(e.lingering, p)
 		}
 		e.mu.Unlock()
 	}
@@ -717,9 +725,9 @@ func (e *Executor) Close(ctx context.Context) error {
 	<-e.janitorDone
 
 	e.mu.Lock()
-	pgids := make([]int, 0, len(e.lingering))
-	for pgid := range e.lingering {
-		pgids = append(pgids, pgid)
+	lingering := make([]*proc, 0, len(e.lingering))
+	for p := range e.lingering {
+		lingering = append(lingering, p)
 	}
 	clear(e.lingering)
 	js := make([]*Job, 0, len(e.jobs))
@@ -727,9 +735,7 @@ func (e *Executor) Close(ctx context.Context) error {
 		js = append(js, j)
 	}
 	e.mu.Unlock()
-	for _, pgid := range pgids {
-		signalGroup(pgid, sigKill)
-	}
+	e.killLingering(ctx, lingering)
 	e.removeJobs(js)
 	if err := e.devNull.Close(); err != nil && !errors.Is(err, os.ErrClosed) {
 		return errors.Join(cutShort, fmt.Errorf("close executor: %w", err))

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/dshd/dshd/internal/cgroup"
 )
 
 // drainTimeout bounds how long output is still read after the leader has
@@ -41,6 +43,9 @@ type proc struct {
 	exited     bool
 	killDone   chan struct{} // non-nil once the kill path runs; closed when it ends
 	groupAlive bool          // members of the group outlived the leader
+	cg         *cgroup.Group // the job's cgroup; nil in group mode
+	tree       *tree         // descendants traced in group mode; nil otherwise
+	usage      cgroup.Usage  // read from cg when it is removed
 }
 
 func newProc(grace time.Duration) *proc {
@@ -62,6 +67,9 @@ type spawnSpec struct {
 	// onExit runs in the waiter goroutine after the streams are drained and
 	// before done is closed.
 	onExit func(ws syscall.WaitStatus, err error)
+	// contain says where the process goes: its own cgroup, or its process
+	// group traced through /proc (group mode).
+	contain containSpec
 }
 
 // start spawns the process. On error nothing is left running, done is
@@ -79,18 +87,24 @@ func (p *proc) start(s *spawnSpec) error {
 }
 
 func (p *proc) spawn(s *spawnSpec) error {
+	cg, err := s.contain.group()
+	if err != nil {
+		return err
+	}
 	// We create the pipes ourselves and hand os/exec *os.File values, so it
 	// starts no copying goroutines and Wait never waits for pipe EOF; the
 	// child ends are blocking (as children expect), our ends are in the
 	// runtime poller so reads honour deadlines.
 	outR, outW, err := pipe(true)
 	if err != nil {
+		removeGroup(cg)
 		return err
 	}
 	errR, errW, err := pipe(true)
 	if err != nil {
 		outR.Close()
 		outW.Close()
+		removeGroup(cg)
 		return err
 	}
 	stdin := s.devNull
@@ -102,6 +116,7 @@ func (p *proc) spawn(s *spawnSpec) error {
 			outW.Close()
 			errR.Close()
 			errW.Close()
+			removeGroup(cg)
 			return err
 		}
 		stdin = inR
@@ -117,7 +132,19 @@ func (p *proc) spawn(s *spawnSpec) error {
 		// Own process group, so the whole tree is signalled as -pgid.
 		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
 	}
+	if cg != nil {
+		// Born in the job's cgroup (clone3 CLONE_INTO_CGROUP): no process
+		// of the job ever runs outside it.
+		cmd.SysProcAttr.UseCgroupFD = true
+		cmd.SysProcAttr.CgroupFD = cg.FD()
+	}
+	registered := reaperOf.spawning()
 	err = cmd.Start()
+	if err == nil {
+		registered(cmd.Process.Pid)
+	} else {
+		registered(0)
+	}
 	// The child has its copies now (or never will): our write ends must go,
 	// or we would never see EOF.
 	outW.Close()
@@ -131,10 +158,18 @@ func (p *proc) spawn(s *spawnSpec) error {
 		if inW != nil {
 			inW.Close()
 		}
+		removeGroup(cg)
 		return spawnError(err, s.dir)
+	}
+	if cg != nil {
+		cg.CloseFD()
 	}
 
 	p.mu.Lock()
+	p.cg = cg
+	if s.contain.track {
+		p.tree = newTree(cmd.Process.Pid)
+	}
 	p.pid = cmd.Process.Pid
 	stop := p.stopping
 	if stop {
@@ -159,6 +194,7 @@ func (p *proc) spawn(s *spawnSpec) error {
 // wait is the one goroutine that calls cmd.Wait.
 func (p *proc) wait(cmd *osexec.Cmd, outR, errR, inW *os.File, readers *sync.WaitGroup, onExit func(syscall.WaitStatus, error)) {
 	err := cmd.Wait()
+	reaperOf.reaped(cmd.Process.Pid)
 	var ws syscall.WaitStatus
 	if st := cmd.ProcessState; st != nil {
 		ws, _ = st.Sys().(syscall.WaitStatus)
@@ -166,7 +202,10 @@ func (p *proc) wait(cmd *osexec.Cmd, outR, errR, inW *os.File, readers *sync.Wai
 	}
 	// The leader is reaped, but its pid stays reserved as our pgid while any
 	// group member lives, so the probe cannot hit an unrelated process.
-	alive := groupExists(p.pid)
+	alive := p.jobAlive()
+	if !alive {
+		p.releaseGroup()
+	}
 	p.mu.Lock()
 	p.exited = true
 	p.groupAlive = alive
@@ -209,12 +248,12 @@ func (p *proc) stop(reason State) {
 
 func (p *proc) kill() {
 	defer close(p.killDone)
-	signalGroup(p.pid, syscall.SIGTERM)
+	p.signalJob(syscall.SIGTERM)
 	grace := time.NewTimer(p.grace)
 	defer grace.Stop()
 	select {
 	case <-grace.C:
-		signalGroup(p.pid, syscall.SIGKILL)
+		p.signalJob(syscall.SIGKILL)
 		return
 	case <-p.done:
 	}
@@ -222,10 +261,10 @@ func (p *proc) kill() {
 	// the grace to leave before they are killed.
 	tick := time.NewTicker(groupPollInterval)
 	defer tick.Stop()
-	for groupExists(p.pid) {
+	for p.jobAlive() {
 		select {
 		case <-grace.C:
-			signalGroup(p.pid, syscall.SIGKILL)
+			p.signalJob(syscall.SIGKILL)
 			return
 		case <-tick.C:
 		}
@@ -274,11 +313,11 @@ func (p *proc) waitKilled(cancel <-chan struct{}) bool {
 	}
 }
 
-// lingering returns the pgid if group members outlived the leader.
-func (p *proc) lingering() (int, bool) {
+// lingering reports whether processes of the job outlived the leader.
+func (p *proc) lingering() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.pid, p.exited && p.groupAlive && p.pid != 0
+	return p.exited && p.groupAlive && p.pid != 0
 }
 
 func readStream(f *os.File, sink func([]byte), wg *sync.WaitGroup) {

@@ -92,11 +92,12 @@ func (e *Executor) RunProcess(ctx context.Context, p ProcessSpec) (ProcessResult
 			ws, waitErr = s, err
 			e.mu.Lock()
 			delete(e.live, pr)
-			if pgid, ok := pr.lingering(); ok {
-				e.lingering[pgid] = struct{}{}
+			if pr.lingering() {
+				e.lingering[pr] = struct{}{}
 			}
 			e.mu.Unlock()
 		},
+		contain: e.cont.forJob(e.ids.New("proc_")),
 	})
 	e.m.spawn.Observe(time.Since(start).Seconds())
 	if err != nil {

@@ -1,0 +1,392 @@
+package exec
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/dshd/dshd/internal/cgroup"
+)
+
+// Containment modes (Options.Containment).
+const (
+	// ContainmentAuto uses a cgroup per job where the host delegates a
+	// writable cgroup v2 subtree, and falls back to ContainmentGroup.
+	ContainmentAuto = "auto"
+	// ContainmentCgroup requires a cgroup per job; New fails without one.
+	ContainmentCgroup = "cgroup"
+	// ContainmentGroup keeps each job in its own process group, with dshd
+	// as child subreaper of the descendants that leave it.
+	ContainmentGroup = "group"
+)
+
+// ContainmentInfo says how the executor contains jobs on this host.
+type ContainmentInfo struct {
+	// Requested is the configured mode: auto, cgroup or group.
+	Requested string
+	// Mode is the mode in effect: cgroup or group.
+	Mode string
+	// Reason says why cgroups are not used; "" in cgroup mode.
+	Reason string
+	// CgroupDir is the parent of the jobs' groups in cgroup mode.
+	CgroupDir string
+	// Controllers are the limit controllers delegated to the jobs' groups.
+	Controllers []string
+	// Subreaper is true when dshd adopts the descendants that leave their
+	// job (group mode).
+	Subreaper bool
+}
+
+// container is the executor's containment: a cgroup manager, or nothing
+// but the subreaper.
+type container struct {
+	info ContainmentInfo
+	mgr  *cgroup.Manager // nil in group mode
+}
+
+// newContainer sets up containment for mode. home names the cgroup subtree,
+// so a restart on the same home finds what an earlier run left.
+func newContainer(mode, home, bash string, log *slog.Logger) (*container, error) {
+	if mode == "" {
+		mode = ContainmentAuto
+	}
+	c := &container{info: ContainmentInfo{Requested: mode}}
+	switch mode {
+	case ContainmentAuto, ContainmentCgroup:
+		mgr, err := cgroup.Open(cgroupName(home), []string{bash, "-c", ":"})
+		if err == nil {
+			c.mgr = mgr
+			c.info.Mode = ContainmentCgroup
+			c.info.CgroupDir = mgr.Dir()
+			c.info.Controllers = mgr.Controllers()
+			log.Info("containment: a cgroup per job", "cgroup", mgr.Dir(), "controllers", strings.Join(c.info.Controllers, ","))
+			return c, nil
+		}
+		if mode == ContainmentCgroup {
+			return nil, fmt.Errorf("%w: jobs.containment is cgroup: %v", ErrInvalidOptions, err)
+		}
+		c.info.Reason = err.Error()
+	case ContainmentGroup:
+		c.info.Reason = "jobs.containment is group"
+	default:
+		return nil, fmt.Errorf("%w: containment %q (want auto, cgroup or group)", ErrInvalidOptions, mode)
+	}
+	c.info.Mode = ContainmentGroup
+	if err := startSubreaper(); err != nil {
+		log.Warn("containment: cannot become child subreaper; descendants that leave their process group are not tracked", "err", err)
+	} else {
+		c.info.Subreaper = true
+	}
+	log.Warn("containment: process groups only; descendants that leave their group die with their job when still traceable to it, else at shutdown",
+		"reason", c.info.Reason, "subreaper", c.info.Subreaper)
+	return c, nil
+}
+
+// cgroupName is the name of the subtree of the dshd using home.
+func cgroupName(home string) string {
+	if home == "" {
+		// Nothing to recover without a home: a name of this executor alone.
+		return fmt.Sprintf("dshd-pid%d-%d", os.Getpid(), anonGroups.Add(1))
+	}
+	sum := sha256.Sum256([]byte(home))
+	return "dshd-" + hex.EncodeToString(sum[:6])
+}
+
+// anonGroups numbers the subtrees of executors without a home.
+var anonGroups atomic.Int64
+
+// Containment reports how jobs are contained.
+func (e *Executor) Containment() ContainmentInfo {
+	info := e.cont.info
+	info.Controllers = append([]string(nil), info.Controllers...)
+	return info
+}
+
+// containSpec is the containment of one spawn.
+type containSpec struct {
+	mgr   *cgroup.Manager // create a cgroup named name; nil in group mode
+	name  string
+	track bool // trace descendants through /proc (group mode)
+}
+
+// forJob returns the containment of the job or process named name.
+func (c *container) forJob(name string) containSpec {
+	return containSpec{mgr: c.mgr, name: name, track: c.info.Subreaper}
+}
+
+// group creates the spawn's cgroup; nil in group mode.
+func (s containSpec) group() (*cgroup.Group, error) {
+	if s.mgr == nil {
+		return nil, nil
+	}
+	g, err := s.mgr.Create(s.name, cgroup.Limits{})
+	if err != nil {
+		return nil, fmt.Errorf("job cgroup: %w", err)
+	}
+	return g, nil
+}
+
+// close removes the subtree if it is empty (best effort: an earlier crash
+// may have left groups a later start cleans).
+func (c *container) close() {
+	if c.mgr != nil {
+		_ = syscall.Rmdir(c.mgr.Dir())
+	}
+}
+
+// signalJob sends sig to every process of p that can be found: its process
+// group, and its cgroup (SIGKILL through cgroup.kill) or, in group mode,
+// the descendants traced from the leader.
+func (p *proc) signalJob(sig syscall.Signal) {
+	signalGroup(p.pid, sig)
+	if p.cg != nil {
+		if sig == syscall.SIGKILL {
+			_ = p.cg.Kill()
+		} else {
+			p.cg.Signal(sig)
+		}
+		return
+	}
+	if p.tree != nil {
+		p.tree.signal(sig)
+	}
+}
+
+// jobAlive reports whether any process of p is left.
+func (p *proc) jobAlive() bool {
+	if p.cg != nil {
+		return p.cg.Populated()
+	}
+	return groupExists(p.pid) || (p.tree != nil && p.tree.alive())
+}
+
+// removeGroup removes the cgroup of a spawn that failed.
+func removeGroup(g *cgroup.Group) {
+	if g != nil {
+		_ = g.Remove()
+	}
+}
+
+// releaseGroup records the usage of p's cgroup and removes it, once empty.
+// It reports false if the group is still populated.
+func (p *proc) releaseGroup() bool {
+	if p.cg == nil {
+		return true
+	}
+	if p.cg.Populated() {
+		return false
+	}
+	u := p.cg.Usage()
+	p.mu.Lock()
+	p.usage = u
+	p.mu.Unlock()
+	_ = p.cg.Remove()
+	return true
+}
+
+// tree traces, in group mode, the processes descended from a job's leader,
+// including those that left its process group, by their parent links in
+// /proc. A process is known by pid and start time, so a recycled pid is
+// never signalled. Descendants whose parent exited before they were traced
+// were adopted by dshd (the subreaper) and cannot be told apart from other
+// jobs' any more: they are killed at shutdown.
+type tree struct {
+	mu    sync.Mutex
+	known map[int]uint64 // pid -> start time (clock ticks since boot)
+}
+
+func newTree(leader int) *tree {
+	t := &tree{known: make(map[int]uint64)}
+	if st, ok := readStat(leader); ok {
+		t.known[leader] = st.start
+	}
+	return t
+}
+
+// trace adds every live descendant of a known process. Caller holds t.mu.
+func (t *tree) trace() {
+	children := make(map[int][]procStat)
+	for _, st := range scanProcs() {
+		children[st.ppid] = append(children[st.ppid], st)
+	}
+	var queue []int
+	for pid, start := range t.known {
+		if st, ok := readStat(pid); ok && st.start == start {
+			queue = append(queue, pid)
+		}
+	}
+	for len(queue) > 0 {
+		pid := queue[0]
+		queue = queue[1:]
+		for _, c := range children[pid] {
+			if _, ok := t.known[c.pid]; !ok {
+				t.known[c.pid] = c.start
+				queue = append(queue, c.pid)
+			}
+		}
+	}
+}
+
+// signal traces, then signals every known process that still runs.
+func (t *tree) signal(sig syscall.Signal) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.trace()
+	for pid, start := range t.known {
+		if st, ok := readStat(pid); ok && st.start == start && st.state != 'Z' {
+			_ = syscall.Kill(pid, sig)
+		}
+	}
+}
+
+// alive reports whether a known process other than a zombie still runs.
+func (t *tree) alive() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for pid, start := range t.known {
+		if st, ok := readStat(pid); ok && st.start == start && st.state != 'Z' {
+			return true
+		}
+	}
+	return false
+}
+
+// procStat is what dshd reads from /proc/<pid>/stat.
+type procStat struct {
+	pid, ppid, pgid int
+	state           byte
+	start           uint64
+}
+
+// readStat reads /proc/<pid>/stat.
+func readStat(pid int) (procStat, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return procStat{}, false
+	}
+	return parseStat(pid, string(b))
+}
+
+// parseStat parses "pid (comm) state ppid pgrp session tty tpgid flags
+// minflt cminflt majflt cmajflt utime stime cutime cstime priority nice
+// num_threads itrealvalue starttime ..."; comm may hold spaces and ")".
+func parseStat(pid int, s string) (procStat, bool) {
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 || i+2 >= len(s) {
+		return procStat{}, false
+	}
+	f := strings.Fields(s[i+2:])
+	if len(f) < 20 {
+		return procStat{}, false
+	}
+	st := procStat{pid: pid, state: f[0][0]}
+	var err1, err2, err3 error
+	st.ppid, err1 = strconv.Atoi(f[1])
+	st.pgid, err2 = strconv.Atoi(f[2])
+	st.start, err3 = strconv.ParseUint(f[19], 10, 64)
+	if err := errors.Join(err1, err2, err3); err != nil {
+		return procStat{}, false
+	}
+	return st, true
+}
+
+// scanProcs reads the stat of every process.
+func scanProcs() []procStat {
+	d, err := os.Open("/proc")
+	if err != nil {
+		return nil
+	}
+	defer d.Close()
+	names, _ := d.Readdirnames(-1)
+	out := make([]procStat, 0, len(names))
+	for _, n := range names {
+		pid, err := strconv.Atoi(n)
+		if err != nil {
+			continue
+		}
+		if st, ok := readStat(pid); ok {
+			out = append(out, st)
+		}
+	}
+	return out
+}
+
+// killAdopted SIGKILLs the processes dshd adopted as subreaper (its
+// children that are not the leader of a running job) and everything below
+// them, and returns how many it signalled.
+func killAdopted() int {
+	self := os.Getpid()
+	all := scanProcs()
+	children := make(map[int][]int)
+	for _, st := range all {
+		children[st.ppid] = append(children[st.ppid], st.pid)
+	}
+	var queue []int
+	for _, pid := range children[self] {
+		if !reaperOf.isLeader(pid) {
+			queue = append(queue, pid)
+		}
+	}
+	n := 0
+	for len(queue) > 0 {
+		pid := queue[0]
+		queue = queue[1:]
+		if syscall.Kill(pid, syscall.SIGKILL) == nil {
+			n++
+		}
+		queue = append(queue, children[pid]...)
+	}
+	return n
+}
+
+// removeGroups kills and removes the groups of gs, waiting up to d for each
+// to empty, and returns how many processes they held.
+func removeGroups(gs []*cgroup.Group, d time.Duration) (procs int) {
+	for _, g := range gs {
+		procs += len(g.Procs())
+		_ = g.Kill()
+	}
+	deadline := time.Now().Add(d)
+	for _, g := range gs {
+		g.WaitEmpty(time.Until(deadline))
+		_ = g.Remove()
+	}
+	return procs
+}
+
+// killLingering SIGKILLs what is left of finished jobs and, in group mode,
+// every process dshd adopted; it waits (until ctx ends) for them to go,
+// and removes the cgroups and the subtree.
+func (e *Executor) killLingering(ctx context.Context, ps []*proc) {
+	for _, p := range ps {
+		p.signalJob(syscall.SIGKILL)
+	}
+	if e.cont.info.Subreaper {
+		if n := killAdopted(); n > 0 {
+			e.log.Info("killed processes that had left their jobs", "count", n)
+		}
+	}
+	tick := time.NewTicker(groupPollInterval)
+	defer tick.Stop()
+	for _, p := range ps {
+		for p.jobAlive() {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+		p.releaseGroup()
+	}
+	e.cont.close()
+}
