@@ -38,6 +38,8 @@ type config struct {
 		MaxBackgroundPerAgent int   `yaml:"maxBackgroundPerAgent"`
 		RetentionSeconds      int   `yaml:"retentionSeconds"`
 		RetainMax             int   `yaml:"retainMax"`
+		// Containment is auto (default), cgroup or group; see exec.Containment*.
+		Containment string `yaml:"containment"`
 	} `yaml:"jobs"`
 	Agents struct {
 		MaxDepth int `yaml:"maxDepth"`
@@ -80,6 +82,11 @@ func (c *config) validate() error {
 	case "", "all", "core", "none":
 	default:
 		errs = append(errs, fmt.Errorf("env.inherit: %q is not all, core or none", c.Env.Inherit))
+	}
+	switch c.Jobs.Containment {
+	case "", "auto", "cgroup", "group":
+	default:
+		errs = append(errs, fmt.Errorf("jobs.containment: %q is not auto, cgroup or group", c.Jobs.Containment))
 	}
 	for _, f := range []struct {
 		name string

@@ -223,6 +223,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Re
 		MaxBackgroundPerAgent: cfg.Jobs.MaxBackgroundPerAgent,
 		Retention:             time.Duration(cfg.Jobs.RetentionSeconds) * time.Second,
 		RetainMax:             cfg.Jobs.RetainMax,
+		Containment:           cfg.Jobs.Containment,
 		Registerer:            reg,
 	})
 	if err != nil {
@@ -259,6 +260,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Re
 		Agents:       sessions,
 		Hooks:        hookCfg,
 		Skills:       skills.New(home),
+		Containment:  executor,
 		Gatherer:     reg,
 		Registerer:   reg,
 		Spec:         contract.OpenAPI,

@@ -323,11 +323,16 @@ func TestRefusals(t *testing.T) {
 	if err := os.WriteFile(unknown, []byte("dshHomme: /x\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	badMode := filepath.Join(tmp, "containment.yaml")
+	if err := os.WriteFile(badMode, []byte("jobs:\n  containment: jail\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name    string
 		args    []string
 		wantAll []string
 	}{
+		{"unknown containment mode", []string{"--home", tmp, "--config", badMode}, []string{"jobs.containment", "jail"}},
 		{"home conflict", []string{"--home", filepath.Join(tmp, "a"), "--config", conflict},
 			[]string{"--home", "skills.local.dshHome", filepath.Join(tmp, "a"), filepath.Join(tmp, "b")}},
 		{"non-loopback address", []string{"--home", tmp, "--addr", "0.0.0.0:0"}, []string{"0.0.0.0:0", "--allow-remote"}},

@@ -148,6 +148,12 @@ func (c *container) close() {
 // group, and its cgroup (SIGKILL through cgroup.kill) or, in group mode,
 // the descendants traced from the leader.
 func (p *proc) signalJob(sig syscall.Signal) {
+	if p.tree != nil {
+		// Trace before any signal: once a parent dies its children are
+		// adopted by dshd and no longer lead back to the job.
+		p.tree.signal(sig, func() { signalGroup(p.pid, sig) })
+		return
+	}
 	signalGroup(p.pid, sig)
 	if p.cg != nil {
 		if sig == syscall.SIGKILL {
@@ -156,9 +162,6 @@ func (p *proc) signalJob(sig syscall.Signal) {
 			p.cg.Signal(sig)
 		}
 		return
-	}
-	if p.tree != nil {
-		p.tree.signal(sig)
 	}
 }
 
@@ -237,11 +240,13 @@ func (t *tree) trace() {
 	}
 }
 
-// signal traces, then signals every known process that still runs.
-func (t *tree) signal(sig syscall.Signal) {
+// signal traces, runs first (which signals the process group), then
+// signals every known process that still runs.
+func (t *tree) signal(sig syscall.Signal, first func()) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.trace()
+	first()
 	for pid, start := range t.known {
 		if st, ok := readStat(pid); ok && st.start == start && st.state != 'Z' {
 			_ = syscall.Kill(pid, sig)

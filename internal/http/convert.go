@@ -251,3 +251,19 @@ func toAPISkills(ss []skills.Skill) []api.Skill {
 	}
 	return out
 }
+
+func toAPIContainment(c exec.ContainmentInfo) api.Containment {
+	out := api.Containment{
+		Requested:   api.ContainmentRequested(c.Requested),
+		Mode:        api.ContainmentMode(c.Mode),
+		Controllers: make([]api.ContainmentControllers, 0, len(c.Controllers)),
+		Subreaper:   c.Subreaper,
+	}
+	for _, ctl := range c.Controllers {
+		out.Controllers = append(out.Controllers, api.ContainmentControllers(ctl))
+	}
+	if c.Reason != "" {
+		out.Reason = &c.Reason
+	}
+	return out
+}

@@ -106,3 +106,29 @@ func TestWholeRunes(t *testing.T) {
 		}
 	}
 }
+
+func TestToAPIContainment(t *testing.T) {
+	reason := "no usable cgroup v2 subtree: no cgroup2 mount"
+	for _, tc := range []struct {
+		name string
+		in   exec.ContainmentInfo
+		want api.Containment
+	}{
+		{
+			"cgroup",
+			exec.ContainmentInfo{Requested: "auto", Mode: "cgroup", CgroupDir: "/sys/fs/cgroup/x", Controllers: []string{"memory", "pids"}},
+			api.Containment{Requested: "auto", Mode: "cgroup", Controllers: []api.ContainmentControllers{"memory", "pids"}},
+		},
+		{
+			"fallback",
+			exec.ContainmentInfo{Requested: "auto", Mode: "group", Reason: reason, Subreaper: true},
+			api.Containment{Requested: "auto", Mode: "group", Reason: &reason, Controllers: []api.ContainmentControllers{}, Subreaper: true},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, toAPIContainment(tc.in)); diff != "" {
+				t.Errorf("toAPIContainment (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

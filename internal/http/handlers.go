@@ -14,7 +14,12 @@ import (
 
 // GetHealth answers liveness probes.
 func (s *Server) GetHealth(context.Context, api.GetHealthRequestObject) (api.GetHealthResponseObject, error) {
-	return api.GetHealth200JSONResponse{Status: "ok"}, nil
+	h := api.GetHealth200JSONResponse{Status: "ok"}
+	if s.containment != nil {
+		c := toAPIContainment(s.containment.Containment())
+		h.Details = &api.HealthDetails{Containment: &c}
+	}
+	return h, nil
 }
 
 // ListDeclarations lists every declared managed key. It runs no resolver.

@@ -73,6 +73,11 @@ type agentService interface {
 	Transcript(ctx context.Context, id string) ([]byte, error)
 }
 
+// containmentReporter says how jobs are contained on this host.
+type containmentReporter interface {
+	Containment() exec.ContainmentInfo
+}
+
 // hookLister lists configured hooks.
 type hookLister interface {
 	Handlers() []hooks.Handler
@@ -84,12 +89,13 @@ type skillLister interface {
 }
 
 var (
-	_ envRegistry  = (*shellenv.Registry)(nil)
-	_ jobService   = (*exec.Executor)(nil)
-	_ pipeline     = (*tools.Service)(nil)
-	_ hookLister   = (*hooks.Config)(nil)
-	_ skillLister  = (*skills.Dir)(nil)
-	_ agentService = (*agents.Store)(nil)
+	_ envRegistry         = (*shellenv.Registry)(nil)
+	_ jobService          = (*exec.Executor)(nil)
+	_ containmentReporter = (*exec.Executor)(nil)
+	_ pipeline            = (*tools.Service)(nil)
+	_ hookLister          = (*hooks.Config)(nil)
+	_ skillLister         = (*skills.Dir)(nil)
+	_ agentService        = (*agents.Store)(nil)
 
 	_ api.StrictServerInterface = (*Server)(nil)
 )
@@ -104,6 +110,8 @@ type Deps struct {
 	Agents   agentService
 	Hooks    hookLister
 	Skills   skillLister
+	// Containment is reported in GET /healthz details; nil reports none.
+	Containment containmentReporter
 	// Gatherer serves /metrics; Registerer takes the HTTP metrics. Both may be nil.
 	Gatherer   prometheus.Gatherer
 	Registerer prometheus.Registerer
@@ -129,6 +137,7 @@ type Server struct {
 	token       []byte
 	env         envRegistry
 	jobs        jobService
+	containment containmentReporter
 	pipeline    pipeline
 	agents      agentService
 	hooks       hookLister
@@ -155,6 +164,7 @@ func NewServer(d Deps) (http.Handler, error) {
 		token:       []byte(d.Token),
 		env:         d.Env,
 		jobs:        d.Jobs,
+		containment: d.Containment,
 		pipeline:    d.Pipeline,
 		agents:      d.Agents,
 		hooks:       d.Hooks,

@@ -38,6 +38,66 @@ func (e AgentOrigin) Valid() bool {
 	}
 }
 
+// Defines values for ContainmentControllers.
+const (
+	Cpu    ContainmentControllers = "cpu"
+	Memory ContainmentControllers = "memory"
+	Pids   ContainmentControllers = "pids"
+)
+
+// Valid indicates whether the value is a known member of the ContainmentControllers enum.
+func (e ContainmentControllers) Valid() bool {
+	switch e {
+	case Cpu:
+		return true
+	case Memory:
+		return true
+	case Pids:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ContainmentMode.
+const (
+	ContainmentModeCgroup ContainmentMode = "cgroup"
+	ContainmentModeGroup  ContainmentMode = "group"
+)
+
+// Valid indicates whether the value is a known member of the ContainmentMode enum.
+func (e ContainmentMode) Valid() bool {
+	switch e {
+	case ContainmentModeCgroup:
+		return true
+	case ContainmentModeGroup:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ContainmentRequested.
+const (
+	ContainmentRequestedAuto   ContainmentRequested = "auto"
+	ContainmentRequestedCgroup ContainmentRequested = "cgroup"
+	ContainmentRequestedGroup  ContainmentRequested = "group"
+)
+
+// Valid indicates whether the value is a known member of the ContainmentRequested enum.
+func (e ContainmentRequested) Valid() bool {
+	switch e {
+	case ContainmentRequestedAuto:
+		return true
+	case ContainmentRequestedCgroup:
+		return true
+	case ContainmentRequestedGroup:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for DeclarationKind.
 const (
 	Builtin  DeclarationKind = "builtin"
@@ -168,6 +228,39 @@ type AgentInput struct {
 	Cwd *string `json:"cwd,omitempty"`
 }
 
+// Containment How every process a job starts is accounted for (`jobs.containment`).
+// `cgroup`: each job runs in its own cgroup v2 group, spawned straight into it and
+// killed with `cgroup.kill`. `group`: each job runs in its own process group, with
+// dshd as child subreaper; descendants that leave the group die with their job when
+// they can still be traced to it, and at shutdown at the latest.
+type Containment struct {
+	// Controllers The cgroup controllers delegated to jobs, for `cpu.max`, `memory.max` and `pids.max`.
+	Controllers []ContainmentControllers `json:"controllers"`
+
+	// Mode The mode in effect.
+	Mode ContainmentMode `json:"mode"`
+
+	// Reason Why cgroups are not used (group mode only).
+	//
+	// Example: no usable cgroup v2 subtree: create /sys/fs/cgroup/dshd-1f2e3d4c5b6a: permission denied
+	Reason *string `json:"reason,omitempty"`
+
+	// Requested The configured mode.
+	Requested ContainmentRequested `json:"requested"`
+
+	// Subreaper dshd adopts the descendants that leave their job.
+	Subreaper bool `json:"subreaper"`
+}
+
+// ContainmentControllers defines model for Containment.Controllers.
+type ContainmentControllers string
+
+// ContainmentMode The mode in effect.
+type ContainmentMode string
+
+// ContainmentRequested The configured mode.
+type ContainmentRequested string
+
 // Contributor defines model for Contributor.
 type Contributor struct {
 	Builtin   bool       `json:"builtin"`
@@ -252,8 +345,21 @@ type ForkInput struct {
 
 // Health defines model for Health.
 type Health struct {
+	// Details What this host lets dshd enforce.
+	Details *HealthDetails `json:"details,omitempty"`
+
 	// Status Example: ok
 	Status string `json:"status"`
+}
+
+// HealthDetails What this host lets dshd enforce.
+type HealthDetails struct {
+	// Containment How every process a job starts is accounted for (`jobs.containment`).
+	// `cgroup`: each job runs in its own cgroup v2 group, spawned straight into it and
+	// killed with `cgroup.kill`. `group`: each job runs in its own process group, with
+	// dshd as child subreaper; descendants that leave the group die with their job when
+	// they can still be traced to it, and at shutdown at the latest.
+	Containment *Containment `json:"containment,omitempty"`
 }
 
 // Hook defines model for Hook.
