@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -831,5 +832,69 @@ func TestGraceAboveMaximumRejected(t *testing.T) {
 	_, err := New(Options{Home: t.TempDir(), Grace: MaxGrace + time.Millisecond})
 	if !errors.Is(err, ErrInvalidOptions) {
 		t.Errorf("New with grace above MaxGrace = %v, want ErrInvalidOptions", err)
+	}
+}
+
+// TestOpenOutput reads ranges of a stream in memory and in the spool. A
+// reader covers what was readable when it was opened, and keeps reading
+// after the job is removed.
+func TestOpenOutput(t *testing.T) {
+	e := newTestExecutor(t, func(o *Options) { o.CaptureBytes = 1 << 10 })
+	small := mustStart(t, e, Spec{Command: "printf hello"})
+	big := mustStart(t, e, Spec{Command: "seq 1 60000"})
+	want := seqOutput(60000)
+	for _, j := range []*Job{small, big} {
+		if _, err := j.Wait(testCtx(t)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	open := func(j *Job, s Stream, off int64) (int64, io.ReadCloser) {
+		t.Helper()
+		r, n, err := j.OpenOutput(s, off)
+		if err != nil {
+			t.Fatalf("OpenOutput(%d): %v", off, err)
+		}
+		return n, r
+	}
+	for _, tc := range []struct {
+		name string
+		j    *Job
+		s    Stream
+		off  int64
+		want []byte
+	}{
+		{"memory", small, Stdout, 0, []byte("hello")},
+		{"memory from an offset", small, Stdout, 2, []byte("llo")},
+		{"memory past the end", small, Stdout, 99, nil},
+		{"empty stream", small, Stderr, 0, nil},
+		{"spool", big, Stdout, 0, want},
+		{"spool from an offset", big, Stdout, 1000, want[1000:]},
+		{"spool past the end", big, Stdout, int64(len(want)) + 5, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n, r := open(tc.j, tc.s, tc.off)
+			defer r.Close()
+			var got bytes.Buffer
+			if _, err := io.Copy(&got, r); err != nil {
+				t.Fatal(err)
+			}
+			if n != int64(len(tc.want)) || !bytes.Equal(got.Bytes(), tc.want) {
+				t.Errorf("got %d bytes (n=%d), want %d", got.Len(), n, len(tc.want))
+			}
+		})
+	}
+	if _, _, err := big.OpenOutput(Stdout, -1); !errors.Is(err, ErrInvalidInput) {
+		t.Errorf("negative offset = %v, want ErrInvalidInput", err)
+	}
+	// Opened before the job is removed: still readable, all of it.
+	n, r := open(big, Stdout, 0)
+	defer r.Close()
+	big.remove()
+	got, err := io.ReadAll(r)
+	if err != nil || n != int64(len(want)) || !bytes.Equal(got, want) {
+		t.Errorf("read after removal: %d bytes, %v; want %d", len(got), err, len(want))
+	}
+	if _, _, err := big.OpenOutput(Stdout, 0); !errors.Is(err, ErrJobNotFound) {
+		t.Errorf("OpenOutput after removal = %v, want ErrJobNotFound", err)
 	}
 }

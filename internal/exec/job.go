@@ -200,6 +200,33 @@ func (j *Job) ReadOutput(s Stream, off int64, p []byte) (int, error) {
 	return n, nil
 }
 
+// OpenOutput returns the bytes of stream s from absolute offset off up to
+// what is readable now, and how many there are; later output is not part
+// of it. Bytes in the spool come from a descriptor of their own, so the
+// reader may be handed to sendfile, and stays valid if the job is removed
+// while it is read. The caller closes it. It returns ErrInvalidInput for a
+// negative offset or unknown stream, and ErrJobNotFound once the job was
+// removed by retention.
+func (j *Job) OpenOutput(s Stream, off int64) (io.ReadCloser, int64, error) {
+	if off < 0 || (s != Stdout && s != Stderr) {
+		return nil, 0, fmt.Errorf("open output of %s: %w", j.id, ErrInvalidInput)
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.removed {
+		return nil, 0, fmt.Errorf("open output of %s: %w", j.id, ErrJobNotFound)
+	}
+	c := &j.stdout
+	if s == Stderr {
+		c = &j.stderr
+	}
+	r, n, err := c.open(off)
+	if err != nil {
+		return nil, 0, fmt.Errorf("open output of %s: %w", j.id, err)
+	}
+	return r, n, nil
+}
+
 // OutputChanged returns a channel that is closed when more output arrives
 // or the job finishes. A finished job returns a closed channel.
 func (j *Job) OutputChanged() <-chan struct{} {
