@@ -207,6 +207,11 @@ export function createJobsView() {
       try {
         const headers = lastId ? { 'Last-Event-ID': lastId } : {};
         const res = await request(path('jobs', id, 'output'), { accept: 'text/event-stream', headers, signal });
+        if (res.status === 204) {
+          // Finished, and the exit event was already seen.
+          finish(null);
+          return;
+        }
         setText(outputStatus, 'Streaming…');
         for await (const ev of readEvents(res.body)) {
           lastId = ev.id || lastId;
@@ -280,11 +285,17 @@ function durationOf(job) {
   return job.state === 'running' && !Number.isNaN(start) ? Date.now() - start : null;
 }
 
-// Chunks are JSON strings per the contract; tolerate plain text too.
+// Chunks are JSON strings per the contract, or {"base64": …} for bytes that
+// are not UTF-8 (shown here with U+FFFD; the raw route has them exactly);
+// tolerate plain text too.
 function decodeChunk(data) {
   try {
     const value = JSON.parse(data);
     if (typeof value === 'string') return value;
+    if (value && typeof value.base64 === 'string') {
+      const bytes = Uint8Array.from(atob(value.base64), (c) => c.charCodeAt(0));
+      return new TextDecoder().decode(bytes);
+    }
   } catch {
     // plain text
   }

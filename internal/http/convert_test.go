@@ -70,20 +70,25 @@ func TestFromAPIExecRequest(t *testing.T) {
 
 func TestParseEventID(t *testing.T) {
 	tests := []struct {
-		id      string
-		want    [2]int64
-		wantErr bool
+		id       string
+		want     [2]int64
+		wantExit bool
+		wantErr  bool
 	}{
-		{"0.0", [2]int64{0, 0}, false},
-		{"123.45", [2]int64{123, 45}, false},
-		{"12", [2]int64{}, true},
-		{"a.b", [2]int64{}, true},
-		{"-1.0", [2]int64{}, true},
+		{"0.0", [2]int64{0, 0}, false, false},
+		{"123.45", [2]int64{123, 45}, false, false},
+		{"123.45.exit", [2]int64{123, 45}, true, false},
+		{"12", [2]int64{}, false, true},
+		{"12.exit", [2]int64{}, false, true},
+		{"1.2.3", [2]int64{}, false, true},
+		{"1.2.exit.exit", [2]int64{}, false, true},
+		{"a.b", [2]int64{}, false, true},
+		{"-1.0", [2]int64{}, false, true},
 	}
 	for _, tt := range tests {
-		got, err := parseEventID(tt.id)
-		if (err != nil) != tt.wantErr || got != tt.want {
-			t.Errorf("parseEventID(%q) = %v, %v; want %v, err %v", tt.id, got, err, tt.want, tt.wantErr)
+		got, exit, err := parseEventID(tt.id)
+		if (err != nil) != tt.wantErr || got != tt.want || exit != tt.wantExit {
+			t.Errorf("parseEventID(%q) = %v, %v, %v; want %v, %v, err %v", tt.id, got, exit, err, tt.want, tt.wantExit, tt.wantErr)
 		}
 	}
 }

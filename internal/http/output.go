@@ -1,14 +1,17 @@
 package httpapi
 
 import (
-	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -28,63 +31,109 @@ func (s *Server) GetJobOutput(ctx context.Context, req api.GetJobOutputRequestOb
 		if *req.Params.Stream == "stderr" {
 			stream = exec.Stderr
 		}
-		return api.GetJobOutput200ApplicationoctetStreamResponse{
-			Body: &rawOutput{job: job, stream: stream, off: deref(req.Params.Offset)},
-		}, nil
+		body, n, err := job.OpenOutput(stream, deref(req.Params.Offset))
+		if err != nil {
+			return nil, err
+		}
+		return rawResponse{body: body, n: n, logger: s.logger}, nil
 	}
 	var pos [2]int64
 	if id := deref(req.Params.LastEventID); id != "" {
-		if pos, err = parseEventID(id); err != nil {
+		var sawExit bool
+		if pos, sawExit, err = parseEventID(id); err != nil {
 			return nil, err
 		}
+		// The client has had everything, the exit event included: 204 is
+		// how the SSE standard tells it to stop reconnecting.
+		if sawExit && atEnd(job, pos) {
+			return api.GetJobOutput204Response{}, nil
+		}
 	}
-	es := &eventStream{ctx: ctx, job: job, pos: pos, keepAlive: s.keepAlive}
-	// The first bytes go out at once, so the client has the response
-	// headers before any output exists; they also set the reconnection delay.
-	es.pending.WriteString("retry: 1000\n\n")
-	return sseResponse{api.GetJobOutput200TexteventStreamResponse{Body: es}}, nil
+	return &eventStream{ctx: ctx, job: job, pos: pos, keepAlive: s.keepAlive, logger: s.logger}, nil
 }
 
-// rawOutput reads one stream from an offset up to what has been written.
-type rawOutput struct {
-	job    *exec.Job
-	stream exec.Stream
-	off    int64
-}
-
-func (r *rawOutput) Read(p []byte) (int, error) {
-	n, err := r.job.ReadOutput(r.stream, r.off, p)
-	r.off += int64(n)
-	if n == 0 && err == nil {
-		return 0, io.EOF // nothing more yet: the answer ends at what exists now
+// atEnd reports whether job is finished and pos is the end of both streams.
+func atEnd(job *exec.Job, pos [2]int64) bool {
+	var b [1]byte
+	for i, stream := range []exec.Stream{exec.Stdout, exec.Stderr} {
+		if _, err := job.ReadOutput(stream, pos[i], b[:]); err != io.EOF {
+			return false
+		}
 	}
-	return n, err
+	return true
 }
 
-// sseResponse adds the headers an event stream needs to the generated one.
-type sseResponse struct {
-	api.GetJobOutput200TexteventStreamResponse
-}
-
-func (r sseResponse) VisitGetJobOutputResponse(w http.ResponseWriter) error {
-	w.Header().Set("Cache-Control", "no-cache")
-	w.Header().Set("X-Accel-Buffering", "no")
-	return r.GetJobOutput200TexteventStreamResponse.VisitGetJobOutputResponse(w)
-}
-
-// parseEventID parses "<stdoutOffset>.<stderrOffset>".
-func parseEventID(id string) ([2]int64, error) {
-	a, b, ok := strings.Cut(id, ".")
+// parseEventID parses "<stdoutOffset>.<stderrOffset>", optionally followed
+// by ".exit" (the id of the exit event).
+func parseEventID(id string) (pos [2]int64, exit bool, err error) {
+	rest, exit := strings.CutSuffix(id, ".exit")
+	a, b, ok := strings.Cut(rest, ".")
 	out, errOut := strconv.ParseInt(a, 10, 64)
 	errs, errErr := strconv.ParseInt(b, 10, 64)
 	if !ok || errOut != nil || errErr != nil || out < 0 || errs < 0 {
-		return [2]int64{}, fmt.Errorf("%w: Last-Event-ID %q is not <stdoutOffset>.<stderrOffset>", errBadRequest, id)
+		return pos, false, fmt.Errorf("%w: Last-Event-ID %q is not <stdoutOffset>.<stderrOffset>[.exit]", errBadRequest, id)
 	}
-	return [2]int64{out, errs}, nil
+	return [2]int64{out, errs}, exit, nil
 }
 
-// eventStream renders a job's output as server-sent events on demand: each
-// Read returns the next event, waiting for output when there is none. Every
+// rawResponse sends one stream's bytes with their length. Spooled bytes go
+// from the file to the socket by sendfile.
+type rawResponse struct {
+	body   io.ReadCloser
+	n      int64
+	logger *slog.Logger
+}
+
+func (r rawResponse) VisitGetJobOutputResponse(w http.ResponseWriter) error {
+	defer r.body.Close()
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Content-Length", strconv.FormatInt(r.n, 10))
+	w.WriteHeader(http.StatusOK)
+	// The middleware's wrappers only record the status, which is written
+	// now; the connection's own writer has the ReadFrom that reaches
+	// sendfile.
+	if _, err := io.Copy(readerFrom(w), r.body); err != nil {
+		// The response has begun: nothing can be said to the client, and
+		// a client going away is not a server error.
+		r.logger.Debug("raw output ended early", "err", err)
+	}
+	return nil
+}
+
+// readerFrom returns the first writer in w's Unwrap chain that implements
+// io.ReaderFrom, or w.
+func readerFrom(w http.ResponseWriter) io.Writer {
+	for u := w; ; {
+		if rf, ok := u.(io.ReaderFrom); ok {
+			if ww, ok := rf.(io.Writer); ok {
+				return ww
+			}
+		}
+		next, ok := u.(interface{ Unwrap() http.ResponseWriter })
+		if !ok {
+			return w
+		}
+		u = next.Unwrap()
+	}
+}
+
+// Sizes of the event stream's buffers. One read takes up to chunkSize bytes
+// of a stream (one event); events are gathered up to batchSize before a
+// write, so a fast stream costs few system calls and a slow client holds at
+// most about chunkSize+batchSize+an encoded chunk of memory.
+const (
+	chunkSize = 64 << 10
+	batchSize = 256 << 10
+)
+
+// eventBuffers are reused between streams; they are caches, not state.
+type eventBuffers struct{ chunk, out []byte }
+
+var eventPool = sync.Pool{New: func() any {
+	return &eventBuffers{chunk: make([]byte, chunkSize), out: make([]byte, 0, batchSize+chunkSize*2)}
+}}
+
+// eventStream serves a job's output as server-sent events. Every output
 // event's id holds both stream offsets after it, so a client that resumes
 // from it gets neither a gap nor a repeat. It ends after the exit event, or
 // when the client goes away.
@@ -93,29 +142,60 @@ type eventStream struct {
 	job       *exec.Job
 	pos       [2]int64 // next offset of stdout, stderr
 	keepAlive time.Duration
-	pending   bytes.Buffer
-	chunk     []byte
-	done      bool
+	logger    *slog.Logger
 }
 
 var streamNames = [2]string{"stdout", "stderr"}
 
-func (e *eventStream) Read(p []byte) (int, error) {
-	for e.pending.Len() == 0 {
-		if e.done {
-			return 0, io.EOF
-		}
-		if err := e.next(); err != nil {
-			return 0, err
+func (e *eventStream) VisitGetJobOutputResponse(w http.ResponseWriter) error {
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	if err := e.serve(w); err != nil {
+		// The stream has begun: there is no status left to send. A
+		// client that leaves is normal; anything else is logged here,
+		// once, and the stream ends (a reconnect resumes it).
+		if errors.Is(err, errClientGone) {
+			e.logger.Debug("event stream client left", "job_id", e.job.ID(), "err", err)
+		} else {
+			e.logger.Warn("event stream ended", "job_id", e.job.ID(), "err", err)
 		}
 	}
-	return e.pending.Read(p)
+	return nil
 }
 
-// next appends at least one event (or keep-alive comment) to e.pending.
-func (e *eventStream) next() error {
-	if e.chunk == nil {
-		e.chunk = make([]byte, 32<<10)
+// errClientGone marks a failed write or a cancelled request.
+var errClientGone = errors.New("client gone")
+
+func (e *eventStream) serve(w http.ResponseWriter) error {
+	rc := http.NewResponseController(w)
+	bufs := eventPool.Get().(*eventBuffers)
+	out := bufs.out[:0]
+	defer func() {
+		bufs.out = out[:0]
+		eventPool.Put(bufs)
+	}()
+	send := func(flush bool) error {
+		if len(out) > 0 {
+			if _, err := w.Write(out); err != nil {
+				return fmt.Errorf("%w: %v", errClientGone, err)
+			}
+			out = out[:0]
+		}
+		if flush {
+			if err := rc.Flush(); err != nil {
+				return fmt.Errorf("%w: %v", errClientGone, err)
+			}
+		}
+		return nil
+	}
+	// The first bytes go out at once, so the client has the response
+	// headers before any output exists; they also set the reconnection delay.
+	out = append(out, "retry: 1000\n\n"...)
+	if err := send(true); err != nil {
+		return err
 	}
 	var timer *time.Timer
 	defer func() {
@@ -127,65 +207,166 @@ func (e *eventStream) next() error {
 		// Take the change channel before reading, so output written between
 		// the read and the wait still wakes us.
 		changed := e.job.OutputChanged()
-		finished := true
-		for i, stream := range []exec.Stream{exec.Stdout, exec.Stderr} {
-			n, err := e.job.ReadOutput(stream, e.pos[i], e.chunk)
-			if err != nil && err != io.EOF {
-				return err
-			}
-			if err == nil {
-				finished = false
-			}
-			if n == 0 {
-				continue
-			}
-			data := e.chunk[:n]
-			if err == nil {
-				// Hold back a rune cut in half until its last bytes arrive.
-				data = wholeRunes(data)
-				if len(data) == 0 {
-					continue
-				}
-			}
-			e.pos[i] += int64(len(data))
-			e.writeEvent(streamNames[i], data)
-			return nil
-		}
-		if finished {
-			snap := e.job.Snapshot()
-			b, err := json.Marshal(toAPIJob(snap))
+		var (
+			added    bool
+			finished bool
+			err      error
+		)
+		for len(out) < batchSize {
+			var more bool
+			out, more, finished, err = e.appendEvents(out, bufs.chunk)
 			if err != nil {
 				return err
 			}
-			e.writeRaw("exit", b)
-			e.done = true
-			return nil
+			added = added || more
+			if !more {
+				break
+			}
+		}
+		if finished {
+			if out, err = e.appendExit(out); err != nil {
+				return err
+			}
+			return send(true)
+		}
+		if added {
+			// More may be there already: write without flushing, and look.
+			if err := send(false); err != nil {
+				return err
+			}
+			continue
+		}
+		// Caught up: everything written goes to the client now.
+		if err := send(true); err != nil {
+			return err
 		}
 		if timer == nil {
 			timer = time.NewTimer(e.keepAlive)
+		} else {
+			timer.Reset(e.keepAlive)
 		}
 		select {
 		case <-changed:
 		case <-e.ctx.Done():
-			e.done = true
-			return io.EOF
+			return fmt.Errorf("%w: %v", errClientGone, context.Cause(e.ctx))
 		case <-timer.C:
-			e.pending.WriteString(": keep-alive\n\n")
-			return nil
+			out = append(out, ": keep-alive\n\n"...)
 		}
 	}
 }
 
-func (e *eventStream) writeEvent(name string, data []byte) {
-	// JSON-encode the chunk: it keeps newlines and control bytes inside one
-	// data line. Bytes that are not UTF-8 become U+FFFD; the raw route
-	// (?stream=&offset=) serves exact bytes.
-	b, _ := json.Marshal(string(data))
-	e.writeRaw(name, b)
+// appendEvents appends at most one event per stream, each of the bytes
+// readable now from its offset. It reports whether it appended any, and
+// whether both streams are finished and fully sent.
+func (e *eventStream) appendEvents(out, chunk []byte) (_ []byte, added, finished bool, err error) {
+	finished = true
+	for i, stream := range []exec.Stream{exec.Stdout, exec.Stderr} {
+		n, err := e.job.ReadOutput(stream, e.pos[i], chunk)
+		if err == io.EOF {
+			continue
+		}
+		finished = false
+		if err != nil {
+			return out, added, false, err
+		}
+		if n == 0 {
+			continue
+		}
+		data := chunk[:n]
+		if whole := wholeRunes(data); len(whole) < n {
+			// A character may be cut by the read: hold its first bytes
+			// back until the rest arrives, unless the stream has ended.
+			var b [1]byte
+			if _, err := e.job.ReadOutput(stream, e.pos[i]+int64(n), b[:]); err != io.EOF {
+				data = whole
+			}
+		}
+		if len(data) == 0 {
+			continue
+		}
+		e.pos[i] += int64(len(data))
+		out = e.appendEvent(out, streamNames[i], data)
+		added = true
+	}
+	return out, added, finished, nil
 }
 
-func (e *eventStream) writeRaw(name string, data []byte) {
-	fmt.Fprintf(&e.pending, "id: %d.%d\nevent: %s\ndata: %s\n\n", e.pos[0], e.pos[1], name, data)
+// appendEvent appends one output event: "id", "event" and one "data" line
+// holding data as a JSON string when it is UTF-8, else as {"base64": …}.
+func (e *eventStream) appendEvent(out []byte, name string, data []byte) []byte {
+	out = e.appendHead(out, name, false)
+	if utf8.Valid(data) {
+		out = appendJSONString(out, data)
+	} else {
+		out = append(out, `{"base64":"`...)
+		out = base64.StdEncoding.AppendEncode(out, data)
+		out = append(out, `"}`...)
+	}
+	return append(out, "\n\n"...)
+}
+
+// appendExit appends the exit event, with the job.
+func (e *eventStream) appendExit(out []byte) ([]byte, error) {
+	b, err := json.Marshal(toAPIJob(e.job.Snapshot()))
+	if err != nil {
+		return out, err
+	}
+	out = e.appendHead(out, "exit", true)
+	out = append(out, b...)
+	return append(out, "\n\n"...), nil
+}
+
+func (e *eventStream) appendHead(out []byte, name string, exit bool) []byte {
+	out = append(out, "id: "...)
+	out = strconv.AppendInt(out, e.pos[0], 10)
+	out = append(out, '.')
+	out = strconv.AppendInt(out, e.pos[1], 10)
+	if exit {
+		out = append(out, ".exit"...)
+	}
+	out = append(out, "\nevent: "...)
+	out = append(out, name...)
+	return append(out, "\ndata: "...)
+}
+
+// jsonSafe marks the bytes a JSON string holds as they are: everything but
+// control bytes, '"' and '\\'. Bytes ≥ 0x80 are part of valid UTF-8 here.
+var jsonSafe = func() (t [256]bool) {
+	for i := range t {
+		t[i] = i >= 0x20 && i != '"' && i != '\\'
+	}
+	return t
+}()
+
+// appendJSONString appends s, valid UTF-8, as a JSON string. Unlike
+// encoding/json it escapes no HTML characters (the data is not HTML) and
+// copies runs of plain bytes at once.
+func appendJSONString(out, s []byte) []byte {
+	const hex = "0123456789abcdef"
+	out = append(out, '"')
+	start := 0
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if jsonSafe[c] {
+			continue
+		}
+		out = append(out, s[start:i]...)
+		switch c {
+		case '"', '\\':
+			out = append(out, '\\', c)
+		case '\n':
+			out = append(out, '\\', 'n')
+		case '\r':
+			out = append(out, '\\', 'r')
+		case '\t':
+			out = append(out, '\\', 't')
+		default:
+			out = append(out, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+		}
+		start = i + 1
+	}
+	out = append(out, s[start:]...)
+	return append(out, '"')
 }
 
 // wholeRunes trims an incomplete UTF-8 sequence from the end of b.

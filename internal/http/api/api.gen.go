@@ -2975,6 +2975,14 @@ func (response GetJobOutput200TexteventStreamResponse) VisitGetJobOutputResponse
 	}
 }
 
+type GetJobOutput204Response struct {
+}
+
+func (response GetJobOutput204Response) VisitGetJobOutputResponse(w http.ResponseWriter) error {
+	w.WriteHeader(204)
+	return nil
+}
+
 type GetJobOutput400ApplicationProblemPlusJSONResponse struct {
 	ProblemApplicationProblemPlusJSONResponse
 }
