@@ -76,6 +76,20 @@ type CallResult struct {
 // environment could not be collected, and exec or context errors. Once the
 // call is recorded, such a failure is recorded too, as an error result.
 func (s *Service) Call(ctx context.Context, agentID, name, callID string, args json.RawMessage) (CallResult, error) {
+	return s.CallWith(ctx, agentID, name, callID, args, CallOptions{})
+}
+
+// CallOptions are the optional parts of a tool call.
+type CallOptions struct {
+	// Started, when set, is called with the job of a foreground bash call
+	// as soon as it has started, before the call waits for it, so that the
+	// caller can follow its output as it arrives or stop it. It runs on the
+	// calling goroutine and must not block.
+	Started func(job *exec.Job)
+}
+
+// CallWith is Call with options: the same pipeline, recording and errors.
+func (s *Service) CallWith(ctx context.Context, agentID, name, callID string, args json.RawMessage, o CallOptions) (CallResult, error) {
 	agent, err := s.agents.Get(ctx, agentID)
 	if err != nil {
 		return CallResult{}, fmt.Errorf("tool call %s: %w", name, err) // the store's error names the agent
@@ -101,7 +115,7 @@ func (s *Service) Call(ctx context.Context, agentID, name, callID string, args j
 	var res CallResult
 	switch name {
 	case ToolBash:
-		res, err = s.bash(ctx, agent, callID, a)
+		res, err = s.bash(ctx, agent, callID, a, o.Started)
 	case ToolJobOutput:
 		res, err = s.jobOutput(ctx, agentID, a)
 	case ToolJobList:
@@ -192,7 +206,7 @@ func (s *Service) record(ctx context.Context, agentID, typ string, data any) err
 
 // bash runs the bash tool: PreToolUse hooks, the shared pipeline, waiting
 // (foreground), PostToolUse hooks.
-func (s *Service) bash(ctx context.Context, agent agents.Agent, callID string, a args) (CallResult, error) {
+func (s *Service) bash(ctx context.Context, agent agents.Agent, callID string, a args, started func(*exec.Job)) (CallResult, error) {
 	command := a.str("command")
 	cwd := agent.Cwd
 	if wd := a.str("workdir"); wd != "" {
@@ -257,6 +271,9 @@ func (s *Service) bash(ctx context.Context, agent agents.Agent, callID string, a
 		res.Text = startedText(job.ID())
 		response = map[string]any{"stdout": "", "stderr": "", "exitCode": nil, "interrupted": false, "backgroundTaskId": job.ID()}
 	} else {
+		if started != nil {
+			started(job)
+		}
 		snap, err := job.Wait(ctx)
 		if err != nil {
 			return res, fmt.Errorf("wait for job %s: %w", job.ID(), err)

@@ -818,3 +818,47 @@ func TestCallRecordsHooksThatRanBeforeCancel(t *testing.T) {
 		}
 	}
 }
+
+// TestCallWithStarted checks that a foreground bash call hands its running
+// job to Started before waiting, so that a caller can follow or stop it, and
+// that background calls and the job tools never call it.
+func TestCallWithStarted(t *testing.T) {
+	w := newWorld(t)
+	a := w.agent(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	// The command waits for a file that only Started creates: the call can
+	// end only if Started ran while the job was running.
+	gate := filepath.Join(t.TempDir(), "gate")
+	var seen []exec.Snapshot
+	started := func(j *exec.Job) {
+		seen = append(seen, j.Snapshot())
+		if err := os.WriteFile(gate, nil, 0o600); err != nil {
+			t.Error(err)
+		}
+	}
+	args := json.RawMessage(fmt.Sprintf(`{"command":"while [ ! -e %s ]; do sleep 0.01; done; echo through"}`, gate))
+	res, err := w.svc.CallWith(ctx, a.ID, ToolBash, "c1", args, CallOptions{Started: started})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.IsError || res.Text != "through" {
+		t.Errorf("result = %+v, want through", res)
+	}
+	if len(seen) != 1 || seen[0].ID != res.JobID || seen[0].State != exec.StateRunning || seen[0].AgentID != a.ID {
+		t.Errorf("Started saw %+v, want once the running job %s of %s", seen, res.JobID, a.ID)
+	}
+
+	seen = nil
+	bg, err := w.svc.CallWith(ctx, a.ID, ToolBash, "c2", json.RawMessage(`{"command":"true","run_in_background":true}`), CallOptions{Started: started})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.svc.CallWith(ctx, a.ID, ToolJobOutput, "c3", json.RawMessage(`{"jobId":"`+bg.JobID+`","waitMs":5000}`), CallOptions{Started: started}); err != nil {
+		t.Fatal(err)
+	}
+	if len(seen) != 0 {
+		t.Errorf("Started called for a background call or job_output: %+v", seen)
+	}
+}
