@@ -31,6 +31,7 @@ import (
 	"github.com/dshd/dshd/internal/homefs"
 	"github.com/dshd/dshd/internal/hooks"
 	httpapi "github.com/dshd/dshd/internal/http"
+	"github.com/dshd/dshd/internal/mcp"
 	"github.com/dshd/dshd/internal/shellenv"
 	"github.com/dshd/dshd/internal/skills"
 	"github.com/dshd/dshd/internal/tools"
@@ -43,6 +44,10 @@ func main() {
 		os.Exit(1)
 	}
 }
+
+// mcpSessionTimeout closes MCP sessions idle this long. A day keeps a
+// client's session over a working day's pauses; the agent outlives it.
+const mcpSessionTimeout = 24 * time.Hour
 
 // options are the command-line flags.
 type options struct {
@@ -251,6 +256,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Re
 		Agents: sessions,
 		Hooks:  hooks.NewRunner(hookCfg, executor, logger.With("component", "hooks")),
 	})
+	mcpHandler := mcp.New(mcp.Options{
+		Logger:         logger.With("component", "mcp"),
+		Pipeline:       pipeline,
+		Jobs:           executor,
+		SessionTimeout: mcpSessionTimeout,
+	})
 	handler, err := httpapi.NewServer(httpapi.Deps{
 		Logger:       logger.With("component", "http"),
 		Token:        token,
@@ -265,6 +276,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Re
 		Registerer:   reg,
 		Spec:         contract.OpenAPI,
 		UI:           web.FS(),
+		MCP:          mcpHandler,
 		MaxBodyBytes: cfg.HTTP.MaxBodyBytes,
 		BodyTimeout:  ms(cfg.HTTP.BodyTimeoutMs),
 		Hosts:        hosts,

@@ -116,6 +116,20 @@ func (s *runningServer) auth() map[string]string {
 	return map[string]string{"Authorization": "Bearer " + s.token}
 }
 
+// mcpInitialize is an MCP initialize request.
+const mcpInitialize = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`
+
+// mcpHeader is what an MCP client sends with a request, plus kv pairs.
+func (s *runningServer) mcpHeader(kv ...string) map[string]string {
+	h := s.auth()
+	h["Content-Type"] = "application/json"
+	h["Accept"] = "application/json, text/event-stream"
+	for i := 0; i+1 < len(kv); i += 2 {
+		h[kv[i]] = kv[i+1]
+	}
+	return h
+}
+
 func TestRequests(t *testing.T) {
 	home := t.TempDir()
 	s := startRun(t, []string{"--home", home}, nil)
@@ -137,6 +151,11 @@ func TestRequests(t *testing.T) {
 		{name: "wrong token", method: "GET", path: "/env/declarations", header: map[string]string{"Authorization": "Bearer nope"}, wantStatus: 401, wantCode: "unauthorized"},
 		{name: "not bearer", method: "GET", path: "/env/declarations", header: map[string]string{"Authorization": "Basic " + s.token}, wantStatus: 401, wantCode: "unauthorized"},
 		{name: "right token", method: "GET", path: "/env/declarations", header: s.auth(), wantStatus: 200},
+		{name: "scheme in any case", method: "GET", path: "/env/declarations", header: map[string]string{"Authorization": "bearer " + s.token}, wantStatus: 200},
+		{name: "MCP without token", method: "POST", path: "/mcp", body: `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}`, wantStatus: 401, wantCode: "unauthorized"},
+		{name: "MCP wrong token", method: "GET", path: "/mcp", header: map[string]string{"Authorization": "Bearer nope"}, wantStatus: 401, wantCode: "unauthorized"},
+		{name: "MCP unknown agent", method: "POST", path: "/mcp?agentId=agt_missing", header: s.mcpHeader(), body: mcpInitialize, wantStatus: 404, wantCode: "agent_not_found"},
+		{name: "MCP agent named twice", method: "POST", path: "/mcp?agentId=agt_a", header: s.mcpHeader("Dsh-Agent-Id", "agt_b"), body: mcpInitialize, wantStatus: 400, wantCode: "bad_request"},
 		{name: "unknown field", method: "POST", path: "/contributors", header: s.auth(),
 			body:       `{"name":"a.b","keys":[{"key":"DSH_A","description":"d"}],"resolver":{"kind":"static","values":{"DSH_A":"1"}},"colour":"red"}`,
 			wantStatus: 400, wantCode: "bad_request"},

@@ -331,16 +331,17 @@ func isOpen(r *http.Request) bool {
 	return p == "/healthz" || p == "/openapi.yaml" || isUI(p)
 }
 
-// authenticate requires "Authorization: Bearer <token>", compared in
-// constant time.
+// authenticate requires "Authorization: Bearer <token>", the token compared
+// in constant time. The scheme is matched without regard to case (RFC 9110
+// §11.1), as some clients, MCP clients among them, send "bearer".
 func (s *Server) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if isOpen(r) {
 			next.ServeHTTP(w, r)
 			return
 		}
-		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if !ok || subtle.ConstantTimeCompare([]byte(strings.TrimSpace(got)), s.token) != 1 {
+		scheme, got, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+		if !ok || !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare([]byte(strings.TrimSpace(got)), s.token) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="dshd"`)
 			s.writeError(w, r, errUnauthorized)
 			return

@@ -10,6 +10,7 @@ import (
 	"github.com/dshd/dshd/internal/agents"
 	"github.com/dshd/dshd/internal/exec"
 	"github.com/dshd/dshd/internal/http/api"
+	"github.com/dshd/dshd/internal/mcp"
 	"github.com/dshd/dshd/internal/shellenv"
 	"github.com/dshd/dshd/internal/tools"
 )
@@ -48,6 +49,7 @@ var errorCodes = []struct {
 	{tools.ErrUnknownTool, http.StatusNotFound, "tool_not_found", "Tool not found"},
 	{tools.ErrInvalidArguments, http.StatusUnprocessableEntity, "invalid_arguments", "Invalid tool arguments"},
 	{tools.ErrUnknownFormat, http.StatusBadRequest, "invalid_format", "Unknown tool format"},
+	{mcp.ErrAgentConflict, http.StatusBadRequest, "bad_request", "Bad request"},
 	{errBadRequest, http.StatusBadRequest, "bad_request", "Bad request"},
 	{errBodyTimeout, http.StatusRequestTimeout, "body_timeout", "Request body not received in time"},
 	{errHostNotAllowed, http.StatusMisdirectedRequest, "host_not_allowed", "Host not served here"},

@@ -29,6 +29,7 @@ import (
 	"github.com/dshd/dshd/internal/hooks"
 	"github.com/dshd/dshd/internal/http/api"
 	"github.com/dshd/dshd/internal/ids"
+	"github.com/dshd/dshd/internal/mcp"
 	"github.com/dshd/dshd/internal/shellenv"
 	"github.com/dshd/dshd/internal/skills"
 	"github.com/dshd/dshd/internal/tools"
@@ -78,6 +79,13 @@ type containmentReporter interface {
 	Containment() exec.ContainmentInfo
 }
 
+// mcpEndpoint serves the MCP endpoint (*mcp.Handler). ServeMCP returns an
+// error, having written nothing, when the request cannot be served; the
+// server's error writer answers it.
+type mcpEndpoint interface {
+	ServeMCP(w http.ResponseWriter, r *http.Request) error
+}
+
 // hookLister lists configured hooks.
 type hookLister interface {
 	Handlers() []hooks.Handler
@@ -96,6 +104,7 @@ var (
 	_ hookLister          = (*hooks.Config)(nil)
 	_ skillLister         = (*skills.Dir)(nil)
 	_ agentService        = (*agents.Store)(nil)
+	_ mcpEndpoint         = (*mcp.Handler)(nil)
 
 	_ api.StrictServerInterface = (*Server)(nil)
 )
@@ -117,6 +126,9 @@ type Deps struct {
 	Registerer prometheus.Registerer
 	Spec       []byte // the OpenAPI contract, served and validated against
 	UI         fs.FS  // static files served under /ui/; nil serves none
+	// MCP serves /mcp, behind the token but outside the contract's
+	// validator (its messages are JSON-RPC); nil serves none.
+	MCP mcpEndpoint
 	// MaxBodyBytes caps request bodies (default 1 MiB).
 	MaxBodyBytes int64
 	// Hosts are the Host names and addresses requests may give besides
@@ -152,6 +164,9 @@ type Server struct {
 	ids         *ids.Source
 	router      *chi.Mux
 }
+
+// mcpPath is where the MCP endpoint is mounted.
+const mcpPath = "/mcp"
 
 // NewServer builds the HTTP handler. It returns an error when the contract
 // does not load or the token is empty.
@@ -211,7 +226,7 @@ func NewServer(d Deps) (http.Handler, error) {
 		ErrorHandlerWithOpts: s.validationError,
 		DoNotValidateServers: true,
 		Skipper: func(r *http.Request) bool {
-			return isUI(r.URL.Path)
+			return isUI(r.URL.Path) || r.URL.Path == mcpPath
 		},
 	})
 
@@ -242,6 +257,14 @@ func NewServer(d Deps) (http.Handler, error) {
 				return
 			}
 			files.ServeHTTP(w, r)
+		})
+	}
+
+	if d.MCP != nil {
+		r.HandleFunc(mcpPath, func(w http.ResponseWriter, r *http.Request) {
+			if err := d.MCP.ServeMCP(w, r); err != nil {
+				s.writeError(w, r, err)
+			}
 		})
 	}
 

@@ -1,0 +1,209 @@
+package mcp
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/dshd/dshd/internal/agents"
+	"github.com/dshd/dshd/internal/exec"
+	"github.com/dshd/dshd/internal/shellenv"
+	"github.com/dshd/dshd/internal/tools"
+)
+
+// stopTimeout bounds how long a cancelled call waits for its job to stop
+// before answering anyway; the executor's kill path goes on regardless.
+const stopTimeout = 30 * time.Second
+
+// toolHandler runs one tool for agentID through the pipeline.
+//
+// The pipeline call runs under a context the MCP request's cancellation
+// does not reach directly: when the client cancels (or the session ends),
+// a started foreground job is stopped through the executor's kill path,
+// and the call then ends the way any stopped job ends — rendered, with
+// PostToolUse hooks, recorded in the transcript. Before a job exists the
+// call itself is cancelled.
+func (h *Handler) toolHandler(agentID, name string) sdk.ToolHandler {
+	return func(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+		callCtx, cancelCall := context.WithCancel(context.WithoutCancel(ctx))
+		defer cancelCall()
+
+		var (
+			mu       sync.Mutex
+			job      *exec.Job
+			canceled bool
+			progress *progress
+		)
+		stop := func(j *exec.Job) {
+			sctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
+			defer cancel()
+			if _, err := h.jobs.Cancel(sctx, j.ID()); err != nil && !errors.Is(err, exec.ErrJobNotFound) {
+				h.log.Warn("stop the job of a cancelled MCP call", "agent_id", agentID, "job_id", j.ID(), "err", err)
+			}
+		}
+		unwatch := context.AfterFunc(ctx, func() {
+			mu.Lock()
+			canceled = true
+			j := job
+			mu.Unlock()
+			if j == nil {
+				cancelCall()
+				return
+			}
+			h.log.Debug("MCP call cancelled: stopping its job", "agent_id", agentID, "job_id", j.ID())
+			stop(j)
+		})
+		defer unwatch()
+
+		token := req.Params.GetProgressToken()
+		started := func(j *exec.Job) {
+			mu.Lock()
+			job = j
+			c := canceled
+			mu.Unlock()
+			if c {
+				go stop(j) // the client left before the job existed
+				return
+			}
+			if token != nil {
+				progress = h.follow(ctx, req.Session, token, j)
+			}
+		}
+
+		res, err := h.pipeline.CallWith(callCtx, agentID, name, "", req.Params.Arguments, tools.CallOptions{Started: started})
+		if progress != nil {
+			progress.stop() // no notification may follow the result
+		}
+		switch {
+		case errors.Is(err, tools.ErrInvalidArguments), errors.Is(err, shellenv.ErrResolution):
+			// The model (or the harness operator) can act on these: tell it.
+			return errorResult(err.Error()), nil
+		case errors.Is(err, agents.ErrNotFound):
+			return errorResult("this session's agent " + agentID + " no longer exists; start a new session"), nil
+		case err != nil:
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			h.log.Error("MCP tool call failed", "agent_id", agentID, "tool", name, "err", err)
+			return errorResult("internal error; the server log has the cause"), nil
+		}
+		return &sdk.CallToolResult{
+			Content: []sdk.Content{&sdk.TextContent{Text: res.Text}},
+			IsError: res.IsError,
+		}, nil
+	}
+}
+
+func errorResult(text string) *sdk.CallToolResult {
+	return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: text}}, IsError: true}
+}
+
+// progress follows one job's output and sends it as progress notifications.
+type progress struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// stop ends the follower and waits for it.
+func (p *progress) stop() {
+	p.cancel()
+	<-p.done
+}
+
+// follow starts sending j's output as it arrives as progress notifications
+// for token: each carries the new stdout (and "[stderr]" and the new
+// stderr) as its message, at most h.progressBytes of each stream, at most
+// one per h.progressEvery, and the number of output bytes reported so far
+// as its progress, which therefore always grows. No total is given.
+func (h *Handler) follow(ctx context.Context, session *sdk.ServerSession, token any, j *exec.Job) *progress {
+	ctx, cancel := context.WithCancel(ctx)
+	p := &progress{cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		var (
+			off  [2]int64 // stdout, stderr
+			buf  = make([]byte, h.progressBytes)
+			last time.Time
+		)
+		for {
+			changed := j.OutputChanged()
+			select {
+			case <-j.Done():
+				return // the result carries the whole output
+			default:
+			}
+			var msg strings.Builder
+			for i, s := range []exec.Stream{exec.Stdout, exec.Stderr} {
+				n, err := j.ReadOutput(s, off[i], buf)
+				if err != nil || n == 0 {
+					continue
+				}
+				// Hold back a rune split across reads; it comes whole next time.
+				chunk := buf[:completeRunes(buf[:n])]
+				if len(chunk) == 0 {
+					continue
+				}
+				off[i] += int64(len(chunk))
+				if s == exec.Stderr {
+					if msg.Len() > 0 && !strings.HasSuffix(msg.String(), "\n") {
+						msg.WriteByte('\n')
+					}
+					msg.WriteString("[stderr]\n")
+				}
+				msg.WriteString(strings.ToValidUTF8(string(chunk), "\uFFFD"))
+			}
+			if msg.Len() > 0 {
+				err := session.NotifyProgress(ctx, &sdk.ProgressNotificationParams{
+					ProgressToken: token,
+					Progress:      float64(off[0] + off[1]),
+					Message:       msg.String(),
+				})
+				if err != nil {
+					if ctx.Err() == nil {
+						h.log.Debug("send MCP progress", "job_id", j.ID(), "err", err)
+					}
+					return
+				}
+				last = time.Now()
+				changed = nil // more may be waiting already: look again after the interval
+			}
+			if changed != nil {
+				select {
+				case <-ctx.Done():
+					return
+				case <-changed:
+				}
+			}
+			// Batch what arrives within the interval into one notification.
+			if wait := h.progressEvery - time.Since(last); wait > 0 {
+				t := time.NewTimer(wait)
+				select {
+				case <-ctx.Done():
+					t.Stop()
+					return
+				case <-t.C:
+				}
+			}
+		}
+	}()
+	return p
+}
+
+// completeRunes returns the length of b without a trailing incomplete UTF-8
+// sequence (at most 3 bytes are held back).
+func completeRunes(b []byte) int {
+	for i := len(b) - 1; i >= 0 && i >= len(b)-utf8.UTFMax; i-- {
+		if utf8.RuneStart(b[i]) {
+			if !utf8.FullRune(b[i:]) {
+				return i
+			}
+			break
+		}
+	}
+	return len(b)
+}

@@ -1,0 +1,254 @@
+// Package mcp serves dshd's model-facing tools over the Model Context
+// Protocol (Streamable HTTP transport, official Go SDK). Every MCP session is
+// bound to one dshd agent when it initializes: a new root agent, or an
+// existing one the client names. Tool calls go through the same pipeline as
+// POST /agents/{id}/tools/{name} — overlay, hooks, caps, rendering and the
+// agent's transcript — so DSH_SESSION_ID in every command is the bound
+// agent's id. A foreground bash call reports its output as MCP progress
+// notifications while it runs, and an MCP cancellation stops its job.
+//
+// The package only adapts: it declares what it needs of the pipeline
+// (pipeline, jobStopper) and never runs anything itself.
+package mcp
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/dshd/dshd/internal/exec"
+	"github.com/dshd/dshd/internal/tools"
+)
+
+// Binding an MCP session to an existing agent: the client sends the agent id
+// in this header, or in this query parameter of the endpoint URL, with its
+// initialize request. The initialize response carries the bound agent's id
+// in the same header.
+const (
+	AgentHeader = "Dsh-Agent-Id"
+	AgentQuery  = "agentId"
+)
+
+// ErrAgentConflict is returned by ServeMCP when the header and the query
+// parameter name different agents (HTTP 400).
+var ErrAgentConflict = errors.New("the " + AgentHeader + " header and the " + AgentQuery + " query parameter name different agents")
+
+// pipeline is what the endpoint needs of the shared execution pipeline
+// (*tools.Service): model tool calls, and starting the sessions agents are
+// bound to, so their SessionStart hooks run.
+type pipeline interface {
+	CallWith(ctx context.Context, agentID, name, callID string, args json.RawMessage, o tools.CallOptions) (tools.CallResult, error)
+	CreateAgent(ctx context.Context, cwd string) (tools.Session, error)
+	ResumeAgent(ctx context.Context, id string) (tools.Session, error)
+}
+
+// jobStopper stops a job whose MCP request was cancelled (*exec.Executor).
+type jobStopper interface {
+	Cancel(ctx context.Context, id string) (exec.Snapshot, error)
+}
+
+var (
+	_ pipeline   = (*tools.Service)(nil)
+	_ jobStopper = (*exec.Executor)(nil)
+)
+
+// Options configures a Handler. Pipeline and Jobs are required.
+type Options struct {
+	Logger   *slog.Logger // nil: discard
+	Pipeline pipeline     // usually *tools.Service
+	Jobs     jobStopper   // usually *exec.Executor
+	// Version is reported to clients as the server's version ("" = "dev").
+	Version string
+	// SessionTimeout closes MCP sessions idle for this long (0 = never).
+	// The agent and its transcript stay; a client that comes back starts
+	// a new session, naming the agent to keep its identity.
+	SessionTimeout time.Duration
+	// ProgressInterval is the least time between two progress
+	// notifications of one call (default 100ms).
+	ProgressInterval time.Duration
+	// ProgressBytes caps the output one progress notification carries per
+	// stream (default 16 KiB); output beyond it follows in later ones.
+	ProgressBytes int
+}
+
+// Handler serves the MCP endpoint. It is safe for concurrent use.
+type Handler struct {
+	log      *slog.Logger
+	pipeline pipeline
+	jobs     jobStopper
+	impl     *sdk.Implementation
+	// bare answers what arrives before a session exists and is not an
+	// initialize request (a server/discover probe, a stray call): it has no
+	// tools, and the SDK closes the session it makes at once.
+	bare          *sdk.Server
+	streamable    *sdk.StreamableHTTPHandler
+	progressEvery time.Duration
+	progressBytes int
+}
+
+// sessionVersions are the protocol versions that have sessions (2025-11-25
+// back to the first Streamable HTTP one). The sessionless protocol that
+// follows them has no initialize request to bind an agent to.
+var sessionVersions = []string{"2025-11-25", "2025-06-18", "2025-03-26"}
+
+// New returns the MCP endpoint over the given pipeline. It panics if
+// Pipeline or Jobs is nil, which is a wiring mistake.
+func New(o Options) *Handler {
+	if o.Pipeline == nil || o.Jobs == nil {
+		panic("mcp.New: Pipeline and Jobs are required")
+	}
+	h := &Handler{
+		log:           o.Logger,
+		pipeline:      o.Pipeline,
+		jobs:          o.Jobs,
+		impl:          &sdk.Implementation{Name: "dshd", Title: "dshd shell", Version: o.Version},
+		progressEvery: o.ProgressInterval,
+		progressBytes: o.ProgressBytes,
+	}
+	if h.log == nil {
+		h.log = slog.New(slog.DiscardHandler)
+	}
+	if h.impl.Version == "" {
+		h.impl.Version = "dev"
+	}
+	if h.progressEvery <= 0 {
+		h.progressEvery = 100 * time.Millisecond
+	}
+	if h.progressBytes <= 0 {
+		h.progressBytes = 16 << 10
+	}
+	h.bare = sdk.NewServer(h.impl, h.serverOptions())
+	h.streamable = sdk.NewStreamableHTTPHandler(h.server, &sdk.StreamableHTTPOptions{
+		Logger:         h.log,
+		SessionTimeout: o.SessionTimeout,
+	})
+	return h
+}
+
+func (h *Handler) serverOptions() *sdk.ServerOptions {
+	return &sdk.ServerOptions{
+		Logger: h.log,
+		// Tools only: no logging capability, which the SDK offers by default.
+		Capabilities:              &sdk.ServerCapabilities{},
+		SupportedProtocolVersions: sessionVersions,
+	}
+}
+
+// serverKey is the context key of the server built for a new session.
+type serverKey struct{}
+
+// server is the SDK's getServer: the per-session server ServeMCP built
+// for an initialize request, else the bare one.
+func (h *Handler) server(r *http.Request) *sdk.Server {
+	if s, ok := r.Context().Value(serverKey{}).(*sdk.Server); ok {
+		return s
+	}
+	return h.bare
+}
+
+// ServeMCP serves one request to the endpoint. An initialize request that
+// opens a session first binds it to an agent: the one named by the
+// Dsh-Agent-Id header or the agentId query parameter (resumed, so its
+// SessionStart hooks run with source "resume"), else a new root agent in
+// the server's default directory (SessionStart source "startup"). Every
+// later request of the session runs as that agent; naming an agent on them
+// changes nothing.
+//
+// ServeMCP returns an error, having written nothing, only when binding
+// failed: errors wrapping agents.ErrNotFound for an agent that does not
+// exist, ErrAgentConflict, or the store's errors. Everything else is
+// answered by the transport, as the MCP specification says.
+func (h *Handler) ServeMCP(w http.ResponseWriter, r *http.Request) error {
+	if r.Method == http.MethodPost && r.Header.Get("Mcp-Session-Id") == "" {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			return fmt.Errorf("read MCP request: %w", err)
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		if isInitialize(body) {
+			sess, err := h.bind(r)
+			if err != nil {
+				return err
+			}
+			w.Header().Set(AgentHeader, sess.ID)
+			h.log.Debug("MCP session bound", "agent_id", sess.ID)
+			r = r.WithContext(context.WithValue(r.Context(), serverKey{}, h.newServer(sess)))
+		}
+	}
+	h.streamable.ServeHTTP(w, r)
+	return nil
+}
+
+// isInitialize reports whether body is a JSON-RPC initialize request.
+func isInitialize(body []byte) bool {
+	var msg struct {
+		Method string `json:"method"`
+	}
+	return json.Unmarshal(body, &msg) == nil && msg.Method == "initialize"
+}
+
+// bind returns the agent a new session runs as.
+func (h *Handler) bind(r *http.Request) (tools.Session, error) {
+	id := r.Header.Get(AgentHeader)
+	if q := r.URL.Query().Get(AgentQuery); q != "" {
+		if id != "" && id != q {
+			return tools.Session{}, ErrAgentConflict
+		}
+		id = q
+	}
+	if id == "" {
+		a, err := h.pipeline.CreateAgent(r.Context(), "")
+		if err != nil {
+			return a, fmt.Errorf("create an agent for the MCP session: %w", err)
+		}
+		return a, nil
+	}
+	a, err := h.pipeline.ResumeAgent(r.Context(), id)
+	if err != nil {
+		return a, fmt.Errorf("bind the MCP session to %s: %w", id, err)
+	}
+	return a, nil
+}
+
+// newServer returns the server of one session: the model-facing tools,
+// each running as the session's agent. What the agent's SessionStart hooks
+// gave as additional context becomes the server's instructions, which MCP
+// clients hand their model, as Claude Code and Codex do with the context
+// of their own SessionStart hooks.
+func (h *Handler) newServer(sess tools.Session) *sdk.Server {
+	o := h.serverOptions()
+	o.Instructions = strings.Join(sess.AdditionalContext, "\n\n")
+	s := sdk.NewServer(h.impl, o)
+	for _, d := range tools.Definitions() {
+		s.AddTool(&sdk.Tool{
+			Name:        d.Name,
+			Description: d.Description,
+			InputSchema: d.Schema,
+			Annotations: annotations(d.Name),
+		}, h.toolHandler(sess.ID, d.Name))
+	}
+	return s
+}
+
+// annotations hint what each tool does to clients that ask before running
+// tools: job_output and job_list only read, job_kill is idempotent, bash
+// can do anything.
+func annotations(name string) *sdk.ToolAnnotations {
+	no := false
+	switch name {
+	case tools.ToolJobOutput, tools.ToolJobList:
+		return &sdk.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: &no}
+	case tools.ToolJobKill:
+		return &sdk.ToolAnnotations{IdempotentHint: true, OpenWorldHint: &no}
+	}
+	return nil
+}
