@@ -2,19 +2,20 @@ package tests
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 )
 
@@ -28,30 +29,58 @@ const (
 	testTimeout     = 3 * time.Minute
 )
 
-// TestBrowserUI walks the three views: the declarations with a contributor
-// registered by the test, a background job cancelled from its Cancel button,
-// and a spawned agent nested under its parent. It saves a full-page
-// screenshot of each view at 1280×800 and at phone width.
+// TestBrowserUI walks every view against the real server, with state
+// arranged over the API: declarations of every resolver kind (a webhook URL
+// carrying credentials and a query the page must never show) and a plugin
+// lease counting down; jobs filtered by agent and state, one cancelled from
+// its button, one appearing and ending without a refresh; agents nested by
+// lineage, appearing live, and a transcript that marks errors and blocked
+// calls, shows hook events and links a result to its job; the configured
+// hooks and their recent decisions. Every view is checked with axe-core at
+// 1280 px and at 390 px (no violation of any impact), screenshotted into
+// artifacts/browser, and the console must stay free of errors throughout,
+// the first load included.
 func TestBrowserUI(t *testing.T) {
 	chrome := chromiumPath(t)
-	srv := startServer(t)
+	home := filepath.Join(t.TempDir(), "home")
+	guard := filepath.Join(t.TempDir(), "guard.sh")
+	if err := os.WriteFile(guard, []byte("#!/usr/bin/env bash\n"+
+		"# Blocks a recursive delete, as a harness author's PreToolUse hook would.\n"+
+		"input=$(cat)\n"+
+		"case \"$input\" in *'rm -rf'*) echo 'destructive command refused by the guard' >&2; exit 2;; esac\n"+
+		"exit 0\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeJSON(t, filepath.Join(home, "hooks", "claude-code.json"), map[string]any{"hooks": map[string]any{
+		"PreToolUse":  []any{map[string]any{"matcher": "Bash", "hooks": []any{map[string]any{"type": "command", "command": guard, "timeout": 10}}}},
+		"PostToolUse": []any{map[string]any{"matcher": "Bash", "hooks": []any{map[string]any{"type": "command", "command": "true"}}}},
+	}})
+	writeJSON(t, filepath.Join(home, "hooks", "codex.json"), map[string]any{"hooks": map[string]any{
+		"PreToolUse": []any{map[string]any{"matcher": "^Bash$", "hooks": []any{map[string]any{"type": "command", "command": "echo '{}'", "timeoutSec": 5}}}},
+	}})
+	srv := startServer(t, withHome(home))
 	b := newBrowser(t, chrome)
 
-	// Arrange the server state the views should show.
-	status := srv.doJSON(t, http.MethodPost, "/contributors", map[string]any{
-		"name": "test.ui",
-		"keys": []map[string]string{{"key": "DSH_UI_TEST", "description": "set by the browser test"}},
-		"resolver": map[string]any{
-			"kind":   "static",
-			"values": map[string]string{"DSH_UI_TEST": "1"},
-		},
-	}, nil)
-	if status != http.StatusCreated {
-		t.Fatalf("POST /contributors: status %d, want 201", status)
+	// Arrange the declarations: one contributor of each resolver kind.
+	register := func(body map[string]any) {
+		t.Helper()
+		if status := srv.doJSON(t, http.MethodPost, "/contributors", body, nil); status != http.StatusCreated {
+			t.Fatalf("POST /contributors %v: status %d, want 201", body["name"], status)
+		}
 	}
-
+	register(map[string]any{
+		"name":     "test.ui",
+		"keys":     []map[string]string{{"key": "DSH_UI_TEST", "description": "set by the browser test"}},
+		"resolver": map[string]any{"kind": "static", "values": map[string]string{"DSH_UI_TEST": "1"}},
+	})
+	register(map[string]any{
+		"name":     "test.ui.tmpl",
+		"keys":     []map[string]string{{"key": "DSH_UI_TMPL", "description": "made from a template"}},
+		"resolver": map[string]any{"kind": "template", "values": map[string]string{"DSH_UI_TMPL": "agent-{agent.id}"}},
+	})
 	// A webhook contributor counts its calls: the declarations view must not
-	// cause any (listing declarations never runs a resolver).
+	// cause any (listing declarations never runs a resolver). Its URL holds
+	// credentials and a query, which the page must never show.
 	var webhookCalls atomic.Int64
 	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		webhookCalls.Add(1)
@@ -59,14 +88,12 @@ func TestBrowserUI(t *testing.T) {
 		_, _ = w.Write([]byte(`{"DSH_UI_HOOK":"called"}`))
 	}))
 	t.Cleanup(hook.Close)
-	if status := srv.doJSON(t, http.MethodPost, "/contributors", map[string]any{
+	hookURL := strings.Replace(hook.URL, "http://", "http://ui-user:ui-password@", 1) + "/env?sig=ui-query-secret#ui-fragment"
+	register(map[string]any{
 		"name":     "test.ui.hook",
 		"keys":     []map[string]string{{"key": "DSH_UI_HOOK", "description": "from a webhook"}},
-		"resolver": map[string]any{"kind": "webhook", "url": hook.URL, "timeoutMs": 5000},
-	}, nil); status != http.StatusCreated {
-		t.Fatalf("POST /contributors (webhook): status %d, want 201", status)
-	}
-
+		"resolver": map[string]any{"kind": "webhook", "url": hookURL, "timeoutMs": 5000},
+	})
 	// A plugin with a lease, owning one more contributor.
 	var plugin struct{ ID string }
 	if status := srv.doJSON(t, http.MethodPost, "/plugins", map[string]any{
@@ -74,40 +101,57 @@ func TestBrowserUI(t *testing.T) {
 	}, &plugin); status != http.StatusCreated {
 		t.Fatalf("POST /plugins: status %d, want 201", status)
 	}
-	if status := srv.doJSON(t, http.MethodPost, "/contributors", map[string]any{
+	register(map[string]any{
 		"name":     "test.ui.leased",
 		"plugin":   plugin.ID,
 		"keys":     []map[string]string{{"key": "DSH_UI_LEASED", "description": "lives as long as its plugin"}},
 		"resolver": map[string]any{"kind": "static", "values": map[string]string{"DSH_UI_LEASED": "yes"}},
-	}, nil); status != http.StatusCreated {
-		t.Fatalf("POST /contributors under plugin %s: status %d, want 201", plugin.ID, status)
-	}
+	})
 
-	// Declarations: the default view.
+	// Declarations: the default view, opened the way the startup line says.
 	b.do("open the UI with the token", chromedp.Navigate(srv.URL+"/ui/#token="+srv.Token))
-	for _, key := range []string{"DSH_HOME", "DSH_SHELL", "DSH_SESSION_ID", "DSH_UI_TEST", "DSH_UI_LEASED"} {
+	for _, key := range []string{"DSH_HOME", "DSH_SHELL", "DSH_SESSION_ID", "DSH_UI_TEST", "DSH_UI_TMPL", "DSH_UI_HOOK", "DSH_UI_LEASED"} {
 		b.do("see declaration "+key, chromedp.WaitVisible(chromedp.CSS(declRow(key))))
 	}
 	b.waitText(declRow("DSH_UI_TEST"), "test.ui")
 	b.waitText(declRow("DSH_UI_TEST"), "set by the browser test")
 	b.waitText(declRow("DSH_HOME"), "built-in")
 	b.waitText(declRow("DSH_UI_LEASED"), "ui-harness")
-	b.do("lease expiry shown", chromedp.WaitVisible(chromedp.CSS(declRow("DSH_UI_LEASED")+" time")))
+	// Resolver kind and details.
+	b.waitText(declRow("DSH_HOME")+` [data-kind="builtin"]`, "built-in")
+	b.waitText(declRow("DSH_UI_TEST")+` [data-kind="static"]`, "static")
+	b.waitText(declRow("DSH_UI_TMPL")+` [data-kind="template"]`, "agent-{agent.id}")
+	b.waitText(declRow("DSH_UI_HOOK")+` [data-kind="webhook"]`, hook.URL+"/env")
+	page := b.eval(`document.documentElement.outerHTML`)
+	for _, secret := range []string{"ui-user", "ui-password", "ui-query-secret", "ui-fragment"} {
+		if strings.Contains(page, secret) {
+			t.Errorf("the declarations page shows %q from the webhook URL", secret)
+		}
+	}
+	if got := b.eval(`document.querySelector('` + declRow("DSH_UI_TEST") + ` [data-kind]').textContent`); strings.Contains(got, "1") {
+		t.Errorf("the static resolver cell shows its value: %q", got)
+	}
+	// The lease counts down by itself, between fetches.
+	lease := declRow("DSH_UI_LEASED") + " [data-expires]"
+	b.waitText(lease, "expires in 9m")
+	first := b.eval(`document.querySelector('` + lease + `').textContent`)
+	b.waitChange(lease, first)
 	b.waitText(fmt.Sprintf(`#plugins-body tr[data-plugin-id=%q]`, plugin.ID), "test.ui.leased")
+	b.waitText(fmt.Sprintf(`#plugins-body tr[data-plugin-id=%q] [data-expires]`, plugin.ID), "expires in 9m")
 	if hash := b.eval(`location.hash`); hash != "#/declarations" {
 		t.Errorf("location.hash = %q after load, want %q (the token must leave the URL)", hash, "#/declarations")
 	}
 	if got := b.eval(`sessionStorage.getItem('dshd.token')`); got != srv.Token {
 		t.Errorf("sessionStorage token = %q, want the server token", got)
 	}
-	b.screenshot("declarations")
+	b.checkView("declarations")
 
 	b.do("filter by contributor", chromedp.SendKeys(chromedp.ID("declarations-filter"), "test.UI"))
 	b.do("filtered out DSH_HOME", chromedp.WaitNotPresent(chromedp.CSS(declRow("DSH_HOME"))))
 	b.do("DSH_UI_LEASED matches too (contributor test.ui.leased)",
 		chromedp.WaitVisible(chromedp.CSS(declRow("DSH_UI_LEASED"))))
 	b.do("DSH_UI_TEST still shown", chromedp.WaitVisible(chromedp.CSS(declRow("DSH_UI_TEST"))))
-	b.waitText("#declarations-caption", "3 of 6")
+	b.waitText("#declarations-caption", "4 of 7")
 	b.screenshot("declarations-filtered")
 
 	b.setInput("declarations-filter", "")
@@ -116,13 +160,15 @@ func TestBrowserUI(t *testing.T) {
 		`#declarations-table tbody[data-contributor="test.ui"] tr[data-key="DSH_UI_TEST"]`)))
 	b.do("built-ins come back", chromedp.WaitVisible(chromedp.CSS(declRow("DSH_HOME"))))
 	b.screenshot("declarations-grouped")
+	b.do("ungroup", chromedp.Click(chromedp.ID("declarations-group")))
 	b.do("refresh the declarations", chromedp.Click(chromedp.ID("declarations-refresh")))
 	b.do("still listed", chromedp.WaitVisible(chromedp.CSS(declRow("DSH_UI_HOOK"))))
 	if n := webhookCalls.Load(); n != 0 {
 		t.Errorf("the declarations view ran the webhook resolver %d times, want 0", n)
 	}
 
-	// Jobs: one finished foreground job and one running background job.
+	// Jobs: a finished foreground job, a running background job, and the
+	// jobs of two agents' model tool calls.
 	var done, bg struct{ ID, State string }
 	if status := srv.doJSON(t, http.MethodPost, "/exec", map[string]any{
 		"command": "echo out-line; echo err-line >&2; exit 3",
@@ -138,11 +184,71 @@ func TestBrowserUI(t *testing.T) {
 	if bg.ID == "" || done.ID == "" {
 		t.Fatalf("POST /exec returned no job id: %+v %+v", done, bg)
 	}
+	var parent, child struct{ ID, ParentID, Origin string }
+	if status := srv.doJSON(t, http.MethodPost, "/agents", map[string]any{}, &parent); status != http.StatusCreated {
+		t.Fatalf("POST /agents: status %d, want 201", status)
+	}
+	if status := srv.doJSON(t, http.MethodPost, "/agents/"+parent.ID+"/spawn", map[string]any{}, &child); status != http.StatusCreated {
+		t.Fatalf("POST /agents/%s/spawn: status %d, want 201", parent.ID, status)
+	}
+	type toolResult struct {
+		CallID, Text, JobID string
+		IsError             bool
+	}
+	callTool := func(agent, callID string, args map[string]any) toolResult {
+		t.Helper()
+		var r toolResult
+		if status := srv.doJSON(t, http.MethodPost, "/agents/"+agent+"/tools/bash", map[string]any{
+			"callId": callID, "arguments": args,
+		}, &r); status != http.StatusOK {
+			t.Fatalf("POST /agents/%s/tools/bash %s: status %d", agent, callID, status)
+		}
+		return r
+	}
+	if r := callTool(parent.ID, "call-ok", map[string]any{"command": "echo transcript-line"}); r.IsError {
+		t.Fatalf("call-ok: isError, text %q", r.Text)
+	}
+	if r := callTool(parent.ID, "call-slow", map[string]any{"command": "echo slow-line; sleep 5", "timeoutMs": 300}); !r.IsError {
+		t.Fatalf("call-slow: want isError after its timeout, got text %q", r.Text)
+	}
+	if r := callTool(parent.ID, "call-blocked", map[string]any{"command": "rm -rf ./nothing-here"}); !r.IsError || !strings.Contains(r.Text, "destructive command refused") {
+		t.Fatalf("call-blocked: isError %v, text %q; want blocked by the guard", r.IsError, r.Text)
+	}
+	agentBg := callTool(parent.ID, "call-bg", map[string]any{"command": "echo bg-from-agent", "run_in_background": true})
+	if agentBg.JobID == "" {
+		t.Fatalf("call-bg: no job id in %+v", agentBg)
+	}
+	callTool(child.ID, "call-child", map[string]any{"command": "echo child-line"})
 
 	b.do("open the jobs view", chromedp.Click(chromedp.CSS(`[data-testid="nav-jobs"]`)))
 	b.waitText(testID("job-state-"+bg.ID), "running")
 	b.waitText(testID("job-state-"+done.ID), "exited")
-	b.waitText(`tr[data-job-id="`+done.ID+`"]`, "3")
+	b.waitText(testID("job-exit-"+done.ID), "3")
+	b.waitText(testID("job-state-"+agentBg.JobID), "exited")
+
+	// Filter by state, then by agent; the filters live in the route.
+	b.setSelect("jobs-state", "running")
+	b.do("only running jobs", chromedp.WaitNotPresent(chromedp.CSS(`tr[data-job-id="`+done.ID+`"]`)))
+	b.waitText(testID("job-state-"+bg.ID), "running")
+	b.waitText("#jobs-caption", "state running")
+	if hash := b.eval(`location.hash`); hash != "#/jobs?state=running" {
+		t.Errorf("location.hash = %q with the state filter, want #/jobs?state=running", hash)
+	}
+	b.setSelect("jobs-state", "")
+	b.waitOption("jobs-agent", parent.ID)
+	b.setSelect("jobs-agent", parent.ID)
+	b.do("the parent's jobs only", chromedp.WaitNotPresent(chromedp.CSS(`tr[data-job-id="`+bg.ID+`"]`)))
+	b.waitText(testID("job-state-"+agentBg.JobID), "exited")
+	b.waitText("#jobs-caption", "agent "+parent.ID)
+	if n := b.eval(`String(document.querySelectorAll('#jobs-body tr[data-job-id]').length)`); n != "3" {
+		t.Errorf("%s jobs listed for agent %s, want its 3 tool calls that ran (the blocked one never started)", n, parent.ID)
+	}
+	if strings.Contains(b.eval(`document.getElementById('jobs-body').textContent`), child.ID) {
+		t.Errorf("the agent filter for %s still lists a job of %s", parent.ID, child.ID)
+	}
+	b.screenshot("jobs-filtered")
+	b.setSelect("jobs-agent", "")
+	b.do("all jobs again", chromedp.WaitVisible(chromedp.CSS(`tr[data-job-id="`+done.ID+`"]`)))
 
 	b.do("select the background job", chromedp.Click(chromedp.CSS(testID("job-select-"+bg.ID))))
 	b.waitText(testID("job-output"), "started-ui-job")
@@ -158,32 +264,26 @@ func TestBrowserUI(t *testing.T) {
 	b.do("the Cancel button goes away",
 		chromedp.WaitNotPresent(chromedp.CSS(testID("job-cancel-"+bg.ID))))
 
+	// Live: a job started now shows up and ends without any click.
+	var live struct{ ID string }
+	if status := srv.doJSON(t, http.MethodPost, "/exec", map[string]any{
+		"command": "sleep 1.5; echo live-job", "background": true,
+	}, &live); status != http.StatusAccepted {
+		t.Fatalf("POST /exec (live): status %d, want 202", status)
+	}
+	b.waitText(testID("job-state-"+live.ID), "running")
+	b.waitText(testID("job-state-"+live.ID), "exited")
+	b.waitText(testID("job-exit-"+live.ID), "0")
+
 	// Real buttons work from the keyboard: focus and press Enter.
 	b.do("select the finished job with the keyboard",
 		chromedp.Focus(chromedp.CSS(testID("job-select-"+done.ID))),
 		chromedp.KeyEvent("\r"))
 	b.waitText(testID("job-output"), "err-line")
 	b.waitText(testID("job-output-exit"), "exited: 3")
-	b.screenshot("jobs")
+	b.checkView("jobs")
 
-	// Agents: a root and its spawned child, nested.
-	var parent, child struct{ ID, ParentID, Origin string }
-	if status := srv.doJSON(t, http.MethodPost, "/agents", map[string]any{}, &parent); status != http.StatusCreated {
-		t.Fatalf("POST /agents: status %d, want 201", status)
-	}
-	if status := srv.doJSON(t, http.MethodPost, "/agents/"+parent.ID+"/spawn", map[string]any{}, &child); status != http.StatusCreated {
-		t.Fatalf("POST /agents/%s/spawn: status %d, want 201", parent.ID, status)
-	}
-
-	// One model tool call gives the parent's transcript events to show.
-	var result struct{ IsError bool }
-	if status := srv.doJSON(t, http.MethodPost, "/agents/"+parent.ID+"/tools/bash", map[string]any{
-		"callId":    "call-ui-1",
-		"arguments": map[string]any{"command": "echo transcript-line"},
-	}, &result); status != http.StatusOK || result.IsError {
-		t.Fatalf("POST /agents/%s/tools/bash: status %d, isError %v", parent.ID, status, result.IsError)
-	}
-
+	// Agents: a root and its spawned child, nested; the parent's transcript.
 	b.do("open the agents view", chromedp.Click(chromedp.CSS(`[data-testid="nav-agents"]`)))
 	nested := fmt.Sprintf(`li[data-agent-id=%q] > ul > li[data-agent-id=%q]`, parent.ID, child.ID)
 	b.do("child nested under parent", chromedp.WaitVisible(chromedp.CSS(nested)))
@@ -193,29 +293,106 @@ func TestBrowserUI(t *testing.T) {
 	b.do("select the parent", chromedp.Click(chromedp.CSS(fmt.Sprintf(`[data-agent-button=%q]`, parent.ID))))
 	b.do("transcript shown", chromedp.WaitVisible(chromedp.CSS(`#transcript-body tr[data-event-type="session"]`)))
 	b.waitText("#transcript-caption", parent.ID)
-	b.waitText(`#transcript-body tr[data-event-type="tool/call"]`, "echo transcript-line")
-	b.waitText(`#transcript-body tr[data-event-type="tool/result"]`, "transcript-line")
-	b.screenshot("agents")
+	call := func(typ, id string) string {
+		return fmt.Sprintf(`#transcript-body tr[data-event-type=%q][data-call-id=%q]`, typ, id)
+	}
+	b.waitText(call("tool/call", "call-ok"), "echo transcript-line")
+	b.waitText(call("tool/result", "call-ok"), "transcript-line")
+	// An error result is marked as one.
+	b.waitText(call("tool/result", "call-slow")+".is-error", "error")
+	b.waitText(call("tool/result", "call-slow"), "timed out")
+	if got := b.eval(`document.querySelector('` + call("tool/result", "call-ok") + `').className`); strings.Contains(got, "is-error") {
+		t.Errorf("the successful result is marked as an error (class %q)", got)
+	}
+	// A blocked call: its hook result says blocked and why; its result is marked blocked.
+	b.waitText(call("hook/result", "call-blocked")+".is-blocked", "blocked")
+	b.waitText(call("hook/result", "call-blocked"), "destructive command refused by the guard")
+	b.waitText(call("hook/result", "call-blocked"), "exit 2")
+	b.waitText(call("tool/result", "call-blocked")+".is-blocked", "blocked")
+	// Hook events that decided nothing read as such.
+	b.waitText(call("hook/result", "call-ok")+`[data-dialect="codex"]`, "no decision")
+	// A finished hook reads as one line: its result replaces its start.
+	if n := b.eval(`String(document.querySelectorAll('#transcript-body tr[data-event-type="hook/invoked"]').length)`); n != "0" {
+		t.Errorf("%s hook/invoked rows shown for hooks that have finished, want them folded into their results", n)
+	}
+	b.waitText(call("hook/result", "call-ok")+`[data-dialect="claude-code"]`, "exit 0")
+	b.checkView("agents")
 
-	// Phone width: the page must not scroll sideways; wide tables scroll in
-	// their own box.
+	// Live: a new agent appears in the tree, and a new call in the selected
+	// transcript, without a refresh.
+	var late struct{ ID string }
+	if status := srv.doJSON(t, http.MethodPost, "/agents", map[string]any{}, &late); status != http.StatusCreated {
+		t.Fatalf("POST /agents: status %d, want 201", status)
+	}
+	b.do("a new agent shows up by itself", chromedp.WaitVisible(chromedp.CSS(fmt.Sprintf(`li[data-agent-id=%q]`, late.ID))))
+	callTool(parent.ID, "call-live", map[string]any{"command": "echo live-transcript-line"})
+	b.waitText(call("tool/result", "call-live"), "live-transcript-line")
+	if got := b.eval(`document.querySelector('[data-agent-button="` + parent.ID + `"]').getAttribute('aria-pressed')`); got != "true" {
+		t.Errorf("the parent is no longer selected after the live update (aria-pressed %q)", got)
+	}
+
+	// A result links to its job: following the link shows the job's output.
+	b.do("follow the background call's job link",
+		chromedp.Click(chromedp.CSS(call("tool/result", "call-bg")+` a[href="#/jobs?job=`+agentBg.JobID+`"]`)))
+	b.waitText("#job-output-heading", agentBg.JobID)
+	b.waitText(testID("job-output"), "bg-from-agent")
+	b.waitText(testID("job-output-exit"), "exited")
+
+	// Hooks: configured hooks by dialect and event, and recent decisions.
+	b.do("open the hooks view", chromedp.Click(chromedp.CSS(`[data-testid="nav-hooks"]`)))
+	b.waitText("#hooks-caption", "Configured hooks: 3 (claude-code, codex)")
+	b.waitText(`#hooks-body tr[data-hook^="claude-code:PreToolUse"]`, guard)
+	b.waitText(`#hooks-body tr[data-hook^="claude-code:PostToolUse"]`, "PostToolUse")
+	b.waitText(`#hooks-body tr[data-hook^="codex:PreToolUse"]`, "^Bash$")
+	decision := `#decisions-body tr[data-decision="deny"][data-call-id="call-blocked"]`
+	b.waitText(decision, "blocked")
+	b.waitText(decision, "destructive command refused by the guard")
+	b.waitText(decision, guard)
+	b.waitText(decision, parent.ID)
+	b.waitText("#decisions-caption", "(1 blocked)")
+	b.checkView("hooks")
+	b.do("a decision links to its agent", chromedp.Click(chromedp.CSS(decision+` a[href="#/agents?agent=`+parent.ID+`"]`)))
+	b.waitText("#transcript-caption", parent.ID)
+
+	// Phone width: no view scrolls sideways; a job's command, state and exit
+	// stay on screen.
 	b.do("narrow viewport", chromedp.EmulateViewport(390, 844))
-	for _, view := range []string{"declarations", "jobs", "agents"} {
+	for _, view := range []string{"declarations", "jobs", "agents", "hooks"} {
 		b.do("open "+view+" narrow", chromedp.Click(chromedp.CSS(`[data-testid="nav-`+view+`"]`)))
 		b.do(view+" visible", chromedp.WaitVisible(chromedp.ID("view-"+view)))
 		b.waitText(fmt.Sprintf(`#view-%s h1`, view), strings.ToUpper(view[:1])+view[1:])
-		if view == "agents" {
+		switch view {
+		case "agents":
 			b.do("tree rendered", chromedp.WaitVisible(chromedp.CSS(nested)))
-		} else {
+			b.do("select the parent narrow", chromedp.Click(chromedp.CSS(fmt.Sprintf(`[data-agent-button=%q]`, parent.ID))))
+			b.waitText(call("tool/result", "call-blocked"), "blocked")
+		case "jobs":
+			b.waitText(testID("job-exit-"+done.ID), "3")
+			for _, part := range []string{"command-cell", "state-cell", "exit-cell"} {
+				sel := fmt.Sprintf(`tr[data-job-id=%q] .%s`, done.ID, part)
+				if got := b.eval(`(() => { const r = document.querySelector('` + sel + `').getBoundingClientRect();
+					return r.width > 0 && r.height > 0 && r.left >= 0 && r.right <= innerWidth ? 'on screen' : JSON.stringify(r); })()`); got != "on screen" {
+					t.Errorf("jobs at 390px: %s is not on screen: %s", part, got)
+				}
+			}
+			b.do("select a job narrow", chromedp.Click(chromedp.CSS(testID("job-select-"+done.ID))))
+			b.waitText(testID("job-output-exit"), "exited: 3")
+		default:
 			b.do(view+" rows rendered", chromedp.WaitVisible(chromedp.CSS(`#view-`+view+` tbody tr`)))
 		}
 		if over := b.eval(`String(document.documentElement.scrollWidth - document.documentElement.clientWidth)`); over != "0" {
 			t.Errorf("%s view overflows a 390px viewport by %spx", view, over)
 		}
-		b.screenshot(view + "-narrow")
+		// Tables become cards: none scrolls sideways in its own box either.
+		if wide := b.eval(`JSON.stringify([...document.querySelectorAll('#view-` + view + ` .table-wrap')]
+			.filter((w) => w.offsetParent !== null && w.scrollWidth > w.clientWidth)
+			.map((w) => w.querySelector('table').id + ': ' + (w.scrollWidth - w.clientWidth) + 'px'))`); wide != "[]" {
+			t.Errorf("%s view at 390px: tables scroll sideways: %s", view, wide)
+		}
+		b.checkView(view + "-narrow")
 	}
 
-	b.checkNoPageErrors()
+	b.checkConsole()
 }
 
 // TestBrowserTokenPrompt checks the token paths: no token shows the prompt;
@@ -229,6 +406,9 @@ func TestBrowserTokenPrompt(t *testing.T) {
 	b.do("open without a token", chromedp.Navigate(srv.URL+"/ui/"))
 	b.do("prompt shown", chromedp.WaitVisible(chromedp.CSS(testID("token-form"))))
 	b.do("no error yet", chromedp.WaitNotVisible(chromedp.ID("token-error")))
+	b.checkView("token-prompt-empty")
+	// Without a token the page asks for nothing that needs one.
+	b.checkConsole()
 
 	b.do("open with a wrong token", chromedp.Navigate(srv.URL+"/ui/#token=not-the-token"))
 	b.do("prompt shown again", chromedp.WaitVisible(chromedp.CSS(testID("token-form"))))
@@ -242,14 +422,22 @@ func TestBrowserTokenPrompt(t *testing.T) {
 	if got := b.eval(`document.activeElement.id`); got != "token-input" {
 		t.Errorf("focus is on %q, want the token input", got)
 	}
-	b.screenshot("token-prompt")
+	b.checkView("token-prompt")
+	b.do("narrow viewport", chromedp.EmulateViewport(390, 844))
+	b.checkView("token-prompt-narrow")
+	b.do("wide viewport", chromedp.EmulateViewport(1280, 800))
+	// The wrong token costs exactly one rejected request, which the browser
+	// logs; nothing else may reach the console.
+	if n := b.checkConsole(regexp.MustCompile(`status of 401 .*/env/declarations`)); n != 1 {
+		t.Errorf("%d requests were rejected with 401 for the wrong token, want 1", n)
+	}
 
 	// Enter submits the form, as it would for a person at the keyboard.
 	b.do("type the right token", chromedp.SendKeys(chromedp.ID("token-input"), srv.Token+"\r"))
 	b.do("declarations shown", chromedp.WaitVisible(chromedp.CSS(declRow("DSH_HOME"))))
 	b.do("prompt hidden", chromedp.WaitNotVisible(chromedp.CSS(testID("token-form"))))
 
-	b.checkNoPageErrors()
+	b.checkConsole()
 }
 
 // browser is one headless Chromium tab bound to a test.
@@ -258,8 +446,8 @@ type browser struct {
 	ctx       context.Context
 	artifacts string
 
-	mu         sync.Mutex
-	pageErrors []string
+	mu      sync.Mutex
+	console []string // console errors and exceptions, in order
 }
 
 // chromiumPath returns the browser to run: $DSHD_CHROMIUM, else
@@ -299,6 +487,10 @@ func newBrowser(t *testing.T, execPath string) *browser {
 		chromedp.Flag("disable-component-update", true),
 		chromedp.Flag("disable-sync", true),
 		chromedp.Flag("disable-quic", true),
+		// Overlay scrollbars, as on a phone: the page lays out at the full
+		// emulated width, and a full-page screenshot (which grows the viewport
+		// to the page's height) sees the same layout the checks saw.
+		chromedp.Flag("hide-scrollbars", true),
 		chromedp.UserDataDir(profile),
 	}
 	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
@@ -321,15 +513,32 @@ func newBrowser(t *testing.T, execPath string) *browser {
 	t.Cleanup(cancel)
 
 	b := &browser{t: t, ctx: ctx, artifacts: artifactsDir(t)}
-	if err := chromedp.Listen(tabCtx, func(ev any) {
-		if ev, ok := ev.(*runtime.EventExceptionThrown); ok {
+	// Every console error, uncaught exception and browser log error (a
+	// failed request, a CSP refusal) is recorded; tests fail on any.
+	messages := chromedp.Console(tabCtx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for m, err := range messages {
+			if err != nil {
+				return
+			}
+			if m.Type != chromedp.ConsoleError && !m.IsException() {
+				continue
+			}
+			text := m.String()
+			if m.URL != "" {
+				text += fmt.Sprintf(" (%s:%d)", m.URL, m.Line+1)
+			}
 			b.mu.Lock()
-			b.pageErrors = append(b.pageErrors, exceptionText(ev.ExceptionDetails))
+			b.console = append(b.console, text)
 			b.mu.Unlock()
 		}
-	}); err != nil {
-		t.Fatalf("listen to page events: %v", err)
-	}
+	}()
+	t.Cleanup(func() {
+		cancelTab()
+		<-done
+	})
 	return b
 }
 
@@ -357,6 +566,48 @@ func (b *browser) waitText(sel, want string) {
 		got := b.eval(fmt.Sprintf(`document.querySelector(%q)?.textContent ?? "(no element)"`, sel))
 		b.failed(fmt.Sprintf("wait for %q in %s (text now %q)", want, sel, got), err)
 	}
+}
+
+// waitChange waits until the first element matching sel no longer has the
+// text old.
+func (b *browser) waitChange(sel, old string) {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, stepTimeout)
+	defer cancel()
+	_, err := chromedp.Run(ctx, chromedp.PollFunction[bool](
+		`(sel, old) => { const el = document.querySelector(sel); return el !== null && el.textContent !== old; }`,
+		chromedp.WithPollingArgs(sel, old),
+		chromedp.WithPollingTimeout(0)))
+	if err != nil {
+		b.failed(fmt.Sprintf("wait for %s to change from %q", sel, old), err)
+	}
+}
+
+// waitOption waits until the select element id offers value.
+func (b *browser) waitOption(id, value string) {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, stepTimeout)
+	defer cancel()
+	_, err := chromedp.Run(ctx, chromedp.PollFunction[bool](
+		`(id, value) => [...(document.getElementById(id)?.options ?? [])].some((o) => o.value === value)`,
+		chromedp.WithPollingArgs(id, value),
+		chromedp.WithPollingTimeout(0)))
+	if err != nil {
+		b.failed(fmt.Sprintf("wait for option %q in #%s", value, id), err)
+	}
+}
+
+// setSelect chooses value in a select element as a person would, firing "change".
+func (b *browser) setSelect(id, value string) {
+	b.t.Helper()
+	b.eval(fmt.Sprintf(`(() => { const el = document.getElementById(%q); el.value = %q; el.dispatchEvent(new Event('change', {bubbles: true})); return el.value; })()`, id, value))
+}
+
+// checkView checks the page as it is now with axe-core and saves a screenshot.
+func (b *browser) checkView(name string) {
+	b.t.Helper()
+	b.checkAccessibility(name)
+	b.screenshot(name)
 }
 
 // setInput sets a field's value the way typing would, firing "input".
@@ -410,25 +661,84 @@ func (b *browser) failed(step string, err error) {
 	b.t.Fatalf("%s: %v", step, err)
 }
 
-// checkNoPageErrors fails the test for any uncaught exception in the page.
-func (b *browser) checkNoPageErrors() {
+// checkConsole fails the test for every console error, uncaught exception
+// or browser log error since the last check, except those matching one of
+// allowed (errors the test provoked on purpose). It reports how many were
+// allowed.
+func (b *browser) checkConsole(allowed ...*regexp.Regexp) int {
 	b.t.Helper()
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	for _, e := range b.pageErrors {
-		b.t.Errorf("uncaught exception in the page: %s", e)
+	messages := b.console
+	b.console = nil
+	n := 0
+next:
+	for _, e := range messages {
+		for _, re := range allowed {
+			if re.MatchString(e) {
+				n++
+				continue next
+			}
+		}
+		b.t.Errorf("console error in the page: %s", e)
 	}
+	return n
 }
 
-func exceptionText(d *runtime.ExceptionDetails) string {
-	if d == nil {
-		return "(no details)"
+// axeSource is axe-core's browser build, read once from the npm
+// devDependency that make deps installs (tests/package.json). The test
+// injects it into the page; dshd never serves it.
+var axeSource = sync.OnceValues(func() (string, error) {
+	src, err := os.ReadFile(filepath.Join("node_modules", "axe-core", "axe.min.js"))
+	return string(src), err
+})
+
+// axeViolation is the part of an axe-core result the test reports.
+type axeViolation struct {
+	ID     string   `json:"id"`
+	Impact string   `json:"impact"`
+	Help   string   `json:"help"`
+	Nodes  []string `json:"nodes"`
+}
+
+// checkAccessibility runs axe-core on the whole page as it is now and fails
+// the test for any violation, whatever its impact. name says which view and
+// width it was, for the report.
+func (b *browser) checkAccessibility(name string) {
+	b.t.Helper()
+	src, err := axeSource()
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			b.t.Fatalf("axe-core is not installed (run make deps): %v", err)
+		}
+		b.t.Skipf("axe-core is not installed (run make deps): %v", err)
 	}
-	text := d.Text
-	if d.Exception != nil && d.Exception.Description != "" {
-		text += " " + d.Exception.Description
+	ctx, cancel := context.WithTimeout(b.ctx, stepTimeout)
+	defer cancel()
+	loaded, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`typeof window.axe === 'object'`))
+	if err != nil {
+		b.t.Fatalf("axe %s: %v", name, err)
 	}
-	return fmt.Sprintf("%s (%s:%d:%d)", text, d.URL, d.LineNumber+1, d.ColumnNumber+1)
+	if !loaded {
+		if _, err := chromedp.Run(ctx, chromedp.Evaluate[any](src+"\n;0")); err != nil {
+			b.t.Fatalf("inject axe-core: %v", err)
+		}
+	}
+	out, err := chromedp.Run(ctx, chromedp.Evaluate[string](`axe.run(document, { resultTypes: ['violations'] }).then((r) =>
+		JSON.stringify(r.violations.map((v) => ({
+			id: v.id, impact: v.impact, help: v.help,
+			nodes: v.nodes.map((n) => n.target.join(' ') + ' — ' + (n.failureSummary || '').replace(/\s+/g, ' ')),
+		}))))`, chromedp.EvalAwaitPromise))
+	if err != nil {
+		b.t.Fatalf("axe %s: %v", name, err)
+	}
+	var violations []axeViolation
+	if err := json.Unmarshal([]byte(out), &violations); err != nil {
+		b.t.Fatalf("axe %s: decode %q: %v", name, out, err)
+	}
+	for _, v := range violations {
+		b.t.Errorf("axe on %s: %s (%s): %s\n\t%s", name, v.ID, v.Impact, v.Help, strings.Join(v.Nodes, "\n\t"))
+	}
 }
 
 // artifactsDir is $DSHD_ARTIFACTS, else artifacts/browser at the repository

@@ -1,35 +1,64 @@
-// Agents view: the lineage as nested lists, and the selected agent's transcript.
+// Agents view: the lineage as nested lists, and the selected agent's
+// transcript. While visible it polls GET /agents and the selected transcript,
+// so new agents and new events show up without a refresh. #/agents?agent=ID
+// selects an agent.
 
 import { isQuiet, path, request, requestJSON } from './api.js';
-import { badge, h, setMessage, setText, timeElement } from './dom.js';
+import { badge, h, setMessage, setText, timeElement, viewLink } from './dom.js';
+import { hookBadge, hookDetails, parseTranscript } from './events.js';
 
+const POLL_MS = 2000;
 const DETAIL_CHARS = 600;
 
 export function createAgentsView() {
   const $ = (id) => document.getElementById(id);
   const tree = $('agents-tree');
   const error = $('agents-error');
+  const updated = $('agents-updated');
   const table = $('transcript-table');
   const tbody = $('transcript-body');
   const caption = $('transcript-caption');
   const hint = $('transcript-hint');
 
+  let active = false;
+  let timer = 0;
+  let inflight = false;
   let selectedId = null;
+  let lastAgents = ''; // the last /agents answer, to skip identical renders
+  let transcript = null; // {id, text, denied: Set of callIds, count}
   let transcriptController = null;
+  let hookCommands = null; // hook name → command, from GET /hooks
 
-  $('agents-refresh').addEventListener('click', () => {
-    load();
-    if (selectedId) loadTranscript(selectedId);
+  document.addEventListener('visibilitychange', () => {
+    if (active && !document.hidden) poll();
   });
 
-  async function load() {
+  // One poll at a time; the next is scheduled when this one ends.
+  async function poll() {
+    clearTimeout(timer);
+    if (!active || document.hidden || inflight) return;
+    inflight = true;
     try {
-      const agents = await requestJSON('/agents');
-      renderTree(Array.isArray(agents) ? agents : []);
+      if (!hookCommands) {
+        const hooks = await requestJSON('/hooks');
+        hookCommands = new Map((Array.isArray(hooks) ? hooks : []).map((hk) => [hk.name, hk.command]));
+      }
+      const text = await (await request('/agents')).text();
+      if (!active) return;
+      if (text !== lastAgents) {
+        lastAgents = text;
+        const agents = JSON.parse(text);
+        renderTree(Array.isArray(agents) ? agents : []);
+      }
       setMessage(error, '');
+      setText(updated, `Updated ${new Date().toLocaleTimeString()}`);
+      if (selectedId) await loadTranscript(selectedId);
     } catch (err) {
       if (isQuiet(err)) return;
       setMessage(error, `Could not list agents: ${err.message}`);
+    } finally {
+      inflight = false;
+      if (active) timer = setTimeout(poll, POLL_MS);
     }
   }
 
@@ -47,7 +76,7 @@ export function createAgentsView() {
     }
     const byAge = (a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0);
     const list = (items, level) => h('ul', { class: level === 0 ? 'tree' : 'tree-group' },
-      items.sort(byAge).map((a) => node(a, level, byId, children.get(a.id) ?? [], list)));
+      items.sort(byAge).map((a) => node(a, byId, children.get(a.id) ?? [], (kids) => list(kids, level + 1))));
 
     const hadFocus = tree.contains(document.activeElement) ? document.activeElement.dataset.agentButton : null;
     if (roots.length === 0) {
@@ -59,7 +88,7 @@ export function createAgentsView() {
     if (hadFocus) tree.querySelector(`[data-agent-button="${CSS.escape(hadFocus)}"]`)?.focus();
   }
 
-  function node(agent, level, byId, kids, list) {
+  function node(agent, byId, kids, list) {
     const current = agent.id === selectedId;
     const orphan = agent.parentId && !byId.has(agent.parentId);
     return h('li', { 'data-agent-id': agent.id, 'data-testid': `agent-${agent.id}` },
@@ -67,91 +96,199 @@ export function createAgentsView() {
         h('button', {
           type: 'button', class: 'link', 'data-agent-button': agent.id,
           'aria-pressed': String(current),
-          onclick: () => select(agent),
+          onclick: () => select(agent.id),
         }, h('code', {}, agent.id)),
         ' ', badge(agent.origin, `origin-${agent.origin}`),
         h('span', { class: 'muted' }, ` depth ${agent.depth}`),
         orphan ? h('span', { class: 'muted' }, ` (parent ${agent.parentId} not listed)`) : null,
-        h('div', { class: 'agent-meta' }, h('span', { class: 'path' }, agent.cwd), ' · ', timeElement(agent.createdAt))),
-      kids.length ? list(kids, level + 1) : null);
+        h('div', { class: 'agent-meta' }, h('span', { class: 'path' }, agent.cwd), ' · ', timeElement(agent.createdAt),
+          ' · ', viewLink('jobs', { agent: agent.id }, 'jobs'))),
+      kids.length ? list(kids) : null);
   }
 
-  function select(agent) {
-    selectedId = agent.id;
+  function select(id) {
+    if (selectedId !== id) transcript = null;
+    selectedId = id;
     for (const div of tree.querySelectorAll('.agent')) {
       const button = div.querySelector('[data-agent-button]');
-      const on = button.dataset.agentButton === agent.id;
+      const on = button.dataset.agentButton === id;
       div.classList.toggle('selected', on);
       button.setAttribute('aria-pressed', String(on));
     }
-    loadTranscript(agent.id);
+    loadTranscript(id);
   }
 
+  // Loads the transcript; when only new lines were appended since the last
+  // load, only their rows are added, so focus and scroll stay put.
   async function loadTranscript(id) {
     transcriptController?.abort();
-    transcriptController = new AbortController();
-    setText(hint, `Loading the transcript of ${id}…`);
-    hint.hidden = false;
+    const controller = new AbortController();
+    transcriptController = controller;
+    if (!transcript) {
+      setText(hint, `Loading the transcript of ${id}…`);
+      hint.hidden = false;
+    }
     try {
       const res = await request(path('agents', id, 'transcript'), {
-        accept: 'application/x-ndjson', signal: transcriptController.signal,
+        accept: 'application/x-ndjson', signal: controller.signal,
       });
-      const lines = (await res.text()).split('\n').filter((l) => l.trim() !== '');
-      tbody.replaceChildren(...lines.map(eventRow));
-      setText(caption, `Transcript of ${id}: ${lines.length} ${lines.length === 1 ? 'line' : 'lines'}`);
+      const text = await res.text();
+      if (controller.signal.aborted || id !== selectedId) return;
+      if (transcript && transcript.id === id && text === transcript.text) return;
+      let events;
+      if (transcript && transcript.id === id && text.startsWith(transcript.text) && transcript.text.endsWith('\n')) {
+        events = parseTranscript(text.slice(transcript.text.length));
+      } else {
+        transcript = { id, text: '', denied: new Set(), hooks: hookCommands ?? new Map(), running: new Map(), count: 0 };
+        tbody.replaceChildren();
+        events = parseTranscript(text);
+      }
+      transcript.text = text;
+      transcript.count += events.length;
+      for (const ev of events) tbody.append(eventRow(ev, transcript));
+      const n = transcript.count;
+      setText(caption, `Transcript of ${id}: ${n} ${n === 1 ? 'line' : 'lines'}`);
       table.hidden = false;
       hint.hidden = true;
     } catch (err) {
-      if (isQuiet(err)) return;
+      if (isQuiet(err) || controller.signal.aborted) return;
       table.hidden = true;
+      transcript = null;
       setText(hint, `Could not load the transcript of ${id}: ${err.message}`);
+      hint.hidden = false;
     }
   }
 
   return {
-    show() {
-      load();
-      if (selectedId) loadTranscript(selectedId);
+    show(params = new URLSearchParams()) {
+      active = true;
+      hookCommands = null; // the hooks may have changed
+      const agent = params.get('agent');
+      if (agent && agent !== selectedId) {
+        transcript = null;
+        selectedId = agent;
+        lastAgents = ''; // re-render the tree with the selection
+        loadTranscript(agent);
+      }
+      poll();
     },
     hide() {
+      active = false;
+      clearTimeout(timer);
       transcriptController?.abort();
     },
   };
 }
 
-function eventRow(line) {
-  let ev;
-  try {
-    ev = JSON.parse(line);
-  } catch {
-    return h('tr', { class: 'bad' },
-      h('td', {}), h('td', {}), h('td', {}, badge('unreadable', 'bad')), h('td', {}, h('code', {}, clip(line))));
+// eventRow renders one transcript event. ctx.denied collects the call ids a
+// hook blocked, so the call's result row is marked blocked; ctx.hooks maps
+// hook names to their commands; ctx.running holds the rows of hooks that
+// started and have no result yet: a hook/result replaces its hook/invoked
+// row, so a finished hook reads as one line.
+function eventRow(ev, ctx) {
+  const { denied } = ctx;
+  const d0 = ev.data ?? {};
+  const hookKey = `${d0.callId}\u0000${d0.event}\u0000${d0.handler}`;
+  if (ev.type === 'hook/result') {
+    ctx.running.get(hookKey)?.remove();
+    ctx.running.delete(hookKey);
+  }
+  if (ev.unreadable !== undefined) {
+    return h('tr', { class: 'is-error', 'data-event-type': 'unreadable' },
+      cell('Seq', { class: 'num' }), cell('Time'), cell('Event', {}, badge('unreadable', 'bad')),
+      cell('Details', {}, h('code', { class: 'details' }, clip(ev.unreadable))));
   }
   if (ev.type === 'session') {
     const details = `${ev.origin ?? '?'} agent, depth ${ev.depth ?? '?'}, parent ${ev.parentId ?? 'none'}, cwd ${ev.cwd ?? '?'}`;
     return h('tr', { 'data-event-type': 'session' },
-      h('td', { class: 'num' }, '—'),
-      h('td', {}, timeElement(ev.createdAt)),
-      h('td', {}, badge('session', 'session')),
-      h('td', {}, h('code', { class: 'details' }, clip(details))));
+      cell('Seq', { class: 'num' }, '—'),
+      cell('Time', {}, timeElement(ev.createdAt)),
+      cell('Event', {}, badge('session', 'session')),
+      cell('Details', {}, h('code', { class: 'details' }, clip(details))));
   }
-  return h('tr', { 'data-event-type': ev.type },
-    h('td', { class: 'num' }, ev.seq ?? ''),
-    h('td', {}, timeElement(ev.time)),
-    h('td', {}, badge(ev.type ?? '?', 'event')),
-    h('td', {}, h('code', { class: 'details' }, clip(summarize(ev)))));
-}
-
-function summarize(ev) {
   const d = ev.data ?? {};
+  const classes = [];
+  const badges = [badge(ev.type ?? '?', 'event')];
+  let details;
   switch (ev.type) {
     case 'tool/call':
-      return `${d.name ?? ''} ${JSON.stringify(d.arguments ?? {})}${d.ignored?.length ? ` (ignored: ${d.ignored.join(', ')})` : ''}`;
-    case 'tool/result':
-      return `${d.isError ? 'error: ' : ''}${d.text ?? ''}`;
+      details = [callLine(d)];
+      break;
+    case 'tool/result': {
+      const blocked = denied.has(d.callId) || /^\[blocked by /.test(d.text ?? '');
+      if (blocked) {
+        classes.push('is-blocked');
+        badges.push(' ', badge('blocked', 'bad'));
+      } else if (d.isError) {
+        classes.push('is-error');
+        badges.push(' ', badge('error', 'bad'));
+      }
+      details = [
+        h('code', { class: 'details' }, clip(d.text ?? '')),
+        d.jobId || d.exitCode !== undefined ? h('span', { class: 'result-meta' },
+          d.jobId ? viewLink('jobs', { job: d.jobId }, `job ${d.jobId}`) : null,
+          d.jobId && d.exitCode !== undefined ? ' · ' : null,
+          d.exitCode !== undefined ? `exit ${d.exitCode}` : null) : null,
+        h('span', { class: 'muted call-id' }, `call ${d.callId ?? '?'}`),
+      ];
+      break;
+    }
+    case 'hook/invoked':
+      classes.push('is-hook');
+      details = [h('span', {}, `${d.event ?? '?'} · ${d.dialect ?? '?'} · running `, hookName(d, ctx.hooks)),
+        h('span', { class: 'muted call-id' }, `call ${d.callId ?? '?'}`)];
+      break;
+    case 'hook/result': {
+      classes.push('is-hook');
+      if (d.decision === 'deny') {
+        denied.add(d.callId);
+        classes.push('is-blocked');
+      }
+      badges.push(' ', hookBadge(d));
+      const more = hookDetails(d);
+      details = [h('span', {}, `${d.event ?? '?'} · ${d.dialect ?? '?'} · `, hookName(d, ctx.hooks)),
+        more ? h('span', { class: 'hook-details' }, clip(more)) : null,
+        h('span', { class: 'muted call-id' }, `call ${d.callId ?? '?'}`)];
+      break;
+    }
+    case 'session/resume':
+      details = [h('span', {}, 'The session was resumed.')];
+      break;
     default:
-      return JSON.stringify(d);
+      details = [h('code', { class: 'details' }, clip(JSON.stringify(d)))];
   }
+  const tr = h('tr', {
+    'data-event-type': ev.type, 'data-call-id': d.callId ?? null,
+    'data-dialect': ev.type?.startsWith('hook/') ? d.dialect : null, class: classes.join(' ') || null,
+  },
+    cell('Seq', { class: 'num' }, ev.seq ?? ''),
+    cell('Time', {}, timeElement(ev.time)),
+    cell('Event', { class: 'nowrap' }, badges),
+    cell('Details', { class: 'details-cell' }, details));
+  if (ev.type === 'hook/invoked') ctx.running.set(hookKey, tr);
+  return tr;
+}
+
+function callLine(d) {
+  const args = d.arguments ?? {};
+  const ignored = d.ignored?.length ? h('span', { class: 'muted' }, ` (ignored: ${d.ignored.join(', ')})`) : null;
+  const call = h('span', { class: 'muted call-id' }, `call ${d.callId ?? '?'}`);
+  if (d.name === 'bash' && typeof args.command === 'string') {
+    const rest = Object.fromEntries(Object.entries(args).filter(([k]) => k !== 'command'));
+    return [h('code', { class: 'details' }, clip(`bash $ ${args.command}`)),
+      Object.keys(rest).length ? h('code', { class: 'details muted' }, clip(JSON.stringify(rest))) : null, ignored, call];
+  }
+  return [h('code', { class: 'details' }, clip(`${d.name ?? '?'} ${JSON.stringify(args)}`)), ignored, call];
+}
+
+// The hook's command when it is still configured, else its name in the file.
+function hookName(d, hooks) {
+  const command = hooks.get(d.handler);
+  return h('code', { title: d.handler ?? null }, clip(command ?? d.handler ?? '?'));
+}
+
+function cell(label, props = {}, ...children) {
+  return h('td', { 'data-label': label, ...props }, ...children);
 }
 
 function clip(text) {

@@ -1,13 +1,16 @@
-// Entry point: token handling and hash routing between the three views.
+// Entry point: token handling and hash routing between the views.
 //
 // The fragment does two jobs. On first load the server's startup line gives
 // "#token=…"; the token moves to sessionStorage and leaves the address bar at
-// once. Afterwards the fragment is the route: #/declarations, #/jobs, #/agents.
+// once. Afterwards the fragment is the route: #/declarations, #/jobs,
+// #/agents, #/hooks, with optional parameters after "?" (#/jobs?job=ID,
+// #/jobs?agent=ID&state=running, #/agents?agent=ID) so views link to each other.
 
 import { clearToken, getToken, onUnauthorized, setToken } from './api.js';
 import { createAgentsView } from './agents.js';
 import { createDeclarationsView } from './declarations.js';
-import { setMessage } from './dom.js';
+import { setMessage, watchOverflow } from './dom.js';
+import { createHooksView } from './hooks.js';
 import { createJobsView } from './jobs.js';
 
 const DEFAULT_ROUTE = 'declarations';
@@ -16,7 +19,12 @@ const views = {
   declarations: createDeclarationsView(),
   jobs: createJobsView(),
   agents: createAgentsView(),
+  hooks: createHooksView(),
 };
+
+// A table box that scrolls sideways becomes a focusable, labelled region, so
+// keyboard users can scroll it too.
+for (const wrap of document.querySelectorAll('.table-wrap')) watchOverflow(wrap);
 
 const $ = (id) => document.getElementById(id);
 const tokenView = $('token-view');
@@ -45,8 +53,9 @@ function takeTokenFromFragment() {
 }
 
 function routeFromFragment() {
-  const match = /^#\/([a-z]+)/.exec(location.hash);
-  return match && match[1] in views ? match[1] : DEFAULT_ROUTE;
+  const match = /^#\/([a-z]+)(?:\?(.*))?$/.exec(location.hash);
+  if (!match || !(match[1] in views)) return { route: DEFAULT_ROUTE, params: new URLSearchParams() };
+  return { route: match[1], params: new URLSearchParams(match[2] ?? '') };
 }
 
 function render({ focus = false } = {}) {
@@ -57,19 +66,22 @@ function render({ focus = false } = {}) {
   tokenView.hidden = true;
   nav.hidden = false;
   forget.hidden = false;
-  const route = routeFromFragment();
+  const { route, params } = routeFromFragment();
   for (const link of nav.querySelectorAll('a[data-route]')) {
     if (link.dataset.route === route) link.setAttribute('aria-current', 'page');
     else link.removeAttribute('aria-current');
   }
-  if (route === current) return;
+  if (route === current) {
+    views[route].show(params);
+    return;
+  }
   if (current) views[current].hide();
   for (const section of document.querySelectorAll('section[data-view]')) {
     section.hidden = section.dataset.view !== route;
   }
   current = route;
   document.title = `${$(`${route}-heading`).textContent} · dshd diagnostics`;
-  views[route].show();
+  views[route].show(params);
   if (focus) $(`${route}-heading`).focus();
 }
 

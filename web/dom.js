@@ -79,3 +79,34 @@ export function formatDuration(ms, { coarse = false } = {}) {
   if (m < 60) return `${m}m ${Math.floor(s % 60)}s`;
   return `${Math.floor(m / 60)}h ${m % 60}m`;
 }
+
+/**
+ * Makes a scrolling box keyboard-reachable only while its content overflows:
+ * then it is a focusable region named by the caption of the table inside.
+ */
+export function watchOverflow(wrap) {
+  const update = () => {
+    const overflows = wrap.scrollWidth > wrap.clientWidth + 1;
+    if (overflows === wrap.hasAttribute('tabindex')) return;
+    if (overflows) {
+      const caption = wrap.querySelector('caption[id]');
+      wrap.setAttribute('tabindex', '0');
+      wrap.setAttribute('role', 'region');
+      if (caption) wrap.setAttribute('aria-labelledby', caption.id);
+    } else {
+      wrap.removeAttribute('tabindex');
+      wrap.removeAttribute('role');
+      wrap.removeAttribute('aria-labelledby');
+    }
+  };
+  const observer = new ResizeObserver(update);
+  observer.observe(wrap);
+  for (const child of wrap.children) observer.observe(child);
+  update();
+}
+
+/** A link to another view, e.g. viewLink('jobs', {job: id}, text). */
+export function viewLink(route, params, ...children) {
+  const query = new URLSearchParams(params).toString();
+  return h('a', { href: `#/${route}${query ? `?${query}` : ''}` }, ...children);
+}

@@ -70,3 +70,24 @@ func TestNoInlineHandlersOrHTMLInjection(t *testing.T) {
 		}
 	}
 }
+
+// TestNoTestToolsServed checks that the accessibility checker the browser
+// test injects (axe-core) is not part of what dshd serves.
+func TestNoTestToolsServed(t *testing.T) {
+	err := fs.WalkDir(FS(), ".", func(name string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		src, err := fs.ReadFile(FS(), name)
+		if err != nil {
+			return err
+		}
+		if strings.Contains(strings.ToLower(name), "axe") || strings.Contains(string(src), "axe-core") {
+			t.Errorf("the UI serves %s, which holds axe-core", name)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

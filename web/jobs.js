@@ -1,11 +1,16 @@
-// Jobs view: polls GET /jobs while visible, streams the selected job's output
-// over SSE, and cancels running jobs with DELETE /jobs/{id}.
+// Jobs view: polls GET /jobs (filtered by agent and state) while visible,
+// streams the selected job's output over SSE, and cancels running jobs with
+// DELETE /jobs/{id}. The filters and the selected job live in the route
+// (#/jobs?agent=ID&state=running&job=ID), so other views link here.
 
 import { isQuiet, path, request, requestJSON } from './api.js';
-import { badge, formatDuration, h, setMessage, setText, timeElement } from './dom.js';
+import { badge, formatDuration, h, setMessage, setText, timeElement, viewLink } from './dom.js';
 import { readEvents } from './sse.js';
 
 const POLL_MS = 1000;
+// The agent filter's choices come from GET /agents, refreshed every this many polls.
+const AGENTS_EVERY = 5;
+const STATES = ['running', 'exited', 'timed_out', 'cancelled'];
 const RETRY_MS = 1000;
 // The output pane is for reading, not archiving: past this many characters it
 // stops appending and says so. The whole stream stays on the output route.
@@ -24,6 +29,21 @@ export function createJobsView() {
   const outputHeading = $('job-output-heading');
   const envBody = $('job-env-body');
   const envCaption = $('job-env-caption');
+  const agentFilter = $('jobs-agent');
+  const stateFilter = $('jobs-state');
+
+  // A filter change becomes a new route; the hashchange shows it.
+  const navigate = () => {
+    const params = new URLSearchParams();
+    if (agentFilter.value) params.set('agent', agentFilter.value);
+    if (stateFilter.value) params.set('state', stateFilter.value);
+    if (selected) params.set('job', selected.id);
+    const query = params.toString();
+    location.hash = `#/jobs${query ? `?${query}` : ''}`;
+  };
+  agentFilter.addEventListener('change', navigate);
+  stateFilter.addEventListener('change', navigate);
+  $('jobs-filters').addEventListener('submit', (event) => event.preventDefault());
 
   const rows = new Map(); // job id → {tr, cells, job}
   let active = false;
@@ -31,6 +51,8 @@ export function createJobsView() {
   let inflight = false;
   let again = false;
   let selected = null; // {id, controller}
+  let polls = 0;
+  let filterKey = '';
 
   document.addEventListener('visibilitychange', () => {
     if (active && !document.hidden) poll();
@@ -47,8 +69,16 @@ export function createJobsView() {
     if (!active || document.hidden) return;
     inflight = true;
     try {
-      const jobs = await requestJSON('/jobs');
-      if (active) {
+      const query = new URLSearchParams();
+      if (agentFilter.value) query.set('agentId', agentFilter.value);
+      if (stateFilter.value) query.set('state', stateFilter.value);
+      const key = query.toString();
+      const [jobs, agents] = await Promise.all([
+        requestJSON(`/jobs${key ? `?${key}` : ''}`),
+        polls++ % AGENTS_EVERY === 0 ? requestJSON('/agents') : null,
+      ]);
+      if (agents) renderAgentChoices(Array.isArray(agents) ? agents : []);
+      if (active && key === filterKey) {
         render(Array.isArray(jobs) ? jobs : []);
         setMessage(error, '');
         setText(updated, `Updated ${new Date().toLocaleTimeString()}`);
@@ -65,6 +95,46 @@ export function createJobsView() {
       poll();
     } else {
       timer = setTimeout(poll, POLL_MS);
+    }
+  }
+
+  function renderAgentChoices(agents) {
+    const ids = agents.map((a) => a.id).sort().reverse();
+    const current = agentFilter.value;
+    if (current && !ids.includes(current)) ids.unshift(current);
+    const have = [...agentFilter.options].slice(1).map((o) => o.value);
+    if (have.join() === ids.join()) return;
+    agentFilter.replaceChildren(h('option', { value: '' }, 'Any agent'), ...ids.map((id) => h('option', { value: id }, id)));
+    agentFilter.value = current;
+  }
+
+  // Applies the route's parameters: filters, and the job to show.
+  function applyParams(params) {
+    const agent = params.get('agent') ?? '';
+    const state = STATES.includes(params.get('state')) ? params.get('state') : '';
+    if (agent && ![...agentFilter.options].some((o) => o.value === agent)) {
+      agentFilter.append(h('option', { value: agent }, agent));
+    }
+    agentFilter.value = agent;
+    stateFilter.value = state;
+    const key = new URLSearchParams([...(agent ? [['agentId', agent]] : []), ...(state ? [['state', state]] : [])]).toString();
+    if (key !== filterKey) {
+      filterKey = key;
+      // Rows of the old filter go at once, not a poll later.
+      for (const entry of rows.values()) entry.tr.remove();
+      rows.clear();
+      body.replaceChildren();
+    }
+    const job = params.get('job');
+    if (job && job !== selected?.id) openJob(job);
+  }
+
+  async function openJob(id) {
+    try {
+      selectJob(await requestJSON(path('jobs', id)));
+    } catch (err) {
+      if (isQuiet(err)) return;
+      setMessage(error, `Could not show job ${id}: ${err.message}`);
     }
   }
 
@@ -92,12 +162,14 @@ export function createJobsView() {
     }
     const placeholder = body.querySelector('.placeholder');
     if (jobs.length === 0 && !placeholder) {
-      body.append(h('tr', { class: 'placeholder' }, h('td', { colspan: 7, class: 'empty' }, 'No jobs yet.')));
+      const text = filterKey ? 'No job matches the filters.' : 'No jobs yet.';
+      body.append(h('tr', { class: 'placeholder' }, h('td', { colspan: 7, class: 'empty' }, text)));
     } else if (jobs.length > 0 && placeholder) {
       placeholder.remove();
     }
     const running = jobs.filter((j) => j.state === 'running').length;
-    setText(caption, `Jobs, newest first: ${jobs.length} (${running} running)`);
+    const filters = [agentFilter.value && `agent ${agentFilter.value}`, stateFilter.value && `state ${stateFilter.value}`].filter(Boolean);
+    setText(caption, `Jobs${filters.length ? ` of ${filters.join(', ')}` : ''}, newest first: ${jobs.length} (${running} running)`);
   }
 
   function createRow(job) {
@@ -112,17 +184,17 @@ export function createJobsView() {
       onclick: () => cancelJob(job.id),
     }, 'Cancel');
     const cells = {
-      agent: h('td', {}),
-      state: h('td', { class: 'nowrap', 'data-testid': `job-state-${job.id}` }),
-      exit: h('td', { class: 'num' }),
-      duration: h('td', { class: 'num' }),
-      started: h('td', {}, timeElement(job.startedAt ?? job.createdAt)),
-      actions: h('td', {}),
+      agent: h('td', { 'data-label': 'Agent', class: 'agent-cell' }),
+      state: h('td', { class: 'nowrap state-cell', 'data-testid': `job-state-${job.id}`, 'data-label': 'State' }),
+      exit: h('td', { class: 'num exit-cell', 'data-testid': `job-exit-${job.id}`, 'data-label': 'Exit' }),
+      duration: h('td', { class: 'num', 'data-label': 'Duration' }),
+      started: h('td', { 'data-label': 'Started' }, timeElement(job.startedAt ?? job.createdAt)),
+      actions: h('td', { class: 'actions-cell' }),
       select,
       cancel,
     };
     const tr = h('tr', { 'data-job-id': job.id, 'data-testid': 'job-row' },
-      h('th', { scope: 'row' }, select),
+      h('th', { scope: 'row', class: 'command-cell' }, select),
       cells.agent, cells.state, cells.exit, cells.duration, cells.started, cells.actions);
     return { tr, cells, job };
   }
@@ -132,14 +204,16 @@ export function createJobsView() {
     const previous = entry.job;
     entry.job = job;
     if (!cells.agent.firstChild || previous.agentId !== job.agentId) {
-      cells.agent.replaceChildren(job.agentId ? h('code', { class: 'id' }, job.agentId) : h('span', { class: 'muted' }, 'none'));
+      cells.agent.replaceChildren(job.agentId
+        ? viewLink('agents', { agent: job.agentId }, h('code', { class: 'id' }, job.agentId))
+        : h('span', { class: 'muted' }, 'none'));
     }
     if (cells.state.dataset.state !== job.state) {
       cells.state.dataset.state = job.state;
       cells.state.replaceChildren(badge(job.state));
       if (job.background) cells.state.append(' ', h('span', { class: 'muted', title: 'background job' }, 'bg'));
     }
-    setText(cells.exit, exitText(job));
+    setText(cells.exit, exitText(job) || (job.state === 'running' ? '…' : ''));
     cells.exit.classList.toggle('bad', job.state !== 'running' && job.exitCode !== 0);
     setText(cells.duration, formatDuration(durationOf(job)));
     const running = job.state === 'running';
@@ -193,7 +267,7 @@ export function createJobsView() {
       ? [h('tr', {}, h('td', { colspan: 2, class: 'empty' }, 'No managed keys.'))]
       : entries.map(([key, value]) => h('tr', { 'data-key': key },
         h('th', { scope: 'row' }, h('code', {}, key)),
-        h('td', {}, h('code', {}, value))))));
+        h('td', { 'data-label': 'Value' }, h('code', {}, value))))));
     setText(envCaption, `The managed snapshot job ${job.id} received: ${entries.length} ${entries.length === 1 ? 'key' : 'keys'}`);
   }
 
@@ -259,8 +333,10 @@ export function createJobsView() {
   }
 
   return {
-    show() {
+    show(params = new URLSearchParams()) {
       active = true;
+      polls = 0;
+      applyParams(params);
       poll();
     },
     hide() {
