@@ -34,6 +34,7 @@ type config struct {
 		GraceMs               int   `yaml:"graceMs"`
 		CaptureBytes          int   `yaml:"captureBytes"`
 		SpoolMaxBytes         int64 `yaml:"spoolMaxBytes"`
+		SpoolTotalBytes       int64 `yaml:"spoolTotalBytes"`
 		MaxRunning            int   `yaml:"maxRunning"`
 		MaxBackgroundPerAgent int   `yaml:"maxBackgroundPerAgent"`
 		RetentionSeconds      int   `yaml:"retentionSeconds"`
@@ -94,7 +95,7 @@ func (c *config) validate() error {
 	}{
 		{"jobs.defaultTimeoutMs", int64(c.Jobs.DefaultTimeoutMs)}, {"jobs.maxTimeoutMs", int64(c.Jobs.MaxTimeoutMs)},
 		{"jobs.graceMs", int64(c.Jobs.GraceMs)}, {"jobs.captureBytes", int64(c.Jobs.CaptureBytes)},
-		{"jobs.spoolMaxBytes", c.Jobs.SpoolMaxBytes}, {"jobs.maxRunning", int64(c.Jobs.MaxRunning)},
+		{"jobs.spoolMaxBytes", c.Jobs.SpoolMaxBytes}, {"jobs.spoolTotalBytes", c.Jobs.SpoolTotalBytes}, {"jobs.maxRunning", int64(c.Jobs.MaxRunning)},
 		{"jobs.maxBackgroundPerAgent", int64(c.Jobs.MaxBackgroundPerAgent)}, {"jobs.retentionSeconds", int64(c.Jobs.RetentionSeconds)},
 		{"jobs.retainMax", int64(c.Jobs.RetainMax)}, {"agents.maxDepth", int64(c.Agents.MaxDepth)},
 		{"webhooks.timeoutMs", int64(c.Webhooks.TimeoutMs)}, {"http.maxBodyBytes", c.HTTP.MaxBodyBytes},

@@ -224,6 +224,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Re
 		Grace:                 ms(cfg.Jobs.GraceMs),
 		CaptureBytes:          cfg.Jobs.CaptureBytes,
 		SpoolMaxBytes:         cfg.Jobs.SpoolMaxBytes,
+		SpoolTotalBytes:       cfg.Jobs.SpoolTotalBytes,
 		MaxRunning:            cfg.Jobs.MaxRunning,
 		MaxBackgroundPerAgent: cfg.Jobs.MaxBackgroundPerAgent,
 		Retention:             time.Duration(cfg.Jobs.RetentionSeconds) * time.Second,

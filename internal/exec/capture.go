@@ -2,6 +2,7 @@ package exec
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -40,7 +41,14 @@ type capture struct {
 	spool   *os.File
 	spooled int64
 	dropped int64
+	reason  string // why bytes were first dropped (a DropReason); under the job lock
 	broken  bool   // spool write failed; later bytes are dropped
+
+	// reserve asks the executor's total spool budget for up to n bytes and
+	// returns the grant; release gives back what was granted but not
+	// written. Both are nil when spooling has no budget (tests).
+	reserve func(n int64) int64
+	release func(n int64)
 	eof     bool   // stream drained and closed
 	text    string // final Text, once eof
 	textSet bool
@@ -66,33 +74,81 @@ func (c *capture) appendMem(b []byte) {
 	c.total += int64(len(b))
 }
 
-// spoolWrite writes b to the spool within spoolMax, outside the job lock.
-// It returns how many bytes were spooled; the rest must be counted as
-// dropped. The first call creates the file.
-func (c *capture) spoolWrite(b []byte, spooled int64) (int, error) {
-	if c.broken || c.dir == "" {
-		return 0, nil
+// Reasons for dropped output, reported in Output.DropReason.
+const (
+	// DropNoSpool: spooling is disabled (no home).
+	DropNoSpool = "no_spool"
+	// DropSpoolLimit: the stream reached Options.SpoolMaxBytes.
+	DropSpoolLimit = "spool_limit"
+	// DropSpoolBudget: the spools of all jobs reached
+	// Options.SpoolTotalBytes, with no finished job left to evict.
+	DropSpoolBudget = "spool_budget"
+	// DropDiskFull: the file system had no room (ENOSPC or EDQUOT).
+	DropDiskFull = "disk_full"
+	// DropSpoolError: another I/O error on the spool file.
+	DropSpoolError = "spool_error"
+)
+
+// spoolWrite writes b to the spool within spoolMax and the total budget,
+// outside the job lock. It returns how many bytes were spooled and, when
+// that is fewer than len(b), why (a Drop* reason); the rest must be counted
+// as dropped. The first call creates the file. Bytes a failed write did
+// not store are given back to the budget, and what was stored before the
+// failure stays readable: the spool only ever holds whole, correct bytes.
+func (c *capture) spoolWrite(b []byte, spooled int64) (int, string, error) {
+	if c.dir == "" {
+		return 0, DropNoSpool, nil
 	}
+	if c.broken {
+		return 0, "", nil // the reason was given when it broke
+	}
+	reason := ""
 	if room := c.spoolMax - spooled; int64(len(b)) > room {
+		reason = DropSpoolLimit
 		if room <= 0 {
-			return 0, nil
+			return 0, reason, nil
 		}
 		b = b[:room]
+	}
+	if c.reserve != nil {
+		granted := c.reserve(int64(len(b)))
+		if granted < int64(len(b)) {
+			reason = DropSpoolBudget
+			b = b[:granted]
+		}
+		if len(b) == 0 {
+			return 0, reason, nil
+		}
+	}
+	unreserve := func(written int) {
+		if c.release != nil && written < len(b) {
+			c.release(int64(len(b) - written))
+		}
 	}
 	if c.spool == nil {
 		f, err := os.OpenFile(filepath.Join(c.dir, c.id+c.suffix), os.O_RDWR|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
 		if err != nil {
 			c.broken = true
-			return 0, fmt.Errorf("create spool: %w", err)
+			unreserve(0)
+			return 0, ioReason(err), fmt.Errorf("create spool: %w", err)
 		}
 		c.spool = f
 	}
 	n, err := c.spool.Write(b)
 	if err != nil {
 		c.broken = true
-		return n, fmt.Errorf("write spool: %w", err)
+		unreserve(n)
+		return n, ioReason(err), fmt.Errorf("write spool: %w", err)
 	}
-	return n, nil
+	return n, reason, nil
+}
+
+// ioReason classifies a spool I/O error.
+func ioReason(err error) string {
+	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
+		return DropDiskFull
+	}
+	return DropSpoolError
 }
 
 // spill switches to spill mode with b as the first bytes past memory.
@@ -140,6 +196,9 @@ func (c *capture) pushRing(b []byte) {
 // Once the stream is at EOF the text is computed once and reused.
 func (c *capture) output() Output {
 	o := Output{TotalBytes: c.total, Truncated: c.spilled, Dropped: c.dropped}
+	if c.dropped > 0 {
+		o.DropReason = c.reason
+	}
 	if c.textSet {
 		o.Text = c.text
 		return o

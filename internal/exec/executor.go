@@ -26,6 +26,7 @@ const (
 	DefaultGrace                 = 3 * time.Second
 	DefaultCaptureBytes          = 64 << 10
 	DefaultSpoolMaxBytes         = 64 << 20
+	DefaultSpoolTotalBytes       = 1 << 30
 	DefaultMaxRunning            = 256
 	DefaultMaxBackgroundPerAgent = 10
 	DefaultRetention             = 15 * time.Minute
@@ -67,6 +68,11 @@ type Options struct {
 	CaptureBytes int
 	// SpoolMaxBytes is the most spooled per stream; later bytes are dropped.
 	SpoolMaxBytes int64
+	// SpoolTotalBytes bounds the spools of all recorded jobs together. A
+	// stream that needs more room first evicts finished jobs, oldest first
+	// (they are forgotten as if retention had ended); when only running
+	// jobs hold spool bytes, its later bytes are dropped (DropSpoolBudget).
+	SpoolTotalBytes int64
 	// MaxRunning caps running jobs, foreground and background.
 	MaxRunning int
 	// MaxBackgroundPerAgent caps running background jobs of one agent.
@@ -104,6 +110,7 @@ type Executor struct {
 	running   int
 	bgRunning map[string]int
 	finished  []finishedJob
+	spoolUsed int64              // bytes granted to spools of recorded jobs (Options.SpoolTotalBytes)
 	live      map[*proc]struct{} // spawning or running processes, jobs and hooks alike
 	lingering map[*proc]struct{} // finished, but processes outlived their leader
 
@@ -141,6 +148,7 @@ func New(opts Options) (*Executor, error) {
 	if err != nil {
 		return nil, err
 	}
+	m.spoolBudget.Set(float64(opts.SpoolTotalBytes))
 	e := &Executor{
 		log:         log,
 		opts:        opts,
@@ -216,6 +224,9 @@ func normalize(o *Options) error {
 	}
 	if o.SpoolMaxBytes <= 0 {
 		o.SpoolMaxBytes = DefaultSpoolMaxBytes
+	}
+	if o.SpoolTotalBytes <= 0 {
+		o.SpoolTotalBytes = DefaultSpoolTotalBytes
 	}
 	if o.MaxRunning <= 0 {
 		o.MaxRunning = DefaultMaxRunning
@@ -384,6 +395,10 @@ func (e *Executor) Start(ctx context.Context, s Spec) (*Job, error) {
 
 	j.stdout.init(e.opts.CaptureBytes, e.opts.SpoolMaxBytes, e.jobsDir, j.id, ".stdout")
 	j.stderr.init(e.opts.CaptureBytes, e.opts.SpoolMaxBytes, e.jobsDir, j.id, ".stderr")
+	reserve := func(n int64) int64 { return e.reserveSpool(j, n) }
+	release := func(n int64) { e.releaseSpool(j, n) }
+	j.stdout.reserve, j.stdout.release = reserve, release
+	j.stderr.reserve, j.stderr.release = reserve, release
 	if timeout > 0 {
 		// Armed before the spawn so that finish can read j.timer without a
 		// race; a timeout firing before the spawn completes kills right after.
@@ -588,13 +603,71 @@ func (e *Executor) pruneLocked(now time.Time) []*Job {
 		}
 		e.finished[0] = finishedJob{}
 		e.finished = e.finished[1:]
-		delete(e.jobs, f.job.id)
-		if f.job.idemKey != "" && e.idem[f.job.idemKey] == f.job {
-			delete(e.idem, f.job.idemKey)
-		}
+		e.forgetLocked(f.job)
 		removed = append(removed, f.job)
 	}
 	return removed
+}
+
+// forgetLocked drops a finished job from the table and gives its spool
+// bytes back to the budget; the caller removes its files (removeJobs).
+func (e *Executor) forgetLocked(j *Job) {
+	delete(e.jobs, j.id)
+	if j.idemKey != "" && e.idem[j.idemKey] == j {
+		delete(e.idem, j.idemKey)
+	}
+	e.spoolUsed -= j.spoolBytes
+	j.spoolBytes = 0
+	e.m.spoolUsed.Set(float64(e.spoolUsed))
+}
+
+// reserveSpool grants j up to n bytes of the total spool budget. When the
+// budget lacks room it evicts finished jobs holding spool bytes, oldest
+// first, until it has room or none is left; it may grant less than n.
+func (e *Executor) reserveSpool(j *Job, n int64) int64 {
+	var evicted []*Job
+	e.mu.Lock()
+	if room := e.opts.SpoolTotalBytes - e.spoolUsed; room < n {
+		evicted = e.evictLocked(n - room)
+	}
+	granted := min(n, max(e.opts.SpoolTotalBytes-e.spoolUsed, 0))
+	e.spoolUsed += granted
+	j.spoolBytes += granted
+	e.m.spoolUsed.Set(float64(e.spoolUsed))
+	e.mu.Unlock()
+	if len(evicted) > 0 {
+		e.m.spoolEvicted.Add(float64(len(evicted)))
+		e.log.Info("spool budget: evicted finished jobs", "count", len(evicted), "for_job", j.id)
+		e.removeJobs(evicted)
+	}
+	return granted
+}
+
+// releaseSpool gives back bytes granted to j but never written.
+func (e *Executor) releaseSpool(j *Job, n int64) {
+	e.mu.Lock()
+	e.spoolUsed -= n
+	j.spoolBytes -= n
+	e.m.spoolUsed.Set(float64(e.spoolUsed))
+	e.mu.Unlock()
+}
+
+// evictLocked forgets finished jobs that hold spool bytes, oldest first,
+// until need bytes are free or none is left, and returns them for
+// removeJobs.
+func (e *Executor) evictLocked(need int64) []*Job {
+	var evicted []*Job
+	var freed int64
+	e.finished = slices.DeleteFunc(e.finished, func(f finishedJob) bool {
+		if freed >= need || f.job.spoolBytes == 0 {
+			return false
+		}
+		freed += f.job.spoolBytes
+		e.forgetLocked(f.job)
+		evicted = append(evicted, f.job)
+		return true
+	})
+	return evicted
 }
 
 func (e *Executor) removeJobs(js []*Job) {

@@ -702,6 +702,9 @@ func TestMetrics(t *testing.T) {
 		`dshd_jobs_running`:                           0,
 		`dshd_jobs_started_total`:                     2,
 		`dshd_exec_spawn_seconds_count`:               2,
+		`dshd_spool_budget_bytes`:                     DefaultSpoolTotalBytes,
+		`dshd_spool_bytes`:                            0,
+		`dshd_spool_evicted_jobs_total`:               0,
 	}
 	if diff := cmp.Diff(want, gather(t, reg)); diff != "" {
 		t.Errorf("metrics (-want +got):\n%s", diff)

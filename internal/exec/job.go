@@ -51,8 +51,13 @@ type Output struct {
 	// Truncated is true when Text is not the whole stream.
 	Truncated bool
 	// Dropped counts bytes that are not readable through ReadOutput because
-	// the spool reached Options.SpoolMaxBytes (or could not be written).
+	// the stream's spool reached Options.SpoolMaxBytes, the spools of all
+	// jobs reached Options.SpoolTotalBytes, or the spool could not be
+	// written (a full disk).
 	Dropped int64
+	// DropReason says why the first dropped bytes were dropped (one of the
+	// Drop* constants); "" when Dropped is 0.
+	DropReason string
 }
 
 // Snapshot is a point-in-time copy of a job. Managed must not be modified.
@@ -91,6 +96,7 @@ type Job struct {
 	idemKey    string
 	createdAt  time.Time
 	timer      *time.Timer
+	spoolBytes int64         // granted from the executor's spool budget; under e.mu
 	started    chan struct{} // only for idempotent starts: closed after the spawn attempt
 	existing   *Job          // set by register on an idempotency hit
 
@@ -263,27 +269,38 @@ func (j *Job) sink(c *capture, name string) func([]byte) {
 		// position, mem and spooled (see capture).
 		spooled := c.spooled
 		first := !c.spilled
-		var err error
-		var n int
+		var (
+			err    error
+			n      int
+			reason string
+		)
 		if first {
-			n, err = c.spoolWrite(c.mem, spooled)
+			n, reason, err = c.spoolWrite(c.mem, spooled)
 			spooled += int64(n)
 		}
 		if err == nil && spooled == c.total {
-			n, err = c.spoolWrite(b, spooled)
+			n, reason, err = c.spoolWrite(b, spooled)
 			spooled += int64(n)
 		}
 		if err != nil {
-			j.e.log.Warn("output spool failed; further output is dropped", "job_id", j.id, "stream", name, "err", err)
+			j.e.log.Warn("output spool failed; further output is dropped", "job_id", j.id, "stream", name, "reason", reason, "err", err)
 		}
 		j.mu.Lock()
+		before := c.dropped
 		if first {
 			c.spill(b, spooled)
 		} else {
 			c.appendSpilled(b, spooled)
 		}
+		if c.reason == "" && c.dropped > 0 {
+			c.reason = reason
+		}
+		lost, why := c.dropped-before, c.reason
 		j.notifyLocked()
 		j.mu.Unlock()
+		if lost > 0 {
+			j.e.m.droppedBytes(why, lost)
+		}
 	}
 }
 

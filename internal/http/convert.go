@@ -173,7 +173,11 @@ func fromAPIExecRequest(in api.ExecRequest, idempotencyKey *string) tools.ExecRe
 }
 
 func toAPIOutput(o exec.Output) api.Output {
-	return api.Output{Text: o.Text, TotalBytes: o.TotalBytes, Truncated: o.Truncated, DroppedBytes: optional(o.Dropped)}
+	out := api.Output{Text: o.Text, TotalBytes: o.TotalBytes, Truncated: o.Truncated, DroppedBytes: optional(o.Dropped)}
+	if o.Dropped > 0 && o.DropReason != "" {
+		out.DroppedReason = ptr(api.OutputDroppedReason(o.DropReason))
+	}
+	return out
 }
 
 func toAPIJob(s exec.Snapshot) api.Job {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"syscall"
 
 	"github.com/dshd/dshd/internal/agents"
 	"github.com/dshd/dshd/internal/exec"
@@ -50,6 +51,8 @@ var errorCodes = []struct {
 	{tools.ErrInvalidArguments, http.StatusUnprocessableEntity, "invalid_arguments", "Invalid tool arguments"},
 	{tools.ErrUnknownFormat, http.StatusBadRequest, "invalid_format", "Unknown tool format"},
 	{mcp.ErrAgentConflict, http.StatusBadRequest, "bad_request", "Bad request"},
+	{syscall.ENOSPC, http.StatusInsufficientStorage, "insufficient_storage", "Not enough disk space"},
+	{syscall.EDQUOT, http.StatusInsufficientStorage, "insufficient_storage", "Not enough disk space"},
 	{errBadRequest, http.StatusBadRequest, "bad_request", "Bad request"},
 	{errBodyTimeout, http.StatusRequestTimeout, "body_timeout", "Request body not received in time"},
 	{errHostNotAllowed, http.StatusMisdirectedRequest, "host_not_allowed", "Host not served here"},

@@ -3,9 +3,11 @@ package httpapi
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -33,6 +35,7 @@ func TestProblemGolden(t *testing.T) {
 		{"too_many_jobs", fmt.Errorf("start: %w", &exec.TooManyJobsError{Limit: "agent", Max: 10, RetryAfter: 2 * time.Second})},
 		{"agent_not_found", fmt.Errorf("get agt_x: %w", agents.ErrNotFound)},
 		{"internal", errors.New("open /secret/path: permission denied")},
+		{"insufficient_storage", fmt.Errorf("append to agt_x: %w", &fs.PathError{Op: "write", Path: "/secret/sessions/agt_x.jsonl", Err: syscall.ENOSPC})},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

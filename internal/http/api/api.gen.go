@@ -164,6 +164,33 @@ func (e JobState) Valid() bool {
 	}
 }
 
+// Defines values for OutputDroppedReason.
+const (
+	DiskFull    OutputDroppedReason = "disk_full"
+	NoSpool     OutputDroppedReason = "no_spool"
+	SpoolBudget OutputDroppedReason = "spool_budget"
+	SpoolError  OutputDroppedReason = "spool_error"
+	SpoolLimit  OutputDroppedReason = "spool_limit"
+)
+
+// Valid indicates whether the value is a known member of the OutputDroppedReason enum.
+func (e OutputDroppedReason) Valid() bool {
+	switch e {
+	case DiskFull:
+		return true
+	case NoSpool:
+		return true
+	case SpoolBudget:
+		return true
+	case SpoolError:
+		return true
+	case SpoolLimit:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for GetJobOutputParamsStream.
 const (
 	Stderr GetJobOutputParamsStream = "stderr"
@@ -424,14 +451,31 @@ type KeySpec struct {
 
 // Output defines model for Output.
 type Output struct {
-	// DroppedBytes Bytes beyond the spool cap, which were lost.
+	// DroppedBytes Bytes that were not kept and cannot be read from the output route: beyond the
+	// stream's spool cap (`jobs.spoolMaxBytes`), beyond the spools' total budget
+	// (`jobs.spoolTotalBytes`) while only running jobs held it, or not written
+	// because the disk was full.
 	DroppedBytes *int64 `json:"droppedBytes,omitempty"`
+
+	// DroppedReason Why the first dropped bytes were dropped; present when `droppedBytes` is.
+	// `spool_limit`: the stream reached `jobs.spoolMaxBytes`. `spool_budget`: the
+	// spools of all jobs reached `jobs.spoolTotalBytes` and no finished job was left
+	// to evict. `disk_full`: the file system had no room (ENOSPC). `spool_error`:
+	// another write error. `no_spool`: spooling is off.
+	DroppedReason *OutputDroppedReason `json:"droppedReason,omitempty"`
 
 	// Text Head and tail of the stream, with an elision marker when truncated.
 	Text       string `json:"text"`
 	TotalBytes int64  `json:"totalBytes"`
 	Truncated  bool   `json:"truncated"`
 }
+
+// OutputDroppedReason Why the first dropped bytes were dropped; present when `droppedBytes` is.
+// `spool_limit`: the stream reached `jobs.spoolMaxBytes`. `spool_budget`: the
+// spools of all jobs reached `jobs.spoolTotalBytes` and no finished job was left
+// to evict. `disk_full`: the file system had no room (ENOSPC). `spool_error`:
+// another write error. `no_spool`: spooling is off.
+type OutputDroppedReason string
 
 // Plugin defines model for Plugin.
 type Plugin struct {
