@@ -2,14 +2,23 @@
 # prints the performance figures beside their baselines.
 GO ?= go
 
-.PHONY: test check generate generate-check vet fmt-check unit bench run deps
+.PHONY: test check generate generate-check vet fmt-check unit bench run deps lint-contract
 
-test: deps generate-check fmt-check vet unit
+test: deps generate-check fmt-check vet lint-contract unit
+
+# npm packages are pinned by each directory's package-lock.json.
+NODE_DIRS = api/lint
 
 deps:
 	$(GO) mod download
 	./scripts/ensure-chromium.sh
 	./scripts/ensure-npm-deps.sh
+	./scripts/ensure-node-deps.sh $(NODE_DIRS)
+
+# The contract passes Spectral's spectral:oas with no finding at all and
+# Redocly's recommended ruleset with no error and no warning.
+lint-contract:
+	cd api/lint && node lint.mjs
 
 generate:
 	$(GO) generate ./...

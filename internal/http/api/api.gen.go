@@ -577,6 +577,39 @@ type ToolResult struct {
 	Text           string    `json:"text"`
 }
 
+// R400 defines model for R400.
+type R400 = Problem
+
+// R401 defines model for R401.
+type R401 = Problem
+
+// R404 defines model for R404.
+type R404 = Problem
+
+// R408 defines model for R408.
+type R408 = Problem
+
+// R409 defines model for R409.
+type R409 = Problem
+
+// R413 defines model for R413.
+type R413 = Problem
+
+// R421 defines model for R421.
+type R421 = Problem
+
+// R422 defines model for R422.
+type R422 = Problem
+
+// R429 defines model for R429.
+type R429 = Problem
+
+// R502 defines model for R502.
+type R502 = Problem
+
+// R503 defines model for R503.
+type R503 = Problem
+
 // ExecParams defines parameters for Exec.
 type ExecParams struct {
 	IdempotencyKey *string `json:"Idempotency-Key,omitempty"`
@@ -638,13 +671,13 @@ type RenewPluginJSONRequestBody = RenewInput
 
 // ServerInterface represents all server handlers.
 type ServerInterface interface {
-
+	// ListAgents Every agent.
 	// (GET /agents)
 	ListAgents(w http.ResponseWriter, r *http.Request)
 	// CreateAgent Create a root agent; its header is on disk before the response.
 	// (POST /agents)
 	CreateAgent(w http.ResponseWriter, r *http.Request)
-
+	// GetAgent One agent's header.
 	// (GET /agents/{id})
 	GetAgent(w http.ResponseWriter, r *http.Request, id string)
 	// ForkAgent New agent with a copy of the transcript, up to boundary seq when given.
@@ -659,7 +692,7 @@ type ServerInterface interface {
 	// CallTool Run one model tool call and return what the model should see.
 	// (POST /agents/{id}/tools/{name})
 	CallTool(w http.ResponseWriter, r *http.Request, id string, name string)
-
+	// GetTranscript The agent's transcript.
 	// (GET /agents/{id}/transcript)
 	GetTranscript(w http.ResponseWriter, r *http.Request, id string)
 	// ListContributors Declarations grouped by contributor, sorted by name.
@@ -671,7 +704,7 @@ type ServerInterface interface {
 	// DeleteContributor Dispose one contributor; later executions no longer get its keys.
 	// (DELETE /contributors/{name})
 	DeleteContributor(w http.ResponseWriter, r *http.Request, name string)
-
+	// GetContributor One contributor, with its declared keys and resolver.
 	// (GET /contributors/{name})
 	GetContributor(w http.ResponseWriter, r *http.Request, name string)
 	// ListDeclarations Every declared managed key, built-ins included, sorted by key. Runs no resolver.
@@ -686,19 +719,19 @@ type ServerInterface interface {
 	// ListHooks Configured hooks, by dialect and event, in the order they run.
 	// (GET /hooks)
 	ListHooks(w http.ResponseWriter, r *http.Request)
-
+	// ListJobs Jobs, optionally of one agent or in one state.
 	// (GET /jobs)
 	ListJobs(w http.ResponseWriter, r *http.Request, params ListJobsParams)
 	// CancelJob Cancel; SIGTERM the process group, SIGKILL after the grace period.
 	// (DELETE /jobs/{id})
 	CancelJob(w http.ResponseWriter, r *http.Request, id string)
-
+	// GetJob One job, optionally waiting for it to finish.
 	// (GET /jobs/{id})
 	GetJob(w http.ResponseWriter, r *http.Request, id string, params GetJobParams)
 	// GetJobOutput The job's output, as an SSE stream or as raw bytes of one stream.
 	// (GET /jobs/{id}/output)
 	GetJobOutput(w http.ResponseWriter, r *http.Request, id string, params GetJobOutputParams)
-
+	// ListPlugins Open plugins.
 	// (GET /plugins)
 	ListPlugins(w http.ResponseWriter, r *http.Request)
 	// OpenPlugin Open an owner scope; disposing it removes all its contributors.
@@ -707,7 +740,7 @@ type ServerInterface interface {
 	// ClosePlugin Dispose the scope and all its contributors.
 	// (DELETE /plugins/{id})
 	ClosePlugin(w http.ResponseWriter, r *http.Request, id string)
-
+	// GetPlugin One open plugin.
 	// (GET /plugins/{id})
 	GetPlugin(w http.ResponseWriter, r *http.Request, id string)
 	// RenewPlugin Extend the lease by leaseSeconds (default the plugin's lease) from now.
@@ -725,6 +758,7 @@ type ServerInterface interface {
 
 type Unimplemented struct{}
 
+// ListAgents Every agent.
 // (GET /agents)
 func (_ Unimplemented) ListAgents(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNotImplemented)
@@ -736,6 +770,7 @@ func (_ Unimplemented) CreateAgent(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
+// GetAgent One agent's header.
 // (GET /agents/{id})
 func (_ Unimplemented) GetAgent(w http.ResponseWriter, r *http.Request, id string) {
 	w.WriteHeader(http.StatusNotImplemented)
@@ -765,6 +800,7 @@ func (_ Unimplemented) CallTool(w http.ResponseWriter, r *http.Request, id strin
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
+// GetTranscript The agent's transcript.
 // (GET /agents/{id}/transcript)
 func (_ Unimplemented) GetTranscript(w http.ResponseWriter, r *http.Request, id string) {
 	w.WriteHeader(http.StatusNotImplemented)
@@ -788,6 +824,7 @@ func (_ Unimplemented) DeleteContributor(w http.ResponseWriter, r *http.Request,
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
+// GetContributor One contributor, with its declared keys and resolver.
 // (GET /contributors/{name})
 func (_ Unimplemented) GetContributor(w http.ResponseWriter, r *http.Request, name string) {
 	w.WriteHeader(http.StatusNotImplemented)
@@ -817,6 +854,7 @@ func (_ Unimplemented) ListHooks(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
+// ListJobs Jobs, optionally of one agent or in one state.
 // (GET /jobs)
 func (_ Unimplemented) ListJobs(w http.ResponseWriter, r *http.Request, params ListJobsParams) {
 	w.WriteHeader(http.StatusNotImplemented)
@@ -828,6 +866,7 @@ func (_ Unimplemented) CancelJob(w http.ResponseWriter, r *http.Request, id stri
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
+// GetJob One job, optionally waiting for it to finish.
 // (GET /jobs/{id})
 func (_ Unimplemented) GetJob(w http.ResponseWriter, r *http.Request, id string, params GetJobParams) {
 	w.WriteHeader(http.StatusNotImplemented)
@@ -839,6 +878,7 @@ func (_ Unimplemented) GetJobOutput(w http.ResponseWriter, r *http.Request, id s
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
+// ListPlugins Open plugins.
 // (GET /plugins)
 func (_ Unimplemented) ListPlugins(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNotImplemented)
@@ -856,6 +896,7 @@ func (_ Unimplemented) ClosePlugin(w http.ResponseWriter, r *http.Request, id st
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
+// GetPlugin One open plugin.
 // (GET /plugins/{id})
 func (_ Unimplemented) GetPlugin(w http.ResponseWriter, r *http.Request, id string) {
 	w.WriteHeader(http.StatusNotImplemented)
@@ -1787,6 +1828,35 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 
 type ProblemApplicationProblemPlusJSONResponse Problem
 
+type R400ApplicationProblemPlusJSONResponse Problem
+
+type R401ApplicationProblemPlusJSONResponse Problem
+
+type R404ApplicationProblemPlusJSONResponse Problem
+
+type R408ApplicationProblemPlusJSONResponse Problem
+
+type R409ApplicationProblemPlusJSONResponse Problem
+
+type R413ApplicationProblemPlusJSONResponse Problem
+
+type R421ApplicationProblemPlusJSONResponse Problem
+
+type R422ApplicationProblemPlusJSONResponse Problem
+
+type R429ResponseHeaders struct {
+	RetryAfter *int32
+}
+type R429ApplicationProblemPlusJSONResponse struct {
+	Body Problem
+
+	Headers R429ResponseHeaders
+}
+
+type R502ApplicationProblemPlusJSONResponse Problem
+
+type R503ApplicationProblemPlusJSONResponse Problem
+
 type ListAgentsRequestObject struct {
 }
 
@@ -1804,6 +1874,38 @@ func (response ListAgents200JSONResponse) VisitListAgentsResponse(w http.Respons
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListAgents401ApplicationProblemPlusJSONResponse struct {
+	R401ApplicationProblemPlusJSONResponse
+}
+
+func (response ListAgents401ApplicationProblemPlusJSONResponse) VisitListAgentsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListAgents421ApplicationProblemPlusJSONResponse struct {
+	R421ApplicationProblemPlusJSONResponse
+}
+
+func (response ListAgents421ApplicationProblemPlusJSONResponse) VisitListAgentsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(421)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -1847,8 +1949,88 @@ func (response CreateAgent201JSONResponse) VisitCreateAgentResponse(w http.Respo
 	return err
 }
 
+type CreateAgent400ApplicationProblemPlusJSONResponse struct {
+	R400ApplicationProblemPlusJSONResponse
+}
+
+func (response CreateAgent400ApplicationProblemPlusJSONResponse) VisitCreateAgentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateAgent401ApplicationProblemPlusJSONResponse struct {
+	R401ApplicationProblemPlusJSONResponse
+}
+
+func (response CreateAgent401ApplicationProblemPlusJSONResponse) VisitCreateAgentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateAgent408ApplicationProblemPlusJSONResponse struct {
+	R408ApplicationProblemPlusJSONResponse
+}
+
+func (response CreateAgent408ApplicationProblemPlusJSONResponse) VisitCreateAgentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(408)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateAgent413ApplicationProblemPlusJSONResponse struct {
+	R413ApplicationProblemPlusJSONResponse
+}
+
+func (response CreateAgent413ApplicationProblemPlusJSONResponse) VisitCreateAgentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateAgent421ApplicationProblemPlusJSONResponse struct {
+	R421ApplicationProblemPlusJSONResponse
+}
+
+func (response CreateAgent421ApplicationProblemPlusJSONResponse) VisitCreateAgentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(421)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type CreateAgent422ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	R422ApplicationProblemPlusJSONResponse
 }
 
 func (response CreateAgent422ApplicationProblemPlusJSONResponse) VisitCreateAgentResponse(w http.ResponseWriter) error {
@@ -1902,8 +2084,40 @@ func (response GetAgent200JSONResponse) VisitGetAgentResponse(w http.ResponseWri
 	return err
 }
 
+type GetAgent400ApplicationProblemPlusJSONResponse struct {
+	R400ApplicationProblemPlusJSONResponse
+}
+
+func (response GetAgent400ApplicationProblemPlusJSONResponse) VisitGetAgentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetAgent401ApplicationProblemPlusJSONResponse struct {
+	R401ApplicationProblemPlusJSONResponse
+}
+
+func (response GetAgent401ApplicationProblemPlusJSONResponse) VisitGetAgentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetAgent404ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	R404ApplicationProblemPlusJSONResponse
 }
 
 func (response GetAgent404ApplicationProblemPlusJSONResponse) VisitGetAgentResponse(w http.ResponseWriter) error {
@@ -1914,6 +2128,22 @@ func (response GetAgent404ApplicationProblemPlusJSONResponse) VisitGetAgentRespo
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetAgent421ApplicationProblemPlusJSONResponse struct {
+	R421ApplicationProblemPlusJSONResponse
+}
+
+func (response GetAgent421ApplicationProblemPlusJSONResponse) VisitGetAgentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(421)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -1958,8 +2188,40 @@ func (response ForkAgent201JSONResponse) VisitForkAgentResponse(w http.ResponseW
 	return err
 }
 
+type ForkAgent400ApplicationProblemPlusJSONResponse struct {
+	R400ApplicationProblemPlusJSONResponse
+}
+
+func (response ForkAgent400ApplicationProblemPlusJSONResponse) VisitForkAgentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ForkAgent401ApplicationProblemPlusJSONResponse struct {
+	R401ApplicationProblemPlusJSONResponse
+}
+
+func (response ForkAgent401ApplicationProblemPlusJSONResponse) VisitForkAgentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ForkAgent404ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	R404ApplicationProblemPlusJSONResponse
 }
 
 func (response ForkAgent404ApplicationProblemPlusJSONResponse) VisitForkAgentResponse(w http.ResponseWriter) error {
@@ -1974,7 +2236,57 @@ func (response ForkAgent404ApplicationProblemPlusJSONResponse) VisitForkAgentRes
 	return err
 }
 
-type ForkAgent422ApplicationProblemPlusJSONResponse Problem
+type ForkAgent408ApplicationProblemPlusJSONResponse struct {
+	R408ApplicationProblemPlusJSONResponse
+}
+
+func (response ForkAgent408ApplicationProblemPlusJSONResponse) VisitForkAgentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(408)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ForkAgent413ApplicationProblemPlusJSONResponse struct {
+	R413ApplicationProblemPlusJSONResponse
+}
+
+func (response ForkAgent413ApplicationProblemPlusJSONResponse) VisitForkAgentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ForkAgent421ApplicationProblemPlusJSONResponse struct {
+	R421ApplicationProblemPlusJSONResponse
+}
+
+func (response ForkAgent421ApplicationProblemPlusJSONResponse) VisitForkAgentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(421)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ForkAgent422ApplicationProblemPlusJSONResponse struct {
+	R422ApplicationProblemPlusJSONResponse
+}
 
 func (response ForkAgent422ApplicationProblemPlusJSONResponse) VisitForkAgentResponse(w http.ResponseWriter) error {
 
@@ -2027,8 +2339,40 @@ func (response ResumeAgent200JSONResponse) VisitResumeAgentResponse(w http.Respo
 	return err
 }
 
+type ResumeAgent400ApplicationProblemPlusJSONResponse struct {
+	R400ApplicationProblemPlusJSONResponse
+}
+
+func (response ResumeAgent400ApplicationProblemPlusJSONResponse) VisitResumeAgentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ResumeAgent401ApplicationProblemPlusJSONResponse struct {
+	R401ApplicationProblemPlusJSONResponse
+}
+
+func (response ResumeAgent401ApplicationProblemPlusJSONResponse) VisitResumeAgentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ResumeAgent404ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	R404ApplicationProblemPlusJSONResponse
 }
 
 func (response ResumeAgent404ApplicationProblemPlusJSONResponse) VisitResumeAgentResponse(w http.ResponseWriter) error {
@@ -2039,6 +2383,22 @@ func (response ResumeAgent404ApplicationProblemPlusJSONResponse) VisitResumeAgen
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ResumeAgent421ApplicationProblemPlusJSONResponse struct {
+	R421ApplicationProblemPlusJSONResponse
+}
+
+func (response ResumeAgent421ApplicationProblemPlusJSONResponse) VisitResumeAgentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(421)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -2083,8 +2443,40 @@ func (response SpawnAgent201JSONResponse) VisitSpawnAgentResponse(w http.Respons
 	return err
 }
 
+type SpawnAgent400ApplicationProblemPlusJSONResponse struct {
+	R400ApplicationProblemPlusJSONResponse
+}
+
+func (response SpawnAgent400ApplicationProblemPlusJSONResponse) VisitSpawnAgentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SpawnAgent401ApplicationProblemPlusJSONResponse struct {
+	R401ApplicationProblemPlusJSONResponse
+}
+
+func (response SpawnAgent401ApplicationProblemPlusJSONResponse) VisitSpawnAgentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type SpawnAgent404ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	R404ApplicationProblemPlusJSONResponse
 }
 
 func (response SpawnAgent404ApplicationProblemPlusJSONResponse) VisitSpawnAgentResponse(w http.ResponseWriter) error {
@@ -2099,7 +2491,57 @@ func (response SpawnAgent404ApplicationProblemPlusJSONResponse) VisitSpawnAgentR
 	return err
 }
 
-type SpawnAgent422ApplicationProblemPlusJSONResponse Problem
+type SpawnAgent408ApplicationProblemPlusJSONResponse struct {
+	R408ApplicationProblemPlusJSONResponse
+}
+
+func (response SpawnAgent408ApplicationProblemPlusJSONResponse) VisitSpawnAgentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(408)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SpawnAgent413ApplicationProblemPlusJSONResponse struct {
+	R413ApplicationProblemPlusJSONResponse
+}
+
+func (response SpawnAgent413ApplicationProblemPlusJSONResponse) VisitSpawnAgentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SpawnAgent421ApplicationProblemPlusJSONResponse struct {
+	R421ApplicationProblemPlusJSONResponse
+}
+
+func (response SpawnAgent421ApplicationProblemPlusJSONResponse) VisitSpawnAgentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(421)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SpawnAgent422ApplicationProblemPlusJSONResponse struct {
+	R422ApplicationProblemPlusJSONResponse
+}
 
 func (response SpawnAgent422ApplicationProblemPlusJSONResponse) VisitSpawnAgentResponse(w http.ResponseWriter) error {
 
@@ -2154,8 +2596,40 @@ func (response CallTool200JSONResponse) VisitCallToolResponse(w http.ResponseWri
 	return err
 }
 
+type CallTool400ApplicationProblemPlusJSONResponse struct {
+	R400ApplicationProblemPlusJSONResponse
+}
+
+func (response CallTool400ApplicationProblemPlusJSONResponse) VisitCallToolResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CallTool401ApplicationProblemPlusJSONResponse struct {
+	R401ApplicationProblemPlusJSONResponse
+}
+
+func (response CallTool401ApplicationProblemPlusJSONResponse) VisitCallToolResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type CallTool404ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	R404ApplicationProblemPlusJSONResponse
 }
 
 func (response CallTool404ApplicationProblemPlusJSONResponse) VisitCallToolResponse(w http.ResponseWriter) error {
@@ -2170,7 +2644,57 @@ func (response CallTool404ApplicationProblemPlusJSONResponse) VisitCallToolRespo
 	return err
 }
 
-type CallTool422ApplicationProblemPlusJSONResponse Problem
+type CallTool408ApplicationProblemPlusJSONResponse struct {
+	R408ApplicationProblemPlusJSONResponse
+}
+
+func (response CallTool408ApplicationProblemPlusJSONResponse) VisitCallToolResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(408)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CallTool413ApplicationProblemPlusJSONResponse struct {
+	R413ApplicationProblemPlusJSONResponse
+}
+
+func (response CallTool413ApplicationProblemPlusJSONResponse) VisitCallToolResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CallTool421ApplicationProblemPlusJSONResponse struct {
+	R421ApplicationProblemPlusJSONResponse
+}
+
+func (response CallTool421ApplicationProblemPlusJSONResponse) VisitCallToolResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(421)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CallTool422ApplicationProblemPlusJSONResponse struct {
+	R422ApplicationProblemPlusJSONResponse
+}
 
 func (response CallTool422ApplicationProblemPlusJSONResponse) VisitCallToolResponse(w http.ResponseWriter) error {
 
@@ -2184,21 +2708,28 @@ func (response CallTool422ApplicationProblemPlusJSONResponse) VisitCallToolRespo
 	return err
 }
 
-type CallTool429ApplicationProblemPlusJSONResponse Problem
+type CallTool429ApplicationProblemPlusJSONResponse struct {
+	R429ApplicationProblemPlusJSONResponse
+}
 
 func (response CallTool429ApplicationProblemPlusJSONResponse) VisitCallToolResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
 	w.WriteHeader(429)
 	_, err := buf.WriteTo(w)
 	return err
 }
 
-type CallTool502ApplicationProblemPlusJSONResponse Problem
+type CallTool502ApplicationProblemPlusJSONResponse struct {
+	R502ApplicationProblemPlusJSONResponse
+}
 
 func (response CallTool502ApplicationProblemPlusJSONResponse) VisitCallToolResponse(w http.ResponseWriter) error {
 
@@ -2208,6 +2739,22 @@ func (response CallTool502ApplicationProblemPlusJSONResponse) VisitCallToolRespo
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(502)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CallTool503ApplicationProblemPlusJSONResponse struct {
+	R503ApplicationProblemPlusJSONResponse
+}
+
+func (response CallTool503ApplicationProblemPlusJSONResponse) VisitCallToolResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -2280,8 +2827,40 @@ func (response GetTranscript200ApplicationxNdjsonResponse) VisitGetTranscriptRes
 	}
 }
 
+type GetTranscript400ApplicationProblemPlusJSONResponse struct {
+	R400ApplicationProblemPlusJSONResponse
+}
+
+func (response GetTranscript400ApplicationProblemPlusJSONResponse) VisitGetTranscriptResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetTranscript401ApplicationProblemPlusJSONResponse struct {
+	R401ApplicationProblemPlusJSONResponse
+}
+
+func (response GetTranscript401ApplicationProblemPlusJSONResponse) VisitGetTranscriptResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetTranscript404ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	R404ApplicationProblemPlusJSONResponse
 }
 
 func (response GetTranscript404ApplicationProblemPlusJSONResponse) VisitGetTranscriptResponse(w http.ResponseWriter) error {
@@ -2292,6 +2871,22 @@ func (response GetTranscript404ApplicationProblemPlusJSONResponse) VisitGetTrans
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetTranscript421ApplicationProblemPlusJSONResponse struct {
+	R421ApplicationProblemPlusJSONResponse
+}
+
+func (response GetTranscript421ApplicationProblemPlusJSONResponse) VisitGetTranscriptResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(421)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -2330,6 +2925,38 @@ func (response ListContributors200JSONResponse) VisitListContributorsResponse(w 
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListContributors401ApplicationProblemPlusJSONResponse struct {
+	R401ApplicationProblemPlusJSONResponse
+}
+
+func (response ListContributors401ApplicationProblemPlusJSONResponse) VisitListContributorsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListContributors421ApplicationProblemPlusJSONResponse struct {
+	R421ApplicationProblemPlusJSONResponse
+}
+
+func (response ListContributors421ApplicationProblemPlusJSONResponse) VisitListContributorsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(421)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -2373,8 +3000,40 @@ func (response RegisterContributor201JSONResponse) VisitRegisterContributorRespo
 	return err
 }
 
+type RegisterContributor400ApplicationProblemPlusJSONResponse struct {
+	R400ApplicationProblemPlusJSONResponse
+}
+
+func (response RegisterContributor400ApplicationProblemPlusJSONResponse) VisitRegisterContributorResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RegisterContributor401ApplicationProblemPlusJSONResponse struct {
+	R401ApplicationProblemPlusJSONResponse
+}
+
+func (response RegisterContributor401ApplicationProblemPlusJSONResponse) VisitRegisterContributorResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type RegisterContributor404ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	R404ApplicationProblemPlusJSONResponse
 }
 
 func (response RegisterContributor404ApplicationProblemPlusJSONResponse) VisitRegisterContributorResponse(w http.ResponseWriter) error {
@@ -2389,7 +3048,25 @@ func (response RegisterContributor404ApplicationProblemPlusJSONResponse) VisitRe
 	return err
 }
 
-type RegisterContributor409ApplicationProblemPlusJSONResponse Problem
+type RegisterContributor408ApplicationProblemPlusJSONResponse struct {
+	R408ApplicationProblemPlusJSONResponse
+}
+
+func (response RegisterContributor408ApplicationProblemPlusJSONResponse) VisitRegisterContributorResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(408)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RegisterContributor409ApplicationProblemPlusJSONResponse struct {
+	R409ApplicationProblemPlusJSONResponse
+}
 
 func (response RegisterContributor409ApplicationProblemPlusJSONResponse) VisitRegisterContributorResponse(w http.ResponseWriter) error {
 
@@ -2403,7 +3080,41 @@ func (response RegisterContributor409ApplicationProblemPlusJSONResponse) VisitRe
 	return err
 }
 
-type RegisterContributor422ApplicationProblemPlusJSONResponse Problem
+type RegisterContributor413ApplicationProblemPlusJSONResponse struct {
+	R413ApplicationProblemPlusJSONResponse
+}
+
+func (response RegisterContributor413ApplicationProblemPlusJSONResponse) VisitRegisterContributorResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RegisterContributor421ApplicationProblemPlusJSONResponse struct {
+	R421ApplicationProblemPlusJSONResponse
+}
+
+func (response RegisterContributor421ApplicationProblemPlusJSONResponse) VisitRegisterContributorResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(421)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RegisterContributor422ApplicationProblemPlusJSONResponse struct {
+	R422ApplicationProblemPlusJSONResponse
+}
 
 func (response RegisterContributor422ApplicationProblemPlusJSONResponse) VisitRegisterContributorResponse(w http.ResponseWriter) error {
 
@@ -2450,8 +3161,40 @@ func (response DeleteContributor204Response) VisitDeleteContributorResponse(w ht
 	return nil
 }
 
+type DeleteContributor400ApplicationProblemPlusJSONResponse struct {
+	R400ApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteContributor400ApplicationProblemPlusJSONResponse) VisitDeleteContributorResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteContributor401ApplicationProblemPlusJSONResponse struct {
+	R401ApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteContributor401ApplicationProblemPlusJSONResponse) VisitDeleteContributorResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type DeleteContributor404ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	R404ApplicationProblemPlusJSONResponse
 }
 
 func (response DeleteContributor404ApplicationProblemPlusJSONResponse) VisitDeleteContributorResponse(w http.ResponseWriter) error {
@@ -2466,7 +3209,9 @@ func (response DeleteContributor404ApplicationProblemPlusJSONResponse) VisitDele
 	return err
 }
 
-type DeleteContributor409ApplicationProblemPlusJSONResponse Problem
+type DeleteContributor409ApplicationProblemPlusJSONResponse struct {
+	R409ApplicationProblemPlusJSONResponse
+}
 
 func (response DeleteContributor409ApplicationProblemPlusJSONResponse) VisitDeleteContributorResponse(w http.ResponseWriter) error {
 
@@ -2476,6 +3221,22 @@ func (response DeleteContributor409ApplicationProblemPlusJSONResponse) VisitDele
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteContributor421ApplicationProblemPlusJSONResponse struct {
+	R421ApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteContributor421ApplicationProblemPlusJSONResponse) VisitDeleteContributorResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(421)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -2519,8 +3280,40 @@ func (response GetContributor200JSONResponse) VisitGetContributorResponse(w http
 	return err
 }
 
+type GetContributor400ApplicationProblemPlusJSONResponse struct {
+	R400ApplicationProblemPlusJSONResponse
+}
+
+func (response GetContributor400ApplicationProblemPlusJSONResponse) VisitGetContributorResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetContributor401ApplicationProblemPlusJSONResponse struct {
+	R401ApplicationProblemPlusJSONResponse
+}
+
+func (response GetContributor401ApplicationProblemPlusJSONResponse) VisitGetContributorResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetContributor404ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	R404ApplicationProblemPlusJSONResponse
 }
 
 func (response GetContributor404ApplicationProblemPlusJSONResponse) VisitGetContributorResponse(w http.ResponseWriter) error {
@@ -2531,6 +3324,22 @@ func (response GetContributor404ApplicationProblemPlusJSONResponse) VisitGetCont
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetContributor421ApplicationProblemPlusJSONResponse struct {
+	R421ApplicationProblemPlusJSONResponse
+}
+
+func (response GetContributor421ApplicationProblemPlusJSONResponse) VisitGetContributorResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(421)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -2569,6 +3378,38 @@ func (response ListDeclarations200JSONResponse) VisitListDeclarationsResponse(w 
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListDeclarations401ApplicationProblemPlusJSONResponse struct {
+	R401ApplicationProblemPlusJSONResponse
+}
+
+func (response ListDeclarations401ApplicationProblemPlusJSONResponse) VisitListDeclarationsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListDeclarations421ApplicationProblemPlusJSONResponse struct {
+	R421ApplicationProblemPlusJSONResponse
+}
+
+func (response ListDeclarations421ApplicationProblemPlusJSONResponse) VisitListDeclarationsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(421)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -2636,7 +3477,7 @@ func (response Exec202JSONResponse) VisitExecResponse(w http.ResponseWriter) err
 }
 
 type Exec400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	R400ApplicationProblemPlusJSONResponse
 }
 
 func (response Exec400ApplicationProblemPlusJSONResponse) VisitExecResponse(w http.ResponseWriter) error {
@@ -2651,7 +3492,25 @@ func (response Exec400ApplicationProblemPlusJSONResponse) VisitExecResponse(w ht
 	return err
 }
 
-type Exec404ApplicationProblemPlusJSONResponse Problem
+type Exec401ApplicationProblemPlusJSONResponse struct {
+	R401ApplicationProblemPlusJSONResponse
+}
+
+func (response Exec401ApplicationProblemPlusJSONResponse) VisitExecResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Exec404ApplicationProblemPlusJSONResponse struct {
+	R404ApplicationProblemPlusJSONResponse
+}
 
 func (response Exec404ApplicationProblemPlusJSONResponse) VisitExecResponse(w http.ResponseWriter) error {
 
@@ -2665,7 +3524,57 @@ func (response Exec404ApplicationProblemPlusJSONResponse) VisitExecResponse(w ht
 	return err
 }
 
-type Exec422ApplicationProblemPlusJSONResponse Problem
+type Exec408ApplicationProblemPlusJSONResponse struct {
+	R408ApplicationProblemPlusJSONResponse
+}
+
+func (response Exec408ApplicationProblemPlusJSONResponse) VisitExecResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(408)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Exec413ApplicationProblemPlusJSONResponse struct {
+	R413ApplicationProblemPlusJSONResponse
+}
+
+func (response Exec413ApplicationProblemPlusJSONResponse) VisitExecResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Exec421ApplicationProblemPlusJSONResponse struct {
+	R421ApplicationProblemPlusJSONResponse
+}
+
+func (response Exec421ApplicationProblemPlusJSONResponse) VisitExecResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(421)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Exec422ApplicationProblemPlusJSONResponse struct {
+	R422ApplicationProblemPlusJSONResponse
+}
 
 func (response Exec422ApplicationProblemPlusJSONResponse) VisitExecResponse(w http.ResponseWriter) error {
 
@@ -2679,21 +3588,28 @@ func (response Exec422ApplicationProblemPlusJSONResponse) VisitExecResponse(w ht
 	return err
 }
 
-type Exec429ApplicationProblemPlusJSONResponse Problem
+type Exec429ApplicationProblemPlusJSONResponse struct {
+	R429ApplicationProblemPlusJSONResponse
+}
 
 func (response Exec429ApplicationProblemPlusJSONResponse) VisitExecResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
+	if response.Headers.RetryAfter != nil {
+		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
+	}
 	w.WriteHeader(429)
 	_, err := buf.WriteTo(w)
 	return err
 }
 
-type Exec502ApplicationProblemPlusJSONResponse Problem
+type Exec502ApplicationProblemPlusJSONResponse struct {
+	R502ApplicationProblemPlusJSONResponse
+}
 
 func (response Exec502ApplicationProblemPlusJSONResponse) VisitExecResponse(w http.ResponseWriter) error {
 
@@ -2703,6 +3619,22 @@ func (response Exec502ApplicationProblemPlusJSONResponse) VisitExecResponse(w ht
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(502)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Exec503ApplicationProblemPlusJSONResponse struct {
+	R503ApplicationProblemPlusJSONResponse
+}
+
+func (response Exec503ApplicationProblemPlusJSONResponse) VisitExecResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -2745,6 +3677,22 @@ func (response GetHealth200JSONResponse) VisitGetHealthResponse(w http.ResponseW
 	return err
 }
 
+type GetHealth421ApplicationProblemPlusJSONResponse struct {
+	R421ApplicationProblemPlusJSONResponse
+}
+
+func (response GetHealth421ApplicationProblemPlusJSONResponse) VisitGetHealthResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(421)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListHooksRequestObject struct {
 }
 
@@ -2762,6 +3710,38 @@ func (response ListHooks200JSONResponse) VisitListHooksResponse(w http.ResponseW
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListHooks401ApplicationProblemPlusJSONResponse struct {
+	R401ApplicationProblemPlusJSONResponse
+}
+
+func (response ListHooks401ApplicationProblemPlusJSONResponse) VisitListHooksResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListHooks421ApplicationProblemPlusJSONResponse struct {
+	R421ApplicationProblemPlusJSONResponse
+}
+
+func (response ListHooks421ApplicationProblemPlusJSONResponse) VisitListHooksResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(421)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -2801,6 +3781,54 @@ func (response ListJobs200JSONResponse) VisitListJobsResponse(w http.ResponseWri
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListJobs400ApplicationProblemPlusJSONResponse struct {
+	R400ApplicationProblemPlusJSONResponse
+}
+
+func (response ListJobs400ApplicationProblemPlusJSONResponse) VisitListJobsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListJobs401ApplicationProblemPlusJSONResponse struct {
+	R401ApplicationProblemPlusJSONResponse
+}
+
+func (response ListJobs401ApplicationProblemPlusJSONResponse) VisitListJobsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListJobs421ApplicationProblemPlusJSONResponse struct {
+	R421ApplicationProblemPlusJSONResponse
+}
+
+func (response ListJobs421ApplicationProblemPlusJSONResponse) VisitListJobsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(421)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -2858,8 +3886,40 @@ func (response CancelJob202JSONResponse) VisitCancelJobResponse(w http.ResponseW
 	return err
 }
 
+type CancelJob400ApplicationProblemPlusJSONResponse struct {
+	R400ApplicationProblemPlusJSONResponse
+}
+
+func (response CancelJob400ApplicationProblemPlusJSONResponse) VisitCancelJobResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CancelJob401ApplicationProblemPlusJSONResponse struct {
+	R401ApplicationProblemPlusJSONResponse
+}
+
+func (response CancelJob401ApplicationProblemPlusJSONResponse) VisitCancelJobResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type CancelJob404ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	R404ApplicationProblemPlusJSONResponse
 }
 
 func (response CancelJob404ApplicationProblemPlusJSONResponse) VisitCancelJobResponse(w http.ResponseWriter) error {
@@ -2870,6 +3930,22 @@ func (response CancelJob404ApplicationProblemPlusJSONResponse) VisitCancelJobRes
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CancelJob421ApplicationProblemPlusJSONResponse struct {
+	R421ApplicationProblemPlusJSONResponse
+}
+
+func (response CancelJob421ApplicationProblemPlusJSONResponse) VisitCancelJobResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(421)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -2914,8 +3990,40 @@ func (response GetJob200JSONResponse) VisitGetJobResponse(w http.ResponseWriter)
 	return err
 }
 
+type GetJob400ApplicationProblemPlusJSONResponse struct {
+	R400ApplicationProblemPlusJSONResponse
+}
+
+func (response GetJob400ApplicationProblemPlusJSONResponse) VisitGetJobResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetJob401ApplicationProblemPlusJSONResponse struct {
+	R401ApplicationProblemPlusJSONResponse
+}
+
+func (response GetJob401ApplicationProblemPlusJSONResponse) VisitGetJobResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetJob404ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	R404ApplicationProblemPlusJSONResponse
 }
 
 func (response GetJob404ApplicationProblemPlusJSONResponse) VisitGetJobResponse(w http.ResponseWriter) error {
@@ -2926,6 +4034,22 @@ func (response GetJob404ApplicationProblemPlusJSONResponse) VisitGetJobResponse(
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetJob421ApplicationProblemPlusJSONResponse struct {
+	R421ApplicationProblemPlusJSONResponse
+}
+
+func (response GetJob421ApplicationProblemPlusJSONResponse) VisitGetJobResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(421)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -3028,7 +4152,7 @@ func (response GetJobOutput204Response) VisitGetJobOutputResponse(w http.Respons
 }
 
 type GetJobOutput400ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	R400ApplicationProblemPlusJSONResponse
 }
 
 func (response GetJobOutput400ApplicationProblemPlusJSONResponse) VisitGetJobOutputResponse(w http.ResponseWriter) error {
@@ -3043,7 +4167,25 @@ func (response GetJobOutput400ApplicationProblemPlusJSONResponse) VisitGetJobOut
 	return err
 }
 
-type GetJobOutput404ApplicationProblemPlusJSONResponse Problem
+type GetJobOutput401ApplicationProblemPlusJSONResponse struct {
+	R401ApplicationProblemPlusJSONResponse
+}
+
+func (response GetJobOutput401ApplicationProblemPlusJSONResponse) VisitGetJobOutputResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetJobOutput404ApplicationProblemPlusJSONResponse struct {
+	R404ApplicationProblemPlusJSONResponse
+}
 
 func (response GetJobOutput404ApplicationProblemPlusJSONResponse) VisitGetJobOutputResponse(w http.ResponseWriter) error {
 
@@ -3053,6 +4195,22 @@ func (response GetJobOutput404ApplicationProblemPlusJSONResponse) VisitGetJobOut
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetJobOutput421ApplicationProblemPlusJSONResponse struct {
+	R421ApplicationProblemPlusJSONResponse
+}
+
+func (response GetJobOutput421ApplicationProblemPlusJSONResponse) VisitGetJobOutputResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(421)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -3091,6 +4249,38 @@ func (response ListPlugins200JSONResponse) VisitListPluginsResponse(w http.Respo
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListPlugins401ApplicationProblemPlusJSONResponse struct {
+	R401ApplicationProblemPlusJSONResponse
+}
+
+func (response ListPlugins401ApplicationProblemPlusJSONResponse) VisitListPluginsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListPlugins421ApplicationProblemPlusJSONResponse struct {
+	R421ApplicationProblemPlusJSONResponse
+}
+
+func (response ListPlugins421ApplicationProblemPlusJSONResponse) VisitListPluginsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(421)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -3134,8 +4324,88 @@ func (response OpenPlugin201JSONResponse) VisitOpenPluginResponse(w http.Respons
 	return err
 }
 
+type OpenPlugin400ApplicationProblemPlusJSONResponse struct {
+	R400ApplicationProblemPlusJSONResponse
+}
+
+func (response OpenPlugin400ApplicationProblemPlusJSONResponse) VisitOpenPluginResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type OpenPlugin401ApplicationProblemPlusJSONResponse struct {
+	R401ApplicationProblemPlusJSONResponse
+}
+
+func (response OpenPlugin401ApplicationProblemPlusJSONResponse) VisitOpenPluginResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type OpenPlugin408ApplicationProblemPlusJSONResponse struct {
+	R408ApplicationProblemPlusJSONResponse
+}
+
+func (response OpenPlugin408ApplicationProblemPlusJSONResponse) VisitOpenPluginResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(408)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type OpenPlugin413ApplicationProblemPlusJSONResponse struct {
+	R413ApplicationProblemPlusJSONResponse
+}
+
+func (response OpenPlugin413ApplicationProblemPlusJSONResponse) VisitOpenPluginResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type OpenPlugin421ApplicationProblemPlusJSONResponse struct {
+	R421ApplicationProblemPlusJSONResponse
+}
+
+func (response OpenPlugin421ApplicationProblemPlusJSONResponse) VisitOpenPluginResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(421)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type OpenPlugin422ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	R422ApplicationProblemPlusJSONResponse
 }
 
 func (response OpenPlugin422ApplicationProblemPlusJSONResponse) VisitOpenPluginResponse(w http.ResponseWriter) error {
@@ -3183,8 +4453,40 @@ func (response ClosePlugin204Response) VisitClosePluginResponse(w http.ResponseW
 	return nil
 }
 
+type ClosePlugin400ApplicationProblemPlusJSONResponse struct {
+	R400ApplicationProblemPlusJSONResponse
+}
+
+func (response ClosePlugin400ApplicationProblemPlusJSONResponse) VisitClosePluginResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ClosePlugin401ApplicationProblemPlusJSONResponse struct {
+	R401ApplicationProblemPlusJSONResponse
+}
+
+func (response ClosePlugin401ApplicationProblemPlusJSONResponse) VisitClosePluginResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ClosePlugin404ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	R404ApplicationProblemPlusJSONResponse
 }
 
 func (response ClosePlugin404ApplicationProblemPlusJSONResponse) VisitClosePluginResponse(w http.ResponseWriter) error {
@@ -3195,6 +4497,22 @@ func (response ClosePlugin404ApplicationProblemPlusJSONResponse) VisitClosePlugi
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ClosePlugin421ApplicationProblemPlusJSONResponse struct {
+	R421ApplicationProblemPlusJSONResponse
+}
+
+func (response ClosePlugin421ApplicationProblemPlusJSONResponse) VisitClosePluginResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(421)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -3238,8 +4556,40 @@ func (response GetPlugin200JSONResponse) VisitGetPluginResponse(w http.ResponseW
 	return err
 }
 
+type GetPlugin400ApplicationProblemPlusJSONResponse struct {
+	R400ApplicationProblemPlusJSONResponse
+}
+
+func (response GetPlugin400ApplicationProblemPlusJSONResponse) VisitGetPluginResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetPlugin401ApplicationProblemPlusJSONResponse struct {
+	R401ApplicationProblemPlusJSONResponse
+}
+
+func (response GetPlugin401ApplicationProblemPlusJSONResponse) VisitGetPluginResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetPlugin404ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	R404ApplicationProblemPlusJSONResponse
 }
 
 func (response GetPlugin404ApplicationProblemPlusJSONResponse) VisitGetPluginResponse(w http.ResponseWriter) error {
@@ -3250,6 +4600,22 @@ func (response GetPlugin404ApplicationProblemPlusJSONResponse) VisitGetPluginRes
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetPlugin421ApplicationProblemPlusJSONResponse struct {
+	R421ApplicationProblemPlusJSONResponse
+}
+
+func (response GetPlugin421ApplicationProblemPlusJSONResponse) VisitGetPluginResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(421)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -3294,8 +4660,40 @@ func (response RenewPlugin200JSONResponse) VisitRenewPluginResponse(w http.Respo
 	return err
 }
 
+type RenewPlugin400ApplicationProblemPlusJSONResponse struct {
+	R400ApplicationProblemPlusJSONResponse
+}
+
+func (response RenewPlugin400ApplicationProblemPlusJSONResponse) VisitRenewPluginResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RenewPlugin401ApplicationProblemPlusJSONResponse struct {
+	R401ApplicationProblemPlusJSONResponse
+}
+
+func (response RenewPlugin401ApplicationProblemPlusJSONResponse) VisitRenewPluginResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type RenewPlugin404ApplicationProblemPlusJSONResponse struct {
-	ProblemApplicationProblemPlusJSONResponse
+	R404ApplicationProblemPlusJSONResponse
 }
 
 func (response RenewPlugin404ApplicationProblemPlusJSONResponse) VisitRenewPluginResponse(w http.ResponseWriter) error {
@@ -3310,7 +4708,57 @@ func (response RenewPlugin404ApplicationProblemPlusJSONResponse) VisitRenewPlugi
 	return err
 }
 
-type RenewPlugin422ApplicationProblemPlusJSONResponse Problem
+type RenewPlugin408ApplicationProblemPlusJSONResponse struct {
+	R408ApplicationProblemPlusJSONResponse
+}
+
+func (response RenewPlugin408ApplicationProblemPlusJSONResponse) VisitRenewPluginResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(408)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RenewPlugin413ApplicationProblemPlusJSONResponse struct {
+	R413ApplicationProblemPlusJSONResponse
+}
+
+func (response RenewPlugin413ApplicationProblemPlusJSONResponse) VisitRenewPluginResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RenewPlugin421ApplicationProblemPlusJSONResponse struct {
+	R421ApplicationProblemPlusJSONResponse
+}
+
+func (response RenewPlugin421ApplicationProblemPlusJSONResponse) VisitRenewPluginResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(421)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RenewPlugin422ApplicationProblemPlusJSONResponse struct {
+	R422ApplicationProblemPlusJSONResponse
+}
 
 func (response RenewPlugin422ApplicationProblemPlusJSONResponse) VisitRenewPluginResponse(w http.ResponseWriter) error {
 
@@ -3362,6 +4810,38 @@ func (response ListSkills200JSONResponse) VisitListSkillsResponse(w http.Respons
 	return err
 }
 
+type ListSkills401ApplicationProblemPlusJSONResponse struct {
+	R401ApplicationProblemPlusJSONResponse
+}
+
+func (response ListSkills401ApplicationProblemPlusJSONResponse) VisitListSkillsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListSkills421ApplicationProblemPlusJSONResponse struct {
+	R421ApplicationProblemPlusJSONResponse
+}
+
+func (response ListSkills421ApplicationProblemPlusJSONResponse) VisitListSkillsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(421)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListSkillsdefaultApplicationProblemPlusJSONResponse struct {
 	Body       Problem
 	StatusCode int
@@ -3401,6 +4881,54 @@ func (response ListTools200JSONResponse) VisitListToolsResponse(w http.ResponseW
 	return err
 }
 
+type ListTools400ApplicationProblemPlusJSONResponse struct {
+	R400ApplicationProblemPlusJSONResponse
+}
+
+func (response ListTools400ApplicationProblemPlusJSONResponse) VisitListToolsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListTools401ApplicationProblemPlusJSONResponse struct {
+	R401ApplicationProblemPlusJSONResponse
+}
+
+func (response ListTools401ApplicationProblemPlusJSONResponse) VisitListToolsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListTools421ApplicationProblemPlusJSONResponse struct {
+	R421ApplicationProblemPlusJSONResponse
+}
+
+func (response ListTools421ApplicationProblemPlusJSONResponse) VisitListToolsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(421)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListToolsdefaultApplicationProblemPlusJSONResponse struct {
 	Body       Problem
 	StatusCode int
@@ -3420,13 +4948,13 @@ func (response ListToolsdefaultApplicationProblemPlusJSONResponse) VisitListTool
 
 // StrictServerInterface represents all server handlers.
 type StrictServerInterface interface {
-
+	// ListAgents Every agent.
 	// (GET /agents)
 	ListAgents(ctx context.Context, request ListAgentsRequestObject) (ListAgentsResponseObject, error)
 	// CreateAgent Create a root agent; its header is on disk before the response.
 	// (POST /agents)
 	CreateAgent(ctx context.Context, request CreateAgentRequestObject) (CreateAgentResponseObject, error)
-
+	// GetAgent One agent's header.
 	// (GET /agents/{id})
 	GetAgent(ctx context.Context, request GetAgentRequestObject) (GetAgentResponseObject, error)
 	// ForkAgent New agent with a copy of the transcript, up to boundary seq when given.
@@ -3441,7 +4969,7 @@ type StrictServerInterface interface {
 	// CallTool Run one model tool call and return what the model should see.
 	// (POST /agents/{id}/tools/{name})
 	CallTool(ctx context.Context, request CallToolRequestObject) (CallToolResponseObject, error)
-
+	// GetTranscript The agent's transcript.
 	// (GET /agents/{id}/transcript)
 	GetTranscript(ctx context.Context, request GetTranscriptRequestObject) (GetTranscriptResponseObject, error)
 	// ListContributors Declarations grouped by contributor, sorted by name.
@@ -3453,7 +4981,7 @@ type StrictServerInterface interface {
 	// DeleteContributor Dispose one contributor; later executions no longer get its keys.
 	// (DELETE /contributors/{name})
 	DeleteContributor(ctx context.Context, request DeleteContributorRequestObject) (DeleteContributorResponseObject, error)
-
+	// GetContributor One contributor, with its declared keys and resolver.
 	// (GET /contributors/{name})
 	GetContributor(ctx context.Context, request GetContributorRequestObject) (GetContributorResponseObject, error)
 	// ListDeclarations Every declared managed key, built-ins included, sorted by key. Runs no resolver.
@@ -3468,19 +4996,19 @@ type StrictServerInterface interface {
 	// ListHooks Configured hooks, by dialect and event, in the order they run.
 	// (GET /hooks)
 	ListHooks(ctx context.Context, request ListHooksRequestObject) (ListHooksResponseObject, error)
-
+	// ListJobs Jobs, optionally of one agent or in one state.
 	// (GET /jobs)
 	ListJobs(ctx context.Context, request ListJobsRequestObject) (ListJobsResponseObject, error)
 	// CancelJob Cancel; SIGTERM the process group, SIGKILL after the grace period.
 	// (DELETE /jobs/{id})
 	CancelJob(ctx context.Context, request CancelJobRequestObject) (CancelJobResponseObject, error)
-
+	// GetJob One job, optionally waiting for it to finish.
 	// (GET /jobs/{id})
 	GetJob(ctx context.Context, request GetJobRequestObject) (GetJobResponseObject, error)
 	// GetJobOutput The job's output, as an SSE stream or as raw bytes of one stream.
 	// (GET /jobs/{id}/output)
 	GetJobOutput(ctx context.Context, request GetJobOutputRequestObject) (GetJobOutputResponseObject, error)
-
+	// ListPlugins Open plugins.
 	// (GET /plugins)
 	ListPlugins(ctx context.Context, request ListPluginsRequestObject) (ListPluginsResponseObject, error)
 	// OpenPlugin Open an owner scope; disposing it removes all its contributors.
@@ -3489,7 +5017,7 @@ type StrictServerInterface interface {
 	// ClosePlugin Dispose the scope and all its contributors.
 	// (DELETE /plugins/{id})
 	ClosePlugin(ctx context.Context, request ClosePluginRequestObject) (ClosePluginResponseObject, error)
-
+	// GetPlugin One open plugin.
 	// (GET /plugins/{id})
 	GetPlugin(ctx context.Context, request GetPluginRequestObject) (GetPluginResponseObject, error)
 	// RenewPlugin Extend the lease by leaseSeconds (default the plugin's lease) from now.
