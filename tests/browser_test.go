@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/chromedp"
 )
 
@@ -392,7 +394,29 @@ func TestBrowserUI(t *testing.T) {
 		b.checkView(view + "-narrow")
 	}
 
+	// The dark palette must be as readable: every view again, dark, narrow.
+	b.do("dark colour scheme", colorScheme("dark"))
+	for _, view := range []string{"declarations", "jobs", "agents", "hooks"} {
+		b.do("open "+view+" dark", chromedp.Click(chromedp.CSS(`[data-testid="nav-`+view+`"]`)))
+		b.do(view+" rows rendered dark", chromedp.WaitVisible(chromedp.CSS(`#view-`+view+` tbody tr`)))
+		if view == "agents" {
+			b.do("select the parent dark", chromedp.Click(chromedp.CSS(fmt.Sprintf(`[data-agent-button=%q]`, parent.ID))))
+			b.waitText(call("tool/result", "call-blocked"), "blocked")
+		}
+		b.checkView(view + "-narrow-dark")
+	}
+
 	b.checkConsole()
+}
+
+// colorScheme emulates the user's light or dark preference.
+func colorScheme(scheme string) chromedp.Action[chromedp.Void] {
+	return chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+		_, err := cdp.Call(ctx, t, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{
+			Features: []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: scheme}},
+		})
+		return err
+	})
 }
 
 // TestBrowserTokenPrompt checks the token paths: no token shows the prompt;
