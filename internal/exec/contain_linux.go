@@ -107,7 +107,7 @@ var anonGroups atomic.Int64
 
 // Containment reports how jobs are contained.
 func (e *Executor) Containment() ContainmentInfo {
-	info := e.cont.info
+	info := e.run.cont.info
 	info.Controllers = append([]string(nil), info.Controllers...)
 	return info
 }
@@ -372,13 +372,13 @@ func removeGroups(gs []*cgroup.Group, d time.Duration) (procs int) {
 // killLingering SIGKILLs what is left of finished jobs and, in group mode,
 // every process dshd adopted; it waits (until ctx ends) for them to go,
 // and removes the cgroups and the subtree.
-func (e *Executor) killLingering(ctx context.Context, ps []*proc) {
+func (r *runner) killLingering(ctx context.Context, ps []*proc) {
 	for _, p := range ps {
 		p.signalJob(syscall.SIGKILL)
 	}
-	if e.cont.info.Subreaper {
+	if r.cont.info.Subreaper {
 		if n := killAdopted(); n > 0 {
-			e.log.Info("killed processes that had left their jobs", "count", n)
+			r.log.Info("killed processes that had left their jobs", "count", n)
 		}
 	}
 	tick := time.NewTicker(groupPollInterval)
@@ -393,5 +393,5 @@ func (e *Executor) killLingering(ctx context.Context, ps []*proc) {
 		}
 		p.releaseGroup()
 	}
-	e.cont.close()
+	r.cont.close()
 }

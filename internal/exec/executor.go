@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	osexec "os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -90,18 +89,17 @@ type Options struct {
 	Containment string
 }
 
-// Executor spawns and records executions. It is safe for concurrent use.
+// Executor is the job table: it decides what may run (caps, idempotency),
+// records each execution as a Job and forgets finished ones (retention). The
+// processes themselves are run by its runner. It is safe for concurrent use.
 type Executor struct {
 	log     *slog.Logger
 	opts    Options
 	now     func() time.Time
-	bash    string
-	base    *baseEnv
+	run     *runner
 	ids     *ids.Source
-	devNull *os.File
 	jobsDir string
 	m       *metrics
-	cont    *container
 
 	mu        sync.Mutex
 	closed    bool
@@ -110,9 +108,7 @@ type Executor struct {
 	running   int
 	bgRunning map[string]int
 	finished  []finishedJob
-	spoolUsed int64              // bytes granted to spools of recorded jobs (Options.SpoolTotalBytes)
-	live      map[*proc]struct{} // spawning or running processes, jobs and hooks alike
-	lingering map[*proc]struct{} // finished, but processes outlived their leader
+	spoolUsed int64 // bytes granted to spools of recorded jobs (Options.SpoolTotalBytes)
 
 	stopJanitor chan struct{}
 	janitorDone chan struct{}
@@ -137,13 +133,6 @@ func New(opts Options) (*Executor, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	bash, err := osexec.LookPath("bash")
-	if err != nil {
-		return nil, fmt.Errorf("find bash: %w", err)
-	}
-	if bash, err = filepath.Abs(bash); err != nil {
-		return nil, fmt.Errorf("find bash: %w", err)
-	}
 	m, err := newMetrics(opts.Registerer)
 	if err != nil {
 		return nil, err
@@ -153,20 +142,13 @@ func New(opts Options) (*Executor, error) {
 		log:         log,
 		opts:        opts,
 		now:         opts.Now,
-		bash:        bash,
-		base:        newBaseEnv(opts.Policy, opts.Environ),
 		ids:         ids.NewSource(opts.Now),
 		m:           m,
 		jobs:        make(map[string]*Job),
 		idem:        make(map[string]*Job),
 		bgRunning:   make(map[string]int),
-		live:        make(map[*proc]struct{}),
-		lingering:   make(map[*proc]struct{}),
 		stopJanitor: make(chan struct{}),
 		janitorDone: make(chan struct{}),
-	}
-	if e.cont, err = newContainer(opts.Containment, opts.Home, bash, log); err != nil {
-		return nil, err
 	}
 	if opts.Home != "" {
 		e.jobsDir = filepath.Join(opts.Home, "jobs")
@@ -174,9 +156,8 @@ func New(opts Options) (*Executor, error) {
 			return nil, err
 		}
 	}
-	// One /dev/null for every child's stdin instead of an open per spawn.
-	if e.devNull, err = os.Open(os.DevNull); err != nil {
-		return nil, fmt.Errorf("open %s: %w", os.DevNull, err)
+	if e.run, err = newRunner(log, opts, m); err != nil {
+		return nil, err
 	}
 	go e.janitor()
 	return e, nil
@@ -362,12 +343,12 @@ func (e *Executor) Start(ctx context.Context, s Spec) (*Job, error) {
 		}
 		timeout = min(timeout, e.opts.MaxTimeout)
 	}
-	env := e.base.with(s.Env, s.Managed)
+	env := e.run.base.with(s.Env, s.Managed)
 	now := e.now()
 
 	j := &Job{
 		e:          e,
-		proc:       newProc(e.opts.Grace),
+		proc:       e.run.newProc(),
 		id:         s.ID,
 		command:    s.Command,
 		agentID:    s.AgentID,
@@ -408,21 +389,17 @@ func (e *Executor) Start(ctx context.Context, s Spec) (*Job, error) {
 	j.mu.Lock()
 	j.startedAt = e.now() // before the spawn: the job may end before start returns
 	j.mu.Unlock()
-	t0 := time.Now()
-	err = j.proc.start(&spawnSpec{
-		bash:     e.bash,
+	err = e.run.launch(j.proc, &spawnSpec{
 		command:  s.Command,
 		dir:      cwd,
 		env:      env,
-		devNull:  e.devNull,
 		stdin:    s.Stdin,
 		hasStdin: s.HasStdin,
 		stdout:   j.sink(&j.stdout, "stdout"),
 		stderr:   j.sink(&j.stderr, "stderr"),
 		onExit:   j.finish,
-		contain:  e.cont.forJob(j.id),
+		contain:  e.run.cont.forJob(j.id),
 	})
-	e.m.spawn.Observe(time.Since(t0).Seconds())
 	if err != nil {
 		if j.timer != nil {
 			j.timer.Stop()
@@ -547,7 +524,6 @@ func (e *Executor) register(j *Job) ([]*Job, error) {
 	if j.background && j.agentID != "" {
 		e.bgRunning[j.agentID]++
 	}
-	e.live[j.proc] = struct{}{}
 	return removed, nil
 }
 
@@ -569,7 +545,6 @@ func (e *Executor) releaseLocked(j *Job) {
 			delete(e.bgRunning, j.agentID)
 		}
 	}
-	delete(e.live, j.proc)
 }
 
 // jobFinished updates accounting when j ended; it runs before j's done is
@@ -578,9 +553,6 @@ func (e *Executor) jobFinished(j *Job, state State) {
 	now := e.now()
 	e.mu.Lock()
 	e.releaseLocked(j)
-	if j.proc.lingering() {
-		e.lingering[j.proc] = struct{}{}
-	}
 	e.finished = append(e.finished, finishedJob{job: j, at: now})
 	removed := e.pruneLocked(now)
 	e.mu.Unlock()
@@ -680,27 +652,9 @@ func (e *Executor) removeJobs(js []*Job) {
 func (e *Executor) prune() {
 	e.mu.Lock()
 	removed := e.pruneLocked(e.now())
-	procs := make([]*proc, 0, len(e.lingering))
-	for p := range e.lingering {
-		procs = append(procs, p)
-	}
 	e.mu.Unlock()
 	e.removeJobs(removed)
-	// Forget jobs whose processes are all gone (removing their cgroups), so
-	// Close does not signal a pgid that may by then belong to someone else.
-	var gone []*proc
-	for _, p := range procs {
-		if !p.jobAlive() && p.releaseGroup() {
-			gone = append(gone, p)
-		}
-	}
-	if len(gone) > 0 {
-		e.mu.Lock()
-		for _, p := range gone {
-			delete(e.lingering, p)
-		}
-		e.mu.Unlock()
-	}
+	e.run.forgetEmptyGroups()
 }
 
 func (e *Executor) janitor() {
@@ -778,67 +732,21 @@ func (e *Executor) Cancel(ctx context.Context, id string) (Snapshot, error) {
 func (e *Executor) Close(ctx context.Context) error {
 	e.mu.Lock()
 	e.closed = true
-	procs := make([]*proc, 0, len(e.live))
-	for p := range e.live {
-		procs = append(procs, p)
-	}
 	e.mu.Unlock()
 	e.closeOnce.Do(func() { close(e.stopJanitor) })
 
-	for _, p := range procs {
-		p.stop(StateCancelled)
-	}
-	var cutShort error
-	for _, p := range procs {
-		if !p.waitKilled(ctx.Done()) {
-			cutShort = e.forceKill(procs, ctx.Err())
-			break
-		}
-	}
+	cutShort := e.run.stopAll(ctx)
 	<-e.janitorDone
 
 	e.mu.Lock()
-	lingering := make([]*proc, 0, len(e.lingering))
-	for p := range e.lingering {
-		lingering = append(lingering, p)
-	}
-	clear(e.lingering)
 	js := make([]*Job, 0, len(e.jobs))
 	for _, j := range e.jobs {
 		js = append(js, j)
 	}
 	e.mu.Unlock()
-	e.killLingering(ctx, lingering)
-	e.removeJobs(js)
-	if err := e.devNull.Close(); err != nil && !errors.Is(err, os.ErrClosed) {
+	if err := e.run.close(ctx); err != nil {
 		return errors.Join(cutShort, fmt.Errorf("close executor: %w", err))
 	}
+	e.removeJobs(js)
 	return cutShort
-}
-
-// forceKillWait bounds how long Close waits for SIGKILLed leaders to be
-// reaped and their output drained once its context has ended.
-const forceKillWait = 5 * time.Second
-
-// forceKill cuts the grace short for every proc that is not finished: it
-// SIGKILLs each group and waits for the leaders, bounded by forceKillWait.
-// cause is why the grace was cut; the error returned says what happened.
-func (e *Executor) forceKill(procs []*proc, cause error) error {
-	n := 0
-	for _, p := range procs {
-		if p.kill9() {
-			n++
-		}
-	}
-	e.log.Warn("shutdown budget ended before the grace: killed the remaining process groups", "groups", n, "err", cause)
-	deadline := time.NewTimer(forceKillWait)
-	defer deadline.Stop()
-	for _, p := range procs {
-		select {
-		case <-p.done:
-		case <-deadline.C:
-			return fmt.Errorf("close executor: %w; killed %d process groups, some leaders not reaped within %s", cause, n, forceKillWait)
-		}
-	}
-	return fmt.Errorf("close executor: %w; grace cut short: killed %d process groups", cause, n)
 }

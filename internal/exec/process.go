@@ -2,6 +2,7 @@ package exec
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"syscall"
 	"time"
@@ -61,15 +62,7 @@ func (e *Executor) RunProcess(ctx context.Context, p ProcessSpec) (ProcessResult
 	if timeout == 0 {
 		timeout = e.opts.DefaultTimeout
 	}
-	pr := newProc(e.opts.Grace)
-	e.mu.Lock()
-	if e.closed {
-		e.mu.Unlock()
-		return ProcessResult{}, ErrClosed
-	}
-	e.live[pr] = struct{}{}
-	e.mu.Unlock()
-
+	pr := e.run.newProc()
 	var (
 		stdout, stderr limitedBuffer
 		ws             syscall.WaitStatus
@@ -78,32 +71,21 @@ func (e *Executor) RunProcess(ctx context.Context, p ProcessSpec) (ProcessResult
 	timer := time.AfterFunc(timeout, func() { pr.stop(StateTimedOut) })
 	defer timer.Stop()
 	start := time.Now()
-	err := pr.start(&spawnSpec{
-		bash:     e.bash,
+	err := e.run.launch(pr, &spawnSpec{
 		command:  p.Command,
 		dir:      e.ResolveCwd(p.Cwd),
-		env:      e.base.with(p.ExtraEnv, nil),
-		devNull:  e.devNull,
+		env:      e.run.base.with(p.ExtraEnv, nil),
 		stdin:    p.Stdin,
 		hasStdin: len(p.Stdin) > 0,
 		stdout:   stdout.write,
 		stderr:   stderr.write,
-		onExit: func(s syscall.WaitStatus, err error) {
-			ws, waitErr = s, err
-			e.mu.Lock()
-			delete(e.live, pr)
-			if pr.lingering() {
-				e.lingering[pr] = struct{}{}
-			}
-			e.mu.Unlock()
-		},
-		contain: e.cont.forJob(e.ids.New("proc_")),
+		onExit:   func(s syscall.WaitStatus, err error) { ws, waitErr = s, err },
+		contain:  e.run.cont.forJob(e.ids.New("proc_")),
 	})
-	e.m.spawn.Observe(time.Since(start).Seconds())
 	if err != nil {
-		e.mu.Lock()
-		delete(e.live, pr)
-		e.mu.Unlock()
+		if errors.Is(err, ErrClosed) {
+			return ProcessResult{}, ErrClosed
+		}
 		return ProcessResult{}, fmt.Errorf("run process: %w", err)
 	}
 	var ctxErr error
