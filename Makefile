@@ -46,4 +46,4 @@ bench:
 	$(GO) test -run '^$$' -bench 'BackgroundSleeps1000' -benchtime 1x -count=1 -timeout 30m ./tests
 
 run:
-	$(GO) run ./cmd/server
+	$(GO) run ./cmd/dshd

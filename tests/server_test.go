@@ -39,10 +39,10 @@ func buildAndRun(m *testing.M) int {
 	serverBinary = filepath.Join(dir, "dshd")
 	// Tests run the server with the race detector; benchmarks measure the
 	// binary as it ships.
-	args := []string{"build", "-race", "-o", serverBinary, "./cmd/server"}
+	args := []string{"build", "-race", "-o", serverBinary, "./cmd/dshd"}
 	flag.Parse()
 	if f := flag.Lookup("test.bench"); f != nil && f.Value.String() != "" {
-		args = []string{"build", "-o", serverBinary, "./cmd/server"}
+		args = []string{"build", "-o", serverBinary, "./cmd/dshd"}
 		bareBinary = filepath.Join(dir, "bareexec")
 		bare := exec.Command("go", "build", "-o", bareBinary, "./tests/testdata/bareexec")
 		bare.Dir = ".."

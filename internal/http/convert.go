@@ -8,9 +8,9 @@ import (
 	"github.com/dshd/dshd/internal/exec"
 	"github.com/dshd/dshd/internal/hooks"
 	"github.com/dshd/dshd/internal/http/api"
+	"github.com/dshd/dshd/internal/run"
 	"github.com/dshd/dshd/internal/shellenv"
 	"github.com/dshd/dshd/internal/skills"
-	"github.com/dshd/dshd/internal/tools"
 )
 
 // optional returns nil for the zero value, so JSON says null.
@@ -139,7 +139,7 @@ func toAPIAgent(a agents.Agent) api.Agent {
 }
 
 // toAPISession is an agent with what its SessionStart hooks said.
-func toAPISession(s tools.Session) api.Agent {
+func toAPISession(s run.Session) api.Agent {
 	a := toAPIAgent(s.Agent)
 	a.SessionStart = &api.HookOutput{
 		AdditionalContext: nonNil(s.AdditionalContext),
@@ -156,8 +156,8 @@ func nonNil(s []string) []string {
 	return s
 }
 
-func fromAPIExecRequest(in api.ExecRequest, idempotencyKey *string) tools.ExecRequest {
-	r := tools.ExecRequest{
+func fromAPIExecRequest(in api.ExecRequest, idempotencyKey *string) run.ExecRequest {
+	r := run.ExecRequest{
 		Command:        in.Command,
 		AgentID:        deref(in.AgentId),
 		Cwd:            deref(in.Cwd),
@@ -211,7 +211,7 @@ func toAPIJob(s exec.Snapshot) api.Job {
 	return j
 }
 
-func toAPIToolResult(r tools.CallResult) api.ToolResult {
+func toAPIToolResult(r run.CallResult) api.ToolResult {
 	return api.ToolResult{
 		CallId:   r.CallID,
 		IsError:  r.IsError,

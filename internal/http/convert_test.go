@@ -10,7 +10,7 @@ import (
 
 	"github.com/dshd/dshd/internal/exec"
 	"github.com/dshd/dshd/internal/http/api"
-	"github.com/dshd/dshd/internal/tools"
+	"github.com/dshd/dshd/internal/run"
 )
 
 func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
@@ -58,7 +58,7 @@ func TestFromAPIExecRequest(t *testing.T) {
 		Command: "cat", AgentId: ptr("agt_1"), Cwd: ptr("/w"), Env: &map[string]string{"A": "1"},
 		Stdin: ptr(""), TimeoutMs: ptr(1500), Background: ptr(true),
 	}, ptr("key-1"))
-	want := tools.ExecRequest{Command: "cat", AgentID: "agt_1", Cwd: "/w", Env: map[string]string{"A": "1"},
+	want := run.ExecRequest{Command: "cat", AgentID: "agt_1", Cwd: "/w", Env: map[string]string{"A": "1"},
 		Stdin: []byte{}, HasStdin: true, Timeout: 1500 * time.Millisecond, Background: true, IdempotencyKey: "key-1"}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("fromAPIExecRequest (-want +got):\n%s", diff)

@@ -30,9 +30,9 @@ import (
 	"github.com/dshd/dshd/internal/http/api"
 	"github.com/dshd/dshd/internal/ids"
 	"github.com/dshd/dshd/internal/mcp"
+	"github.com/dshd/dshd/internal/run"
 	"github.com/dshd/dshd/internal/shellenv"
 	"github.com/dshd/dshd/internal/skills"
-	"github.com/dshd/dshd/internal/tools"
 )
 
 // envRegistry is what the handlers need of the managed-environment registry.
@@ -59,12 +59,12 @@ type jobService interface {
 // pipeline runs executions (harness commands and model tool calls) and
 // starts sessions, so their hooks run.
 type pipeline interface {
-	Exec(ctx context.Context, r tools.ExecRequest) (*exec.Job, error)
-	Call(ctx context.Context, agentID, name, callID string, args json.RawMessage) (tools.CallResult, error)
-	CreateAgent(ctx context.Context, cwd string) (tools.Session, error)
-	ResumeAgent(ctx context.Context, id string) (tools.Session, error)
-	ForkAgent(ctx context.Context, id string, boundary *int64) (tools.Session, error)
-	SpawnAgent(ctx context.Context, id string) (tools.Session, error)
+	Exec(ctx context.Context, r run.ExecRequest) (*exec.Job, error)
+	Call(ctx context.Context, agentID, name, callID string, args json.RawMessage) (run.CallResult, error)
+	CreateAgent(ctx context.Context, cwd string) (run.Session, error)
+	ResumeAgent(ctx context.Context, id string) (run.Session, error)
+	ForkAgent(ctx context.Context, id string, boundary *int64) (run.Session, error)
+	SpawnAgent(ctx context.Context, id string) (run.Session, error)
 }
 
 // agentService is what the handlers read of agent sessions.
@@ -100,7 +100,7 @@ var (
 	_ envRegistry         = (*shellenv.Registry)(nil)
 	_ jobService          = (*exec.Executor)(nil)
 	_ containmentReporter = (*exec.Executor)(nil)
-	_ pipeline            = (*tools.Service)(nil)
+	_ pipeline            = (*run.Service)(nil)
 	_ hookLister          = (*hooks.Config)(nil)
 	_ skillLister         = (*skills.Dir)(nil)
 	_ agentService        = (*agents.Store)(nil)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/dshd/dshd/internal/agents"
 	"github.com/dshd/dshd/internal/exec"
+	"github.com/dshd/dshd/internal/run"
 	"github.com/dshd/dshd/internal/shellenv"
 	"github.com/dshd/dshd/internal/tools"
 )
@@ -75,7 +76,7 @@ func (h *Handler) toolHandler(agentID, name string) sdk.ToolHandler {
 			}
 		}
 
-		res, err := h.pipeline.CallWith(callCtx, agentID, name, "", req.Params.Arguments, tools.CallOptions{Started: started})
+		res, err := h.pipeline.CallWith(callCtx, agentID, name, "", req.Params.Arguments, run.CallOptions{Started: started})
 		if progress != nil {
 			progress.stop() // no notification may follow the result
 		}

@@ -26,6 +26,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/dshd/dshd/internal/exec"
+	"github.com/dshd/dshd/internal/run"
 	"github.com/dshd/dshd/internal/tools"
 )
 
@@ -43,12 +44,12 @@ const (
 var ErrAgentConflict = errors.New("the " + AgentHeader + " header and the " + AgentQuery + " query parameter name different agents")
 
 // pipeline is what the endpoint needs of the shared execution pipeline
-// (*tools.Service): model tool calls, and starting the sessions agents are
+// (*run.Service): model tool calls, and starting the sessions agents are
 // bound to, so their SessionStart hooks run.
 type pipeline interface {
-	CallWith(ctx context.Context, agentID, name, callID string, args json.RawMessage, o tools.CallOptions) (tools.CallResult, error)
-	CreateAgent(ctx context.Context, cwd string) (tools.Session, error)
-	ResumeAgent(ctx context.Context, id string) (tools.Session, error)
+	CallWith(ctx context.Context, agentID, name, callID string, args json.RawMessage, o run.CallOptions) (run.CallResult, error)
+	CreateAgent(ctx context.Context, cwd string) (run.Session, error)
+	ResumeAgent(ctx context.Context, id string) (run.Session, error)
 }
 
 // jobStopper stops a job whose MCP request was cancelled (*exec.Executor).
@@ -57,14 +58,14 @@ type jobStopper interface {
 }
 
 var (
-	_ pipeline   = (*tools.Service)(nil)
+	_ pipeline   = (*run.Service)(nil)
 	_ jobStopper = (*exec.Executor)(nil)
 )
 
 // Options configures a Handler. Pipeline and Jobs are required.
 type Options struct {
 	Logger   *slog.Logger // nil: discard
-	Pipeline pipeline     // usually *tools.Service
+	Pipeline pipeline     // usually *run.Service
 	Jobs     jobStopper   // usually *exec.Executor
 	// Version is reported to clients as the server's version ("" = "dev").
 	Version string
@@ -197,11 +198,11 @@ func isInitialize(body []byte) bool {
 }
 
 // bind returns the agent a new session runs as.
-func (h *Handler) bind(r *http.Request) (tools.Session, error) {
+func (h *Handler) bind(r *http.Request) (run.Session, error) {
 	id := r.Header.Get(AgentHeader)
 	if q := r.URL.Query().Get(AgentQuery); q != "" {
 		if id != "" && id != q {
-			return tools.Session{}, ErrAgentConflict
+			return run.Session{}, ErrAgentConflict
 		}
 		id = q
 	}
@@ -224,7 +225,7 @@ func (h *Handler) bind(r *http.Request) (tools.Session, error) {
 // gave as additional context becomes the server's instructions, which MCP
 // clients hand their model, as Claude Code and Codex do with the context
 // of their own SessionStart hooks.
-func (h *Handler) newServer(sess tools.Session) *sdk.Server {
+func (h *Handler) newServer(sess run.Session) *sdk.Server {
 	o := h.serverOptions()
 	o.Instructions = strings.Join(sess.AdditionalContext, "\n\n")
 	s := sdk.NewServer(h.impl, o)

@@ -64,30 +64,48 @@ var params = map[string][]param{
 	},
 }
 
-// args holds the declared arguments of one call that were present (and not
+// Args holds the declared arguments of one call that were present (and not
 // null), decoded, plus the sorted names of everything that was ignored.
-type args struct {
+type Args struct {
 	strings map[string]string
 	ints    map[string]int64
 	bools   map[string]bool
 	ignored []string
 }
 
-func (a args) str(name string) string { return a.strings[name] }
+// Known reports whether name is one of the tools of Definitions.
+func Known(name string) bool {
+	_, ok := params[name]
+	return ok
+}
 
-func (a args) has(name string) bool {
+// Str returns the string argument name, "" when absent.
+func (a Args) Str(name string) string { return a.strings[name] }
+
+// Int returns the integer argument name, 0 when absent.
+func (a Args) Int(name string) int64 { return a.ints[name] }
+
+// Bool returns the boolean argument name, false when absent.
+func (a Args) Bool(name string) bool { return a.bools[name] }
+
+// Ignored returns the sorted names of the arguments that were sent but not
+// declared; never nil.
+func (a Args) Ignored() []string { return a.ignored }
+
+// Has reports whether the declared argument name was present and not null.
+func (a Args) Has(name string) bool {
 	_, s := a.strings[name]
 	_, i := a.ints[name]
 	_, b := a.bools[name]
 	return s || i || b
 }
 
-// parseArgs decodes raw (a JSON object, or empty/null for no arguments)
+// ParseArgs decodes raw (a JSON object, or empty/null for no arguments)
 // against the declared parameters of tool. Undeclared names are collected in
 // ignored, sorted. A declared argument whose value is null counts as absent.
 // Every problem is reported at once in an error wrapping ErrInvalidArguments.
-func parseArgs(tool string, raw json.RawMessage) (args, error) {
-	a := args{
+func ParseArgs(tool string, raw json.RawMessage) (Args, error) {
+	a := Args{
 		strings: map[string]string{},
 		ints:    map[string]int64{},
 		bools:   map[string]bool{},
@@ -131,7 +149,7 @@ func parseArgs(tool string, raw json.RawMessage) (args, error) {
 }
 
 // decode stores v as p's value, or returns a description of the problem.
-func (a args) decode(p param, v json.RawMessage) string {
+func (a Args) decode(p param, v json.RawMessage) string {
 	bad := fmt.Sprintf("%s must be %s", p.name, p.kind)
 	switch p.kind {
 	case kindString:

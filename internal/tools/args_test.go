@@ -109,7 +109,7 @@ func TestParseArgs(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := parseArgs(tt.tool, json.RawMessage(tt.raw))
+			got, err := ParseArgs(tt.tool, json.RawMessage(tt.raw))
 			if tt.wantErr != nil {
 				if !errors.Is(err, ErrInvalidArguments) {
 					t.Fatalf("parseArgs error = %v, want ErrInvalidArguments", err)

@@ -56,7 +56,7 @@ func RenderResult(snap exec.Snapshot) string {
 	return out
 }
 
-// startedText is the result of a bash call that started a background job.
-func startedText(id string) string {
+// StartedText is the result of a bash call that started a background job.
+func StartedText(id string) string {
 	return "started background job " + id
 }

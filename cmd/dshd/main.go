@@ -32,9 +32,9 @@ import (
 	"github.com/dshd/dshd/internal/hooks"
 	httpapi "github.com/dshd/dshd/internal/http"
 	"github.com/dshd/dshd/internal/mcp"
+	pipe "github.com/dshd/dshd/internal/run"
 	"github.com/dshd/dshd/internal/shellenv"
 	"github.com/dshd/dshd/internal/skills"
-	"github.com/dshd/dshd/internal/tools"
 	"github.com/dshd/dshd/web"
 )
 
@@ -250,7 +250,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Re
 	if err != nil {
 		return err
 	}
-	pipeline := tools.New(tools.Options{
+	pipeline := pipe.New(pipe.Options{
 		Logger: logger.With("component", "tools"),
 		Env:    env,
 		Jobs:   executor,

@@ -1,4 +1,4 @@
-package tools
+package run
 
 import (
 	"bytes"
@@ -22,7 +22,10 @@ import (
 	"github.com/dshd/dshd/internal/exec"
 	"github.com/dshd/dshd/internal/hooks"
 	"github.com/dshd/dshd/internal/shellenv"
+	"github.com/dshd/dshd/internal/tools"
 )
+
+func intp(n int) *int { return &n }
 
 // fakeHooks is a behaving hook runner: it records every input and answers
 // with decide (no hooks when nil).
@@ -166,7 +169,7 @@ func TestCallBashSeesOwnSessionID(t *testing.T) {
 	w := newWorld(t)
 	a := w.agent(t)
 
-	res := w.call(t, a.ID, ToolBash, map[string]any{"command": `echo "$DSH_SESSION_ID"; echo "$DSH_HOME"; echo "${DSH_AMBIENT-absent}"`})
+	res := w.call(t, a.ID, tools.ToolBash, map[string]any{"command": `echo "$DSH_SESSION_ID"; echo "$DSH_HOME"; echo "${DSH_AMBIENT-absent}"`})
 	want := a.ID + "\n" + w.home + "\nabsent"
 	if res.Text != want || res.IsError || res.ExitCode == nil || *res.ExitCode != 0 {
 		t.Fatalf("result = %+v, want text %q, exit 0", res, want)
@@ -189,7 +192,7 @@ func TestCallIgnoresModelEnvAndStdin(t *testing.T) {
 		"timeoutMs": 10000,
 	}
 	start := time.Now()
-	res := w.call(t, a.ID, ToolBash, args)
+	res := w.call(t, a.ID, tools.ToolBash, args)
 	if want := "unset|" + a.ID + "|end"; res.Text != want {
 		t.Errorf("text = %q, want %q", res.Text, want)
 	}
@@ -210,7 +213,7 @@ func TestCallIgnoresModelEnvAndStdin(t *testing.T) {
 	if diff := cmp.Diff([]string{"env", "stdin"}, got.Ignored); diff != "" {
 		t.Errorf("ignored (-want +got):\n%s", diff)
 	}
-	if got.CallID != res.CallID || got.Name != ToolBash || got.Arguments["stdin"] != "y" {
+	if got.CallID != res.CallID || got.Name != tools.ToolBash || got.Arguments["stdin"] != "y" {
 		t.Errorf("tool/call = %+v, want the call as sent", got)
 	}
 }
@@ -228,7 +231,7 @@ func TestCallTranscript(t *testing.T) {
 	}
 	a := w.agent(t)
 
-	res := w.call(t, a.ID, ToolBash, map[string]any{"command": `[ "${DSH_TEST_FACT#fact-value-}" != "$DSH_TEST_FACT" ] && echo ok; exit 3`, "description": "check"})
+	res := w.call(t, a.ID, tools.ToolBash, map[string]any{"command": `[ "${DSH_TEST_FACT#fact-value-}" != "$DSH_TEST_FACT" ] && echo ok; exit 3`, "description": "check"})
 	if res.Text != "ok\n[exit code: 3]" {
 		t.Fatalf("text = %q", res.Text)
 	}
@@ -271,11 +274,11 @@ func TestCallErrors(t *testing.T) {
 		args    string
 		want    error
 	}{
-		{"unknown agent", "agt_nope", ToolBash, `{"command":"true"}`, agents.ErrNotFound},
-		{"unknown tool", a.ID, "python", `{"code":"1"}`, ErrUnknownTool},
-		{"missing command", a.ID, ToolBash, `{"env":{"A":"b"}}`, ErrInvalidArguments},
-		{"ill-typed timeout", a.ID, ToolBash, `{"command":"true","timeoutMs":"soon"}`, ErrInvalidArguments},
-		{"arguments not an object", a.ID, ToolJobKill, `"job_1"`, ErrInvalidArguments},
+		{"unknown agent", "agt_nope", tools.ToolBash, `{"command":"true"}`, agents.ErrNotFound},
+		{"unknown tool", a.ID, "python", `{"code":"1"}`, tools.ErrUnknownTool},
+		{"missing command", a.ID, tools.ToolBash, `{"env":{"A":"b"}}`, tools.ErrInvalidArguments},
+		{"ill-typed timeout", a.ID, tools.ToolBash, `{"command":"true","timeoutMs":"soon"}`, tools.ErrInvalidArguments},
+		{"arguments not an object", a.ID, tools.ToolJobKill, `"job_1"`, tools.ErrInvalidArguments},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -306,7 +309,7 @@ func TestCallModelErrorsAreResults(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			res := w.call(t, a.ID, ToolBash, tt.args)
+			res := w.call(t, a.ID, tools.ToolBash, tt.args)
 			if !res.IsError || !strings.Contains(res.Text, tt.want) {
 				t.Errorf("result = %+v, want isError with %q", res, tt.want)
 			}
@@ -336,7 +339,7 @@ func TestCallWorkdir(t *testing.T) {
 				args["workdir"] = tt.workdir
 			}
 			want, _ := filepath.EvalSymlinks(tt.want)
-			if res := w.call(t, a.ID, ToolBash, args); res.Text != want {
+			if res := w.call(t, a.ID, tools.ToolBash, args); res.Text != want {
 				t.Errorf("pwd = %q, want %q", res.Text, want)
 			}
 		})
@@ -346,19 +349,19 @@ func TestCallWorkdir(t *testing.T) {
 func TestCallBackground(t *testing.T) {
 	w := newWorld(t)
 	a := w.agent(t)
-	res := w.call(t, a.ID, ToolBash, map[string]any{"command": `sleep 0.2; echo "bg $DSH_SESSION_ID"`, "run_in_background": true})
+	res := w.call(t, a.ID, tools.ToolBash, map[string]any{"command": `sleep 0.2; echo "bg $DSH_SESSION_ID"`, "run_in_background": true})
 	if res.Text != "started background job "+res.JobID || res.IsError || res.ExitCode != nil {
 		t.Fatalf("start = %+v", res)
 	}
-	out := w.call(t, a.ID, ToolJobOutput, map[string]any{"jobId": res.JobID, "waitMs": 10000})
+	out := w.call(t, a.ID, tools.ToolJobOutput, map[string]any{"jobId": res.JobID, "waitMs": 10000})
 	if out.Text != "bg "+a.ID || out.IsError || out.ExitCode == nil || *out.ExitCode != 0 {
 		t.Errorf("job_output = %+v", out)
 	}
-	list := w.call(t, a.ID, ToolJobList, map[string]any{"state": "exited"})
+	list := w.call(t, a.ID, tools.ToolJobList, map[string]any{"state": "exited"})
 	if !strings.Contains(list.Text, res.JobID+"  exited 0  background  sleep 0.2;") {
 		t.Errorf("job_list = %q", list.Text)
 	}
-	if none := w.call(t, a.ID, ToolJobList, map[string]any{"state": "running"}); none.Text != "(no jobs)" {
+	if none := w.call(t, a.ID, tools.ToolJobList, map[string]any{"state": "running"}); none.Text != "(no jobs)" {
 		t.Errorf("job_list running = %q", none.Text)
 	}
 }
@@ -367,37 +370,37 @@ func TestJobToolsIsolation(t *testing.T) {
 	w := newWorld(t)
 	owner, other := w.agent(t), w.agent(t)
 
-	started := w.call(t, owner.ID, ToolBash, map[string]any{"command": "sleep 30", "run_in_background": true})
+	started := w.call(t, owner.ID, tools.ToolBash, map[string]any{"command": "sleep 30", "run_in_background": true})
 	id := started.JobID
 	notFound := fmt.Sprintf("job %s not found", id)
 
-	for _, tool := range []string{ToolJobOutput, ToolJobKill} {
+	for _, tool := range []string{tools.ToolJobOutput, tools.ToolJobKill} {
 		res := w.call(t, other.ID, tool, map[string]any{"jobId": id})
 		if !res.IsError || !strings.HasPrefix(res.Text, notFound) {
 			t.Errorf("%s by another agent = %+v, want not found", tool, res)
 		}
 	}
-	if res := w.call(t, other.ID, ToolJobList, nil); res.Text != "(no jobs)" {
+	if res := w.call(t, other.ID, tools.ToolJobList, nil); res.Text != "(no jobs)" {
 		t.Errorf("job_list by another agent = %q", res.Text)
 	}
-	if res := w.call(t, owner.ID, ToolJobOutput, map[string]any{"jobId": "job_missing"}); !res.IsError {
+	if res := w.call(t, owner.ID, tools.ToolJobOutput, map[string]any{"jobId": "job_missing"}); !res.IsError {
 		t.Errorf("job_output of a missing job = %+v", res)
 	}
 	if snap, _ := w.jobs.Job(id); snap.Snapshot().State != "running" {
 		t.Fatalf("another agent's job_kill stopped the job")
 	}
 
-	if res := w.call(t, owner.ID, ToolJobList, map[string]any{}); !strings.Contains(res.Text, id+"  running  background  sleep 30") {
+	if res := w.call(t, owner.ID, tools.ToolJobList, map[string]any{}); !strings.Contains(res.Text, id+"  running  background  sleep 30") {
 		t.Errorf("owner job_list = %q", res.Text)
 	}
-	if res := w.call(t, owner.ID, ToolJobKill, map[string]any{"jobId": id}); res.IsError || !strings.Contains(res.Text, id) {
+	if res := w.call(t, owner.ID, tools.ToolJobKill, map[string]any{"jobId": id}); res.IsError || !strings.Contains(res.Text, id) {
 		t.Errorf("owner job_kill = %+v", res)
 	}
-	res := w.call(t, owner.ID, ToolJobOutput, map[string]any{"jobId": id, "waitMs": 10000})
+	res := w.call(t, owner.ID, tools.ToolJobOutput, map[string]any{"jobId": id, "waitMs": 10000})
 	if !strings.Contains(res.Text, "[killed by signal: SIG") {
 		t.Errorf("job_output after kill = %q", res.Text)
 	}
-	if res := w.call(t, owner.ID, ToolJobKill, map[string]any{"jobId": id}); res.IsError || !strings.Contains(res.Text, "already finished") {
+	if res := w.call(t, owner.ID, tools.ToolJobKill, map[string]any{"jobId": id}); res.IsError || !strings.Contains(res.Text, "already finished") {
 		t.Errorf("second job_kill = %+v", res)
 	}
 }
@@ -417,7 +420,7 @@ func TestCallHooks(t *testing.T) {
 			}}}
 		}
 		raw := json.RawMessage(`{"command":"touch marker","description":"make a file","timeoutMs":5000}`)
-		res, err := w.svc.Call(context.Background(), a.ID, ToolBash, "toolu_1", raw)
+		res, err := w.svc.Call(context.Background(), a.ID, tools.ToolBash, "toolu_1", raw)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -468,7 +471,7 @@ func TestCallHooks(t *testing.T) {
 			}
 			return hooks.Outcome{}
 		}
-		res := w.call(t, a.ID, ToolBash, map[string]any{"command": "echo out; echo err >&2; exit 4"})
+		res := w.call(t, a.ID, tools.ToolBash, map[string]any{"command": "echo out; echo err >&2; exit 4"})
 		if !res.IsError || res.Text != "out\n[stderr]\nerr\n[exit code: 4]\n[blocked by PostToolUse hook: output looks secret]" {
 			t.Errorf("result = %+v", res)
 		}
@@ -544,8 +547,8 @@ func TestExec(t *testing.T) {
 	})
 
 	t.Run("empty command", func(t *testing.T) {
-		if _, err := w.svc.Exec(ctx, ExecRequest{}); !errors.Is(err, ErrInvalidArguments) {
-			t.Errorf("error = %v, want ErrInvalidArguments", err)
+		if _, err := w.svc.Exec(ctx, ExecRequest{}); !errors.Is(err, tools.ErrInvalidArguments) {
+			t.Errorf("error = %v, want tools.ErrInvalidArguments", err)
 		}
 	})
 }
@@ -568,7 +571,7 @@ func TestResolutionFailureStartsNothing(t *testing.T) {
 	if _, err := w.svc.Exec(context.Background(), ExecRequest{Command: "true", AgentID: a.ID}); !errors.Is(err, shellenv.ErrResolution) {
 		t.Errorf("Exec error = %v, want shellenv.ErrResolution", err)
 	}
-	_, err := w.svc.Call(context.Background(), a.ID, ToolBash, "c1", json.RawMessage(`{"command":"true"}`))
+	_, err := w.svc.Call(context.Background(), a.ID, tools.ToolBash, "c1", json.RawMessage(`{"command":"true"}`))
 	var re *shellenv.ResolutionError
 	if !errors.Is(err, shellenv.ErrResolution) || !errors.As(err, &re) || re.Contributor != "flaky" {
 		t.Errorf("Call error = %v, want a resolution error naming flaky", err)
@@ -598,14 +601,14 @@ func TestConcurrentParentAndChild(t *testing.T) {
 		for i := range perAgent {
 			wg.Go(func() {
 				bg := i%2 == 1
-				res, err := w.svc.Call(context.Background(), ag.ID, ToolBash, "",
+				res, err := w.svc.Call(context.Background(), ag.ID, tools.ToolBash, "",
 					json.RawMessage(fmt.Sprintf(`{"command":"sleep 0.0%d; echo \"$DSH_SESSION_ID\"","run_in_background":%v}`, i%10, bg)))
 				if err != nil {
 					t.Error(err)
 					return
 				}
 				if bg {
-					res, err = w.svc.Call(context.Background(), ag.ID, ToolJobOutput, "",
+					res, err = w.svc.Call(context.Background(), ag.ID, tools.ToolJobOutput, "",
 						json.RawMessage(fmt.Sprintf(`{"jobId":%q,"waitMs":20000}`, res.JobID)))
 					if err != nil {
 						t.Error(err)
@@ -677,7 +680,7 @@ func TestCallRealHooks(t *testing.T) {
 
 	t.Run("PreToolUse exit 2 blocks", func(t *testing.T) {
 		writeHooks(t, fmt.Sprintf(`{"hooks":{"PreToolUse":[{"matcher":"Bash","hooks":[{"type":"command","command":"cat > %s/pre.json; env | grep -c '^DSH_' > %s/dsh-count; echo 'rm is not allowed' >&2; exit 2"}]}]}}`, out, out))
-		res, err := w.svc.Call(context.Background(), a.ID, ToolBash, "toolu_pre", json.RawMessage(`{"command":"rm -rf x","description":"remove x"}`))
+		res, err := w.svc.Call(context.Background(), a.ID, tools.ToolBash, "toolu_pre", json.RawMessage(`{"command":"rm -rf x","description":"remove x"}`))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -701,7 +704,7 @@ func TestCallRealHooks(t *testing.T) {
 
 	t.Run("PostToolUse sees the response", func(t *testing.T) {
 		writeHooks(t, fmt.Sprintf(`{"hooks":{"PostToolUse":[{"matcher":"Bash","hooks":[{"type":"command","command":"cat > %s/post.json"}]}]}}`, out))
-		res := w.call(t, a.ID, ToolBash, map[string]any{"command": "echo hi; exit 1"})
+		res := w.call(t, a.ID, tools.ToolBash, map[string]any{"command": "echo hi; exit 1"})
 		if res.IsError || res.Text != "hi\n[exit code: 1]" {
 			t.Errorf("result = %+v", res)
 		}
@@ -744,7 +747,7 @@ func TestCallHooksRunInAgentCwd(t *testing.T) {
 	w.svc = New(Options{Env: w.reg, Jobs: w.jobs, Agents: w.agents, Hooks: hooks.NewRunner(hc, w.jobs, nil), Home: w.home})
 
 	other := t.TempDir()
-	res := w.call(t, a.ID, ToolBash, map[string]any{"command": "touch marker", "workdir": other})
+	res := w.call(t, a.ID, tools.ToolBash, map[string]any{"command": "touch marker", "workdir": other})
 	if !res.IsError || !strings.Contains(res.Text, "guarded from "+a.Cwd) || res.JobID != "" {
 		t.Errorf("result = %+v, want blocked by the project's guard", res)
 	}
@@ -790,7 +793,7 @@ func TestCallRecordsHooksThatRanBeforeCancel(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
-	if _, err := w.svc.Call(ctx, a.ID, ToolBash, "toolu_c", json.RawMessage(`{"command":"touch marker"}`)); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := w.svc.Call(ctx, a.ID, tools.ToolBash, "toolu_c", json.RawMessage(`{"command":"touch marker"}`)); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Call err = %v, want the deadline", err)
 	}
 	if _, err := os.Stat(filepath.Join(out, "first")); err != nil {
@@ -839,7 +842,7 @@ func TestCallWithStarted(t *testing.T) {
 		}
 	}
 	args := json.RawMessage(fmt.Sprintf(`{"command":"while [ ! -e %s ]; do sleep 0.01; done; echo through"}`, gate))
-	res, err := w.svc.CallWith(ctx, a.ID, ToolBash, "c1", args, CallOptions{Started: started})
+	res, err := w.svc.CallWith(ctx, a.ID, tools.ToolBash, "c1", args, CallOptions{Started: started})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -851,11 +854,11 @@ func TestCallWithStarted(t *testing.T) {
 	}
 
 	seen = nil
-	bg, err := w.svc.CallWith(ctx, a.ID, ToolBash, "c2", json.RawMessage(`{"command":"true","run_in_background":true}`), CallOptions{Started: started})
+	bg, err := w.svc.CallWith(ctx, a.ID, tools.ToolBash, "c2", json.RawMessage(`{"command":"true","run_in_background":true}`), CallOptions{Started: started})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := w.svc.CallWith(ctx, a.ID, ToolJobOutput, "c3", json.RawMessage(`{"jobId":"`+bg.JobID+`","waitMs":5000}`), CallOptions{Started: started}); err != nil {
+	if _, err := w.svc.CallWith(ctx, a.ID, tools.ToolJobOutput, "c3", json.RawMessage(`{"jobId":"`+bg.JobID+`","waitMs":5000}`), CallOptions{Started: started}); err != nil {
 		t.Fatal(err)
 	}
 	if len(seen) != 0 {

@@ -1,4 +1,4 @@
-package tools
+package run
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/dshd/dshd/internal/agents"
 	"github.com/dshd/dshd/internal/exec"
 	"github.com/dshd/dshd/internal/hooks"
+	"github.com/dshd/dshd/internal/tools"
 )
 
 // Transcript event types written by Call.
@@ -71,7 +72,7 @@ type CallResult struct {
 // Problems the model can act on (a blocked call, a workdir that does not
 // exist, too many background jobs, a job that is not found) are results with
 // IsError set, not errors. Call returns errors wrapping: agents.ErrNotFound
-// for an unknown agent, ErrUnknownTool, ErrInvalidArguments (nothing is
+// for an unknown agent, tools.ErrUnknownTool, tools.ErrInvalidArguments (nothing is
 // recorded for these three), shellenv.ErrResolution when the managed
 // environment could not be collected, and exec or context errors. Once the
 // call is recorded, such a failure is recorded too, as an error result.
@@ -94,10 +95,10 @@ func (s *Service) CallWith(ctx context.Context, agentID, name, callID string, ar
 	if err != nil {
 		return CallResult{}, fmt.Errorf("tool call %s: %w", name, err) // the store's error names the agent
 	}
-	if _, ok := params[name]; !ok {
-		return CallResult{}, fmt.Errorf("%w %q", ErrUnknownTool, name)
+	if !tools.Known(name) {
+		return CallResult{}, fmt.Errorf("%w %q", tools.ErrUnknownTool, name)
 	}
-	a, err := parseArgs(name, args)
+	a, err := tools.ParseArgs(name, args)
 	if err != nil {
 		return CallResult{}, err
 	}
@@ -108,19 +109,19 @@ func (s *Service) CallWith(ctx context.Context, agentID, name, callID string, ar
 	if t := strings.TrimSpace(string(args)); t != "" && t != "null" {
 		recorded = args
 	}
-	if err := s.record(ctx, agentID, EventToolCall, callEvent{CallID: callID, Name: name, Arguments: recorded, Ignored: a.ignored}); err != nil {
+	if err := s.record(ctx, agentID, EventToolCall, callEvent{CallID: callID, Name: name, Arguments: recorded, Ignored: a.Ignored()}); err != nil {
 		return CallResult{}, err
 	}
 
 	var res CallResult
 	switch name {
-	case ToolBash:
+	case tools.ToolBash:
 		res, err = s.bash(ctx, agent, callID, a, o.Started)
-	case ToolJobOutput:
+	case tools.ToolJobOutput:
 		res, err = s.jobOutput(ctx, agentID, a)
-	case ToolJobList:
+	case tools.ToolJobList:
 		res = s.jobList(agentID, a)
-	case ToolJobKill:
+	case tools.ToolJobKill:
 		res, err = s.jobKill(ctx, agentID, a)
 	}
 	res.CallID = callID
@@ -206,33 +207,33 @@ func (s *Service) record(ctx context.Context, agentID, typ string, data any) err
 
 // bash runs the bash tool: PreToolUse hooks, the shared pipeline, waiting
 // (foreground), PostToolUse hooks.
-func (s *Service) bash(ctx context.Context, agent agents.Agent, callID string, a args, started func(*exec.Job)) (CallResult, error) {
-	command := a.str("command")
+func (s *Service) bash(ctx context.Context, agent agents.Agent, callID string, a tools.Args, started func(*exec.Job)) (CallResult, error) {
+	command := a.Str("command")
 	cwd := agent.Cwd
-	if wd := a.str("workdir"); wd != "" {
+	if wd := a.Str("workdir"); wd != "" {
 		if filepath.IsAbs(wd) || agent.Cwd == "" {
 			cwd = filepath.Clean(wd)
 		} else {
 			cwd = filepath.Join(agent.Cwd, wd)
 		}
 	}
-	background := a.bools["run_in_background"]
-	timeout := time.Duration(a.ints["timeoutMs"]) * time.Millisecond
+	background := a.Bool("run_in_background")
+	timeout := time.Duration(a.Int("timeoutMs")) * time.Millisecond
 
 	// The tool input mirrors Claude Code's Bash input, so existing hook
 	// scripts read the fields they expect.
 	input := map[string]any{"command": command}
-	if a.has("description") {
-		input["description"] = a.str("description")
+	if a.Has("description") {
+		input["description"] = a.Str("description")
 	}
-	if a.has("timeoutMs") {
-		input["timeout"] = a.ints["timeoutMs"]
+	if a.Has("timeoutMs") {
+		input["timeout"] = a.Int("timeoutMs")
 	}
-	if a.has("run_in_background") {
+	if a.Has("run_in_background") {
 		input["run_in_background"] = background
 	}
-	if a.has("workdir") {
-		input["workdir"] = a.str("workdir")
+	if a.Has("workdir") {
+		input["workdir"] = a.Str("workdir")
 	}
 	// Hooks run in the agent's cwd (DESIGN §7), never in the workdir the
 	// model asked for: a project's hooks are found relative to it (often via
@@ -268,7 +269,7 @@ func (s *Service) bash(ctx context.Context, agent agents.Agent, callID string, a
 	res := CallResult{JobID: job.ID()}
 	var response map[string]any
 	if background {
-		res.Text = startedText(job.ID())
+		res.Text = tools.StartedText(job.ID())
 		response = map[string]any{"stdout": "", "stderr": "", "exitCode": nil, "interrupted": false, "backgroundTaskId": job.ID()}
 	} else {
 		if started != nil {
@@ -279,7 +280,7 @@ func (s *Service) bash(ctx context.Context, agent agents.Agent, callID string, a
 			return res, fmt.Errorf("wait for job %s: %w", job.ID(), err)
 		}
 		interrupted := snap.State == exec.StateTimedOut || snap.State == exec.StateCancelled
-		res.Text = RenderResult(snap)
+		res.Text = tools.RenderResult(snap)
 		res.ExitCode = snap.ExitCode
 		res.IsError = interrupted
 		response = map[string]any{"stdout": snap.Stdout.Text, "stderr": snap.Stderr.Text, "exitCode": snap.ExitCode, "interrupted": interrupted}
@@ -389,13 +390,13 @@ func notFound(id string) CallResult {
 
 // jobOutput runs job_output: the job's output so far, after waiting up to
 // waitMs for it to finish.
-func (s *Service) jobOutput(ctx context.Context, agentID string, a args) (CallResult, error) {
-	id := a.str("jobId")
+func (s *Service) jobOutput(ctx context.Context, agentID string, a tools.Args) (CallResult, error) {
+	id := a.Str("jobId")
 	job, ok, err := s.ownJob(id, agentID)
 	if err != nil || !ok {
 		return notFound(id), err
 	}
-	if wait := min(time.Duration(a.ints["waitMs"])*time.Millisecond, maxWait); wait > 0 {
+	if wait := min(time.Duration(a.Int("waitMs"))*time.Millisecond, maxWait); wait > 0 {
 		t := time.NewTimer(wait)
 		select {
 		case <-job.Done():
@@ -407,12 +408,12 @@ func (s *Service) jobOutput(ctx context.Context, agentID string, a args) (CallRe
 		t.Stop()
 	}
 	snap := job.Snapshot()
-	return CallResult{JobID: id, Text: RenderResult(snap), ExitCode: snap.ExitCode}, nil
+	return CallResult{JobID: id, Text: tools.RenderResult(snap), ExitCode: snap.ExitCode}, nil
 }
 
 // jobList runs job_list: one line per job of the agent, oldest first.
-func (s *Service) jobList(agentID string, a args) CallResult {
-	snaps := s.jobs.Jobs(agentID, exec.State(a.str("state")))
+func (s *Service) jobList(agentID string, a tools.Args) CallResult {
+	snaps := s.jobs.Jobs(agentID, exec.State(a.Str("state")))
 	if len(snaps) == 0 {
 		return CallResult{Text: "(no jobs)"}
 	}
@@ -458,8 +459,8 @@ func oneLine(s string, n int) string {
 }
 
 // jobKill runs job_kill: cancel one of the agent's running jobs.
-func (s *Service) jobKill(ctx context.Context, agentID string, a args) (CallResult, error) {
-	id := a.str("jobId")
+func (s *Service) jobKill(ctx context.Context, agentID string, a tools.Args) (CallResult, error) {
+	id := a.Str("jobId")
 	job, ok, err := s.ownJob(id, agentID)
 	if err != nil || !ok {
 		return notFound(id), err

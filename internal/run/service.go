@@ -1,10 +1,11 @@
-// Package tools is the one pipeline every dshd execution goes through —
+// Package run is the one pipeline every dshd execution goes through —
 // collect the managed overlay, run hooks, spawn, record — for both the
 // harness-facing /exec path (Service.Exec) and model tool calls
-// (Service.Call), so the two cannot drift apart. It also owns the
-// model-facing tool definitions, their argument rules and the rendering of
-// tool results.
-package tools
+// (Service.Call), so the two cannot drift apart, and the agent lifecycle
+// around it (creating, resuming, forking and spawning agents runs their
+// SessionStart hooks). What a tool is (definitions, argument rules, result
+// rendering) lives in package tools.
+package run
 
 import (
 	"context"
@@ -20,18 +21,7 @@ import (
 	"github.com/dshd/dshd/internal/hooks"
 	"github.com/dshd/dshd/internal/ids"
 	"github.com/dshd/dshd/internal/shellenv"
-)
-
-// Sentinel errors. Errors returned by this package wrap them (or the
-// dependencies' own sentinels) with context; test with errors.Is.
-var (
-	// ErrUnknownTool is returned by Call for a tool name that is not one of
-	// Definitions (HTTP 404).
-	ErrUnknownTool = errors.New("unknown tool")
-	// ErrInvalidArguments is returned by Call for arguments that are not a
-	// JSON object, or miss or mistype a declared argument, and by Exec for an
-	// empty command (HTTP 422). The message names every problem.
-	ErrInvalidArguments = errors.New("invalid tool arguments")
+	"github.com/dshd/dshd/internal/tools"
 )
 
 // envCollector is the part of *shellenv.Registry the pipeline uses.
@@ -106,7 +96,7 @@ type Service struct {
 // or Agents is nil, which is a wiring mistake.
 func New(o Options) *Service {
 	if o.Env == nil || o.Jobs == nil || o.Agents == nil {
-		panic("tools.New: Env, Jobs and Agents are required")
+		panic("run.New: Env, Jobs and Agents are required")
 	}
 	log := o.Logger
 	if log == nil {
@@ -164,10 +154,10 @@ type ExecRequest struct {
 // nothing else happens. Otherwise a fresh managed overlay is collected
 // (errors wrap shellenv.ErrResolution) and the job is started (errors wrap
 // the exec sentinels, such as exec.ErrTooManyJobs or exec.ErrInvalidCwd). An
-// empty command is ErrInvalidArguments.
+// empty command is tools.ErrInvalidArguments.
 func (s *Service) Exec(ctx context.Context, r ExecRequest) (*exec.Job, error) {
 	if r.Command == "" {
-		return nil, fmt.Errorf("%w: command is required", ErrInvalidArguments)
+		return nil, fmt.Errorf("%w: command is required", tools.ErrInvalidArguments)
 	}
 	var agent *agents.Agent
 	if r.AgentID != "" {
