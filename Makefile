@@ -7,12 +7,11 @@ GO ?= go
 test: deps generate-check fmt-check vet lint-contract unit
 
 # npm packages are pinned by each directory's package-lock.json.
-NODE_DIRS = api/lint
+NODE_DIRS = api/lint tests
 
 deps:
 	$(GO) mod download
 	./scripts/ensure-chromium.sh
-	./scripts/ensure-npm-deps.sh
 	./scripts/ensure-node-deps.sh $(NODE_DIRS)
 
 # The contract passes Spectral's spectral:oas with no finding at all and
