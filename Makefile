@@ -42,6 +42,8 @@ bench:
 	$(GO) test -run '^$$' -bench . -benchmem -count=1 -timeout 30m ./internal/shellenv ./internal/exec
 	$(GO) test -run '^$$' -bench 'ExecForeground|ExecConcurrent8|Declarations10000' -benchtime 1000x -count=1 -timeout 30m ./tests
 	$(GO) test -run '^$$' -bench 'Stream256MiB' -benchtime 3x -count=1 -timeout 30m ./tests
+	$(GO) test -run '^$$' -bench 'OutputDelivery256MiB' -benchtime 3x -count=1 -timeout 30m ./tests
+	$(GO) test -run '^$$' -bench 'OutputSlowClient|OutputFollowers50' -benchtime 1x -count=1 -timeout 30m ./tests
 	$(GO) test -run '^$$' -bench 'BackgroundSleeps1000' -benchtime 1x -count=1 -timeout 30m ./tests
 
 run:

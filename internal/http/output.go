@@ -230,9 +230,13 @@ func (e *eventStream) serve(w http.ResponseWriter) error {
 			return send(true)
 		}
 		if added {
-			// More may be there already: write without flushing, and look.
+			// More may be there already: write without flushing, and look
+			// (unless the request is over: shutdown ends streams too).
 			if err := send(false); err != nil {
 				return err
+			}
+			if err := e.ctx.Err(); err != nil {
+				return fmt.Errorf("%w: %v", errClientGone, context.Cause(e.ctx))
 			}
 			continue
 		}

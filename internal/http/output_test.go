@@ -11,12 +11,15 @@ import (
 // TestAppendJSONString checks the event encoder against encoding/json: every
 // valid UTF-8 input decodes back to itself.
 func TestAppendJSONString(t *testing.T) {
-	inputs := []string{"", "plain", "a\nb\r\tc", `quote " and \ backslash`, "\x00\x01\x1f\x7f", "<&> stay", "€ 𝄞 é", "\u2028\u2029"}
+	inputs := []string{"", "plain", "a\nb\r\tc", strings.Repeat("x", 127) + "\n", "0123456\"89abcdef\\", "ab\x1fcdefgh\x7f\xc3\xa9\x00", `quote " and \ backslash`, "\x00\x01\x1f\x7f", "<&> stay", "€ 𝄞 é", "\u2028\u2029"}
 	r := rand.New(rand.NewPCG(1, 2))
-	for range 2000 {
+	for k := range 4000 {
 		b := make([]byte, r.IntN(64))
 		for i := range b {
 			b[i] = byte(r.IntN(256))
+			if k%2 == 0 && r.IntN(16) != 0 {
+				b[i] = 'a' + byte(r.IntN(26)) // long plain runs, a special byte here and there
+			}
 		}
 		if utf8.Valid(b) {
 			inputs = append(inputs, string(b))
