@@ -235,7 +235,7 @@ function eventRow(ev, ctx) {
     }
     case 'hook/invoked':
       classes.push('is-hook');
-      details = [h('span', {}, `${d.event ?? '?'} · ${d.dialect ?? '?'} · running `, hookName(d, ctx.hooks)),
+      details = [h('span', {}, `${d.event ?? '?'} · ${d.dialect ?? '?'} · `, hookName(d, ctx.hooks), ' · started, no result yet'),
         h('span', { class: 'muted call-id' }, `call ${d.callId ?? '?'}`)];
       break;
     case 'hook/result': {
