@@ -2,7 +2,7 @@
 # prints the performance figures beside their baselines.
 GO ?= go
 
-.PHONY: test check generate generate-check vet fmt-check unit bench run deps lint-contract
+.PHONY: test check generate generate-check vet fmt-check unit bench fuzz run deps lint-contract
 
 test: deps generate-check fmt-check vet lint-contract unit
 
@@ -45,6 +45,14 @@ bench:
 	$(GO) test -run '^$$' -bench 'OutputDelivery256MiB' -benchtime 3x -count=1 -timeout 30m ./tests
 	$(GO) test -run '^$$' -bench 'OutputSlowClient|OutputFollowers50' -benchtime 1x -count=1 -timeout 30m ./tests
 	$(GO) test -run '^$$' -bench 'BackgroundSleeps1000' -benchtime 1x -count=1 -timeout 30m ./tests
+
+# The schema-driven contract fuzz test (TestContractFuzz, which `make test`
+# runs with seed 1 and 600 requests), longer and with a fresh seed; the seed
+# is printed, and FUZZ_SEED=n replays a run.
+FUZZ_COUNT ?= 20000
+FUZZ_SEED ?= $(shell date +%s)
+fuzz:
+	$(GO) test -race -count=1 -timeout 60m -v -run '^TestContractFuzz$$' ./tests -args -contract.count=$(FUZZ_COUNT) -contract.seed=$(FUZZ_SEED)
 
 run:
 	$(GO) run ./cmd/dshd
