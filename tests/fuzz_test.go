@@ -22,8 +22,6 @@ import (
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers"
-
-	contract "github.com/dshd/dshd/api"
 )
 
 // `make test` runs the contract fuzz test with these defaults; `make fuzz`
@@ -101,19 +99,6 @@ func TestContractFuzz(t *testing.T) {
 	}
 	sort.Strings(lines)
 	t.Logf("statuses by operation:\n%s", strings.Join(lines, "\n"))
-}
-
-// loadContract loads and validates api/openapi.yaml as the server embeds it.
-func loadContract(t *testing.T) *openapi3.T {
-	t.Helper()
-	doc, err := openapi3.NewLoader().LoadFromData(contract.OpenAPI)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := doc.Validate(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	return doc
 }
 
 // operation is one method of one path of the contract.
