@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 )
 
 // load reads <id>.jsonl: it checks the header, finds the last seq, reports
@@ -52,6 +53,7 @@ func (s *Store) load(id string) (*entry, error) {
 			body := bytes.TrimSuffix(line, []byte{'\n'})
 			if ev, ok := parseEvent(body); ok {
 				e.lastSeq = max(e.lastSeq, ev.Seq)
+				e.pending = trackCall(e.pending, ev)
 				validEnd, needNL, tornAfter = off, !terminated, 0
 			} else if len(bytes.TrimSpace(body)) > 0 {
 				tornAfter++
@@ -169,4 +171,51 @@ func parseEvent(line []byte) (Event, bool) {
 func seqOf(line []byte) int64 {
 	ev, _ := parseEvent(bytes.TrimSuffix(line, []byte{'\n'}))
 	return ev.Seq
+}
+
+// trackCall updates the list of tool calls without a result with ev.
+func trackCall(pending []string, ev Event) []string {
+	if ev.Type != EventToolCall && ev.Type != EventToolResult {
+		return pending
+	}
+	var d struct {
+		CallID string `json:"callId"`
+	}
+	if json.Unmarshal(ev.Data, &d) != nil || d.CallID == "" {
+		return pending // a call without an id cannot be answered or matched
+	}
+	if ev.Type == EventToolCall {
+		return append(pending, d.CallID)
+	}
+	if i := slices.Index(pending, d.CallID); i >= 0 {
+		return slices.Delete(pending, i, i+1)
+	}
+	return pending
+}
+
+// InterruptedText is the text of the result appended for a tool call that
+// has none when its transcript is loaded: the server stopped while it ran.
+const InterruptedText = "[interrupted: the server stopped before this call finished; its outcome is unknown]"
+
+// interruptedResult is the data of that tool/result event.
+type interruptedResult struct {
+	CallID      string `json:"callId"`
+	IsError     bool   `json:"isError"`
+	Text        string `json:"text"`
+	Interrupted bool   `json:"interrupted"`
+}
+
+// closeInterrupted appends a tool/result for every tool call of e that has
+// none, so a model reading the transcript is never left waiting for one.
+// It runs when a transcript is loaded, before anything else can append.
+func (s *Store) closeInterrupted(e *entry) {
+	pending := e.pending
+	e.pending = nil
+	for _, id := range pending {
+		if _, err := s.append(e, EventToolResult, interruptedResult{CallID: id, IsError: true, Text: InterruptedText, Interrupted: true}); err != nil {
+			s.log.Warn("record interrupted tool call", "agent_id", e.agent.ID, "call_id", id, "err", err)
+			return
+		}
+		s.log.Info("recorded interrupted tool call", "agent_id", e.agent.ID, "call_id", id)
+	}
 }

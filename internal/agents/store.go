@@ -57,7 +57,8 @@ type entry struct {
 
 	mu      sync.Mutex
 	lastSeq int64
-	size    int64 // bytes of valid content in the file
+	size    int64    // bytes of valid content in the file
+	pending []string // set by load: tool calls without a result, for closeInterrupted
 }
 
 // header is the first line of a transcript.
@@ -155,6 +156,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 			s.log.Warn("skipping transcript with invalid header", "file", s.Path(id), "err", err)
 			continue
 		}
+		s.closeInterrupted(e)
 		s.agents[id] = e
 	}
 	for _, e := range s.agents {
@@ -442,6 +444,7 @@ func (s *Store) reload(id string) (*entry, error) {
 		return nil, notFound
 	}
 	e.agent.RootID = s.rootOf(id, e.agent.ParentID)
+	s.closeInterrupted(e)
 	s.agents[id] = e
 	return e, nil
 }

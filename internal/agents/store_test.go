@@ -779,3 +779,72 @@ func TestResumeDuringCreate(t *testing.T) {
 		t.Errorf("seqs (-want +got):\n%s", diff)
 	}
 }
+
+func TestInterruptedToolCallsGetAResult(t *testing.T) {
+	const hdr = `{"type":"session","version":1,"id":"agt_i","createdAt":"2025-01-02T03:04:05Z","cwd":"/","parentId":null,"origin":"root","depth":0}` + "\n"
+	call := func(seq int, id string) string {
+		return fmt.Sprintf(`{"type":"tool/call","seq":%d,"time":"2025-01-02T03:04:06Z","data":{"callId":%q,"name":"bash"}}`+"\n", seq, id)
+	}
+	result := func(seq int, id string) string {
+		return fmt.Sprintf(`{"type":"tool/result","seq":%d,"time":"2025-01-02T03:04:07Z","data":{"callId":%q,"isError":false,"text":"ok"}}`+"\n", seq, id)
+	}
+	tests := []struct {
+		name    string
+		content string
+		want    []string // call ids answered as interrupted, in order
+	}{
+		{"answered", hdr + call(1, "c1") + result(2, "c1"), nil},
+		{"last call open", hdr + call(1, "c1") + result(2, "c1") + call(3, "c2"), []string{"c2"}},
+		{"two open, one answered out of order", hdr + call(1, "a") + call(2, "b") + call(3, "c") + result(4, "b"), []string{"a", "c"}},
+	}
+	for _, tt := range tests {
+		for _, via := range []string{"open", "resume"} {
+			t.Run(tt.name+"/"+via, func(t *testing.T) {
+				dir := t.TempDir()
+				write := func() {
+					if err := os.WriteFile(filepath.Join(dir, "agt_i.jsonl"), []byte(tt.content), 0o600); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if via == "open" {
+					write()
+				}
+				s := mustOpen(t, Options{Dir: dir})
+				if via == "resume" {
+					write() // appears after Open: Resume loads it
+					if _, err := s.Resume(context.Background(), "agt_i"); err != nil {
+						t.Fatal(err)
+					}
+				}
+				evs, err := s.Events(context.Background(), "agt_i")
+				if err != nil {
+					t.Fatal(err)
+				}
+				var got []string
+				for _, ev := range evs {
+					var d struct {
+						CallID      string `json:"callId"`
+						IsError     bool   `json:"isError"`
+						Text        string `json:"text"`
+						Interrupted bool   `json:"interrupted"`
+					}
+					if ev.Type != EventToolResult || json.Unmarshal(ev.Data, &d) != nil || !d.Interrupted {
+						continue
+					}
+					if !d.IsError || d.Text != InterruptedText {
+						t.Errorf("interrupted result %s = %+v, want an error with InterruptedText", ev.Data, d)
+					}
+					got = append(got, d.CallID)
+				}
+				if diff := cmp.Diff(tt.want, got); diff != "" {
+					t.Errorf("interrupted call ids (-want +got):\n%s", diff)
+				}
+				for i, ev := range evs {
+					if ev.Seq != int64(i+1) {
+						t.Fatalf("event %d has seq %d: seqs must stay contiguous", i, ev.Seq)
+					}
+				}
+			})
+		}
+	}
+}

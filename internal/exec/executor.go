@@ -159,6 +159,9 @@ func New(opts Options) (*Executor, error) {
 	if e.run, err = newRunner(log, opts, m); err != nil {
 		return nil, err
 	}
+	if err := e.recoverLost(); err != nil {
+		return nil, fmt.Errorf("recover jobs of a previous run: %w", err)
+	}
 	go e.janitor()
 	return e, nil
 }
@@ -399,6 +402,7 @@ func (e *Executor) Start(ctx context.Context, s Spec) (*Job, error) {
 		stderr:   j.sink(&j.stderr, "stderr"),
 		onExit:   j.finish,
 		contain:  e.run.cont.forJob(j.id),
+		onStart:  func(pid int) { e.indexAdd(j, pid) },
 	})
 	if err != nil {
 		if j.timer != nil {
@@ -550,6 +554,7 @@ func (e *Executor) releaseLocked(j *Job) {
 // jobFinished updates accounting when j ended; it runs before j's done is
 // closed, so a caller that saw done can start a job in its place.
 func (e *Executor) jobFinished(j *Job, state State) {
+	e.indexRemove(j)
 	now := e.now()
 	e.mu.Lock()
 	e.releaseLocked(j)

@@ -18,6 +18,7 @@ const (
 	StateExited    State = "exited"    // the leader exited on its own (any code or signal)
 	StateTimedOut  State = "timed_out" // stopped by the kill path after its timeout
 	StateCancelled State = "cancelled" // stopped by Cancel or Close
+	StateLost      State = "lost"      // left running by a server that died; stopped at the next start
 )
 
 // Stream selects a job's output stream.

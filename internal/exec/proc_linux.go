@@ -70,6 +70,9 @@ type spawnSpec struct {
 	// contain says where the process goes: its own cgroup, or its process
 	// group traced through /proc (group mode).
 	contain containSpec
+	// onStart, if set, runs once the process is started, before its waiter
+	// can run onExit.
+	onStart func(pid int)
 }
 
 // start spawns the process. On error nothing is left running, done is
@@ -180,6 +183,9 @@ func (p *proc) spawn(s *spawnSpec) error {
 		go p.kill()
 	}
 
+	if s.onStart != nil {
+		s.onStart(cmd.Process.Pid)
+	}
 	if inW != nil {
 		go writeStdin(inW, s.stdin)
 	}

@@ -57,7 +57,7 @@ var params = map[string][]param{
 		{name: "waitMs", kind: kindInteger},
 	},
 	ToolJobList: {
-		{name: "state", kind: kindString, oneOf: []string{"running", "exited", "timed_out", "cancelled"}},
+		{name: "state", kind: kindString, oneOf: []string{"running", "exited", "timed_out", "cancelled", "lost"}},
 	},
 	ToolJobKill: {
 		{name: "jobId", kind: kindString, required: true},

@@ -95,7 +95,7 @@ func Definitions() []Definition {
 			Schema: objectSchema(nil, map[string]any{
 				"state": map[string]any{
 					"type":        "string",
-					"enum":        []any{"running", "exited", "timed_out", "cancelled"},
+					"enum":        []any{"running", "exited", "timed_out", "cancelled", "lost"},
 					"description": "Only list jobs in this state.",
 				},
 			}),

@@ -144,6 +144,7 @@ func (e HookDialect) Valid() bool {
 const (
 	Cancelled JobState = "cancelled"
 	Exited    JobState = "exited"
+	Lost      JobState = "lost"
 	Running   JobState = "running"
 	TimedOut  JobState = "timed_out"
 )
@@ -154,6 +155,8 @@ func (e JobState) Valid() bool {
 	case Cancelled:
 		return true
 	case Exited:
+		return true
+	case Lost:
 		return true
 	case Running:
 		return true
@@ -432,13 +435,19 @@ type Job struct {
 	// Signal Example: SIGKILL
 	Signal    *string   `json:"signal"`
 	StartedAt time.Time `json:"startedAt"`
-	State     JobState  `json:"state"`
-	Stderr    Output    `json:"stderr"`
-	Stdout    Output    `json:"stdout"`
-	TimeoutMs *int64    `json:"timeoutMs"`
+
+	// State `lost`: the job was running when a previous dshd process died (crash, `kill -9`);
+	// the next start stopped its processes. Lost jobs have no exit code and no output,
+	// and stay listed until retention drops them.
+	State     JobState `json:"state"`
+	Stderr    Output   `json:"stderr"`
+	Stdout    Output   `json:"stdout"`
+	TimeoutMs *int64   `json:"timeoutMs"`
 }
 
-// JobState defines model for JobState.
+// JobState `lost`: the job was running when a previous dshd process died (crash, `kill -9`);
+// the next start stopped its processes. Lost jobs have no exit code and no output,
+// and stay listed until retention drops them.
 type JobState string
 
 // KeySpec defines model for KeySpec.
