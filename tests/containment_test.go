@@ -62,7 +62,7 @@ func marked(prefix string) (pids []int, sleeps int) {
 }
 
 // waitMarked waits until the job marked mark runs both of its sleeps.
-func waitMarked(t *testing.T, mark string) {
+func waitMarked(t testing.TB, mark string) {
 	t.Helper()
 	if !started(mark) {
 		t.Fatalf("job %s did not start its two sleeps within 15s", mark)
@@ -103,7 +103,7 @@ func killPIDs(pids []int) {
 	}
 }
 
-func randomMark(t *testing.T) string {
+func randomMark(t testing.TB) string {
 	var b [6]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		t.Fatal(err)

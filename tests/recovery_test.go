@@ -12,7 +12,7 @@ import (
 )
 
 // crash kills the server with SIGKILL, as a crash would, and waits for it.
-func (s *testServer) crash(t *testing.T) {
+func (s *testServer) crash(t testing.TB) {
 	t.Helper()
 	if err := s.cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
@@ -110,16 +110,14 @@ func testCrashRecovery(t *testing.T, mode string) {
 	}()
 	s2 := startServer(t, withHome(home), config)
 	ready := time.Since(restart)
-	switch d := <-gone; {
-	case d < 0:
-		t.Errorf("processes of the crashed run still alive 30s after the restart: %v", survivorsNow(run+"/"))
-	case d > time.Second:
-		t.Errorf("the last process of the crashed run died %v after the restart, want within 1s; stderr:\n%s", d, s2.stderr)
-	default:
-		t.Logf("restart to no process of the crashed run left: %v (server ready after %v)", d, ready)
+	// The server kills the leftovers before it listens; they are gone
+	// moments after it is ready. (How fast is measured by
+	// BenchmarkCrashRecovery50, not asserted here.)
+	if left := survivors(run+"/", 5*time.Second); len(left) > 0 {
+		t.Errorf("%d process(es) of the crashed run alive 5s after the restarted server was ready: %v", len(left), left)
 	}
-	if testing.Verbose() {
-		t.Logf("restart stderr:\n%s", s2.stderr)
+	if d := <-gone; d >= 0 {
+		t.Logf("restart to no process of the crashed run left: %v (server ready after %v)", d, ready)
 	}
 	if !strings.Contains(s2.stderr.String(), "lost_jobs=50") {
 		t.Errorf("restart did not log the 50 lost jobs; stderr:\n%s", s2.stderr)

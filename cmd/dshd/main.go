@@ -196,16 +196,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Re
 	if err != nil {
 		return fmt.Errorf("working directory: %w", err)
 	}
-	env, err := shellenv.New(shellenv.Options{
-		Home:           home,
-		StatePath:      filepath.Join(home, "contributors.json"),
-		WebhookTimeout: ms(cfg.Webhooks.TimeoutMs),
-		Logger:         logger.With("component", "shellenv"),
-		Registerer:     reg,
-	})
-	if err != nil {
-		return err
-	}
+	// The executor first: it stops what a crashed run left, as early as it can.
 	executor, err := exec.New(exec.Options{
 		Logger:  logger.With("component", "exec"),
 		Home:    home,
@@ -231,6 +222,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Re
 		RetainMax:             cfg.Jobs.RetainMax,
 		Containment:           cfg.Jobs.Containment,
 		Registerer:            reg,
+	})
+	if err != nil {
+		return err
+	}
+	env, err := shellenv.New(shellenv.Options{
+		Home:           home,
+		StatePath:      filepath.Join(home, "contributors.json"),
+		WebhookTimeout: ms(cfg.Webhooks.TimeoutMs),
+		Logger:         logger.With("component", "shellenv"),
+		Registerer:     reg,
 	})
 	if err != nil {
 		return err

@@ -1,0 +1,126 @@
+package exec
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	osexec "os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/dshd/dshd/internal/proctest"
+)
+
+// TestRecoverLost writes the index an earlier run would have left: one job
+// whose leader still runs, one whose pid now belongs to another process (a
+// different start time), and one cut short by the crash. New must kill only
+// the first, and report all three lost.
+func TestRecoverLost(t *testing.T) {
+	home := t.TempDir()
+	spawn := func() *osexec.Cmd {
+		c := osexec.Command("sleep", "300")
+		c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Process.Kill(); _ = c.Wait() })
+		return c
+	}
+	ours, recycled := spawn(), spawn()
+	start := func(pid int) uint64 {
+		st, ok := readStat(pid)
+		if !ok {
+			t.Fatalf("no stat for %d", pid)
+		}
+		return st.start
+	}
+	dir := filepath.Join(home, "jobs", "running")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	write := func(ent indexEntry) {
+		b, _ := json.Marshal(ent)
+		if err := os.WriteFile(filepath.Join(dir, ent.ID+".json"), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	created := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
+	write(indexEntry{ID: "job_ours", AgentID: "agt_1", Command: "sleep 300", Background: true, CreatedAt: created, StartedAt: created,
+		PID: ours.Process.Pid, LeaderStart: start(ours.Process.Pid)})
+	write(indexEntry{ID: "job_recycled", Command: "sleep 300", PID: recycled.Process.Pid, LeaderStart: start(recycled.Process.Pid) + 1})
+	if err := os.WriteFile(filepath.Join(dir, "job_torn.json"), []byte(`{"id":"job_to`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	e := newTestExecutor(t, func(o *Options) { o.Home = home; o.Containment = ContainmentGroup })
+
+	exited := make(chan error, 1)
+	go func() { exited <- ours.Wait() }()
+	select {
+	case <-exited:
+	case <-time.After(proctest.Deadline):
+		t.Fatal("the indexed leader with a matching start time was not killed")
+	}
+	if proctest.Gone(recycled.Process.Pid) {
+		t.Fatal("a process whose pid matched but start time did not was killed")
+	}
+
+	lost := e.Jobs("", StateLost)
+	if len(lost) != 3 {
+		t.Fatalf("lost jobs = %+v, want 3", lost)
+	}
+	j, err := e.Job("job_ours")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := j.Snapshot()
+	if s.State != StateLost || s.AgentID != "agt_1" || s.Command != "sleep 300" || !s.Background || s.ExitCode != nil || s.EndedAt == nil || !s.CreatedAt.Equal(created) {
+		t.Errorf("lost snapshot = %+v", s)
+	}
+	select {
+	case <-j.Done():
+	default:
+		t.Error("a lost job is not done")
+	}
+	if _, err := j.ReadOutput(Stdout, 0, make([]byte, 10)); !errors.Is(err, io.EOF) {
+		t.Errorf("ReadOutput of a lost job = %v, want EOF", err)
+	}
+	if des, _ := os.ReadDir(dir); len(des) != 0 {
+		t.Errorf("index still holds %d entries after recovery", len(des))
+	}
+}
+
+// TestIndexFollowsRunningJobs checks the index holds exactly the running
+// jobs, with what recovery needs.
+func TestIndexFollowsRunningJobs(t *testing.T) {
+	e := newTestExecutor(t, nil)
+	j, err := e.Start(testCtx(t), Spec{Command: "sleep 300", Background: true, AgentID: "agt_x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(e.indexDir(), j.ID()+".json")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("running job not indexed: %v", err)
+	}
+	var ent indexEntry
+	if err := json.Unmarshal(b, &ent); err != nil {
+		t.Fatal(err)
+	}
+	st, ok := readStat(ent.PID)
+	if ent.ID != j.ID() || ent.AgentID != "agt_x" || ent.PID != j.Snapshot().PID || !ok || st.start != ent.LeaderStart {
+		t.Errorf("index entry = %+v; leader stat %+v", ent, st)
+	}
+	if (e.Containment().Mode == ContainmentCgroup) != (ent.Cgroup != "") {
+		t.Errorf("index entry cgroup %q in mode %s", ent.Cgroup, e.Containment().Mode)
+	}
+	if _, err := e.Cancel(testCtx(t), j.ID()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("finished job still indexed: %v", err)
+	}
+}
