@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"fmt"
 	"strings"
 	"time"
 
@@ -39,14 +40,14 @@ func deref[T any](p *T) T {
 	return *p
 }
 
-func millis(ms *int) time.Duration {
+func millis[T int32 | int64](ms *T) time.Duration {
 	if ms == nil {
 		return 0
 	}
 	return time.Duration(*ms) * time.Millisecond
 }
 
-func seconds(s *int) time.Duration {
+func seconds[T int32 | int64](s *T) time.Duration {
 	if s == nil {
 		return 0
 	}
@@ -71,29 +72,39 @@ func toAPIDeclarations(ds []shellenv.Declaration) api.DeclarationList {
 	return out
 }
 
-func fromAPIContributorInput(in api.ContributorInput) shellenv.Spec {
+// fromAPIContributorInput converts a registration. The resolver's kind
+// picks its variant; a resolver that is none of them (the validator lets
+// none through) is errBadRequest.
+func fromAPIContributorInput(in api.ContributorInput) (shellenv.Spec, error) {
 	s := shellenv.Spec{
 		Name:   in.Name,
 		Plugin: deref(in.Plugin),
 		Keys:   make([]shellenv.KeySpec, len(in.Keys)),
-		Resolver: shellenv.ResolverSpec{
-			Kind:    in.Resolver.Kind,
-			Values:  deref(in.Resolver.Values),
-			URL:     deref(in.Resolver.Url),
-			Timeout: millis(in.Resolver.TimeoutMs),
-		},
 	}
 	for i, k := range in.Keys {
 		s.Keys[i] = shellenv.KeySpec{Key: k.Key, Description: k.Description}
 	}
-	return s
+	v, err := in.Resolver.ValueByDiscriminator()
+	if err != nil {
+		return s, fmt.Errorf("%w: resolver: %v", errBadRequest, err)
+	}
+	switch r := v.(type) {
+	case api.StaticResolver:
+		s.Resolver = shellenv.ResolverSpec{Kind: string(r.Kind), Values: deref(r.Values)}
+	case api.TemplateResolver:
+		s.Resolver = shellenv.ResolverSpec{Kind: string(r.Kind), Values: deref(r.Values)}
+	case api.WebhookResolver:
+		s.Resolver = shellenv.ResolverSpec{Kind: string(r.Kind), URL: deref(r.Url), Timeout: millis(r.TimeoutMs)}
+	}
+	return s, nil
 }
 
-func toAPIContributor(c shellenv.Contributor) api.Contributor {
+// toAPIContributor converts a contributor; built-ins have no resolver.
+func toAPIContributor(c shellenv.Contributor) (api.Contributor, error) {
 	out := api.Contributor{
 		Name:      c.Name,
 		Builtin:   c.Builtin,
-		Kind:      c.Kind,
+		Kind:      api.ContributorKind(c.Kind),
 		Plugin:    optional(c.Plugin),
 		Keys:      make([]api.KeySpec, len(c.Keys)),
 		CreatedAt: c.CreatedAt,
@@ -102,24 +113,43 @@ func toAPIContributor(c shellenv.Contributor) api.Contributor {
 	for i, k := range c.Keys {
 		out.Keys[i] = api.KeySpec{Key: k.Key, Description: k.Description}
 	}
-	if !c.Builtin {
-		r := &api.Resolver{Kind: c.Resolver.Kind, Url: optional(c.Resolver.URL)}
-		if len(c.Resolver.Values) > 0 {
-			r.Values = &c.Resolver.Values
-		}
-		if c.Resolver.Timeout > 0 {
-			r.TimeoutMs = ptr(int(c.Resolver.Timeout / time.Millisecond))
-		}
-		out.Resolver = r
+	if c.Builtin {
+		return out, nil
 	}
-	return out
+	var values *map[string]string
+	if len(c.Resolver.Values) > 0 {
+		values = &c.Resolver.Values
+	}
+	var (
+		r   api.Resolver
+		err error
+	)
+	switch c.Resolver.Kind {
+	case string(api.ContributorKindStatic):
+		err = r.FromStaticResolver(api.StaticResolver{Values: values})
+	case string(api.ContributorKindTemplate):
+		err = r.FromTemplateResolver(api.TemplateResolver{Values: values})
+	case string(api.ContributorKindWebhook):
+		w := api.WebhookResolver{Url: optional(c.Resolver.URL)}
+		if c.Resolver.Timeout > 0 {
+			w.TimeoutMs = ptr(c.Resolver.Timeout.Milliseconds())
+		}
+		err = r.FromWebhookResolver(w)
+	default:
+		err = fmt.Errorf("contributor %s has resolver kind %q, which the contract does not know", c.Name, c.Resolver.Kind)
+	}
+	if err != nil {
+		return out, fmt.Errorf("convert contributor %s: %w", c.Name, err)
+	}
+	out.Resolver = &r
+	return out, nil
 }
 
 func toAPIPlugin(p shellenv.Plugin) api.Plugin {
 	return api.Plugin{
 		Id:           p.ID,
 		Name:         p.Name,
-		LeaseSeconds: int(p.Lease / time.Second),
+		LeaseSeconds: int32(p.Lease / time.Second),
 		CreatedAt:    p.CreatedAt,
 		ExpiresAt:    p.ExpiresAt,
 		Contributors: append([]string{}, p.Contributors...),
@@ -132,7 +162,7 @@ func toAPIAgent(a agents.Agent) api.Agent {
 		ParentId:  optional(a.ParentID),
 		RootId:    a.RootID,
 		Origin:    api.AgentOrigin(a.Origin),
-		Depth:     a.Depth,
+		Depth:     int32(a.Depth),
 		Cwd:       a.Cwd,
 		CreatedAt: a.CreatedAt,
 	}
@@ -188,8 +218,8 @@ func toAPIJob(s exec.Snapshot) api.Job {
 		AgentId:    optional(s.AgentID),
 		Background: s.Background,
 		Cwd:        s.Cwd,
-		Pid:        s.PID,
-		ExitCode:   s.ExitCode,
+		Pid:        int32(s.PID),
+		ExitCode:   int32Ptr(s.ExitCode),
 		Signal:     optional(s.Signal),
 		Stdout:     toAPIOutput(s.Stdout),
 		Stderr:     toAPIOutput(s.Stderr),
@@ -217,7 +247,7 @@ func toAPIToolResult(r run.CallResult) api.ToolResult {
 		IsError:  r.IsError,
 		Text:     r.Text,
 		JobId:    optional(r.JobID),
-		ExitCode: r.ExitCode,
+		ExitCode: int32Ptr(r.ExitCode),
 
 		AdditionalContext: optionalSlice(r.AdditionalContext),
 		SystemMessages:    optionalSlice(r.SystemMessages),
@@ -226,6 +256,14 @@ func toAPIToolResult(r run.CallResult) api.ToolResult {
 
 // optionalSlice returns nil for an empty slice, so an omitempty pointer
 // field is left out.
+// int32Ptr converts an optional int (an exit code) to the contract's int32.
+func int32Ptr(p *int) *int32 {
+	if p == nil {
+		return nil
+	}
+	return ptr(int32(*p))
+}
+
 func optionalSlice(s []string) *[]string {
 	if len(s) == 0 {
 		return nil
@@ -242,7 +280,7 @@ func toAPIHooks(hs []hooks.Handler) []api.Hook {
 			Event:          string(h.Event),
 			Matcher:        h.Matcher,
 			Command:        h.Command,
-			TimeoutSeconds: int(h.Timeout / time.Second),
+			TimeoutSeconds: int32(h.Timeout / time.Second),
 		}
 	}
 	return out

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/dshd/dshd/internal/exec"
 	"github.com/dshd/dshd/internal/http/api"
 	"github.com/dshd/dshd/internal/run"
+	"github.com/dshd/dshd/internal/shellenv"
 )
 
 func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
@@ -56,7 +58,7 @@ func TestToAPIJob(t *testing.T) {
 func TestFromAPIExecRequest(t *testing.T) {
 	got := fromAPIExecRequest(api.ExecRequest{
 		Command: "cat", AgentId: ptr("agt_1"), Cwd: ptr("/w"), Env: &map[string]string{"A": "1"},
-		Stdin: ptr(""), TimeoutMs: ptr(1500), Background: ptr(true),
+		Stdin: ptr(""), TimeoutMs: ptr(int64(1500)), Background: ptr(true),
 	}, ptr("key-1"))
 	want := run.ExecRequest{Command: "cat", AgentID: "agt_1", Cwd: "/w", Env: map[string]string{"A": "1"},
 		Stdin: []byte{}, HasStdin: true, Timeout: 1500 * time.Millisecond, Background: true, IdempotencyKey: "key-1"}
@@ -135,5 +137,49 @@ func TestToAPIContainment(t *testing.T) {
 				t.Errorf("toAPIContainment (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestResolverRoundTrip converts each resolver variant from its JSON body to
+// the domain and back to the JSON the contract describes.
+func TestResolverRoundTrip(t *testing.T) {
+	tests := []struct {
+		name     string
+		resolver string
+		want     shellenv.ResolverSpec
+	}{
+		{"static", `{"kind":"static","values":{"DSH_A":"a"}}`, shellenv.ResolverSpec{Kind: "static", Values: map[string]string{"DSH_A": "a"}}},
+		{"template", `{"kind":"template","values":{"DSH_A":"{agent.id}"}}`, shellenv.ResolverSpec{Kind: "template", Values: map[string]string{"DSH_A": "{agent.id}"}}},
+		{"webhook", `{"kind":"webhook","timeoutMs":500,"url":"http://127.0.0.1:9/f"}`, shellenv.ResolverSpec{Kind: "webhook", URL: "http://127.0.0.1:9/f", Timeout: 500 * time.Millisecond}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var in api.ContributorInput
+			body := `{"name":"c","keys":[{"key":"DSH_A","description":"d"}],"resolver":` + tt.resolver + `}`
+			if err := json.Unmarshal([]byte(body), &in); err != nil {
+				t.Fatal(err)
+			}
+			spec, err := fromAPIContributorInput(in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tt.want, spec.Resolver); diff != "" {
+				t.Errorf("domain resolver (-want +got):\n%s", diff)
+			}
+			out, err := toAPIContributor(shellenv.Contributor{Name: "c", Kind: tt.want.Kind, Resolver: tt.want})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := json.Marshal(out.Resolver)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(got) != tt.resolver {
+				t.Errorf("API resolver = %s, want %s", got, tt.resolver)
+			}
+		})
+	}
+	if _, err := toAPIContributor(shellenv.Contributor{Name: "c", Kind: "mystery", Resolver: shellenv.ResolverSpec{Kind: "mystery"}}); err == nil {
+		t.Error("a resolver kind the contract does not know converted without error")
 	}
 }

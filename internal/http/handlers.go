@@ -29,16 +29,32 @@ func (s *Server) ListDeclarations(context.Context, api.ListDeclarationsRequestOb
 
 // ListContributors lists contributors with their declarations.
 func (s *Server) ListContributors(context.Context, api.ListContributorsRequestObject) (api.ListContributorsResponseObject, error) {
-	return api.ListContributors200JSONResponse(convertAll(s.env.Contributors(), toAPIContributor)), nil
+	cs := s.env.Contributors()
+	out := make(api.ListContributors200JSONResponse, len(cs))
+	for i, c := range cs {
+		var err error
+		if out[i], err = toAPIContributor(c); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 // RegisterContributor registers a contributor.
 func (s *Server) RegisterContributor(ctx context.Context, req api.RegisterContributorRequestObject) (api.RegisterContributorResponseObject, error) {
-	c, err := s.env.Register(ctx, fromAPIContributorInput(*req.Body))
+	spec, err := fromAPIContributorInput(*req.Body)
 	if err != nil {
 		return nil, err
 	}
-	return api.RegisterContributor201JSONResponse(toAPIContributor(c)), nil
+	c, err := s.env.Register(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	out, err := toAPIContributor(c)
+	if err != nil {
+		return nil, err
+	}
+	return api.RegisterContributor201JSONResponse(out), nil
 }
 
 // GetContributor returns one contributor.
@@ -47,7 +63,11 @@ func (s *Server) GetContributor(_ context.Context, req api.GetContributorRequest
 	if err != nil {
 		return nil, err
 	}
-	return api.GetContributor200JSONResponse(toAPIContributor(c)), nil
+	out, err := toAPIContributor(c)
+	if err != nil {
+		return nil, err
+	}
+	return api.GetContributor200JSONResponse(out), nil
 }
 
 // DeleteContributor disposes one contributor.

@@ -87,7 +87,7 @@ func problemFor(err error) api.Problem {
 	}
 	for _, e := range errorCodes {
 		if errors.Is(err, e.err) {
-			p.Status, p.Code, p.Title = e.status, e.code, e.title
+			p.Status, p.Code, p.Title = int32(e.status), e.code, e.title
 			break
 		}
 	}
@@ -136,7 +136,7 @@ func writeProblem(w http.ResponseWriter, r *http.Request, p api.Problem) {
 	p.Instance = ptr(r.URL.Path)
 	w.Header().Set("Content-Type", problemContentType)
 	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(p.Status)
+	w.WriteHeader(int(p.Status))
 	// An encoding error here means the client has gone; there is no one to tell.
 	_ = json.NewEncoder(w).Encode(p)
 }

@@ -98,24 +98,48 @@ func (e ContainmentRequested) Valid() bool {
 	}
 }
 
+// Defines values for ContributorKind.
+const (
+	ContributorKindBuiltin  ContributorKind = "builtin"
+	ContributorKindStatic   ContributorKind = "static"
+	ContributorKindTemplate ContributorKind = "template"
+	ContributorKindWebhook  ContributorKind = "webhook"
+)
+
+// Valid indicates whether the value is a known member of the ContributorKind enum.
+func (e ContributorKind) Valid() bool {
+	switch e {
+	case ContributorKindBuiltin:
+		return true
+	case ContributorKindStatic:
+		return true
+	case ContributorKindTemplate:
+		return true
+	case ContributorKindWebhook:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for DeclarationKind.
 const (
-	Builtin  DeclarationKind = "builtin"
-	Static   DeclarationKind = "static"
-	Template DeclarationKind = "template"
-	Webhook  DeclarationKind = "webhook"
+	DeclarationKindBuiltin  DeclarationKind = "builtin"
+	DeclarationKindStatic   DeclarationKind = "static"
+	DeclarationKindTemplate DeclarationKind = "template"
+	DeclarationKindWebhook  DeclarationKind = "webhook"
 )
 
 // Valid indicates whether the value is a known member of the DeclarationKind enum.
 func (e DeclarationKind) Valid() bool {
 	switch e {
-	case Builtin:
+	case DeclarationKindBuiltin:
 		return true
-	case Static:
+	case DeclarationKindStatic:
 		return true
-	case Template:
+	case DeclarationKindTemplate:
 		return true
-	case Webhook:
+	case DeclarationKindWebhook:
 		return true
 	default:
 		return false
@@ -194,6 +218,51 @@ func (e OutputDroppedReason) Valid() bool {
 	}
 }
 
+// Defines values for StaticResolverKind.
+const (
+	StaticResolverKindStatic StaticResolverKind = "static"
+)
+
+// Valid indicates whether the value is a known member of the StaticResolverKind enum.
+func (e StaticResolverKind) Valid() bool {
+	switch e {
+	case StaticResolverKindStatic:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for TemplateResolverKind.
+const (
+	TemplateResolverKindTemplate TemplateResolverKind = "template"
+)
+
+// Valid indicates whether the value is a known member of the TemplateResolverKind enum.
+func (e TemplateResolverKind) Valid() bool {
+	switch e {
+	case TemplateResolverKindTemplate:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookResolverKind.
+const (
+	WebhookResolverKindWebhook WebhookResolverKind = "webhook"
+)
+
+// Valid indicates whether the value is a known member of the WebhookResolverKind enum.
+func (e WebhookResolverKind) Valid() bool {
+	switch e {
+	case WebhookResolverKindWebhook:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for GetJobOutputParamsStream.
 const (
 	Stderr GetJobOutputParamsStream = "stderr"
@@ -237,7 +306,7 @@ func (e ListToolsParamsFormat) Valid() bool {
 type Agent struct {
 	CreatedAt time.Time   `json:"createdAt"`
 	Cwd       string      `json:"cwd"`
-	Depth     int         `json:"depth"`
+	Depth     int32       `json:"depth"`
 	Id        string      `json:"id"`
 	Origin    AgentOrigin `json:"origin"`
 	ParentId  *string     `json:"parentId"`
@@ -298,12 +367,20 @@ type Contributor struct {
 	ExpiresAt *time.Time `json:"expiresAt"`
 	Keys      []KeySpec  `json:"keys"`
 
-	// Kind Example: static
-	Kind     string    `json:"kind"`
-	Name     string    `json:"name"`
-	Plugin   *string   `json:"plugin"`
+	// Kind `builtin` for the built-in contributors, else the resolver's kind.
+	Kind   ContributorKind `json:"kind"`
+	Name   string          `json:"name"`
+	Plugin *string         `json:"plugin"`
+
+	// Resolver How a contributor computes its values for one execution, told apart by `kind`.
+	// Registration checks everything else (the keys a resolver may set, template
+	// placeholders, the URL) and reports every problem at once as 422
+	// `invalid_declaration`.
 	Resolver *Resolver `json:"resolver,omitempty"`
 }
+
+// ContributorKind `builtin` for the built-in contributors, else the resolver's kind.
+type ContributorKind string
 
 // ContributorInput defines model for ContributorInput.
 type ContributorInput struct {
@@ -313,7 +390,12 @@ type ContributorInput struct {
 	Name string `json:"name"`
 
 	// Plugin Id of the plugin that owns the contributor.
-	Plugin   *string  `json:"plugin,omitempty"`
+	Plugin *string `json:"plugin,omitempty"`
+
+	// Resolver How a contributor computes its values for one execution, told apart by `kind`.
+	// Registration checks everything else (the keys a resolver may set, template
+	// placeholders, the URL) and reports every problem at once as 422
+	// `invalid_declaration`.
 	Resolver Resolver `json:"resolver"`
 }
 
@@ -363,8 +445,8 @@ type ExecRequest struct {
 
 	// Stdin Bytes given to the command's stdin (default /dev/null).
 	Stdin     *string `json:"stdin,omitempty"`
-	TimeoutMs *int    `json:"timeoutMs,omitempty"`
-	YieldMs   *int    `json:"yieldMs,omitempty"`
+	TimeoutMs *int64  `json:"timeoutMs,omitempty"`
+	YieldMs   *int64  `json:"yieldMs,omitempty"`
 }
 
 // ForkInput defines model for ForkInput.
@@ -399,7 +481,7 @@ type Hook struct {
 	Event          string      `json:"event"`
 	Matcher        string      `json:"matcher"`
 	Name           string      `json:"name"`
-	TimeoutSeconds int         `json:"timeoutSeconds"`
+	TimeoutSeconds int32       `json:"timeoutSeconds"`
 }
 
 // HookDialect defines model for Hook.Dialect.
@@ -425,12 +507,12 @@ type Job struct {
 	Cwd        string     `json:"cwd"`
 	DurationMs *int64     `json:"durationMs"`
 	EndedAt    *time.Time `json:"endedAt"`
-	ExitCode   *int       `json:"exitCode"`
+	ExitCode   *int32     `json:"exitCode"`
 	Id         string     `json:"id"`
 
 	// ManagedEnv The managed snapshot the command received.
 	ManagedEnv map[string]string `json:"managedEnv"`
-	Pid        int               `json:"pid"`
+	Pid        int32             `json:"pid"`
 
 	// Signal Example: SIGKILL
 	Signal    *string   `json:"signal"`
@@ -492,14 +574,14 @@ type Plugin struct {
 	CreatedAt    time.Time `json:"createdAt"`
 	ExpiresAt    time.Time `json:"expiresAt"`
 	Id           string    `json:"id"`
-	LeaseSeconds int       `json:"leaseSeconds"`
+	LeaseSeconds int32     `json:"leaseSeconds"`
 	Name         string    `json:"name"`
 }
 
 // PluginInput defines model for PluginInput.
 type PluginInput struct {
 	// LeaseSeconds Default 300.
-	LeaseSeconds *int   `json:"leaseSeconds,omitempty"`
+	LeaseSeconds *int32 `json:"leaseSeconds,omitempty"`
 	Name         string `json:"name"`
 }
 
@@ -525,7 +607,7 @@ type Problem struct {
 	RequestId *string `json:"requestId,omitempty"`
 
 	// Status Example: 409
-	Status int `json:"status"`
+	Status int32 `json:"status"`
 
 	// Title Example: Contributor already exists
 	Title string `json:"title"`
@@ -536,22 +618,15 @@ type Problem struct {
 
 // RenewInput defines model for RenewInput.
 type RenewInput struct {
-	LeaseSeconds *int `json:"leaseSeconds,omitempty"`
+	LeaseSeconds *int32 `json:"leaseSeconds,omitempty"`
 }
 
-// Resolver defines model for Resolver.
+// Resolver How a contributor computes its values for one execution, told apart by `kind`.
+// Registration checks everything else (the keys a resolver may set, template
+// placeholders, the URL) and reports every problem at once as 422
+// `invalid_declaration`.
 type Resolver struct {
-	// Kind static, template or webhook.
-	Kind string `json:"kind"`
-
-	// TimeoutMs For webhook resolvers.
-	TimeoutMs *int `json:"timeoutMs,omitempty"`
-
-	// Url For webhook resolvers.
-	Url *string `json:"url,omitempty"`
-
-	// Values For static and template resolvers, key to value (template placeholders like `{agent.id}`).
-	Values *map[string]string `json:"values,omitempty"`
+	union json.RawMessage
 }
 
 // Skill defines model for Skill.
@@ -563,6 +638,34 @@ type Skill struct {
 
 // SpawnInput defines model for SpawnInput.
 type SpawnInput = map[string]interface{}
+
+// StaticResolver Fixed values.
+//
+// Example: {"kind":"static","values":{"DSH_REPO":"acme/widgets"}}
+type StaticResolver struct {
+	Kind StaticResolverKind `json:"kind"`
+
+	// Values Key to value, for a subset of the declared keys.
+	Values *map[string]string `json:"values,omitempty"`
+}
+
+// StaticResolverKind defines model for StaticResolver.Kind.
+type StaticResolverKind string
+
+// TemplateResolver Values computed from the execution's facts: `{agent.id}`, `{agent.parentId}`,
+// `{agent.rootId}`, `{agent.cwd}`, `{agent.depth}`, `{job.id}`, `{job.cwd}`,
+// `{job.background}`. A key whose facts are absent (no agent) is left out.
+//
+// Example: {"kind":"template","values":{"DSH_JOB_TAG":"agent {agent.id} job {job.id}"}}
+type TemplateResolver struct {
+	Kind TemplateResolverKind `json:"kind"`
+
+	// Values Key to template, for a subset of the declared keys.
+	Values *map[string]string `json:"values,omitempty"`
+}
+
+// TemplateResolverKind defines model for TemplateResolver.Kind.
+type TemplateResolverKind string
 
 // ToolCall defines model for ToolCall.
 type ToolCall struct {
@@ -576,7 +679,7 @@ type ToolResult struct {
 	// in configuration order; `text` carries each as a `[hook context: …]` line.
 	AdditionalContext *[]string `json:"additionalContext,omitempty"`
 	CallId            string    `json:"callId"`
-	ExitCode          *int      `json:"exitCode,omitempty"`
+	ExitCode          *int32    `json:"exitCode,omitempty"`
 	IsError           bool      `json:"isError"`
 	JobId             *string   `json:"jobId,omitempty"`
 
@@ -585,6 +688,19 @@ type ToolResult struct {
 	SystemMessages *[]string `json:"systemMessages,omitempty"`
 	Text           string    `json:"text"`
 }
+
+// WebhookResolver dshd POSTs `{contributor, keys, execution}` to `url` and expects a JSON object of
+// key to string. The webhooks of one execution run at once under one deadline.
+//
+// Example: {"kind":"webhook","timeoutMs":500,"url":"http://127.0.0.1:9000/facts"}
+type WebhookResolver struct {
+	Kind      WebhookResolverKind `json:"kind"`
+	TimeoutMs *int64              `json:"timeoutMs,omitempty"`
+	Url       *string             `json:"url,omitempty"`
+}
+
+// WebhookResolverKind defines model for WebhookResolver.Kind.
+type WebhookResolverKind string
 
 // R400 defines model for R400.
 type R400 = Problem
@@ -633,7 +749,7 @@ type ListJobsParams struct {
 // GetJobParams defines parameters for GetJob.
 type GetJobParams struct {
 	// WaitMs Long-poll up to this long for the job to leave `running`.
-	WaitMs *int `form:"waitMs,omitempty" json:"waitMs,omitempty"`
+	WaitMs *int64 `form:"waitMs,omitempty" json:"waitMs,omitempty"`
 }
 
 // GetJobOutputParams defines parameters for GetJobOutput.
@@ -677,6 +793,143 @@ type OpenPluginJSONRequestBody = PluginInput
 
 // RenewPluginJSONRequestBody defines body for RenewPlugin for application/json ContentType.
 type RenewPluginJSONRequestBody = RenewInput
+
+// AsStaticResolver returns the union data inside the Resolver as a StaticResolver
+func (t Resolver) AsStaticResolver() (StaticResolver, error) {
+	var body StaticResolver
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromStaticResolver overwrites any union data inside the Resolver as the provided StaticResolver
+func (t *Resolver) FromStaticResolver(v StaticResolver) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"kind":"static"}`))
+	t.union = b
+	return err
+}
+
+// MergeStaticResolver performs a merge with any union data inside the Resolver, using the provided StaticResolver
+func (t *Resolver) MergeStaticResolver(v StaticResolver) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"kind":"static"}`))
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsTemplateResolver returns the union data inside the Resolver as a TemplateResolver
+func (t Resolver) AsTemplateResolver() (TemplateResolver, error) {
+	var body TemplateResolver
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromTemplateResolver overwrites any union data inside the Resolver as the provided TemplateResolver
+func (t *Resolver) FromTemplateResolver(v TemplateResolver) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"kind":"template"}`))
+	t.union = b
+	return err
+}
+
+// MergeTemplateResolver performs a merge with any union data inside the Resolver, using the provided TemplateResolver
+func (t *Resolver) MergeTemplateResolver(v TemplateResolver) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"kind":"template"}`))
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsWebhookResolver returns the union data inside the Resolver as a WebhookResolver
+func (t Resolver) AsWebhookResolver() (WebhookResolver, error) {
+	var body WebhookResolver
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromWebhookResolver overwrites any union data inside the Resolver as the provided WebhookResolver
+func (t *Resolver) FromWebhookResolver(v WebhookResolver) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"kind":"webhook"}`))
+	t.union = b
+	return err
+}
+
+// MergeWebhookResolver performs a merge with any union data inside the Resolver, using the provided WebhookResolver
+func (t *Resolver) MergeWebhookResolver(v WebhookResolver) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"kind":"webhook"}`))
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+func (t Resolver) Discriminator() (string, error) {
+	var discriminator struct {
+		Discriminator string `json:"kind"`
+	}
+	err := json.Unmarshal(t.union, &discriminator)
+	return discriminator.Discriminator, err
+}
+
+func (t Resolver) ValueByDiscriminator() (interface{}, error) {
+	discriminator, err := t.Discriminator()
+	if err != nil {
+		return nil, err
+	}
+	switch discriminator {
+	case "static":
+		return t.AsStaticResolver()
+	case "template":
+		return t.AsTemplateResolver()
+	case "webhook":
+		return t.AsWebhookResolver()
+	default:
+		return nil, errors.New("unknown discriminator value: " + discriminator)
+	}
+}
+
+func (t Resolver) MarshalJSON() ([]byte, error) {
+	b, err := t.union.MarshalJSON()
+	return b, err
+}
+
+func (t *Resolver) UnmarshalJSON(b []byte) error {
+	err := t.union.UnmarshalJSON(b)
+	return err
+}
 
 // ServerInterface represents all server handlers.
 type ServerInterface interface {
@@ -1386,7 +1639,7 @@ func (siw *ServerInterfaceWrapper) GetJob(w http.ResponseWriter, r *http.Request
 
 	// ------------- Optional query parameter "waitMs" -------------
 
-	err = runtime.BindQueryParameterWithOptions("form", true, false, "waitMs", r.URL.Query(), &params.WaitMs, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "waitMs", r.URL.Query(), &params.WaitMs, runtime.BindQueryParameterOptions{Type: "integer", Format: "int64"})
 	if err != nil {
 		var requiredError *runtime.RequiredParameterError
 		if errors.As(err, &requiredError) {
