@@ -7,7 +7,7 @@ GO ?= go
 test: deps generate-check fmt-check vet lint-contract unit
 
 # npm packages are pinned by each directory's package-lock.json.
-NODE_DIRS = api/lint tests
+NODE_DIRS = api/lint tests tests/mcp
 
 deps:
 	$(GO) mod download
