@@ -334,6 +334,9 @@ func (f *fuzzer) value(ref *openapi3.SchemaRef, name string, op operation, depth
 	if len(sch.Enum) > 0 {
 		return sch.Enum[f.rng.IntN(len(sch.Enum))]
 	}
+	if alts := append(append(openapi3.SchemaRefs{}, sch.OneOf...), sch.AnyOf...); len(alts) > 0 {
+		return f.value(alts[f.rng.IntN(len(alts))], name, op, depth)
+	}
 	switch {
 	case sch.Type.Is("object"):
 		obj := map[string]any{}
@@ -410,7 +413,9 @@ func (f *fuzzer) special(ref *openapi3.SchemaRef, name string, op operation) (an
 	case "jobId":
 		return f.known("job"), true
 	case "kind":
-		return f.pick([]string{"static", "template", "webhook"}), true
+		if len(ref.Value.Enum) == 0 {
+			return f.pick([]string{"static", "template", "webhook"}), true
+		}
 	case "key":
 		return f.managedName(), true
 	case "stdin":
