@@ -10,6 +10,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/dshd/dshd/internal/agents"
 	"github.com/dshd/dshd/internal/exec"
 )
 
@@ -43,7 +44,8 @@ type config struct {
 		Containment string `yaml:"containment"`
 	} `yaml:"jobs"`
 	Agents struct {
-		MaxDepth int `yaml:"maxDepth"`
+		MaxDepth       int    `yaml:"maxDepth"`
+		TranscriptSync string `yaml:"transcriptSync"`
 	} `yaml:"agents"`
 	Webhooks struct {
 		TimeoutMs int `yaml:"timeoutMs"`
@@ -79,6 +81,9 @@ func loadConfig(path string) (config, error) {
 
 func (c *config) validate() error {
 	var errs []error
+	if !agents.SyncPolicy(c.Agents.TranscriptSync).Valid() {
+		errs = append(errs, fmt.Errorf("agents.transcriptSync: %q is not %s or %s", c.Agents.TranscriptSync, agents.SyncCommit, agents.SyncNone))
+	}
 	switch c.Env.Inherit {
 	case "", "all", "core", "none":
 	default:

@@ -240,6 +240,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Re
 		Dir:        filepath.Join(home, "sessions"),
 		DefaultCwd: cwd,
 		MaxDepth:   cfg.Agents.MaxDepth,
+		Sync:       agents.SyncPolicy(cfg.Agents.TranscriptSync),
 		Logger:     logger.With("component", "agents"),
 		Registerer: reg,
 	})

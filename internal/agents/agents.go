@@ -24,8 +24,23 @@
 // descriptor open per agent means an idle server with thousands of persisted
 // agents holds no files open, and Close has nothing to flush. The cost, one
 // open and close per event, is microseconds against the milliseconds of the
-// process run the event describes. Events are not fsynced one by one: a crash
-// can lose the last events or tear the last line, which the next Open repairs.
+// process run the event describes.
+//
+// # Durability: group commit
+//
+// With SyncCommit (the default) Append and Resume return only once the
+// event is durable: the file has been fsynced after the event was written.
+// Appends do not each pay for an fsync of their own. Appends to one agent
+// write their lines under the agent's mutex, then wait for durability
+// without it: one of them (the leader) fsyncs, and every line written
+// before that fsync began is durable when it ends, so concurrent appends to
+// one agent share fsyncs. Appends to different agents fsync their files
+// concurrently, with no lock between them, and the file system commits
+// concurrent fsyncs in one journal transaction. A tool result acknowledged
+// to a caller therefore survives a power loss. With SyncNone events are
+// left to the kernel's writeback: a crash can lose the last events or tear
+// the last line, which the next Open repairs. `make bench` measures both
+// (BenchmarkAppend).
 //
 // # Torn lines
 //
@@ -145,7 +160,23 @@ type Options struct {
 	Logger *slog.Logger
 	// Registerer receives the store's metrics; nil registers none.
 	Registerer prometheus.Registerer
+	// Sync is the durability of appended events; "" means SyncCommit.
+	Sync SyncPolicy
 }
+
+// SyncPolicy says when appended events are made durable.
+type SyncPolicy string
+
+// Sync policies (see the package documentation).
+const (
+	// SyncCommit: Append returns once the event is fsynced (group commit).
+	SyncCommit SyncPolicy = "commit"
+	// SyncNone: events are left to the kernel's writeback.
+	SyncNone SyncPolicy = "none"
+)
+
+// Valid reports whether p is a known policy; "" counts as SyncCommit.
+func (p SyncPolicy) Valid() bool { return p == "" || p == SyncCommit || p == SyncNone }
 
 // Errors returned by the Store. They are wrapped with context; test them with
 // errors.Is.

@@ -43,6 +43,8 @@ type Store struct {
 	// syncFile makes a file's contents durable; tests replace it to observe
 	// the fsync path.
 	syncFile func(f *os.File) error
+	// syncAppends: Append waits for an fsync (SyncCommit).
+	syncAppends bool
 
 	mu       sync.RWMutex
 	agents   map[string]*entry
@@ -51,7 +53,7 @@ type Store struct {
 }
 
 // entry is one agent's in-memory state. mu serialises every write to the
-// agent's file and guards lastSeq and size.
+// agent's file and guards lastSeq, size and the group commit state.
 type entry struct {
 	agent Agent // immutable after creation
 
@@ -59,6 +61,11 @@ type entry struct {
 	lastSeq int64
 	size    int64    // bytes of valid content in the file
 	pending []string // set by load: tool calls without a result, for closeInterrupted
+
+	durable  int64         // bytes known fsynced (SyncCommit)
+	syncing  chan struct{} // non-nil while a leader fsyncs; closed when it ends
+	syncUpTo int64         // size the running fsync covers
+	syncErr  error         // outcome of the last fsync, for its followers
 }
 
 // header is the first line of a transcript.
@@ -86,21 +93,25 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	if opts.Dir == "" {
 		return nil, errors.New("open agent store: Dir is required")
 	}
+	if !opts.Sync.Valid() {
+		return nil, fmt.Errorf("open agent store: sync policy %q is not %s or %s", opts.Sync, SyncCommit, SyncNone)
+	}
 	dir, err := filepath.Abs(opts.Dir)
 	if err != nil {
 		return nil, fmt.Errorf("open agent store: %w", err)
 	}
 	s := &Store{
-		dir:        dir,
-		defaultCwd: opts.DefaultCwd,
-		now:        opts.Now,
-		newID:      opts.NewID,
-		maxDepth:   opts.MaxDepth,
-		log:        opts.Logger,
-		metrics:    newMetrics(opts.Registerer),
-		syncFile:   (*os.File).Sync,
-		agents:     make(map[string]*entry),
-		reserved:   make(map[string]struct{}),
+		dir:         dir,
+		defaultCwd:  opts.DefaultCwd,
+		now:         opts.Now,
+		newID:       opts.NewID,
+		maxDepth:    opts.MaxDepth,
+		log:         opts.Logger,
+		metrics:     newMetrics(opts.Registerer),
+		syncFile:    (*os.File).Sync,
+		syncAppends: opts.Sync != SyncNone,
+		agents:      make(map[string]*entry),
+		reserved:    make(map[string]struct{}),
 	}
 	if s.now == nil {
 		s.now = time.Now
@@ -569,7 +580,61 @@ func (s *Store) append(e *entry, typ string, data any) (Event, error) {
 	}
 	e.lastSeq = ev.Seq
 	e.size += int64(len(line))
+	if s.syncAppends {
+		if err := s.commitLocked(e, e.size); err != nil {
+			// The line is written and may survive, but it is not known
+			// durable: the caller must not take it as acknowledged.
+			return Event{}, fmt.Errorf("make event durable: %w", err)
+		}
+	}
 	return ev, nil
+}
+
+// commitLocked returns once the first upTo bytes of e's file are fsynced
+// (group commit, see the package documentation). Called with e.mu held; it
+// releases e.mu while an fsync runs, so other appends to e can write their
+// lines meanwhile and be covered by the next fsync.
+func (s *Store) commitLocked(e *entry, upTo int64) error {
+	for e.durable < upTo {
+		if ch := e.syncing; ch != nil {
+			// A leader is syncing. If its fsync covers our line, its
+			// outcome is ours; otherwise lead the next one.
+			covered := e.syncUpTo >= upTo
+			e.mu.Unlock()
+			<-ch
+			e.mu.Lock()
+			if covered && e.syncErr != nil {
+				return e.syncErr
+			}
+			continue
+		}
+		ch := make(chan struct{})
+		e.syncing, e.syncUpTo = ch, e.size
+		target := e.size
+		e.mu.Unlock()
+		err := s.syncPath(s.Path(e.agent.ID))
+		e.mu.Lock()
+		e.syncing, e.syncErr = nil, err
+		close(ch)
+		if err != nil {
+			return err
+		}
+		e.durable = max(e.durable, target)
+	}
+	return nil
+}
+
+// syncPath fsyncs the file at path, never through a link.
+func (s *Store) syncPath(path string) error {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := s.syncFile(f); err != nil {
+		return fmt.Errorf("fsync: %w", err)
+	}
+	return nil
 }
 
 // writeAt appends line to e's file in one write. If the write fails part way

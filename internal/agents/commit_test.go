@@ -1,0 +1,148 @@
+package agents
+
+import (
+	"context"
+	"errors"
+	"os"
+	"sync"
+	"testing"
+	"time"
+)
+
+// syncRecorder replaces a store's fsync to record how much of each file
+// was on disk when it was fsynced.
+type syncRecorder struct {
+	mu     sync.Mutex
+	sizes  map[string]int64 // largest size synced, by file name
+	count  int
+	delay  time.Duration
+	failOn int // fail the n-th sync (1-based); 0 never
+}
+
+func (r *syncRecorder) sync(f *os.File) error {
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	time.Sleep(r.delay)
+	r.mu.Lock()
+	r.count++
+	n := r.count
+	if r.failOn != 0 && n == r.failOn {
+		r.mu.Unlock()
+		return errors.New("disk on fire")
+	}
+	if fi.Size() > r.sizes[f.Name()] {
+		r.sizes[f.Name()] = fi.Size()
+	}
+	r.mu.Unlock()
+	return f.Sync()
+}
+
+func (r *syncRecorder) synced(name string) int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.sizes[name]
+}
+
+// TestAppendIsDurableOnReturn: under SyncCommit, an event is fsynced
+// before Append returns, so an acknowledged tool result survives a power
+// loss; under SyncNone it is not.
+func TestAppendIsDurableOnReturn(t *testing.T) {
+	for _, tc := range []struct {
+		policy  SyncPolicy
+		durable bool
+	}{{"", true}, {SyncCommit, true}, {SyncNone, false}} {
+		t.Run(string(tc.policy), func(t *testing.T) {
+			s := mustOpen(t, Options{DefaultCwd: "/", Sync: tc.policy})
+			a := mustCreate(t, s, "")
+			rec := &syncRecorder{sizes: map[string]int64{}}
+			s.syncFile = rec.sync
+			for i := 0; i < 3; i++ {
+				mustAppend(t, s, a.ID, EventToolResult, map[string]any{"i": i})
+				fi, err := os.Stat(s.Path(a.ID))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := rec.synced(s.Path(a.ID)) >= fi.Size(); got != tc.durable {
+					t.Errorf("after append %d: fsynced %d of %d bytes; durable = %v, want %v", i, rec.synced(s.Path(a.ID)), fi.Size(), got, tc.durable)
+				}
+			}
+			if _, err := s.Resume(context.Background(), a.ID); err != nil {
+				t.Fatal(err)
+			}
+			fi, _ := os.Stat(s.Path(a.ID))
+			if got := rec.synced(s.Path(a.ID)) >= fi.Size(); got != tc.durable {
+				t.Errorf("after resume: durable = %v, want %v", got, tc.durable)
+			}
+		})
+	}
+}
+
+// TestGroupCommit: concurrent appends to one agent share fsyncs (fewer
+// fsyncs than appends) and each returns only once its line is durable.
+func TestGroupCommit(t *testing.T) {
+	s := mustOpen(t, Options{DefaultCwd: "/"})
+	a := mustCreate(t, s, "")
+	rec := &syncRecorder{sizes: map[string]int64{}, delay: 20 * time.Millisecond}
+	s.syncFile = rec.sync
+	const n = 16
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := s.Append(context.Background(), a.ID, EventToolResult, map[string]any{"i": i}); err != nil {
+				errs <- err
+				return
+			}
+			// Our line is in the file below the size the store holds now;
+			// everything up to the size at our return must be durable.
+			s.mu.RLock()
+			e := s.agents[a.ID]
+			s.mu.RUnlock()
+			e.mu.Lock()
+			durable := e.durable
+			e.mu.Unlock()
+			if rec.synced(s.Path(a.ID)) < durable {
+				errs <- errors.New("the store counts bytes as durable that no fsync covered")
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	fi, err := os.Stat(s.Path(a.ID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := rec.synced(s.Path(a.ID)); got != fi.Size() {
+		t.Errorf("fsynced %d of %d bytes after every append returned", got, fi.Size())
+	}
+	if rec.count >= n {
+		t.Errorf("%d appends took %d fsyncs: concurrent appends did not share them", n, rec.count)
+	}
+	if got := len(seqs(t, s, a.ID)); got != n {
+		t.Errorf("transcript has %d events, want %d", got, n)
+	}
+}
+
+// TestFailedFsyncFailsAppend: an event whose fsync failed is not
+// acknowledged, and the next append makes it durable.
+func TestFailedFsyncFailsAppend(t *testing.T) {
+	s := mustOpen(t, Options{DefaultCwd: "/"})
+	a := mustCreate(t, s, "")
+	rec := &syncRecorder{sizes: map[string]int64{}, failOn: 1}
+	s.syncFile = rec.sync
+	if _, err := s.Append(context.Background(), a.ID, EventToolResult, nil); err == nil {
+		t.Fatal("Append with a failing fsync succeeded")
+	}
+	mustAppend(t, s, a.ID, EventToolResult, nil)
+	fi, _ := os.Stat(s.Path(a.ID))
+	if got := rec.synced(s.Path(a.ID)); got != fi.Size() {
+		t.Errorf("fsynced %d of %d bytes", got, fi.Size())
+	}
+}
