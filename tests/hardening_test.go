@@ -149,6 +149,12 @@ func TestHostHeader(t *testing.T) {
 			t.Errorf("GET /healthz with Host %q = %d %s, want 200", host, resp.StatusCode, b)
 		}
 	}
+	// HTTP/1.0 lets a client leave Host out; that names no loopback host either.
+	c := dialServer(t, s)
+	io.WriteString(c, "GET /healthz HTTP/1.0\r\n\r\n")
+	if resp, body, _ := readAnswer(t, c, 5*time.Second); resp.StatusCode != 421 {
+		t.Errorf("HTTP/1.0 request without Host = %d %s, want 421", resp.StatusCode, body)
+	}
 	var jobs []job
 	if s.doJSON(t, "GET", "/jobs", nil, &jobs); len(jobs) != 0 {
 		t.Errorf("a request with a foreign Host ran %d jobs", len(jobs))
