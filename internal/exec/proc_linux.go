@@ -277,17 +277,19 @@ func (p *proc) kill() {
 	}
 }
 
-// kill9 SIGKILLs the group at once, whatever the kill path is doing, and
-// reports whether the group had any member left to signal. The stop
+// kill9 SIGKILLs the job at once, whatever the kill path is doing, and
+// reports whether it had any process left to signal. The stop
 // reason stays what stop recorded (Close stops every proc first).
 func (p *proc) kill9() bool {
 	p.mu.Lock()
 	pid := p.pid
 	p.mu.Unlock()
-	if pid == 0 || !groupExists(pid) {
+	if pid == 0 || !p.jobAlive() {
 		return false
 	}
-	signalGroup(pid, syscall.SIGKILL)
+	// The whole job, as the kill path's own SIGKILL: the group, and the
+	// cgroup or the traced descendants that left it.
+	p.signalJob(syscall.SIGKILL)
 	return true
 }
 
