@@ -419,6 +419,51 @@ func colorScheme(scheme string) chromedp.Action[chromedp.Void] {
 	})
 }
 
+// TestBrowserLostJob: a background job running when the server is killed
+// (SIGKILL, as a crash) is shown as lost after the restart: its state, no
+// exit, the state filter, its output panel; checked with axe-core at 1280 and
+// 390 px.
+func TestBrowserLostJob(t *testing.T) {
+	chrome := chromiumPath(t)
+	home := filepath.Join(t.TempDir(), "home")
+	s := startServer(t, withHome(home))
+	run := randomMark(t)
+	t.Cleanup(func() { killPIDs(survivorsNow(run)) })
+	var lost struct{ ID string }
+	if status := s.doJSON(t, http.MethodPost, "/exec", map[string]any{
+		"command": fmt.Sprintf("export %s='%s/0;'; sleep 300 & sleep 300", markEnv, run), "background": true,
+	}, &lost); status != http.StatusAccepted {
+		t.Fatalf("POST /exec: status %d, want 202", status)
+	}
+	waitMarked(t, run+"/0")
+	s.crash(t)
+	s2 := startServer(t, withHome(home))
+	if left := survivors(run+"/", 5*time.Second); len(left) > 0 {
+		t.Fatalf("processes of the lost job still run after the restart: %v", left)
+	}
+	var finished struct{ ID string }
+	if status := s2.doJSON(t, http.MethodPost, "/exec", map[string]any{"command": "echo after-the-restart"}, &finished); status != http.StatusOK {
+		t.Fatalf("POST /exec: status %d, want 200", status)
+	}
+	b := newBrowser(t, chrome)
+
+	b.do("open the jobs view", chromedp.Navigate(s2.URL+"/ui/#token="+s2.Token+"&view=jobs"))
+	b.waitText(testID("job-state-"+lost.ID), "lost")
+	b.waitText(testID("job-exit-"+lost.ID), "none")
+	b.waitText(testID("job-state-"+finished.ID), "exited")
+	b.setSelect("jobs-state", "lost")
+	b.do("only the lost job", chromedp.WaitNotPresent(chromedp.CSS(`tr[data-job-id="`+finished.ID+`"]`)))
+	b.waitText("#jobs-caption", "state lost")
+	b.do("select the lost job", chromedp.Click(chromedp.CSS(testID("job-select-"+lost.ID))))
+	b.waitText(testID("job-output-exit"), "[lost: dshd stopped while it ran")
+	b.waitText("#job-output-status", "lost")
+	b.checkView("jobs-lost")
+	b.do("narrow viewport", chromedp.EmulateViewport(390, 844))
+	b.waitText(testID("job-state-"+lost.ID), "lost")
+	b.checkView("jobs-lost-narrow")
+	b.checkConsole()
+}
+
 // TestBrowserTokenPrompt checks the token paths: no token shows the prompt;
 // a wrong token in the fragment gets a 401, which clears it and shows the
 // prompt with an error; the right token typed into the form opens the UI.

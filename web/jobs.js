@@ -10,7 +10,7 @@ import { readEvents } from './sse.js';
 const POLL_MS = 1000;
 // The agent filter's choices come from GET /agents, refreshed every this many polls.
 const AGENTS_EVERY = 5;
-const STATES = ['running', 'exited', 'timed_out', 'cancelled'];
+const STATES = ['running', 'exited', 'timed_out', 'cancelled', 'lost'];
 const RETRY_MS = 1000;
 // The output pane is for reading, not archiving: past this many characters it
 // stops appending and says so. The whole stream stays on the output route.
@@ -213,8 +213,9 @@ export function createJobsView() {
       cells.state.replaceChildren(badge(job.state));
       if (job.background) cells.state.append(' ', h('span', { class: 'muted', title: 'background job' }, 'bg'));
     }
-    setText(cells.exit, exitText(job) || (job.state === 'running' ? '…' : ''));
-    cells.exit.classList.toggle('bad', job.state !== 'running' && job.exitCode !== 0);
+    setText(cells.exit, exitText(job) || (job.state === 'running' ? '…' : job.state === 'lost' ? 'none' : ''));
+    if (job.state === 'lost') cells.state.title = 'dshd stopped while this job ran; its processes were stopped at the next start, its exit and output are unknown';
+    cells.exit.classList.toggle('bad', job.state !== 'running' && job.state !== 'lost' && job.exitCode !== 0);
     setText(cells.duration, formatDuration(durationOf(job)));
     const running = job.state === 'running';
     // Between DELETE and the job's end (up to the grace period) the button
@@ -321,8 +322,10 @@ export function createJobsView() {
   }
 
   function finish(job) {
-    const text = job ? exitText(job) : '';
     const state = job?.state ?? 'finished';
+    const text = state === 'lost'
+      ? 'dshd stopped while it ran; the next start stopped its processes, so its exit and output are unknown'
+      : job ? exitText(job) : '';
     output.append(h('span', { class: 'marker', 'data-testid': 'job-output-exit' },
       `${output.textContent.endsWith('\n') || output.textContent === '' ? '' : '\n'}[${state}${text ? `: ${text}` : ''}]\n`));
     setText(outputStatus, `Finished (${state})`);
