@@ -811,7 +811,8 @@ func (b *browser) checkAccessibility(name string) {
 }
 
 // artifactsDir is $DSHD_ARTIFACTS, else artifacts/browser at the repository
-// root (ignored by git).
+// root (ignored by git). The test's screenshots of an earlier run are
+// removed, so every picture there comes from this run.
 func artifactsDir(t *testing.T) string {
 	t.Helper()
 	dir := os.Getenv("DSHD_ARTIFACTS")
@@ -820,6 +821,15 @@ func artifactsDir(t *testing.T) string {
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatalf("artifacts dir: %v", err)
+	}
+	old, err := filepath.Glob(filepath.Join(dir, t.Name()+"-*.png"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range old {
+		if err := os.Remove(f); err != nil {
+			t.Fatalf("remove an old screenshot: %v", err)
+		}
 	}
 	return dir
 }
