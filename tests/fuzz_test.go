@@ -543,10 +543,20 @@ func (f *fuzzer) mutate(op operation, c *fuzzCase, params openapi3.Parameters, p
 		choices = append(choices, "no-token")
 	}
 	choices = append(choices, "foreign-host")
+	if op.op.RequestBody == nil {
+		choices = append(choices, "stray-body")
+	}
 	c.mutation = f.pick(choices)
 	c.mustFail = true
 
 	switch c.mutation {
+	case "stray-body":
+		// An operation that takes no body ignores one (and closes the
+		// connection): the request stays valid.
+		c.mustFail = false
+		c.hasBody = true
+		c.body = []byte(f.pick([]string{`{"command":"echo stray"}`, "{", "\xff", strings.Repeat("x", 2<<20)}))
+		c.header.Set("Content-Type", f.pick([]string{"application/json", "text/plain"}))
 	case "no-token":
 		c.noAuth = true
 	case "foreign-host":

@@ -63,8 +63,18 @@ func TestSlowClientsAreCutOff(t *testing.T) {
 	const limit = 5 * time.Second
 
 	t.Run("open route, body never sent", func(t *testing.T) {
+		// No GET takes a body: it is answered without waiting for one, and
+		// the connection closed.
 		c := dialServer(t, s)
 		io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 10\r\n\r\n")
+		resp, body, closed := readAnswer(t, c, limit)
+		if resp.StatusCode != 200 || !closed {
+			t.Errorf("= %d %s, closed=%v; want 200 and the connection closed", resp.StatusCode, body, closed)
+		}
+	})
+	t.Run("route that takes a body, body never sent", func(t *testing.T) {
+		c := dialServer(t, s)
+		io.WriteString(c, "POST /agents/agt_x/resume HTTP/1.1\r\nHost: 127.0.0.1\r\n"+auth+"Content-Length: 10\r\n\r\n")
 		resp, body, closed := readAnswer(t, c, limit)
 		if resp.StatusCode != 408 || !strings.Contains(body, `"code":"body_timeout"`) || !closed {
 			t.Errorf("= %d %s, closed=%v; want 408 body_timeout and the connection closed", resp.StatusCode, body, closed)

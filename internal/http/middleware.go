@@ -182,6 +182,16 @@ func (s *Server) limitBody(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
+		if takesNoBody(r.Method) {
+			// No operation reads a body with this method. Leave it unread
+			// and close the connection after the answer, so that nothing
+			// of it is read as a next request; the read deadline bounds
+			// the server's attempt to drain it.
+			w.Header().Set("Connection", "close")
+			r.Body, r.ContentLength = http.NoBody, 0
+			next.ServeHTTP(w, r)
+			return
+		}
 		if r.ContentLength > s.maxBody {
 			s.writeError(w, r, errBodyTooLarge)
 			return
@@ -211,6 +221,16 @@ func (s *Server) limitBody(next http.Handler) http.Handler {
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		next.ServeHTTP(w, r)
 	})
+}
+
+// takesNoBody reports whether no operation with this method takes a request
+// body (RFC 9110 gives a body no meaning with these methods).
+func takesNoBody(method string) bool {
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodDelete, http.MethodOptions:
+		return true
+	}
+	return false
 }
 
 // isJSON reports whether a Content-Type names JSON (application/json or a
