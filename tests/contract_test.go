@@ -1,16 +1,24 @@
 package tests
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"io"
+	"mime"
 	"net/http"
 	"os"
+	"path/filepath"
 	"regexp"
 	"sort"
 	"strconv"
+	"sync"
 	"testing"
 
 	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/getkin/kin-openapi/openapi3filter"
+	"github.com/getkin/kin-openapi/routers"
+	"github.com/getkin/kin-openapi/routers/legacy"
 )
 
 // loadContract loads and validates api/openapi.yaml.
@@ -64,5 +72,252 @@ func TestEveryOperationDeclaresWhatAuthAnswers(t *testing.T) {
 	}
 	if n < 25 {
 		t.Errorf("checked %d operations; the contract lost some", n)
+	}
+}
+
+// conformingClient validates every request it sends and every response it
+// gets against the contract: the status must be declared for the operation,
+// and a JSON body must match its schema.
+type conformingClient struct {
+	t      *testing.T
+	router routers.Router
+	mu     sync.Mutex
+	seen   map[string]bool // "METHOD /path/template status"
+}
+
+func newConformingClient(t *testing.T, baseURL string) *conformingClient {
+	doc := loadContract(t)
+	doc.Servers = openapi3.Servers{{URL: baseURL}}
+	r, err := legacy.NewRouter(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &conformingClient{t: t, router: r, seen: map[string]bool{}}
+}
+
+// RoundTrip sends req and checks its response against the contract.
+func (c *conformingClient) RoundTrip(req *http.Request) (*http.Response, error) {
+	c.t.Helper()
+	route, params, err := c.router.FindRoute(req)
+	if err != nil {
+		c.t.Errorf("%s %s: no such operation in the contract: %v", req.Method, req.URL.Path, err)
+		return http.DefaultTransport.RoundTrip(req)
+	}
+	resp, err := http.DefaultTransport.RoundTrip(req)
+	if err != nil {
+		return nil, err
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return nil, err
+	}
+	resp.Body = io.NopCloser(bytes.NewReader(body))
+	ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	in := &openapi3filter.ResponseValidationInput{
+		RequestValidationInput: &openapi3filter.RequestValidationInput{Request: req, PathParams: params, Route: route},
+		Status:                 resp.StatusCode,
+		Header:                 resp.Header,
+		Body:                   io.NopCloser(bytes.NewReader(body)),
+		Options: &openapi3filter.Options{
+			IncludeResponseStatus: true,
+			MultiError:            true,
+			// Only JSON bodies are checked against a schema; the others
+			// (YAML, JSONL, SSE, raw bytes, Prometheus text) are strings.
+			ExcludeResponseBody: ct != "application/json" && ct != "application/problem+json",
+		},
+	}
+	if err := openapi3filter.ValidateResponse(req.Context(), in); err != nil {
+		c.t.Errorf("%s %s → %d does not conform to the contract: %v\nbody: %.500s", req.Method, req.URL.Path, resp.StatusCode, err, body)
+	}
+	c.mu.Lock()
+	c.seen[route.Method+" "+route.Path+" "+strconv.Itoa(resp.StatusCode)] = true
+	c.mu.Unlock()
+	return resp, nil
+}
+
+// TestResponsesConformToContract drives every operation of the real server
+// through a client that checks each answer against the contract.
+func TestResponsesConformToContract(t *testing.T) {
+	home := filepath.Join(t.TempDir(), "home")
+	writeJSON(t, filepath.Join(home, "hooks", "claude-code.json"), map[string]any{"hooks": map[string]any{
+		"SessionStart": []any{map[string]any{"hooks": []any{map[string]any{"type": "command", "command": `echo '{"hookSpecificOutput":{"additionalContext":"ctx"}}'`}}}},
+		"PreToolUse":   []any{map[string]any{"matcher": "Bash", "hooks": []any{map[string]any{"type": "command", "command": `echo '{"systemMessage":"careful"}'`}}}},
+	}})
+	s := startServer(t, withHome(home))
+	cc := newConformingClient(t, s.URL)
+	client := &http.Client{Transport: cc}
+	call := func(method, path string, body any, headers map[string]string) (int, []byte) {
+		t.Helper()
+		var r io.Reader
+		if body != nil {
+			b, err := json.Marshal(body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r = bytes.NewReader(b)
+		}
+		req, err := http.NewRequest(method, s.URL+path, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+s.Token)
+		if body != nil {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		for k, v := range headers {
+			req.Header.Set(k, v)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatalf("%s %s: %v", method, path, err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, b
+	}
+	id := func(b []byte) string {
+		var v struct {
+			ID string `json:"id"`
+		}
+		if err := json.Unmarshal(b, &v); err != nil || v.ID == "" {
+			t.Fatalf("no id in %s", b)
+		}
+		return v.ID
+	}
+	want := func(got, want int, what string, body []byte) {
+		t.Helper()
+		if got != want {
+			t.Errorf("%s = %d, want %d: %s", what, got, want, body)
+		}
+	}
+
+	st, b := call("GET", "/healthz", nil, nil)
+	want(st, 200, "healthz", b)
+	st, b = call("GET", "/openapi.yaml", nil, nil)
+	want(st, 200, "openapi.yaml", b)
+	st, b = call("GET", "/openapi.json", nil, nil)
+	want(st, 200, "openapi.json", b)
+	var fromJSON map[string]any
+	if err := json.Unmarshal(b, &fromJSON); err != nil || fromJSON["openapi"] != "3.0.3" {
+		t.Errorf("/openapi.json is not the contract as JSON: %v %.200s", err, b)
+	}
+	st, b = call("GET", "/env/declarations", nil, nil)
+	want(st, 200, "declarations", b)
+
+	st, b = call("POST", "/plugins", map[string]any{"name": "h", "leaseSeconds": 60}, nil)
+	want(st, 201, "open plugin", b)
+	plugin := id(b)
+	for _, r := range []map[string]any{
+		{"kind": "static", "values": map[string]any{"DSH_A": "a"}},
+		{"kind": "template", "values": map[string]any{"DSH_B": "{agent.id}"}},
+		{"kind": "webhook", "url": "http://127.0.0.1:9/none", "timeoutMs": 100},
+	} {
+		key := map[string]string{"static": "DSH_A", "template": "DSH_B", "webhook": "DSH_C"}[r["kind"].(string)]
+		st, b = call("POST", "/contributors", map[string]any{"name": "c." + r["kind"].(string), "plugin": plugin,
+			"keys": []any{map[string]any{"key": key, "description": "d"}}, "resolver": r}, nil)
+		want(st, 201, "register "+r["kind"].(string), b)
+	}
+	st, b = call("POST", "/contributors", map[string]any{"name": "c.static", "keys": []any{map[string]any{"key": "DSH_D", "description": "d"}},
+		"resolver": map[string]any{"kind": "static"}}, nil)
+	want(st, 409, "duplicate contributor", b)
+	st, b = call("POST", "/contributors", map[string]any{"name": "c.bad", "keys": []any{map[string]any{"key": "HOME", "description": "d"}},
+		"resolver": map[string]any{"kind": "static"}}, nil)
+	want(st, 422, "invalid key", b)
+	st, b = call("GET", "/contributors", nil, nil)
+	want(st, 200, "contributors", b)
+	st, b = call("GET", "/contributors/c.webhook", nil, nil)
+	want(st, 200, "contributor", b)
+	// The webhook cannot answer: commands fail with 502, and nothing runs.
+	st, b = call("POST", "/exec", map[string]any{"command": "true"}, nil)
+	want(st, 502, "exec with a failing webhook", b)
+	st, b = call("DELETE", "/contributors/c.webhook", nil, nil)
+	want(st, 204, "delete contributor", b)
+	st, b = call("DELETE", "/contributors/dsh.home", nil, nil)
+	want(st, 409, "delete builtin", b)
+	st, b = call("GET", "/plugins", nil, nil)
+	want(st, 200, "plugins", b)
+	st, b = call("GET", "/plugins/"+plugin, nil, nil)
+	want(st, 200, "plugin", b)
+	st, b = call("POST", "/plugins/"+plugin+"/renew", map[string]any{"leaseSeconds": 120}, nil)
+	want(st, 200, "renew", b)
+
+	st, b = call("POST", "/agents", map[string]any{"cwd": t.TempDir()}, nil)
+	want(st, 201, "create agent", b)
+	agent := id(b)
+	st, b = call("POST", "/agents", map[string]any{"cwd": "relative/dir"}, nil)
+	want(st, 422, "create agent with a relative cwd", b)
+	st, b = call("GET", "/agents", nil, nil)
+	want(st, 200, "agents", b)
+	st, b = call("GET", "/agents/"+agent, nil, nil)
+	want(st, 200, "agent", b)
+	st, b = call("GET", "/agents/agt_nope", nil, nil)
+	want(st, 404, "unknown agent", b)
+	st, b = call("POST", "/agents/"+agent+"/tools/bash", map[string]any{"callId": "call_1", "arguments": map[string]any{"command": "echo $DSH_A"}}, nil)
+	want(st, 200, "bash tool", b)
+	st, b = call("POST", "/agents/"+agent+"/tools/bash", map[string]any{"arguments": map[string]any{"command": 42}}, nil)
+	want(st, 422, "bash tool with bad arguments", b)
+	st, b = call("POST", "/agents/"+agent+"/tools/nope", map[string]any{"arguments": map[string]any{}}, nil)
+	want(st, 404, "unknown tool", b)
+	st, b = call("POST", "/agents/"+agent+"/resume", nil, nil)
+	want(st, 200, "resume", b)
+	st, b = call("POST", "/agents/"+agent+"/fork", map[string]any{}, nil)
+	want(st, 201, "fork", b)
+	st, b = call("POST", "/agents/"+agent+"/spawn", map[string]any{}, nil)
+	want(st, 201, "spawn", b)
+	st, b = call("GET", "/agents/"+agent+"/transcript", nil, nil)
+	want(st, 200, "transcript", b)
+	st, b = call("GET", "/agents/"+agent+"/transcript", nil, map[string]string{"Accept": "application/json"})
+	want(st, 200, "transcript as JSON", b)
+	var tr struct {
+		Header struct{ ID string } `json:"header"`
+		Events []struct {
+			Type string `json:"type"`
+		} `json:"events"`
+	}
+	if err := json.Unmarshal(b, &tr); err != nil || tr.Header.ID != agent || len(tr.Events) < 6 {
+		t.Errorf("transcript as JSON = %v, %+v", err, tr)
+	}
+	for _, f := range []string{"", "?format=generic", "?format=openai", "?format=anthropic"} {
+		st, b = call("GET", "/tools"+f, nil, nil)
+		want(st, 200, "tools"+f, b)
+	}
+	st, b = call("GET", "/tools?format=klingon", nil, nil)
+	want(st, 400, "tools in an unknown format", b)
+
+	st, b = call("POST", "/exec", map[string]any{"command": "echo hi", "agentId": agent}, nil)
+	want(st, 200, "exec", b)
+	st, b = call("POST", "/exec", map[string]any{"command": "true", "env": map[string]string{"DSH_X": "1"}}, nil)
+	want(st, 400, "exec with a managed name in env", b)
+	st, b = call("POST", "/exec", map[string]any{"command": "sleep 30", "background": true}, nil)
+	want(st, 202, "background exec", b)
+	job := id(b)
+	st, b = call("GET", "/jobs", nil, nil)
+	want(st, 200, "jobs", b)
+	st, b = call("GET", "/jobs/"+job+"?waitMs=10", nil, nil)
+	want(st, 200, "job", b)
+	st, b = call("GET", "/jobs/job_nope", nil, nil)
+	want(st, 404, "unknown job", b)
+	st, b = call("GET", "/jobs/"+job+"/output?stream=stdout&offset=0", nil, nil)
+	want(st, 200, "raw output", b)
+	st, b = call("DELETE", "/jobs/"+job, nil, nil)
+	if st != 200 && st != 202 {
+		t.Errorf("cancel = %d", st)
+	}
+	st, b = call("GET", "/jobs/"+job+"/output", nil, nil)
+	want(st, 200, "SSE output", b)
+	st, b = call("GET", "/skills", nil, nil)
+	want(st, 200, "skills", b)
+	st, b = call("GET", "/hooks", nil, nil)
+	want(st, 200, "hooks", b)
+	st, b = call("GET", "/metrics", nil, nil)
+	want(st, 200, "metrics", b)
+	st, b = call("DELETE", "/plugins/"+plugin, nil, nil)
+	want(st, 204, "close plugin", b)
+	st, b = call("DELETE", "/plugins/"+plugin, nil, nil)
+	want(st, 404, "close plugin again", b)
+
+	if len(cc.seen) < 40 {
+		t.Errorf("only %d operation/status pairs exercised", len(cc.seen))
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"time"
 
 	"github.com/dshd/dshd/internal/exec"
@@ -190,7 +191,54 @@ func (s *Server) GetTranscript(ctx context.Context, req api.GetTranscriptRequest
 	if err != nil {
 		return nil, err
 	}
+	if wantsJSON(acceptFrom(ctx)) {
+		return transcriptJSON(transcriptAsJSON(b)), nil
+	}
 	return api.GetTranscript200ApplicationxNdjsonResponse{Body: bytes.NewReader(b), ContentLength: int64(len(b))}, nil
+}
+
+// transcriptJSON is the JSON form of a transcript, already encoded: the
+// stored lines are JSON, so they are copied rather than decoded and encoded.
+type transcriptJSON []byte
+
+// VisitGetTranscriptResponse writes the JSON form.
+func (t transcriptJSON) VisitGetTranscriptResponse(w http.ResponseWriter) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	_, err := w.Write(t)
+	return err
+}
+
+// transcriptAsJSON turns stored JSONL into {"header":…,"events":[…]}. Lines
+// that are not valid JSON (a torn last line after a crash) are left out.
+func transcriptAsJSON(jsonl []byte) []byte {
+	var b bytes.Buffer
+	b.Grow(len(jsonl) + 32)
+	b.WriteString(`{"header":`)
+	first := true
+	events := 0
+	for line := range bytes.Lines(jsonl) {
+		line = bytes.TrimSpace(line)
+		if len(line) == 0 || !json.Valid(line) {
+			continue
+		}
+		if first {
+			b.Write(line)
+			b.WriteString(`,"events":[`)
+			first = false
+			continue
+		}
+		if events > 0 {
+			b.WriteByte(',')
+		}
+		b.Write(line)
+		events++
+	}
+	if first {
+		b.WriteString(`null,"events":[`)
+	}
+	b.WriteString("]}\n")
+	return b.Bytes()
 }
 
 // ListTools returns the model tool definitions in the requested format.

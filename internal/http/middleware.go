@@ -24,7 +24,10 @@ import (
 // ctxKey is the type of this package's context keys.
 type ctxKey int
 
-const requestIDKey ctxKey = iota
+const (
+	requestIDKey ctxKey = iota
+	acceptKey
+)
 
 // requestIDFrom returns the request id stored by the requestID middleware.
 func requestIDFrom(ctx context.Context) string {
@@ -348,7 +351,7 @@ func isOpen(r *http.Request) bool {
 		return false
 	}
 	p := r.URL.Path
-	return p == "/healthz" || p == "/openapi.yaml" || isUI(p)
+	return p == "/healthz" || p == "/openapi.yaml" || p == "/openapi.json" || isUI(p)
 }
 
 // authenticate requires "Authorization: Bearer <token>", the token compared

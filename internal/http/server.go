@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"mime"
 	"net/http"
 	"path"
 	"strings"
@@ -23,6 +24,7 @@ import (
 	middleware "github.com/oapi-codegen/nethttp-middleware"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/dshd/dshd/internal/agents"
 	"github.com/dshd/dshd/internal/exec"
@@ -236,6 +238,14 @@ func NewServer(d Deps) (http.Handler, error) {
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) { s.writeError(w, r, errNotFound) })
 	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) { s.writeError(w, r, errMethodNotAllowed) })
 
+	specJSON, err := yamlToJSON(d.Spec)
+	if err != nil {
+		return nil, fmt.Errorf("contract as JSON: %w", err)
+	}
+	r.Get("/openapi.json", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(specJSON)
+	})
 	r.Get("/openapi.yaml", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/yaml")
 		_, _ = w.Write(s.spec)
@@ -268,7 +278,7 @@ func NewServer(d Deps) (http.Handler, error) {
 		})
 	}
 
-	strict := api.NewStrictHandlerWithOptions(s, nil, api.StrictHTTPServerOptions{
+	strict := api.NewStrictHandlerWithOptions(s, []api.StrictMiddlewareFunc{keepAccept}, api.StrictHTTPServerOptions{
 		RequestErrorHandlerFunc: func(w http.ResponseWriter, r *http.Request, err error) {
 			s.writeError(w, r, fmt.Errorf("%w: %v", errBadRequest, err))
 		},
@@ -315,4 +325,48 @@ func (s *Server) validationError(_ context.Context, err error, w http.ResponseWr
 		msg, _, _ := strings.Cut(err.Error(), "\n")
 		s.writeError(w, r, fmt.Errorf("%w: %s", errBadRequest, msg))
 	}
+}
+
+// yamlToJSON converts the YAML contract to JSON.
+func yamlToJSON(b []byte) ([]byte, error) {
+	var v any
+	if err := yaml.Unmarshal(b, &v); err != nil {
+		return nil, err
+	}
+	return json.Marshal(v)
+}
+
+// keepAccept puts the request's Accept header in the context of the
+// operations that answer in more than one media type.
+func keepAccept(f api.StrictHandlerFunc, operationID string) api.StrictHandlerFunc {
+	if operationID != "GetTranscript" {
+		return f
+	}
+	return func(ctx context.Context, w http.ResponseWriter, r *http.Request, req any) (any, error) {
+		return f(context.WithValue(ctx, acceptKey, r.Header.Get("Accept")), w, r, req)
+	}
+}
+
+// acceptFrom returns the Accept header kept by keepAccept.
+func acceptFrom(ctx context.Context) string {
+	a, _ := ctx.Value(acceptKey).(string)
+	return a
+}
+
+// wantsJSON reports whether an Accept header asks for application/json
+// (and not for the stored JSONL, which wins a tie).
+func wantsJSON(accept string) bool {
+	for part := range strings.SplitSeq(accept, ",") {
+		mt, _, err := mime.ParseMediaType(strings.TrimSpace(part))
+		if err != nil {
+			continue
+		}
+		switch mt {
+		case "application/x-ndjson", "application/jsonl":
+			return false
+		case "application/json":
+			return true
+		}
+	}
+	return false
 }

@@ -32,15 +32,17 @@ type Definition struct {
 	Schema      map[string]any
 }
 
+// bashDescription stays within 1,024 characters: several clients and proxies
+// reject longer tool descriptions (TestDescriptionsFit).
 const bashDescription = `Run a bash command and return its output.
 
-Each call is a fresh, non-interactive ` + "`bash -c`" + ` process: no state (shell variables, functions, aliases, the current directory) carries over from one call to the next. To run somewhere else, pass ` + "`workdir`" + ` instead of using ` + "`cd`" + `. Standard input is empty; to set a variable, write it in the command (FOO=1 cmd).
+Each call is a fresh, non-interactive ` + "`bash -c`" + `: no shell state (variables, functions, current directory) carries over between calls. Use ` + "`workdir`" + ` rather than ` + "`cd`" + `. Standard input is empty.
 
-Current harness facts are provided to every call in managed environment variables whose names start with DSH_. They are collected fresh for each call, so read them instead of guessing or remembering them. For example, $DSH_SESSION_ID is your own agent (session) id and $DSH_HOME is the harness home directory. See every one with ` + "`env | grep ^DSH_`" + `.
+Harness facts are in managed environment variables starting with DSH_, collected fresh for each call: read them rather than guess. $DSH_SESSION_ID is your own agent (session) id, $DSH_HOME the harness home; list all with ` + "`env | grep ^DSH_`" + `.
 
-Foreground calls wait for the command to finish, up to timeoutMs (the server default applies when omitted). For long-running commands set run_in_background to true: the call returns a job id at once; read its output with job_output, list your jobs with job_list and stop one with job_kill.
+Foreground calls wait up to timeoutMs (a server default applies when omitted). For long-running commands set run_in_background: the call returns a job id at once; use job_output to read it, job_list to list your jobs, job_kill to stop one.
 
-The result is stdout, then [stderr] and stderr, then markers on their own lines such as [exit code: N], [timed out after Nms] or [killed by signal: S]. Long output keeps its head and tail and says where the full output is.`
+The result is stdout, then [stderr] and stderr, then markers on their own lines such as [exit code: N], [timed out after Nms] or [killed by signal: S]. Long output keeps its head and tail and says where the rest is.`
 
 // Definitions returns the model-facing tools — bash, job_output, job_list and
 // job_kill — in that order. Every call returns fresh values that the caller

@@ -99,3 +99,20 @@ func TestDefinitions(t *testing.T) {
 		t.Error("Definitions shares state between calls")
 	}
 }
+
+// TestDescriptionsFit: tool and argument descriptions stay within 1,024
+// characters, the limit several clients and proxies enforce.
+func TestDescriptionsFit(t *testing.T) {
+	for _, d := range Definitions() {
+		if n := len([]rune(d.Description)); n > 1024 {
+			t.Errorf("%s description is %d characters, want at most 1024", d.Name, n)
+		}
+		props, _ := d.Schema["properties"].(map[string]any)
+		for name, p := range props {
+			desc, _ := p.(map[string]any)["description"].(string)
+			if n := len([]rune(desc)); n > 1024 {
+				t.Errorf("%s.%s description is %d characters, want at most 1024", d.Name, name, n)
+			}
+		}
+	}
+}

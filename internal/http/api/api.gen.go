@@ -19,19 +19,19 @@ import (
 
 // Defines values for AgentOrigin.
 const (
-	Fork  AgentOrigin = "fork"
-	Root  AgentOrigin = "root"
-	Spawn AgentOrigin = "spawn"
+	AgentOriginFork  AgentOrigin = "fork"
+	AgentOriginRoot  AgentOrigin = "root"
+	AgentOriginSpawn AgentOrigin = "spawn"
 )
 
 // Valid indicates whether the value is a known member of the AgentOrigin enum.
 func (e AgentOrigin) Valid() bool {
 	switch e {
-	case Fork:
+	case AgentOriginFork:
 		return true
-	case Root:
+	case AgentOriginRoot:
 		return true
-	case Spawn:
+	case AgentOriginSpawn:
 		return true
 	default:
 		return false
@@ -148,16 +148,148 @@ func (e DeclarationKind) Valid() bool {
 
 // Defines values for HookDialect.
 const (
-	ClaudeCode HookDialect = "claude-code"
-	Codex      HookDialect = "codex"
+	HookDialectClaudeCode HookDialect = "claude-code"
+	HookDialectCodex      HookDialect = "codex"
 )
 
 // Valid indicates whether the value is a known member of the HookDialect enum.
 func (e HookDialect) Valid() bool {
 	switch e {
-	case ClaudeCode:
+	case HookDialectClaudeCode:
 		return true
-	case Codex:
+	case HookDialectCodex:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for HookInvokedEventDataDialect.
+const (
+	HookInvokedEventDataDialectClaudeCode HookInvokedEventDataDialect = "claude-code"
+	HookInvokedEventDataDialectCodex      HookInvokedEventDataDialect = "codex"
+)
+
+// Valid indicates whether the value is a known member of the HookInvokedEventDataDialect enum.
+func (e HookInvokedEventDataDialect) Valid() bool {
+	switch e {
+	case HookInvokedEventDataDialectClaudeCode:
+		return true
+	case HookInvokedEventDataDialectCodex:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for HookInvokedEventDataEvent.
+const (
+	HookInvokedEventDataEventPostToolUse  HookInvokedEventDataEvent = "PostToolUse"
+	HookInvokedEventDataEventPreToolUse   HookInvokedEventDataEvent = "PreToolUse"
+	HookInvokedEventDataEventSessionStart HookInvokedEventDataEvent = "SessionStart"
+)
+
+// Valid indicates whether the value is a known member of the HookInvokedEventDataEvent enum.
+func (e HookInvokedEventDataEvent) Valid() bool {
+	switch e {
+	case HookInvokedEventDataEventPostToolUse:
+		return true
+	case HookInvokedEventDataEventPreToolUse:
+		return true
+	case HookInvokedEventDataEventSessionStart:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for HookInvokedEventType.
+const (
+	Hookinvoked HookInvokedEventType = "hook/invoked"
+)
+
+// Valid indicates whether the value is a known member of the HookInvokedEventType enum.
+func (e HookInvokedEventType) Valid() bool {
+	switch e {
+	case Hookinvoked:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for HookResultEventDataDecision.
+const (
+	Allow HookResultEventDataDecision = "allow"
+	Ask   HookResultEventDataDecision = "ask"
+	Deny  HookResultEventDataDecision = "deny"
+	Empty HookResultEventDataDecision = ""
+)
+
+// Valid indicates whether the value is a known member of the HookResultEventDataDecision enum.
+func (e HookResultEventDataDecision) Valid() bool {
+	switch e {
+	case Allow:
+		return true
+	case Ask:
+		return true
+	case Deny:
+		return true
+	case Empty:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for HookResultEventDataDialect.
+const (
+	HookResultEventDataDialectClaudeCode HookResultEventDataDialect = "claude-code"
+	HookResultEventDataDialectCodex      HookResultEventDataDialect = "codex"
+)
+
+// Valid indicates whether the value is a known member of the HookResultEventDataDialect enum.
+func (e HookResultEventDataDialect) Valid() bool {
+	switch e {
+	case HookResultEventDataDialectClaudeCode:
+		return true
+	case HookResultEventDataDialectCodex:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for HookResultEventDataEvent.
+const (
+	HookResultEventDataEventPostToolUse  HookResultEventDataEvent = "PostToolUse"
+	HookResultEventDataEventPreToolUse   HookResultEventDataEvent = "PreToolUse"
+	HookResultEventDataEventSessionStart HookResultEventDataEvent = "SessionStart"
+)
+
+// Valid indicates whether the value is a known member of the HookResultEventDataEvent enum.
+func (e HookResultEventDataEvent) Valid() bool {
+	switch e {
+	case HookResultEventDataEventPostToolUse:
+		return true
+	case HookResultEventDataEventPreToolUse:
+		return true
+	case HookResultEventDataEventSessionStart:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for HookResultEventType.
+const (
+	Hookresult HookResultEventType = "hook/result"
+)
+
+// Valid indicates whether the value is a known member of the HookResultEventType enum.
+func (e HookResultEventType) Valid() bool {
+	switch e {
+	case Hookresult:
 		return true
 	default:
 		return false
@@ -191,6 +323,21 @@ func (e JobState) Valid() bool {
 	}
 }
 
+// Defines values for OpenAIChatToolType.
+const (
+	Function OpenAIChatToolType = "function"
+)
+
+// Valid indicates whether the value is a known member of the OpenAIChatToolType enum.
+func (e OpenAIChatToolType) Valid() bool {
+	switch e {
+	case Function:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for OutputDroppedReason.
 const (
 	DiskFull    OutputDroppedReason = "disk_full"
@@ -212,6 +359,57 @@ func (e OutputDroppedReason) Valid() bool {
 	case SpoolError:
 		return true
 	case SpoolLimit:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for SessionHeaderOrigin.
+const (
+	SessionHeaderOriginFork  SessionHeaderOrigin = "fork"
+	SessionHeaderOriginRoot  SessionHeaderOrigin = "root"
+	SessionHeaderOriginSpawn SessionHeaderOrigin = "spawn"
+)
+
+// Valid indicates whether the value is a known member of the SessionHeaderOrigin enum.
+func (e SessionHeaderOrigin) Valid() bool {
+	switch e {
+	case SessionHeaderOriginFork:
+		return true
+	case SessionHeaderOriginRoot:
+		return true
+	case SessionHeaderOriginSpawn:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for SessionHeaderType.
+const (
+	Session SessionHeaderType = "session"
+)
+
+// Valid indicates whether the value is a known member of the SessionHeaderType enum.
+func (e SessionHeaderType) Valid() bool {
+	switch e {
+	case Session:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for SessionResumeEventType.
+const (
+	Sessionresume SessionResumeEventType = "session/resume"
+)
+
+// Valid indicates whether the value is a known member of the SessionResumeEventType enum.
+func (e SessionResumeEventType) Valid() bool {
+	switch e {
+	case Sessionresume:
 		return true
 	default:
 		return false
@@ -242,6 +440,36 @@ const (
 func (e TemplateResolverKind) Valid() bool {
 	switch e {
 	case TemplateResolverKindTemplate:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ToolCallEventType.
+const (
+	Toolcall ToolCallEventType = "tool/call"
+)
+
+// Valid indicates whether the value is a known member of the ToolCallEventType enum.
+func (e ToolCallEventType) Valid() bool {
+	switch e {
+	case Toolcall:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ToolResultEventType.
+const (
+	Toolresult ToolResultEventType = "tool/result"
+)
+
+// Valid indicates whether the value is a known member of the ToolResultEventType enum.
+func (e ToolResultEventType) Valid() bool {
+	switch e {
+	case Toolresult:
 		return true
 	default:
 		return false
@@ -325,6 +553,15 @@ type AgentOrigin string
 type AgentInput struct {
 	// Cwd Absolute working directory; default the server's.
 	Cwd *string `json:"cwd,omitempty"`
+}
+
+// AnthropicTool An Anthropic Messages client tool.
+type AnthropicTool struct {
+	Description string `json:"description"`
+
+	// InputSchema A JSON Schema object describing a tool's arguments.
+	InputSchema JSONSchema `json:"input_schema"`
+	Name        string     `json:"name"`
 }
 
 // Containment How every process a job starts is accounted for (`jobs.containment`).
@@ -455,6 +692,15 @@ type ForkInput struct {
 	Boundary *int64 `json:"boundary,omitempty"`
 }
 
+// GenericTool defines model for GenericTool.
+type GenericTool struct {
+	Description string `json:"description"`
+
+	// InputSchema A JSON Schema object describing a tool's arguments.
+	InputSchema JSONSchema `json:"inputSchema"`
+	Name        string     `json:"name"`
+}
+
 // Health defines model for Health.
 type Health struct {
 	// Details What this host lets dshd enforce.
@@ -487,6 +733,29 @@ type Hook struct {
 // HookDialect defines model for Hook.Dialect.
 type HookDialect string
 
+// HookInvokedEvent A hook about to run.
+type HookInvokedEvent struct {
+	Data struct {
+		// CallId The tool call's id; empty for SessionStart.
+		CallId  string                      `json:"callId"`
+		Dialect HookInvokedEventDataDialect `json:"dialect"`
+		Event   HookInvokedEventDataEvent   `json:"event"`
+		Handler string                      `json:"handler"`
+	} `json:"data"`
+	Seq  int64                `json:"seq"`
+	Time time.Time            `json:"time"`
+	Type HookInvokedEventType `json:"type"`
+}
+
+// HookInvokedEventDataDialect defines model for HookInvokedEvent.Data.Dialect.
+type HookInvokedEventDataDialect string
+
+// HookInvokedEventDataEvent defines model for HookInvokedEvent.Data.Event.
+type HookInvokedEventDataEvent string
+
+// HookInvokedEventType defines model for HookInvokedEvent.Type.
+type HookInvokedEventType string
+
 // HookOutput What the SessionStart hooks said when this response started the session
 // (create, resume, fork, spawn; absent elsewhere). Pass `additionalContext`
 // on to the model, as Claude Code and Codex do.
@@ -497,6 +766,44 @@ type HookOutput struct {
 	// SystemMessages Each hook's `systemMessage`, in configuration order.
 	SystemMessages []string `json:"systemMessages"`
 }
+
+// HookResultEvent What a hook answered.
+type HookResultEvent struct {
+	Data struct {
+		AdditionalContext *string                     `json:"additionalContext,omitempty"`
+		CallId            string                      `json:"callId"`
+		Decision          HookResultEventDataDecision `json:"decision"`
+		Dialect           HookResultEventDataDialect  `json:"dialect"`
+		DurationMs        int64                       `json:"durationMs"`
+		Error             *string                     `json:"error,omitempty"`
+		Event             HookResultEventDataEvent    `json:"event"`
+		ExitCode          *int32                      `json:"exitCode"`
+		Handler           string                      `json:"handler"`
+		Reason            *string                     `json:"reason,omitempty"`
+		Signal            *string                     `json:"signal,omitempty"`
+		Stderr            *string                     `json:"stderr,omitempty"`
+		SystemMessage     *string                     `json:"systemMessage,omitempty"`
+		TimedOut          *bool                       `json:"timedOut,omitempty"`
+	} `json:"data"`
+	Seq  int64               `json:"seq"`
+	Time time.Time           `json:"time"`
+	Type HookResultEventType `json:"type"`
+}
+
+// HookResultEventDataDecision defines model for HookResultEvent.Data.Decision.
+type HookResultEventDataDecision string
+
+// HookResultEventDataDialect defines model for HookResultEvent.Data.Dialect.
+type HookResultEventDataDialect string
+
+// HookResultEventDataEvent defines model for HookResultEvent.Data.Event.
+type HookResultEventDataEvent string
+
+// HookResultEventType defines model for HookResultEvent.Type.
+type HookResultEventType string
+
+// JSONSchema A JSON Schema object describing a tool's arguments.
+type JSONSchema map[string]interface{}
 
 // Job defines model for Job.
 type Job struct {
@@ -539,6 +846,22 @@ type KeySpec struct {
 	// Key Example: DSH_REPO
 	Key string `json:"key"`
 }
+
+// OpenAIChatTool A Chat Completions function tool.
+type OpenAIChatTool struct {
+	Function struct {
+		Description string `json:"description"`
+		Name        string `json:"name"`
+
+		// Parameters A JSON Schema object describing a tool's arguments.
+		Parameters JSONSchema `json:"parameters"`
+		Strict     *bool      `json:"strict,omitempty"`
+	} `json:"function"`
+	Type OpenAIChatToolType `json:"type"`
+}
+
+// OpenAIChatToolType defines model for OpenAIChatTool.Type.
+type OpenAIChatToolType string
 
 // Output defines model for Output.
 type Output struct {
@@ -629,6 +952,35 @@ type Resolver struct {
 	union json.RawMessage
 }
 
+// SessionHeader The first line of a transcript.
+type SessionHeader struct {
+	CreatedAt time.Time           `json:"createdAt"`
+	Cwd       string              `json:"cwd"`
+	Depth     int32               `json:"depth"`
+	Id        string              `json:"id"`
+	Origin    SessionHeaderOrigin `json:"origin"`
+	ParentId  *string             `json:"parentId"`
+	Type      SessionHeaderType   `json:"type"`
+	Version   int32               `json:"version"`
+}
+
+// SessionHeaderOrigin defines model for SessionHeader.Origin.
+type SessionHeaderOrigin string
+
+// SessionHeaderType defines model for SessionHeader.Type.
+type SessionHeaderType string
+
+// SessionResumeEvent The agent was resumed.
+type SessionResumeEvent struct {
+	Data map[string]interface{} `json:"data"`
+	Seq  int64                  `json:"seq"`
+	Time time.Time              `json:"time"`
+	Type SessionResumeEventType `json:"type"`
+}
+
+// SessionResumeEventType defines model for SessionResumeEvent.Type.
+type SessionResumeEventType string
+
 // Skill defines model for Skill.
 type Skill struct {
 	Description string `json:"description"`
@@ -673,6 +1025,39 @@ type ToolCall struct {
 	CallId    *string                `json:"callId,omitempty"`
 }
 
+// ToolCallEvent A model tool call, recorded before it runs.
+type ToolCallEvent struct {
+	Data struct {
+		// Arguments The arguments as the model sent them.
+		Arguments map[string]interface{} `json:"arguments"`
+		CallId    string                 `json:"callId"`
+
+		// Ignored Argument names the tool does not declare (never used).
+		Ignored []string `json:"ignored"`
+		Name    string   `json:"name"`
+	} `json:"data"`
+	Seq  int64             `json:"seq"`
+	Time time.Time         `json:"time"`
+	Type ToolCallEventType `json:"type"`
+}
+
+// ToolCallEventType defines model for ToolCallEvent.Type.
+type ToolCallEventType string
+
+// ToolList The tool definitions in one format.
+type ToolList struct {
+	union json.RawMessage
+}
+
+// ToolList0 defines model for ToolList.0.
+type ToolList0 = []GenericTool
+
+// ToolList1 defines model for ToolList.1.
+type ToolList1 = []OpenAIChatTool
+
+// ToolList2 defines model for ToolList.2.
+type ToolList2 = []AnthropicTool
+
 // ToolResult defines model for ToolResult.
 type ToolResult struct {
 	// AdditionalContext `additionalContext` the PreToolUse and PostToolUse hooks offered the model,
@@ -687,6 +1072,38 @@ type ToolResult struct {
 	// a `[hook message: …]` line, or as the reason of a block that gave no other.
 	SystemMessages *[]string `json:"systemMessages,omitempty"`
 	Text           string    `json:"text"`
+}
+
+// ToolResultEvent What a tool call returned to the model.
+type ToolResultEvent struct {
+	Data struct {
+		AdditionalContext *[]string `json:"additionalContext,omitempty"`
+		CallId            string    `json:"callId"`
+		ExitCode          *int32    `json:"exitCode,omitempty"`
+		IsError           bool      `json:"isError"`
+		JobId             *string   `json:"jobId,omitempty"`
+		SystemMessages    *[]string `json:"systemMessages,omitempty"`
+		Text              string    `json:"text"`
+	} `json:"data"`
+	Seq  int64               `json:"seq"`
+	Time time.Time           `json:"time"`
+	Type ToolResultEventType `json:"type"`
+}
+
+// ToolResultEventType defines model for ToolResultEvent.Type.
+type ToolResultEventType string
+
+// Transcript An agent's transcript as JSON.
+type Transcript struct {
+	Events []TranscriptEvent `json:"events"`
+
+	// Header The first line of a transcript.
+	Header SessionHeader `json:"header"`
+}
+
+// TranscriptEvent One transcript event, told apart by `type`.
+type TranscriptEvent struct {
+	union json.RawMessage
 }
 
 // WebhookResolver dshd POSTs `{contributor, keys, execution}` to `url` and expects a JSON object of
@@ -764,6 +1181,8 @@ type GetJobOutputParamsStream string
 
 // ListToolsParams defines parameters for ListTools.
 type ListToolsParams struct {
+	// Format `generic` (default): `{name, description, inputSchema}`. `openai`: Chat
+	// Completions function tools. `anthropic`: Anthropic Messages client tools.
 	Format *ListToolsParamsFormat `form:"format,omitempty" json:"format,omitempty"`
 }
 
@@ -927,6 +1346,303 @@ func (t Resolver) MarshalJSON() ([]byte, error) {
 }
 
 func (t *Resolver) UnmarshalJSON(b []byte) error {
+	err := t.union.UnmarshalJSON(b)
+	return err
+}
+
+// AsToolList0 returns the union data inside the ToolList as a ToolList0
+func (t ToolList) AsToolList0() (ToolList0, error) {
+	var body ToolList0
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromToolList0 overwrites any union data inside the ToolList as the provided ToolList0
+func (t *ToolList) FromToolList0(v ToolList0) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeToolList0 performs a merge with any union data inside the ToolList, using the provided ToolList0
+func (t *ToolList) MergeToolList0(v ToolList0) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsToolList1 returns the union data inside the ToolList as a ToolList1
+func (t ToolList) AsToolList1() (ToolList1, error) {
+	var body ToolList1
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromToolList1 overwrites any union data inside the ToolList as the provided ToolList1
+func (t *ToolList) FromToolList1(v ToolList1) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeToolList1 performs a merge with any union data inside the ToolList, using the provided ToolList1
+func (t *ToolList) MergeToolList1(v ToolList1) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsToolList2 returns the union data inside the ToolList as a ToolList2
+func (t ToolList) AsToolList2() (ToolList2, error) {
+	var body ToolList2
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromToolList2 overwrites any union data inside the ToolList as the provided ToolList2
+func (t *ToolList) FromToolList2(v ToolList2) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeToolList2 performs a merge with any union data inside the ToolList, using the provided ToolList2
+func (t *ToolList) MergeToolList2(v ToolList2) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+func (t ToolList) MarshalJSON() ([]byte, error) {
+	b, err := t.union.MarshalJSON()
+	return b, err
+}
+
+func (t *ToolList) UnmarshalJSON(b []byte) error {
+	err := t.union.UnmarshalJSON(b)
+	return err
+}
+
+// AsToolCallEvent returns the union data inside the TranscriptEvent as a ToolCallEvent
+func (t TranscriptEvent) AsToolCallEvent() (ToolCallEvent, error) {
+	var body ToolCallEvent
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromToolCallEvent overwrites any union data inside the TranscriptEvent as the provided ToolCallEvent
+func (t *TranscriptEvent) FromToolCallEvent(v ToolCallEvent) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"type":"tool/call"}`))
+	t.union = b
+	return err
+}
+
+// MergeToolCallEvent performs a merge with any union data inside the TranscriptEvent, using the provided ToolCallEvent
+func (t *TranscriptEvent) MergeToolCallEvent(v ToolCallEvent) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"type":"tool/call"}`))
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsToolResultEvent returns the union data inside the TranscriptEvent as a ToolResultEvent
+func (t TranscriptEvent) AsToolResultEvent() (ToolResultEvent, error) {
+	var body ToolResultEvent
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromToolResultEvent overwrites any union data inside the TranscriptEvent as the provided ToolResultEvent
+func (t *TranscriptEvent) FromToolResultEvent(v ToolResultEvent) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"type":"tool/result"}`))
+	t.union = b
+	return err
+}
+
+// MergeToolResultEvent performs a merge with any union data inside the TranscriptEvent, using the provided ToolResultEvent
+func (t *TranscriptEvent) MergeToolResultEvent(v ToolResultEvent) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"type":"tool/result"}`))
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsHookInvokedEvent returns the union data inside the TranscriptEvent as a HookInvokedEvent
+func (t TranscriptEvent) AsHookInvokedEvent() (HookInvokedEvent, error) {
+	var body HookInvokedEvent
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromHookInvokedEvent overwrites any union data inside the TranscriptEvent as the provided HookInvokedEvent
+func (t *TranscriptEvent) FromHookInvokedEvent(v HookInvokedEvent) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"type":"hook/invoked"}`))
+	t.union = b
+	return err
+}
+
+// MergeHookInvokedEvent performs a merge with any union data inside the TranscriptEvent, using the provided HookInvokedEvent
+func (t *TranscriptEvent) MergeHookInvokedEvent(v HookInvokedEvent) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"type":"hook/invoked"}`))
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsHookResultEvent returns the union data inside the TranscriptEvent as a HookResultEvent
+func (t TranscriptEvent) AsHookResultEvent() (HookResultEvent, error) {
+	var body HookResultEvent
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromHookResultEvent overwrites any union data inside the TranscriptEvent as the provided HookResultEvent
+func (t *TranscriptEvent) FromHookResultEvent(v HookResultEvent) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"type":"hook/result"}`))
+	t.union = b
+	return err
+}
+
+// MergeHookResultEvent performs a merge with any union data inside the TranscriptEvent, using the provided HookResultEvent
+func (t *TranscriptEvent) MergeHookResultEvent(v HookResultEvent) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"type":"hook/result"}`))
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsSessionResumeEvent returns the union data inside the TranscriptEvent as a SessionResumeEvent
+func (t TranscriptEvent) AsSessionResumeEvent() (SessionResumeEvent, error) {
+	var body SessionResumeEvent
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromSessionResumeEvent overwrites any union data inside the TranscriptEvent as the provided SessionResumeEvent
+func (t *TranscriptEvent) FromSessionResumeEvent(v SessionResumeEvent) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"type":"session/resume"}`))
+	t.union = b
+	return err
+}
+
+// MergeSessionResumeEvent performs a merge with any union data inside the TranscriptEvent, using the provided SessionResumeEvent
+func (t *TranscriptEvent) MergeSessionResumeEvent(v SessionResumeEvent) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"type":"session/resume"}`))
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+func (t TranscriptEvent) Discriminator() (string, error) {
+	var discriminator struct {
+		Discriminator string `json:"type"`
+	}
+	err := json.Unmarshal(t.union, &discriminator)
+	return discriminator.Discriminator, err
+}
+
+func (t TranscriptEvent) ValueByDiscriminator() (interface{}, error) {
+	discriminator, err := t.Discriminator()
+	if err != nil {
+		return nil, err
+	}
+	switch discriminator {
+	case "hook/invoked":
+		return t.AsHookInvokedEvent()
+	case "hook/result":
+		return t.AsHookResultEvent()
+	case "session/resume":
+		return t.AsSessionResumeEvent()
+	case "tool/call":
+		return t.AsToolCallEvent()
+	case "tool/result":
+		return t.AsToolResultEvent()
+	default:
+		return nil, errors.New("unknown discriminator value: " + discriminator)
+	}
+}
+
+func (t TranscriptEvent) MarshalJSON() ([]byte, error) {
+	b, err := t.union.MarshalJSON()
+	return b, err
+}
+
+func (t *TranscriptEvent) UnmarshalJSON(b []byte) error {
 	err := t.union.UnmarshalJSON(b)
 	return err
 }
@@ -3046,6 +3762,20 @@ type GetTranscriptResponseObject interface {
 	VisitGetTranscriptResponse(w http.ResponseWriter) error
 }
 
+type GetTranscript200JSONResponse Transcript
+
+func (response GetTranscript200JSONResponse) VisitGetTranscriptResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetTranscript200ApplicationxNdjsonResponse struct {
 	Body          io.Reader
 	ContentLength int64
@@ -5129,7 +5859,15 @@ type ListToolsResponseObject interface {
 	VisitListToolsResponse(w http.ResponseWriter) error
 }
 
-type ListTools200JSONResponse []map[string]interface{}
+type ListTools200JSONResponse ToolList
+
+func (t ListTools200JSONResponse) MarshalJSON() ([]byte, error) {
+	return ToolList(t).MarshalJSON()
+}
+
+func (t *ListTools200JSONResponse) UnmarshalJSON(b []byte) error {
+	return (*ToolList)(t).UnmarshalJSON(b)
+}
 
 func (response ListTools200JSONResponse) VisitListToolsResponse(w http.ResponseWriter) error {
 
