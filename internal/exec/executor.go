@@ -108,7 +108,8 @@ type Executor struct {
 	running   int
 	bgRunning map[string]int
 	finished  []finishedJob
-	spoolUsed int64 // bytes granted to spools of recorded jobs (Options.SpoolTotalBytes)
+	reserved  map[string]*Job // reserved, not started: not listed, but holding a slot
+	spoolUsed int64           // bytes granted to spools of recorded jobs (Options.SpoolTotalBytes)
 
 	stopJanitor chan struct{}
 	janitorDone chan struct{}
@@ -146,6 +147,7 @@ func New(opts Options) (*Executor, error) {
 		m:           m,
 		jobs:        make(map[string]*Job),
 		idem:        make(map[string]*Job),
+		reserved:    make(map[string]*Job),
 		bgRunning:   make(map[string]int),
 		stopJanitor: make(chan struct{}),
 		janitorDone: make(chan struct{}),
@@ -318,111 +320,18 @@ func (e *Executor) idemJob(key string) (*Job, bool) {
 	return j, ok
 }
 
-// Start spawns s and records it as a running job; it returns as soon as the
-// process is started (use Job.Wait for the end). The job's life is not tied
-// to ctx, which only aborts waiting for a concurrent start with the same
-// idempotency key.
+// Start reserves s and starts it with s.Managed as the overlay: Reserve,
+// then Reservation.Start. It returns as soon as the process is started (use
+// Job.Wait for the end). The job's life is not tied to ctx, which only
+// aborts waiting for a concurrent start with the same idempotency key.
 //
-// Errors: ErrInvalidInput (NUL bytes, malformed env names, empty command,
-// negative timeout, duplicate id), ErrManagedKeyInEnv, ErrInvalidCwd,
-// *TooManyJobsError (ErrTooManyJobs), ErrClosed, or a spawn error.
+// Errors: those of Reserve and of Reservation.Start.
 func (e *Executor) Start(ctx context.Context, s Spec) (*Job, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	if err := validateSpec(&s); err != nil {
-		return nil, err
-	}
-	if s.IdempotencyKey != "" {
-		if j, ok := e.idemJob(s.IdempotencyKey); ok {
-			return j.awaitStart(ctx)
-		}
-	}
-	cwd := e.ResolveCwd(s.Cwd)
-	timeout := s.Timeout
-	if !s.Background {
-		if timeout == 0 {
-			timeout = e.opts.DefaultTimeout
-		}
-		timeout = min(timeout, e.opts.MaxTimeout)
-	}
-	env := e.run.base.with(s.Env, s.Managed)
-	now := e.now()
-
-	j := &Job{
-		e:          e,
-		proc:       e.run.newProc(),
-		id:         s.ID,
-		command:    s.Command,
-		agentID:    s.AgentID,
-		cwd:        cwd,
-		background: s.Background,
-		managed:    slices.Clip(s.Managed),
-		timeout:    timeout,
-		idemKey:    s.IdempotencyKey,
-		createdAt:  now,
-		state:      StateRunning,
-	}
-	if j.idemKey != "" {
-		j.started = make(chan struct{})
-	}
-
-	removed, err := e.register(j)
-	e.removeJobs(removed)
+	r, err := e.Reserve(ctx, s)
 	if err != nil {
-		if errors.Is(err, errIdempotentHit) {
-			return j.existing.awaitStart(ctx)
-		}
 		return nil, err
 	}
-	j.existing = nil
-
-	j.stdout.init(e.opts.CaptureBytes, e.opts.SpoolMaxBytes, e.jobsDir, j.id, ".stdout")
-	j.stderr.init(e.opts.CaptureBytes, e.opts.SpoolMaxBytes, e.jobsDir, j.id, ".stderr")
-	reserve := func(n int64) int64 { return e.reserveSpool(j, n) }
-	release := func(n int64) { e.releaseSpool(j, n) }
-	j.stdout.reserve, j.stdout.release = reserve, release
-	j.stderr.reserve, j.stderr.release = reserve, release
-	if timeout > 0 {
-		// Armed before the spawn so that finish can read j.timer without a
-		// race; a timeout firing before the spawn completes kills right after.
-		j.timer = time.AfterFunc(timeout, func() { j.proc.stop(StateTimedOut) })
-	}
-
-	j.mu.Lock()
-	j.startedAt = e.now() // before the spawn: the job may end before start returns
-	j.mu.Unlock()
-	err = e.run.launch(j.proc, &spawnSpec{
-		command:  s.Command,
-		dir:      cwd,
-		env:      env,
-		stdin:    s.Stdin,
-		hasStdin: s.HasStdin,
-		stdout:   j.sink(&j.stdout, "stdout"),
-		stderr:   j.sink(&j.stderr, "stderr"),
-		onExit:   j.finish,
-		contain:  e.run.cont.forJob(j.id),
-		onStart:  func(pid int) { e.indexAdd(j, pid) },
-	})
-	if err != nil {
-		if j.timer != nil {
-			j.timer.Stop()
-		}
-		e.unregister(j)
-		if j.started != nil {
-			close(j.started)
-		}
-		return nil, fmt.Errorf("start job %s: %w", j.id, err)
-	}
-	e.m.started.Inc()
-	e.m.running.Inc()
-	if j.started != nil {
-		close(j.started)
-	}
-	if e.log.Enabled(ctx, slog.LevelDebug) {
-		e.log.Debug("job started", "job_id", j.id, "pid", j.proc.pidNow(), "background", s.Background, "agent_id", s.AgentID)
-	}
-	return j, nil
+	return r.Start(s.Managed)
 }
 
 var errIdempotentHit = errors.New("idempotency key hit")
@@ -445,13 +354,6 @@ func (j *Job) awaitStart(ctx context.Context) (*Job, error) {
 	return j, nil
 }
 
-// Validate checks s as Start would before spawning, without touching the
-// system: it returns ErrInvalidInput for an empty command, NUL bytes, a
-// negative timeout or a malformed env name, and ErrManagedKeyInEnv for an
-// env name in the managed namespace. Callers use it to refuse bad input
-// before doing costly work such as collecting an overlay.
-func (s Spec) Validate() error { return validateSpec(&s) }
-
 func validateSpec(s *Spec) error {
 	if s.Command == "" {
 		return fmt.Errorf("%w: empty command", ErrInvalidInput)
@@ -470,7 +372,11 @@ func validateSpec(s *Spec) error {
 			return fmt.Errorf("%w: env %q: malformed name or NUL in value", ErrInvalidInput, k)
 		}
 	}
-	for _, kv := range s.Managed {
+	return nil
+}
+
+func validateManaged(managed []string) error {
+	for _, kv := range managed {
 		if hasNUL(kv) {
 			return fmt.Errorf("%w: NUL byte in managed value", ErrInvalidInput)
 		}
@@ -520,7 +426,10 @@ func (e *Executor) register(j *Job) ([]*Job, error) {
 	} else if _, ok := e.jobs[j.id]; ok {
 		return removed, fmt.Errorf("%w: job id %s is taken", ErrInvalidInput, j.id)
 	}
-	e.jobs[j.id] = j
+	if _, ok := e.reserved[j.id]; ok {
+		return removed, fmt.Errorf("%w: job id %s is taken", ErrInvalidInput, j.id)
+	}
+	e.reserved[j.id] = j
 	if j.idemKey != "" {
 		e.idem[j.idemKey] = j
 	}
@@ -531,10 +440,11 @@ func (e *Executor) register(j *Job) ([]*Job, error) {
 	return removed, nil
 }
 
-// unregister undoes register after a failed spawn.
+// unregister undoes register after a failed spawn or a release.
 func (e *Executor) unregister(j *Job) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	delete(e.reserved, j.id)
 	delete(e.jobs, j.id)
 	if j.idemKey != "" && e.idem[j.idemKey] == j {
 		delete(e.idem, j.idemKey)

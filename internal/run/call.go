@@ -252,7 +252,7 @@ func (s *Service) bash(ctx context.Context, agent agents.Agent, callID string, a
 		return preOut.Reason, preOut.Blocked, err
 	}
 
-	job, err := s.start(ctx, run{command: command, cwd: cwd, agent: &agent, timeout: timeout, background: background}, pre)
+	job, err := s.start(ctx, &agent, exec.Spec{Command: command, Cwd: cwd, Timeout: timeout, Background: background}, pre)
 	var blocked *errBlocked
 	switch {
 	case errors.As(err, &blocked):

@@ -73,7 +73,10 @@ type world struct {
 	hooks  *fakeHooks
 }
 
-func newWorld(tb testing.TB) *world {
+func newWorld(tb testing.TB) *world { return newWorldWith(tb, nil) }
+
+// newWorldWith is newWorld with the executor options changed by adjust.
+func newWorldWith(tb testing.TB, adjust func(*exec.Options)) *world {
 	tb.Helper()
 	ctx := context.Background()
 	home := tb.TempDir()
@@ -81,7 +84,7 @@ func newWorld(tb testing.TB) *world {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	jobs, err := exec.New(exec.Options{
+	opts := exec.Options{
 		Home:                  home,
 		Environ:               append(os.Environ(), "DSH_SESSION_ID=ambient-leak", "DSH_AMBIENT=leak"),
 		DefaultCwd:            tb.TempDir(),
@@ -89,7 +92,11 @@ func newWorld(tb testing.TB) *world {
 		MaxTimeout:            time.Minute,
 		Grace:                 200 * time.Millisecond,
 		MaxBackgroundPerAgent: 64,
-	})
+	}
+	if adjust != nil {
+		adjust(&opts)
+	}
+	jobs, err := exec.New(opts)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -863,5 +870,71 @@ func TestCallWithStarted(t *testing.T) {
 	}
 	if len(seen) != 0 {
 		t.Errorf("Started called for a background call or job_output: %+v", seen)
+	}
+}
+
+// TestCapRefusedBeforeResolversAndHooks checks the reservation step: a call
+// over a job cap is refused before any webhook resolver or hook runs for it,
+// on the harness path (ErrTooManyJobs, HTTP 429) and the model path (an
+// error result), for both caps.
+func TestCapRefusedBeforeResolversAndHooks(t *testing.T) {
+	var webhookCalls atomic.Int64
+	hook := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, req *http.Request) {
+		webhookCalls.Add(1)
+		rw.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(rw, `{"DSH_CAP_TEST":"resolved"}`)
+	}))
+	defer hook.Close()
+
+	tests := []struct {
+		name   string
+		adjust func(*exec.Options)
+		limit  string
+	}{
+		{"global", func(o *exec.Options) { o.MaxRunning = 1 }, "global"},
+		{"agent", func(o *exec.Options) { o.MaxBackgroundPerAgent = 1 }, "agent"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			webhookCalls.Store(0)
+			w := newWorldWith(t, tt.adjust)
+			ctx := context.Background()
+			if _, err := w.reg.Register(ctx, shellenv.Spec{
+				Name:     "cap.test",
+				Keys:     []shellenv.KeySpec{{Key: "DSH_CAP_TEST", Description: "Counts resolutions."}},
+				Resolver: shellenv.ResolverSpec{Kind: shellenv.KindWebhook, URL: hook.URL},
+			}); err != nil {
+				t.Fatal(err)
+			}
+			a := w.agent(t)
+			// Fill the cap with one background job of the agent.
+			first := w.call(t, a.ID, tools.ToolBash, map[string]any{"command": "sleep 30", "run_in_background": true})
+			if first.IsError {
+				t.Fatalf("first call: %s", first.Text)
+			}
+			webhooksBefore, hooksBefore := webhookCalls.Load(), len(w.hooks.seen())
+			if webhooksBefore != 1 || hooksBefore != 2 {
+				t.Fatalf("the started call ran %d webhooks and %d hooks, want 1 and 2 (Pre and Post)", webhooksBefore, hooksBefore)
+			}
+
+			_, err := w.svc.Exec(ctx, ExecRequest{Command: "true", AgentID: a.ID, Background: true})
+			var tm *exec.TooManyJobsError
+			if !errors.As(err, &tm) || tm.Limit != tt.limit {
+				t.Fatalf("Exec over the cap = %v, want a %s TooManyJobsError", err, tt.limit)
+			}
+			res := w.call(t, a.ID, tools.ToolBash, map[string]any{"command": "true", "run_in_background": true})
+			if !res.IsError || !strings.Contains(res.Text, "too many jobs") {
+				t.Fatalf("bash over the cap = %+v, want an error result naming the cap", res)
+			}
+			if got := webhookCalls.Load() - webhooksBefore; got != 0 {
+				t.Errorf("refused calls ran the webhook resolver %d times, want 0", got)
+			}
+			if got := w.hooks.seen()[hooksBefore:]; len(got) != 0 {
+				t.Errorf("refused calls ran %d hooks (%v), want none", len(got), got)
+			}
+			if n := len(w.jobs.Jobs(a.ID, "")); n != 1 {
+				t.Errorf("the agent has %d jobs, want only the first", n)
+			}
+		})
 	}
 }

@@ -31,10 +31,7 @@ type envCollector interface {
 
 // jobRunner is the part of *exec.Executor the pipeline and the job tools use.
 type jobRunner interface {
-	NewID() string
-	ResolveCwd(cwd string) string
-	Lookup(idempotencyKey string) (*exec.Job, bool)
-	Start(ctx context.Context, s exec.Spec) (*exec.Job, error)
+	Reserve(ctx context.Context, s exec.Spec) (*exec.Reservation, error)
 	Job(id string) (*exec.Job, error)
 	Jobs(agentID string, state exec.State) []exec.Snapshot
 	Cancel(ctx context.Context, id string) (exec.Snapshot, error)
@@ -167,35 +164,16 @@ func (s *Service) Exec(ctx context.Context, r ExecRequest) (*exec.Job, error) {
 		}
 		agent = &a
 	}
-	if r.IdempotencyKey != "" {
-		if j, ok := s.jobs.Lookup(r.IdempotencyKey); ok {
-			return j, nil
-		}
-	}
-	return s.start(ctx, run{
-		command:    r.Command,
-		cwd:        r.Cwd,
-		agent:      agent,
-		env:        r.Env,
-		stdin:      r.Stdin,
-		hasStdin:   r.HasStdin,
-		timeout:    r.Timeout,
-		background: r.Background,
-		idemKey:    r.IdempotencyKey,
+	return s.start(ctx, agent, exec.Spec{
+		Command:        r.Command,
+		Cwd:            r.Cwd,
+		Env:            r.Env,
+		Stdin:          r.Stdin,
+		HasStdin:       r.HasStdin,
+		Timeout:        r.Timeout,
+		Background:     r.Background,
+		IdempotencyKey: r.IdempotencyKey,
 	}, nil)
-}
-
-// run is one execution as the shared pipeline sees it.
-type run struct {
-	command    string
-	cwd        string // "" = agent cwd, else executor default
-	agent      *agents.Agent
-	env        map[string]string // harness-facing only
-	stdin      []byte            // harness-facing only
-	hasStdin   bool
-	timeout    time.Duration
-	background bool
-	idemKey    string
 }
 
 // gate runs between collecting the overlay and spawning (the hooks). When it
@@ -207,68 +185,68 @@ type errBlocked struct{ reason string }
 
 func (e *errBlocked) Error() string { return "blocked by hook: " + e.reason }
 
-// start is THE pipeline: collect a fresh overlay for this execution, pass
-// the gate (hooks), spawn with the overlay as the managed environment. Every
-// execution, harness- or model-facing, foreground or background, goes
-// through here.
-func (s *Service) start(ctx context.Context, r run, pass gate) (*exec.Job, error) {
-	cwd := r.cwd
-	if cwd == "" && r.agent != nil {
-		cwd = r.agent.Cwd
-	}
-	// The directory the job will really run in, so {job.cwd} names it too.
-	cwd = s.jobs.ResolveCwd(cwd)
-	x := shellenv.Execution{
-		JobID:      s.jobs.NewID(),
-		Command:    r.command,
-		Cwd:        cwd,
-		Background: r.background,
-	}
-	agentID := ""
-	if r.agent != nil {
-		agentID = r.agent.ID
-		x.Agent = &shellenv.Agent{
-			ID:       r.agent.ID,
-			ParentID: r.agent.ParentID,
-			RootID:   r.agent.RootID,
-			Cwd:      r.agent.Cwd,
-			Depth:    r.agent.Depth,
+// start is THE pipeline: reserve the job (validation, cwd, id, idempotency,
+// caps), collect a fresh overlay for it, pass the gate (hooks), spawn with
+// the overlay as the managed environment. Every execution, harness- or
+// model-facing, foreground or background, goes through here. Nothing slow
+// or external (resolvers, webhooks, hooks) runs for a request the job table
+// refuses. spec.Cwd "" means the agent's cwd; spec.AgentID is set here.
+func (s *Service) start(ctx context.Context, agent *agents.Agent, spec exec.Spec, pass gate) (*exec.Job, error) {
+	if agent != nil {
+		spec.AgentID = agent.ID
+		if spec.Cwd == "" {
+			spec.Cwd = agent.Cwd
 		}
 	}
-	spec := exec.Spec{
-		ID:             x.JobID,
-		Command:        r.command,
-		Cwd:            cwd,
-		AgentID:        agentID,
-		Env:            r.env,
-		Stdin:          r.stdin,
-		HasStdin:       r.hasStdin,
-		Timeout:        r.timeout,
-		Background:     r.background,
-		IdempotencyKey: r.idemKey,
-	}
-	// Refuse bad input before resolvers (webhooks among them) run for it.
-	if err := spec.Validate(); err != nil {
-		return nil, fmt.Errorf("job %s: %w", x.JobID, err)
-	}
-	overlay, err := s.env.Collect(ctx, x)
+	res, err := s.jobs.Reserve(ctx, spec)
 	if err != nil {
-		return nil, fmt.Errorf("collect environment for job %s: %w", x.JobID, err)
+		return nil, err // the executor's error says what was refused
 	}
-	if pass != nil {
-		reason, blocked, err := pass(ctx)
-		if err != nil {
-			return nil, err
-		}
-		if blocked {
-			return nil, &errBlocked{reason: reason}
+	if job, ok := res.Existing(); ok {
+		return job, nil // idempotent repeat: nothing runs again
+	}
+	overlay, err := s.collect(ctx, res, agent, spec)
+	if err == nil && pass != nil {
+		reason, blocked, gerr := pass(ctx)
+		switch {
+		case gerr != nil:
+			err = gerr
+		case blocked:
+			err = &errBlocked{reason: reason}
 		}
 	}
-	spec.Managed = overlay.AppendEnv(nil)
-	job, err := s.jobs.Start(ctx, spec)
+	if err != nil {
+		res.Release()
+		return nil, err
+	}
+	job, err := res.Start(overlay.AppendEnv(nil))
 	if err != nil {
 		return nil, err // the executor's error says what failed, and for which job
 	}
-	s.log.Debug("job started", "job_id", job.ID(), "agent_id", agentID, "background", r.background, "managed_keys", overlay.Len())
+	s.log.Debug("job started", "job_id", job.ID(), "agent_id", spec.AgentID, "background", spec.Background, "managed_keys", overlay.Len())
 	return job, nil
+}
+
+// collect resolves the managed overlay of the reserved job.
+func (s *Service) collect(ctx context.Context, res *exec.Reservation, agent *agents.Agent, spec exec.Spec) (shellenv.Overlay, error) {
+	x := shellenv.Execution{
+		JobID:      res.ID(),
+		Command:    spec.Command,
+		Cwd:        res.Cwd(), // where the job really runs, so {job.cwd} names it too
+		Background: spec.Background,
+	}
+	if agent != nil {
+		x.Agent = &shellenv.Agent{
+			ID:       agent.ID,
+			ParentID: agent.ParentID,
+			RootID:   agent.RootID,
+			Cwd:      agent.Cwd,
+			Depth:    agent.Depth,
+		}
+	}
+	overlay, err := s.env.Collect(ctx, x)
+	if err != nil {
+		return overlay, fmt.Errorf("collect environment for job %s: %w", x.JobID, err)
+	}
+	return overlay, nil
 }

@@ -1,0 +1,223 @@
+package exec
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+)
+
+// errReleased is the start error of a reservation released unstarted. A
+// start waiting on its idempotency key tries again.
+var errReleased = errors.New("reservation released")
+
+// Reservation is an execution the job table has accepted but not started:
+// its request is validated, its cwd resolved, its id minted and a slot
+// claimed under the caps (or, for an idempotency key already in use, the
+// job started with it found). It holds its slot until Start or Release;
+// until then the job is neither listed nor found by id.
+//
+// Exactly one of Start and Release takes effect; later calls do nothing
+// (Release) or fail (Start). Both are no-ops on an idempotency hit.
+type Reservation struct {
+	e        *Executor
+	j        *Job // nil on an idempotency hit
+	existing *Job // the job started earlier with the same key
+	env      map[string]string
+	stdin    []byte
+	hasStdin bool
+
+	once sync.Once
+}
+
+// Reserve claims everything that can be refused before any slow or external
+// work (resolvers, webhooks, hooks) runs for the execution s: it validates s
+// (s.Managed is checked by Start), resolves its cwd, mints its id (unless
+// s.ID is set), honours its idempotency key and claims a slot under
+// MaxRunning and MaxBackgroundPerAgent.
+//
+// With an idempotency key of a recorded job, Reserve waits (bounded by ctx)
+// for that job's spawn and returns a reservation whose Existing is that job.
+//
+// Errors: ErrInvalidInput (NUL bytes, malformed env names, empty command,
+// negative timeout, a taken id), ErrManagedKeyInEnv, *TooManyJobsError
+// (ErrTooManyJobs), ErrClosed, ctx's error, or the start error of the job
+// found by idempotency key.
+func (e *Executor) Reserve(ctx context.Context, s Spec) (*Reservation, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := validateSpec(&s); err != nil {
+		return nil, err
+	}
+	timeout := s.Timeout
+	if !s.Background {
+		if timeout == 0 {
+			timeout = e.opts.DefaultTimeout
+		}
+		timeout = min(timeout, e.opts.MaxTimeout)
+	}
+	j := &Job{
+		e:          e,
+		proc:       e.run.newProc(),
+		id:         s.ID,
+		command:    s.Command,
+		agentID:    s.AgentID,
+		cwd:        e.ResolveCwd(s.Cwd),
+		background: s.Background,
+		timeout:    timeout,
+		idemKey:    s.IdempotencyKey,
+		createdAt:  e.now(),
+		state:      StateRunning,
+	}
+	if j.idemKey != "" {
+		j.started = make(chan struct{})
+	}
+	for {
+		removed, err := e.register(j)
+		e.removeJobs(removed)
+		if errors.Is(err, errIdempotentHit) {
+			prev := j.existing
+			j.existing = nil
+			got, err := prev.awaitStart(ctx)
+			if errors.Is(err, errReleased) {
+				continue // the earlier request never ran: this one may
+			}
+			if err != nil {
+				return nil, err
+			}
+			return &Reservation{e: e, existing: got}, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		return &Reservation{e: e, j: j, env: s.Env, stdin: s.Stdin, hasStdin: s.HasStdin}, nil
+	}
+}
+
+// ID returns the id the job will have (that of the existing job on an
+// idempotency hit).
+func (r *Reservation) ID() string {
+	if r.existing != nil {
+		return r.existing.id
+	}
+	return r.j.id
+}
+
+// Cwd returns the directory the job will run in (resolved, not checked).
+func (r *Reservation) Cwd() string {
+	if r.existing != nil {
+		return r.existing.cwd
+	}
+	return r.j.cwd
+}
+
+// Existing returns the job already started with the reservation's
+// idempotency key, if Reserve found one. Nothing is to be started then.
+func (r *Reservation) Existing() (*Job, bool) { return r.existing, r.existing != nil }
+
+// Release gives the slot back without running anything: the id and the
+// idempotency key are forgotten, and a concurrent request waiting on the
+// key tries again.
+func (r *Reservation) Release() {
+	if r.j == nil {
+		return
+	}
+	r.once.Do(func() {
+		r.e.unregister(r.j)
+		r.j.proc.failed(errReleased)
+		if r.j.started != nil {
+			close(r.j.started)
+		}
+	})
+}
+
+// Start spawns the reserved job with managed ("K=V", sorted) applied last to
+// its environment, and records it; it returns as soon as the process is
+// started. On an idempotency hit it returns the existing job. On error the
+// reservation is released.
+//
+// Errors: ErrInvalidInput (NUL in a managed value, a reservation already
+// used), ErrInvalidCwd, ErrClosed, or a spawn error.
+func (r *Reservation) Start(managed []string) (*Job, error) {
+	if r.existing != nil {
+		return r.existing, nil
+	}
+	err := fmt.Errorf("start job %s: %w: reservation already used", r.j.id, ErrInvalidInput)
+	var job *Job
+	r.once.Do(func() { job, err = r.start(managed) })
+	return job, err
+}
+
+func (r *Reservation) start(managed []string) (*Job, error) {
+	e, j := r.e, r.j
+	fail := func(err error) (*Job, error) {
+		if j.timer != nil {
+			j.timer.Stop()
+		}
+		e.unregister(j)
+		j.proc.mu.Lock()
+		spawnFailed := j.proc.startErr != nil // launch already closed done
+		j.proc.mu.Unlock()
+		if !spawnFailed {
+			j.proc.failed(err)
+		}
+		if j.started != nil {
+			close(j.started)
+		}
+		return nil, fmt.Errorf("start job %s: %w", j.id, err)
+	}
+	if err := validateManaged(managed); err != nil {
+		return fail(err)
+	}
+	j.managed = slices.Clip(managed)
+	env := e.run.base.with(r.env, managed)
+
+	e.mu.Lock()
+	delete(e.reserved, j.id)
+	e.jobs[j.id] = j
+	e.mu.Unlock()
+
+	j.stdout.init(e.opts.CaptureBytes, e.opts.SpoolMaxBytes, e.jobsDir, j.id, ".stdout")
+	j.stderr.init(e.opts.CaptureBytes, e.opts.SpoolMaxBytes, e.jobsDir, j.id, ".stderr")
+	reserve := func(n int64) int64 { return e.reserveSpool(j, n) }
+	release := func(n int64) { e.releaseSpool(j, n) }
+	j.stdout.reserve, j.stdout.release = reserve, release
+	j.stderr.reserve, j.stderr.release = reserve, release
+	if j.timeout > 0 {
+		// Armed before the spawn so that finish can read j.timer without a
+		// race; a timeout firing before the spawn completes kills right after.
+		j.timer = time.AfterFunc(j.timeout, func() { j.proc.stop(StateTimedOut) })
+	}
+
+	j.mu.Lock()
+	j.startedAt = e.now() // before the spawn: the job may end before start returns
+	j.mu.Unlock()
+	err := e.run.launch(j.proc, &spawnSpec{
+		command:  j.command,
+		dir:      j.cwd,
+		env:      env,
+		stdin:    r.stdin,
+		hasStdin: r.hasStdin,
+		stdout:   j.sink(&j.stdout, "stdout"),
+		stderr:   j.sink(&j.stderr, "stderr"),
+		onExit:   j.finish,
+		contain:  e.run.cont.forJob(j.id),
+		onStart:  func(pid int) { e.indexAdd(j, pid) },
+	})
+	if err != nil {
+		return fail(err)
+	}
+	e.m.started.Inc()
+	e.m.running.Inc()
+	if j.started != nil {
+		close(j.started)
+	}
+	if e.log.Enabled(context.Background(), slog.LevelDebug) {
+		e.log.Debug("job started", "job_id", j.id, "pid", j.proc.pidNow(), "background", j.background, "agent_id", j.agentID)
+	}
+	return j, nil
+}

@@ -1,0 +1,105 @@
+package exec
+
+import (
+	"errors"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestReservationHoldsSlotUntilStartOrRelease: a reservation counts against
+// the caps, is not listed, and gives its slot back when released.
+func TestReservationHoldsSlotUntilStartOrRelease(t *testing.T) {
+	e := newTestExecutor(t, func(o *Options) { o.MaxRunning = 1 })
+	r, err := e.Reserve(testCtx(t), Spec{Command: "echo hi", Cwd: "sub"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.ID() == "" || r.Cwd() != e.ResolveCwd("sub") {
+		t.Errorf("reservation id %q cwd %q, want an id and %q", r.ID(), r.Cwd(), e.ResolveCwd("sub"))
+	}
+	if _, err := e.Reserve(testCtx(t), Spec{Command: "true"}); !errors.Is(err, ErrTooManyJobs) {
+		t.Fatalf("second reservation under MaxRunning 1 = %v, want ErrTooManyJobs", err)
+	}
+	if got := e.Jobs("", ""); len(got) != 0 {
+		t.Errorf("a reservation is listed: %v", got)
+	}
+	if _, err := e.Job(r.ID()); !errors.Is(err, ErrJobNotFound) {
+		t.Errorf("Job(reserved id) = %v, want ErrJobNotFound", err)
+	}
+	r.Release()
+	r.Release() // a second release changes nothing
+	if _, err := r.Start(nil); !errors.Is(err, ErrInvalidInput) {
+		t.Errorf("Start after Release = %v, want ErrInvalidInput", err)
+	}
+	r2, err := e.Reserve(testCtx(t), Spec{Command: "echo $DSH_X"})
+	if err != nil {
+		t.Fatalf("reserve after release: %v", err)
+	}
+	j, err := r2.Start([]string{"DSH_X=managed"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := j.Wait(testCtx(t))
+	if err != nil || s.Stdout.Text != "managed\n" || s.ID != r2.ID() {
+		t.Fatalf("started reservation = %+v, %v", s, err)
+	}
+}
+
+// TestReservationManagedNUL: a managed value with a NUL is refused at Start,
+// and the slot is released.
+func TestReservationManagedNUL(t *testing.T) {
+	e := newTestExecutor(t, func(o *Options) { o.MaxRunning = 1 })
+	r, err := e.Reserve(testCtx(t), Spec{Command: "true"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Start([]string{"DSH_X=\x00"}); !errors.Is(err, ErrInvalidInput) {
+		t.Fatalf("Start with NUL = %v, want ErrInvalidInput", err)
+	}
+	mustRun(t, e, Spec{Command: "true"})
+}
+
+// TestReservationIdempotency: a request with the key of a reservation waits
+// for it; if it is released, the waiting request reserves in its place, and
+// once started, later requests get the started job.
+func TestReservationIdempotency(t *testing.T) {
+	e := newTestExecutor(t, nil)
+	first, err := e.Reserve(testCtx(t), Spec{Command: "true", IdempotencyKey: "k"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		wg     sync.WaitGroup
+		second *Reservation
+		err2   error
+	)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		second, err2 = e.Reserve(testCtx(t), Spec{Command: "echo second", IdempotencyKey: "k"})
+	}()
+	time.Sleep(50 * time.Millisecond) // let the second request find the key
+	first.Release()
+	wg.Wait()
+	if err2 != nil {
+		t.Fatalf("second reservation = %v", err2)
+	}
+	if _, ok := second.Existing(); ok {
+		t.Fatal("second reservation found a released job")
+	}
+	j, err := second.Start(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	third, err := e.Reserve(testCtx(t), Spec{Command: "echo third", IdempotencyKey: "k"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := third.Existing(); !ok || got != j {
+		t.Fatalf("third reservation Existing = %v, %v; want the started job %s", got, ok, j.ID())
+	}
+	if got, err := third.Start(nil); err != nil || got != j {
+		t.Errorf("Start on an idempotency hit = %v, %v; want the started job", got, err)
+	}
+}
