@@ -353,6 +353,10 @@ func TestBrowserUI(t *testing.T) {
 	b.waitText(decision, parent.ID)
 	b.waitText("#decisions-caption", "(1 blocked)")
 	b.checkView("hooks")
+	// Live: a decision made now shows up without a refresh.
+	callTool(child.ID, "call-blocked-live", map[string]any{"command": "rm -rf ./again"})
+	b.waitText(`#decisions-body tr[data-decision="deny"][data-call-id="call-blocked-live"]`, child.ID)
+	b.waitText("#decisions-caption", "(2 blocked)")
 	b.do("a decision links to its agent", chromedp.Click(chromedp.CSS(decision+` a[href="#/agents?agent=`+parent.ID+`"]`)))
 	b.waitText("#transcript-caption", parent.ID)
 

@@ -1,6 +1,6 @@
 // Hooks view: the configured hooks (GET /hooks) and the recent decisions
 // hooks made, read from the hook/result events of the newest agents'
-// transcripts.
+// transcripts. While visible it polls, and re-renders only what changed.
 
 import { isQuiet, path, request, requestJSON } from './api.js';
 import { h, setMessage, setText, timeElement, viewLink } from './dom.js';
@@ -10,6 +10,7 @@ import { hookBadge, hookDetails, parseTranscript } from './events.js';
 const AGENTS = 25;
 const DECISIONS = 50;
 const DETAIL_CHARS = 400;
+const POLL_MS = 3000;
 
 export function createHooksView() {
   const $ = (id) => document.getElementById(id);
@@ -21,8 +22,14 @@ export function createHooksView() {
 
   let loading = null;
   let active = false;
+  let timer = 0;
+  let shownHooks = '';
+  let shownDecisions = '';
 
   $('hooks-refresh').addEventListener('click', () => load());
+  document.addEventListener('visibilitychange', () => {
+    if (active && !document.hidden) load();
+  });
 
   function load() {
     loading ??= fetchAll().finally(() => {
@@ -32,11 +39,16 @@ export function createHooksView() {
   }
 
   async function fetchAll() {
+    clearTimeout(timer);
     try {
       const [hooks, agents] = await Promise.all([requestJSON('/hooks'), requestJSON('/agents')]);
       if (!active) return;
       const list = Array.isArray(hooks) ? hooks : [];
-      renderHooks(list);
+      const hooksKey = JSON.stringify(list);
+      if (hooksKey !== shownHooks) {
+        shownHooks = hooksKey;
+        renderHooks(list);
+      }
       // Agent ids sort by creation time: the newest come last.
       const newest = (Array.isArray(agents) ? agents : []).map((a) => a.id).sort().reverse().slice(0, AGENTS);
       const transcripts = await Promise.all(newest.map(async (id) => {
@@ -55,6 +67,7 @@ export function createHooksView() {
       if (isQuiet(err)) return;
       setMessage(error, `Could not list hooks: ${err.message}`);
     }
+    if (active && !document.hidden) timer = setTimeout(load, POLL_MS);
   }
 
   function renderHooks(hooks) {
@@ -79,6 +92,10 @@ export function createHooksView() {
     }
     results.sort((a, b) => (a.ev.time < b.ev.time ? 1 : a.ev.time > b.ev.time ? -1 : 0));
     const shown = results.slice(0, DECISIONS);
+    // Unchanged decisions are left alone, so focus and selection stay.
+    const key = `${results.length} ${shown.map(({ agent, ev }) => `${agent}:${ev.seq}`).join(',')} ${[...byName.keys()].join()}`;
+    if (key === shownDecisions) return;
+    shownDecisions = key;
     decisionsBody.replaceChildren(...(shown.length === 0
       ? [h('tr', {}, h('td', { colspan: 6, class: 'empty' }, 'No hook has run for these agents.'))]
       : shown.map(({ agent, ev }) => {
@@ -105,6 +122,7 @@ export function createHooksView() {
     },
     hide() {
       active = false;
+      clearTimeout(timer);
     },
   };
 }
