@@ -201,6 +201,7 @@ func TestWebhookFailures(t *testing.T) {
 		name       string
 		path       string
 		timeout    time.Duration // contributor timeout
+		registry   time.Duration // registry deadline; zero: a generous one
 		wantReason string        // substring
 	}{
 		{name: "undeclared key", path: "/undeclared", wantReason: `undeclared key "DSH_NOT_MINE"`},
@@ -212,12 +213,19 @@ func TestWebhookFailures(t *testing.T) {
 		{name: "not found status", path: "/missing", wantReason: "404 Not Found"},
 		{name: "invalid JSON", path: "/badjson", wantReason: "invalid JSON response"},
 		{name: "body too large", path: "/big", wantReason: "response body exceeds"},
-		{name: "registry timeout", path: "/slow", wantReason: "timed out after 200ms"},
+		{name: "registry timeout", path: "/slow", registry: 200 * time.Millisecond, wantReason: "timed out after 200ms"},
 		{name: "contributor timeout", path: "/slow", timeout: 50 * time.Millisecond, wantReason: "timed out after 50ms"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r, _ := mustNew(t, Options{WebhookTimeout: 200 * time.Millisecond})
+			// Only the timeout cases race a short deadline: the others must
+			// fail for their own reason even on a loaded machine, where
+			// reading a body over 1 MiB can take longer than 200ms.
+			deadline := tt.registry
+			if deadline == 0 {
+				deadline = 4 * time.Second
+			}
+			r, _ := mustNew(t, Options{WebhookTimeout: deadline})
 			mustRegister(t, r, hookSpec("good", h.URL+"/ok", "DSH_GOOD"))
 			mustRegister(t, r, staticSpec("plain", "DSH_PLAIN", "p"))
 			bad := hookSpec("bad", h.URL+tt.path, "DSH_BAD")
