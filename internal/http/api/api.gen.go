@@ -1152,6 +1152,9 @@ type R502 = Problem
 // R503 defines model for R503.
 type R503 = Problem
 
+// R507 defines model for R507.
+type R507 = Problem
+
 // ExecParams defines parameters for Exec.
 type ExecParams struct {
 	IdempotencyKey *string `json:"Idempotency-Key,omitempty"`
@@ -2835,6 +2838,8 @@ type R502ApplicationProblemPlusJSONResponse Problem
 
 type R503ApplicationProblemPlusJSONResponse Problem
 
+type R507ApplicationProblemPlusJSONResponse Problem
+
 type ListAgentsRequestObject struct {
 }
 
@@ -3019,6 +3024,22 @@ func (response CreateAgent422ApplicationProblemPlusJSONResponse) VisitCreateAgen
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CreateAgent507ApplicationProblemPlusJSONResponse struct {
+	R507ApplicationProblemPlusJSONResponse
+}
+
+func (response CreateAgent507ApplicationProblemPlusJSONResponse) VisitCreateAgentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(507)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -3278,6 +3299,22 @@ func (response ForkAgent422ApplicationProblemPlusJSONResponse) VisitForkAgentRes
 	return err
 }
 
+type ForkAgent507ApplicationProblemPlusJSONResponse struct {
+	R507ApplicationProblemPlusJSONResponse
+}
+
+func (response ForkAgent507ApplicationProblemPlusJSONResponse) VisitForkAgentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(507)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ForkAgentdefaultApplicationProblemPlusJSONResponse struct {
 	Body       Problem
 	StatusCode int
@@ -3377,6 +3414,22 @@ func (response ResumeAgent421ApplicationProblemPlusJSONResponse) VisitResumeAgen
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(421)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ResumeAgent507ApplicationProblemPlusJSONResponse struct {
+	R507ApplicationProblemPlusJSONResponse
+}
+
+func (response ResumeAgent507ApplicationProblemPlusJSONResponse) VisitResumeAgentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(507)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -3529,6 +3582,22 @@ func (response SpawnAgent422ApplicationProblemPlusJSONResponse) VisitSpawnAgentR
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SpawnAgent507ApplicationProblemPlusJSONResponse struct {
+	R507ApplicationProblemPlusJSONResponse
+}
+
+func (response SpawnAgent507ApplicationProblemPlusJSONResponse) VisitSpawnAgentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(507)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -3733,6 +3802,22 @@ func (response CallTool503ApplicationProblemPlusJSONResponse) VisitCallToolRespo
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CallTool507ApplicationProblemPlusJSONResponse struct {
+	R507ApplicationProblemPlusJSONResponse
+}
+
+func (response CallTool507ApplicationProblemPlusJSONResponse) VisitCallToolResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(507)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -4120,6 +4205,22 @@ func (response RegisterContributor422ApplicationProblemPlusJSONResponse) VisitRe
 	return err
 }
 
+type RegisterContributor507ApplicationProblemPlusJSONResponse struct {
+	R507ApplicationProblemPlusJSONResponse
+}
+
+func (response RegisterContributor507ApplicationProblemPlusJSONResponse) VisitRegisterContributorResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(507)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type RegisterContributordefaultApplicationProblemPlusJSONResponse struct {
 	Body       Problem
 	StatusCode int
@@ -4229,6 +4330,22 @@ func (response DeleteContributor421ApplicationProblemPlusJSONResponse) VisitDele
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(421)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteContributor507ApplicationProblemPlusJSONResponse struct {
+	R507ApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteContributor507ApplicationProblemPlusJSONResponse) VisitDeleteContributorResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(507)
 	_, err := buf.WriteTo(w)
 	return err
 }
