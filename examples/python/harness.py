@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""A minimal dshd harness client, standard library only.
+"""A minimal dshd harness, standard library only, using the dshd Python client
+(clients/python: `pip install ./clients/python`, or run from this repository).
 
 It creates an agent, fetches the model tool definitions in OpenAI's format,
 then runs a model loop: every tool call the model asks for is sent to
@@ -23,62 +24,19 @@ Prints progress to stderr and, last, one JSON line to stdout:
 Exits non-zero on any error, including a tool result with isError set.
 """
 
-import http.client
 import json
 import os
 import sys
-import urllib.error
-import urllib.request
+
+try:
+    from dshd import Client, Problem
+except ImportError:  # not installed: use the client from this repository
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "clients", "python"))
+    from dshd import Client, Problem
 
 
 class DshdError(Exception):
-    """An HTTP or protocol error talking to dshd."""
-
-
-class Client:
-    """A tiny JSON client for the dshd HTTP API."""
-
-    def __init__(self, base_url, token, timeout=660):
-        self.base_url = base_url.rstrip("/")
-        self.token = token
-        self.timeout = timeout
-
-    def request(self, method, path, body=None):
-        data = None if body is None else json.dumps(body).encode("utf-8")
-        req = urllib.request.Request(self.base_url + path, data=data, method=method)
-        req.add_header("Authorization", "Bearer " + self.token)
-        req.add_header("Accept", "application/json")
-        if data is not None:
-            req.add_header("Content-Type", "application/json")
-        try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                raw = resp.read()
-        except urllib.error.HTTPError as e:
-            detail = e.read().decode("utf-8", "replace")
-            raise DshdError(f"{method} {path}: HTTP {e.code}: {detail}") from None
-        except urllib.error.URLError as e:
-            raise DshdError(f"{method} {path}: {e.reason}") from None
-        except (http.client.HTTPException, OSError) as e:
-            raise DshdError(f"{method} {path}: {e!r}") from None
-        if not raw:
-            return None
-        try:
-            return json.loads(raw)
-        except ValueError:
-            raise DshdError(f"{method} {path}: response is not JSON: {raw[:200]!r}") from None
-
-    def create_agent(self, cwd=None):
-        return self.request("POST", "/agents", {} if cwd is None else {"cwd": cwd})
-
-    def tools(self, fmt="openai"):
-        return self.request("GET", "/tools?format=" + fmt)
-
-    def call_tool(self, agent_id, name, call_id, arguments):
-        return self.request(
-            "POST",
-            f"/agents/{agent_id}/tools/{name}",
-            {"callId": call_id, "arguments": arguments},
-        )
+    """A harness-level failure (the model misbehaved, the token is missing)."""
 
 
 def scripted_model(tools, messages):
@@ -118,7 +76,7 @@ def run(client, model, max_turns=8):
             break
         messages.append({"role": "assistant", "tool_calls": calls})
         for call in calls:
-            res = client.call_tool(agent_id, call["name"], call["id"], call["arguments"])
+            res = client.call_tool(agent_id, call["name"], call["arguments"], call_id=call["id"])
             print(f"{call['name']} {json.dumps(call['arguments'])} -> {json.dumps(res)}", file=sys.stderr)
             results.append(res)
             messages.append({"role": "tool", "tool_call_id": res["callId"], "content": res["text"]})
@@ -150,7 +108,7 @@ def main(env=os.environ, model=scripted_model):
         url = env.get("DSHD_URL", "").strip() or "http://127.0.0.1:7433"
         client = Client(url, read_token(env))
         summary = run(client, model)
-    except Exception as e:  # any failure, ours or the model's, is fatal
+    except Exception as e:  # any failure, the server's (Problem) or the model's, is fatal
         print(f"harness: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
     print(json.dumps(summary))

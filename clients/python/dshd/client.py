@@ -1,0 +1,378 @@
+"""The dshd HTTP client. Standard library only."""
+
+import base64
+import http.client
+import json
+import urllib.parse
+from dataclasses import dataclass
+from typing import Any, Dict, Iterator, List, Optional
+
+from .transcript import Transcript, parse_transcript
+
+JSON = Dict[str, Any]
+
+
+class Problem(Exception):
+    """An error answered by dshd: RFC 9457 problem details.
+
+    ``status`` is the HTTP status, ``code`` the machine-readable code
+    (``duplicate_contributor``, ``unauthorized``, ``too_many_jobs``, …),
+    ``body`` the whole problem object (``errors``, ``owner``, ``contributor``,
+    ``reason`` … when the server gives them). A failure to reach the server
+    or an answer that is not problem+json is a Problem with code
+    ``transport`` or ``unexpected_response``.
+    """
+
+    def __init__(self, status: int, code: str, title: str, detail: str = "", body: Optional[JSON] = None):
+        self.status = status
+        self.code = code
+        self.title = title
+        self.detail = detail
+        self.body = body or {}
+        super().__init__(f"{status} {code}: {detail or title}")
+
+    @property
+    def retry_after(self) -> Optional[int]:
+        """Seconds to wait before retrying (429), when the server said."""
+        v = self.body.get("_retryAfter")
+        return int(v) if v else None
+
+
+@dataclass(frozen=True)
+class OutputEvent:
+    """One server-sent event of a job's output.
+
+    ``event`` is ``stdout``, ``stderr`` or ``exit``. Output events carry the
+    chunk's exact bytes in ``data``; the exit event carries the finished job
+    in ``job``. ``id`` is the event id to resume from.
+    """
+
+    id: str
+    event: str
+    data: bytes = b""
+    job: Optional[JSON] = None
+
+
+class OutputStream:
+    """An iterator over a job's output events, on one connection.
+
+    ``last_event_id`` is the id of the last event read: pass it to
+    ``Client.follow_output`` to resume on a new connection without losing
+    or repeating a byte. ``close()`` drops the connection.
+    """
+
+    def __init__(self, conn: http.client.HTTPConnection, resp: http.client.HTTPResponse, last_event_id: Optional[str]):
+        self._conn = conn
+        self._resp = resp
+        self.last_event_id = last_event_id
+        self.done = resp.status == 204  # the job had ended at last_event_id
+
+    def __iter__(self) -> Iterator[OutputEvent]:
+        return self
+
+    def __next__(self) -> OutputEvent:
+        if self.done:
+            raise StopIteration
+        ev_id, name, data = None, None, []
+        while True:
+            line = self._resp.readline()
+            if not line:  # the connection ended before the exit event
+                self.close()
+                raise StopIteration
+            line = line.rstrip(b"\r\n").decode("utf-8")
+            if line == "":
+                if name is None and not data:
+                    continue  # comments and retry lines only
+                break
+            if line.startswith(":"):
+                continue
+            key, _, value = line.partition(":")
+            value = value[1:] if value.startswith(" ") else value
+            if key == "id":
+                ev_id = value
+            elif key == "event":
+                name = value
+            elif key == "data":
+                data.append(value)
+        payload = json.loads("\n".join(data)) if data else None
+        if ev_id is not None:
+            self.last_event_id = ev_id
+        if name == "exit":
+            self.done = True
+            self.close()
+            return OutputEvent(ev_id or "", "exit", b"", payload)
+        if isinstance(payload, dict) and "base64" in payload:
+            chunk = base64.b64decode(payload["base64"])
+        else:
+            chunk = (payload or "").encode("utf-8")
+        return OutputEvent(ev_id or "", name or "message", chunk)
+
+    def close(self) -> None:
+        self._conn.close()
+
+
+class Client:
+    """A client for one dshd server.
+
+    ``base_url`` is ``http://host:port``; ``token`` the bearer token (see the
+    server's startup line). Methods return the JSON objects the contract
+    describes (dicts with camelCase keys), raise Problem for every error, and
+    take ids as strings.
+    """
+
+    def __init__(self, base_url: str, token: str, timeout: float = 660.0):
+        u = urllib.parse.urlsplit(base_url)
+        if u.scheme != "http" or not u.hostname:
+            raise ValueError(f"base_url must be http://host:port, not {base_url!r}")
+        self._host, self._port = u.hostname, u.port or 80
+        self._prefix = u.path.rstrip("/")
+        self.token = token
+        self.timeout = timeout
+
+    # -- plumbing -------------------------------------------------------
+
+    def _connect(self, timeout: Optional[float] = None) -> http.client.HTTPConnection:
+        return http.client.HTTPConnection(self._host, self._port, timeout=timeout or self.timeout)
+
+    def _send(self, method: str, path: str, body: Any = None, query: Optional[JSON] = None,
+              headers: Optional[Dict[str, str]] = None, auth: bool = True):
+        if query:
+            q = {k: v for k, v in query.items() if v is not None}
+            if q:
+                path += "?" + urllib.parse.urlencode(q)
+        h = {"Accept": "application/json"}
+        if auth:
+            h["Authorization"] = "Bearer " + self.token
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode("utf-8")
+            h["Content-Type"] = "application/json"
+        h.update(headers or {})
+        conn = self._connect()
+        try:
+            conn.request(method, self._prefix + path, body=data, headers=h)
+            resp = conn.getresponse()
+            raw = resp.read()
+        except (OSError, http.client.HTTPException) as e:
+            conn.close()
+            raise Problem(0, "transport", f"{method} {path}: {e!r}") from None
+        conn.close()
+        if resp.status >= 400:
+            raise _problem(resp, raw, method, path)
+        return resp, raw
+
+    def _json(self, method: str, path: str, body: Any = None, query: Optional[JSON] = None, **kw) -> Any:
+        resp, raw = self._send(method, path, body, query, **kw)
+        if not raw:
+            return None
+        return json.loads(raw)
+
+    @staticmethod
+    def _q(s: str) -> str:
+        return urllib.parse.quote(s, safe="")
+
+    # -- system ---------------------------------------------------------
+
+    def health(self) -> JSON:
+        """GET /healthz (no token needed)."""
+        return self._json("GET", "/healthz", auth=False)
+
+    def openapi_yaml(self) -> str:
+        """GET /openapi.yaml: the contract as written."""
+        return self._send("GET", "/openapi.yaml", auth=False)[1].decode("utf-8")
+
+    def openapi(self) -> JSON:
+        """GET /openapi.json: the contract as JSON."""
+        return self._json("GET", "/openapi.json", auth=False)
+
+    def metrics(self) -> str:
+        """GET /metrics: Prometheus text."""
+        return self._send("GET", "/metrics", headers={"Accept": "text/plain"})[1].decode("utf-8")
+
+    # -- environment ----------------------------------------------------
+
+    def declarations(self) -> JSON:
+        """GET /env/declarations: {prefix, declarations}. Runs no resolver."""
+        return self._json("GET", "/env/declarations")
+
+    def contributors(self) -> List[JSON]:
+        return self._json("GET", "/contributors")
+
+    def register_contributor(self, name: str, keys: List[JSON], resolver: JSON, plugin: Optional[str] = None) -> JSON:
+        """POST /contributors. keys: [{key, description}]; resolver: {kind:
+        static|template|webhook, values? | url?, timeoutMs?}. Raises Problem 409
+        duplicate_contributor / key_owned, 422 reserved_key / invalid_declaration,
+        404 plugin_not_found."""
+        body: JSON = {"name": name, "keys": keys, "resolver": resolver}
+        if plugin is not None:
+            body["plugin"] = plugin
+        return self._json("POST", "/contributors", body)
+
+    def contributor(self, name: str) -> JSON:
+        return self._json("GET", "/contributors/" + self._q(name))
+
+    def delete_contributor(self, name: str) -> None:
+        self._send("DELETE", "/contributors/" + self._q(name))
+
+    def plugins(self) -> List[JSON]:
+        return self._json("GET", "/plugins")
+
+    def open_plugin(self, name: str, lease_seconds: Optional[int] = None) -> JSON:
+        body: JSON = {"name": name}
+        if lease_seconds is not None:
+            body["leaseSeconds"] = lease_seconds
+        return self._json("POST", "/plugins", body)
+
+    def plugin(self, plugin_id: str) -> JSON:
+        return self._json("GET", "/plugins/" + self._q(plugin_id))
+
+    def renew_plugin(self, plugin_id: str, lease_seconds: Optional[int] = None) -> JSON:
+        body = {} if lease_seconds is None else {"leaseSeconds": lease_seconds}
+        return self._json("POST", f"/plugins/{self._q(plugin_id)}/renew", body)
+
+    def close_plugin(self, plugin_id: str) -> None:
+        self._send("DELETE", "/plugins/" + self._q(plugin_id))
+
+    # -- agents ---------------------------------------------------------
+
+    def agents(self) -> List[JSON]:
+        return self._json("GET", "/agents")
+
+    def create_agent(self, cwd: Optional[str] = None) -> JSON:
+        """POST /agents. The answer's sessionStart holds what SessionStart
+        hooks offered the model (additionalContext, systemMessages)."""
+        return self._json("POST", "/agents", {} if cwd is None else {"cwd": cwd})
+
+    def agent(self, agent_id: str) -> JSON:
+        return self._json("GET", "/agents/" + self._q(agent_id))
+
+    def resume_agent(self, agent_id: str) -> JSON:
+        return self._json("POST", f"/agents/{self._q(agent_id)}/resume")
+
+    def fork_agent(self, agent_id: str, boundary: Optional[int] = None) -> JSON:
+        body = {} if boundary is None else {"boundary": boundary}
+        return self._json("POST", f"/agents/{self._q(agent_id)}/fork", body)
+
+    def spawn_agent(self, agent_id: str) -> JSON:
+        return self._json("POST", f"/agents/{self._q(agent_id)}/spawn", {})
+
+    def transcript(self, agent_id: str) -> Transcript:
+        """GET /agents/{id}/transcript as typed events."""
+        return parse_transcript(self._json("GET", f"/agents/{self._q(agent_id)}/transcript"))
+
+    def transcript_jsonl(self, agent_id: str) -> str:
+        """GET /agents/{id}/transcript as stored (JSON lines)."""
+        return self._send("GET", f"/agents/{self._q(agent_id)}/transcript",
+                          headers={"Accept": "application/x-ndjson"})[1].decode("utf-8")
+
+    # -- tools ----------------------------------------------------------
+
+    def tools(self, format: Optional[str] = None) -> List[JSON]:
+        """GET /tools; format: generic (default), openai or anthropic."""
+        return self._json("GET", "/tools", query={"format": format})
+
+    def call_tool(self, agent_id: str, name: str, arguments: JSON, call_id: Optional[str] = None) -> JSON:
+        """POST /agents/{id}/tools/{name}: {callId, isError, text, jobId?,
+        exitCode?, additionalContext?, systemMessages?}."""
+        body: JSON = {"arguments": arguments}
+        if call_id is not None:
+            body["callId"] = call_id
+        return self._json("POST", f"/agents/{self._q(agent_id)}/tools/{self._q(name)}", body)
+
+    # -- jobs -----------------------------------------------------------
+
+    def exec(self, command: str, agent_id: Optional[str] = None, cwd: Optional[str] = None,
+             env: Optional[Dict[str, str]] = None, stdin: Optional[str] = None, timeout_ms: Optional[int] = None,
+             background: bool = False, yield_ms: Optional[int] = None, idempotency_key: Optional[str] = None) -> JSON:
+        """POST /exec: the finished (or yielded, or background) job."""
+        body: JSON = {"command": command}
+        for k, v in (("agentId", agent_id), ("cwd", cwd), ("env", env), ("stdin", stdin),
+                     ("timeoutMs", timeout_ms), ("yieldMs", yield_ms)):
+            if v is not None:
+                body[k] = v
+        if background:
+            body["background"] = True
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
+        return self._json("POST", "/exec", body, headers=headers)
+
+    def jobs(self, agent_id: Optional[str] = None, state: Optional[str] = None) -> List[JSON]:
+        return self._json("GET", "/jobs", query={"agentId": agent_id, "state": state})
+
+    def job(self, job_id: str, wait_ms: Optional[int] = None) -> JSON:
+        """GET /jobs/{id}; with wait_ms, waits up to that long for it to end."""
+        return self._json("GET", "/jobs/" + self._q(job_id), query={"waitMs": wait_ms})
+
+    def cancel_job(self, job_id: str) -> JSON:
+        return self._json("DELETE", "/jobs/" + self._q(job_id))
+
+    def job_output(self, job_id: str, stream: str = "stdout", offset: int = 0) -> bytes:
+        """GET /jobs/{id}/output?stream=&offset=: raw bytes written so far."""
+        return self._send("GET", f"/jobs/{self._q(job_id)}/output", query={"stream": stream, "offset": offset},
+                          headers={"Accept": "application/octet-stream"})[1]
+
+    def follow_output(self, job_id: str, last_event_id: Optional[str] = None) -> OutputStream:
+        """GET /jobs/{id}/output as server-sent events, from last_event_id
+        (None: from the start). Iterate the stream for OutputEvents; it ends
+        after the exit event. See also ``output``, which reconnects itself."""
+        h = {"Authorization": "Bearer " + self.token, "Accept": "text/event-stream"}
+        if last_event_id:
+            h["Last-Event-ID"] = last_event_id
+        path = f"/jobs/{self._q(job_id)}/output"
+        conn = self._connect()
+        try:
+            conn.request("GET", self._prefix + path, headers=h)
+            resp = conn.getresponse()
+        except (OSError, http.client.HTTPException) as e:
+            conn.close()
+            raise Problem(0, "transport", f"GET {path}: {e!r}") from None
+        if resp.status >= 400:
+            raw = resp.read()
+            conn.close()
+            raise _problem(resp, raw, "GET", path)
+        return OutputStream(conn, resp, last_event_id)
+
+    def output(self, job_id: str, last_event_id: Optional[str] = None, max_reconnects: int = 10) -> Iterator[OutputEvent]:
+        """Every output event of the job until its exit event, reconnecting
+        with Last-Event-ID when a connection drops (at most max_reconnects
+        times in a row without progress)."""
+        failures = 0
+        while True:
+            stream = None
+            try:
+                stream = self.follow_output(job_id, last_event_id)
+                for ev in stream:
+                    failures = 0
+                    yield ev
+                if stream.done:
+                    return
+            except (OSError, http.client.HTTPException):
+                pass
+            except Problem as p:
+                if p.code != "transport":
+                    raise
+            if stream is not None:
+                last_event_id = stream.last_event_id
+                stream.close()
+            failures += 1
+            if failures > max_reconnects:
+                raise Problem(0, "transport", f"output of {job_id}: gave up after {max_reconnects} reconnects")
+
+    # -- configuration --------------------------------------------------
+
+    def skills(self) -> List[JSON]:
+        return self._json("GET", "/skills")
+
+    def hooks(self) -> List[JSON]:
+        return self._json("GET", "/hooks")
+
+
+def _problem(resp: http.client.HTTPResponse, raw: bytes, method: str, path: str) -> Problem:
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        body = None
+    if not isinstance(body, dict) or "code" not in body:
+        return Problem(resp.status, "unexpected_response", f"{method} {path}: HTTP {resp.status}", raw[:200].decode("utf-8", "replace"))
+    if resp.getheader("Retry-After"):
+        body["_retryAfter"] = resp.getheader("Retry-After")
+    return Problem(resp.status, body["code"], body.get("title", ""), body.get("detail", ""), body)

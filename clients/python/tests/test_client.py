@@ -1,0 +1,139 @@
+"""Tests of the dshd Python client against a real server.
+
+DSHD_URL and DSHD_TOKEN name the server (the Go test TestPythonClient starts
+one and runs these tests).
+"""
+
+import os
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+from dshd import Client, Problem, ToolCallEvent, ToolResultEvent  # noqa: E402
+
+
+def server() -> Client:
+    return Client(os.environ["DSHD_URL"], os.environ["DSHD_TOKEN"], timeout=60)
+
+
+class Scenario(unittest.TestCase):
+    """The scenario both clients run: contributor (and its typed 409), agent,
+    foreground command, background job followed over SSE with a forced
+    reconnect, bash tool, typed transcript, typed 401."""
+
+    def test_scenario(self):
+        c = server()
+        name = "py.scenario"
+        reg = c.register_contributor(
+            name, [{"key": "DSH_PY_REPO", "description": "Repository the harness works on."}],
+            {"kind": "static", "values": {"DSH_PY_REPO": "acme/widgets"}})
+        self.assertEqual(reg["name"], name)
+        with self.assertRaises(Problem) as dup:
+            c.register_contributor(name, [{"key": "DSH_PY_OTHER", "description": "d"}], {"kind": "static"})
+        self.assertEqual((dup.exception.status, dup.exception.code), (409, "duplicate_contributor"))
+
+        agent = c.create_agent(tempfile.mkdtemp())
+        fg = c.exec("echo $DSH_SESSION_ID $DSH_PY_REPO", agent_id=agent["id"])
+        self.assertEqual(fg["state"], "exited")
+        self.assertEqual(fg["stdout"]["text"], f"{agent['id']} acme/widgets\n")
+
+        n = 30
+        bg = c.exec(f"for i in $(seq 1 {n}); do echo line $i; sleep 0.02; done", agent_id=agent["id"], background=True)
+        first = c.follow_output(bg["id"])
+        got = b""
+        for ev in first:
+            self.assertEqual(ev.event, "stdout")
+            got += ev.data
+            if got.count(b"\n") >= 3:
+                break
+        first.close()  # the connection drops mid-stream
+        resumed_from = first.last_event_id
+        self.assertTrue(resumed_from)
+        exit_job = None
+        for ev in c.output(bg["id"], last_event_id=resumed_from):
+            if ev.event == "exit":
+                exit_job = ev.job
+            else:
+                got += ev.data
+        want = "".join(f"line {i}\n" for i in range(1, n + 1)).encode()
+        self.assertEqual(got, want, "output lost or repeated across the reconnect")
+        self.assertEqual(exit_job["state"], "exited")
+        self.assertEqual(exit_job["exitCode"], 0)
+
+        res = c.call_tool(agent["id"], "bash", {"command": "echo $DSH_SESSION_ID"}, call_id="call_py_1")
+        self.assertFalse(res["isError"])
+        self.assertEqual(res["text"], agent["id"])
+
+        tr = c.transcript(agent["id"])
+        self.assertEqual(tr.header.id, agent["id"])
+        calls = [e for e in tr.events if isinstance(e, ToolCallEvent)]
+        results = [e for e in tr.events if isinstance(e, ToolResultEvent)]
+        self.assertEqual([(e.call_id, e.name, e.arguments) for e in calls], [("call_py_1", "bash", {"command": "echo $DSH_SESSION_ID"})])
+        self.assertEqual([(e.call_id, e.text, e.exit_code) for e in results], [("call_py_1", agent["id"], 0)])
+
+        with self.assertRaises(Problem) as unauth:
+            Client(os.environ["DSHD_URL"], "wrong-token").agents()
+        self.assertEqual((unauth.exception.status, unauth.exception.code), (401, "unauthorized"))
+
+
+class EveryOperation(unittest.TestCase):
+    """Every method once, against the real server."""
+
+    def test_every_operation(self):
+        c = server()
+        self.assertEqual(c.health()["status"], "ok")
+        self.assertIn("openapi: 3.0.3", c.openapi_yaml())
+        self.assertEqual(c.openapi()["openapi"], "3.0.3")
+        self.assertIn("dshd_", c.metrics())
+        self.assertEqual(c.declarations()["prefix"], "DSH_")
+
+        plugin = c.open_plugin("py.plugin", lease_seconds=60)
+        c.register_contributor("py.tmpl", [{"key": "DSH_PY_TAG", "description": "d"}],
+                               {"kind": "template", "values": {"DSH_PY_TAG": "{agent.id}"}}, plugin=plugin["id"])
+        self.assertEqual(c.plugin(plugin["id"])["contributors"], ["py.tmpl"])
+        self.assertEqual(c.renew_plugin(plugin["id"], 120)["leaseSeconds"], 120)
+        self.assertIn(plugin["id"], [p["id"] for p in c.plugins()])
+        self.assertEqual(c.contributor("py.tmpl")["resolver"], {"kind": "template", "values": {"DSH_PY_TAG": "{agent.id}"}})
+        self.assertIn("py.tmpl", [x["name"] for x in c.contributors()])
+        c.register_contributor("py.gone", [{"key": "DSH_PY_GONE", "description": "d"}], {"kind": "static"})
+        c.delete_contributor("py.gone")
+        with self.assertRaises(Problem) as gone:
+            c.contributor("py.gone")
+        self.assertEqual(gone.exception.code, "contributor_not_found")
+        c.close_plugin(plugin["id"])
+        with self.assertRaises(Problem) as closed:
+            c.plugin(plugin["id"])
+        self.assertEqual(closed.exception.status, 404)
+
+        a = c.create_agent()
+        self.assertEqual(c.agent(a["id"])["origin"], "root")
+        self.assertIn(a["id"], [x["id"] for x in c.agents()])
+        self.assertEqual(c.resume_agent(a["id"])["id"], a["id"])
+        self.assertEqual(c.fork_agent(a["id"])["origin"], "fork")
+        child = c.spawn_agent(a["id"])
+        self.assertEqual((child["parentId"], child["depth"]), (a["id"], 1))
+        self.assertIn('"type":"session"', c.transcript_jsonl(a["id"]))
+
+        self.assertEqual([t["name"] for t in c.tools()], ["bash", "job_output", "job_list", "job_kill"])
+        self.assertEqual(c.tools("openai")[0]["type"], "function")
+        self.assertIn("input_schema", c.tools("anthropic")[0])
+
+        job = c.exec("sleep 30", background=True, idempotency_key="py-key-1")
+        self.assertEqual(c.exec("sleep 30", background=True, idempotency_key="py-key-1")["id"], job["id"])
+        self.assertIn(job["id"], [j["id"] for j in c.jobs(state="running")])
+        self.assertEqual(c.job(job["id"], wait_ms=10)["state"], "running")
+        self.assertIn(c.cancel_job(job["id"])["state"], ("running", "cancelled"))
+        self.assertEqual(c.job(job["id"], wait_ms=10000)["state"], "cancelled")
+        done = c.exec("printf 'a\\nb\\n'")
+        self.assertEqual(c.job_output(done["id"], "stdout", 2), b"b\n")
+        self.assertEqual(c.skills(), [])
+        self.assertEqual(c.hooks(), [])
+        with self.assertRaises(Problem) as bad:
+            c.exec("true", env={"DSH_X": "1"})
+        self.assertEqual((bad.exception.status, bad.exception.code), (400, "managed_key_in_env"))
+
+
+if __name__ == "__main__":
+    unittest.main()
