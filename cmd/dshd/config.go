@@ -42,6 +42,12 @@ type config struct {
 		RetainMax             int   `yaml:"retainMax"`
 		// Containment is auto (default), cgroup or group; see exec.Containment*.
 		Containment string `yaml:"containment"`
+		// Limits are every job's default limits; see exec.Limits.
+		Limits struct {
+			Pids        int64   `yaml:"pids"`
+			MemoryBytes int64   `yaml:"memoryBytes"`
+			CPU         float64 `yaml:"cpu"`
+		} `yaml:"limits"`
 	} `yaml:"jobs"`
 	Agents struct {
 		MaxDepth       int    `yaml:"maxDepth"`
@@ -88,6 +94,9 @@ func (c *config) validate() error {
 	case "", "all", "core", "none":
 	default:
 		errs = append(errs, fmt.Errorf("env.inherit: %q is not all, core or none", c.Env.Inherit))
+	}
+	if l := c.Jobs.Limits; l.Pids < 0 || l.MemoryBytes < 0 || l.CPU < 0 {
+		errs = append(errs, errors.New("jobs.limits: must not be negative"))
 	}
 	switch c.Jobs.Containment {
 	case "", "auto", "cgroup", "group":

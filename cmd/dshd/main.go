@@ -221,6 +221,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Re
 		Retention:             time.Duration(cfg.Jobs.RetentionSeconds) * time.Second,
 		RetainMax:             cfg.Jobs.RetainMax,
 		Containment:           cfg.Jobs.Containment,
+		Limits:                exec.Limits{Pids: cfg.Jobs.Limits.Pids, MemoryBytes: cfg.Jobs.Limits.MemoryBytes, CPU: cfg.Jobs.Limits.CPU},
 		Registerer:            reg,
 	})
 	if err != nil {

@@ -50,8 +50,10 @@ type ContainmentInfo struct {
 // container is the executor's containment: a cgroup manager, or nothing
 // but the subreaper.
 type container struct {
-	info ContainmentInfo
-	mgr  *cgroup.Manager // nil in group mode
+	info  ContainmentInfo
+	mgr   *cgroup.Manager // nil in group mode
+	log   *slog.Logger
+	watch limitWatch
 }
 
 // newContainer sets up containment for mode. home names the cgroup subtree,
@@ -60,7 +62,7 @@ func newContainer(mode, home, bash string, log *slog.Logger) (*container, error)
 	if mode == "" {
 		mode = ContainmentAuto
 	}
-	c := &container{info: ContainmentInfo{Requested: mode}}
+	c := &container{info: ContainmentInfo{Requested: mode}, log: log}
 	switch mode {
 	case ContainmentAuto, ContainmentCgroup:
 		mgr, err := cgroup.Open(cgroupName(home), []string{bash, "-c", ":"})
@@ -114,14 +116,17 @@ func (e *Executor) Containment() ContainmentInfo {
 
 // containSpec is the containment of one spawn.
 type containSpec struct {
-	mgr   *cgroup.Manager // create a cgroup named name; nil in group mode
-	name  string
-	track bool // trace descendants through /proc (group mode)
+	c      *container
+	mgr    *cgroup.Manager // create a cgroup named name; nil in group mode
+	name   string
+	track  bool // trace descendants through /proc (group mode)
+	limits Limits
 }
 
-// forJob returns the containment of the job or process named name.
-func (c *container) forJob(name string) containSpec {
-	return containSpec{mgr: c.mgr, name: name, track: c.info.Subreaper}
+// forJob returns the containment of the job or process named name, with
+// limits.
+func (c *container) forJob(name string, limits Limits) containSpec {
+	return containSpec{c: c, mgr: c.mgr, name: name, track: c.info.Subreaper, limits: limits}
 }
 
 // group creates the spawn's cgroup; nil in group mode.
@@ -129,7 +134,7 @@ func (s containSpec) group() (*cgroup.Group, error) {
 	if s.mgr == nil {
 		return nil, nil
 	}
-	g, err := s.mgr.Create(s.name, cgroup.Limits{})
+	g, err := s.mgr.Create(s.name, s.limits.cgroup())
 	if err != nil {
 		return nil, fmt.Errorf("job cgroup: %w", err)
 	}

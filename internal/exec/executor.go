@@ -87,6 +87,8 @@ type Options struct {
 	// Containment is ContainmentAuto (""), ContainmentCgroup or
 	// ContainmentGroup.
 	Containment string
+	// Limits are every job's and process's default limits (see Limits).
+	Limits Limits
 }
 
 // Executor is the job table: it decides what may run (caps, idempotency),
@@ -292,6 +294,9 @@ type Spec struct {
 	// IdempotencyKey: a Start with the key of a recorded job returns that
 	// job and runs nothing. Keys are forgotten with their job.
 	IdempotencyKey string
+	// Limits override Options.Limits field by field (zero: the default).
+	// Only the harness sets them, never a model.
+	Limits Limits
 }
 
 // Lookup returns the recorded job started with idempotencyKey, if any. A
@@ -363,6 +368,9 @@ func validateSpec(s *Spec) error {
 	}
 	if s.Timeout < 0 {
 		return fmt.Errorf("%w: negative timeout", ErrInvalidInput)
+	}
+	if s.Limits.Pids < 0 || s.Limits.MemoryBytes < 0 || s.Limits.CPU < 0 {
+		return fmt.Errorf("%w: negative limit", ErrInvalidInput)
 	}
 	for k, v := range s.Env {
 		if shellenv.IsManaged(k) {

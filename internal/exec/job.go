@@ -81,6 +81,10 @@ type Snapshot struct {
 	EndedAt *time.Time
 	// Duration is EndedAt-StartedAt, or the time running so far.
 	Duration time.Duration
+	// Usage is what the job used; zero while running.
+	Usage Usage
+	// KilledBy says why dshd killed the job (KilledBy*), "" if it did not.
+	KilledBy string
 }
 
 // Job is one recorded execution. Its methods are safe for concurrent use.
@@ -107,6 +111,8 @@ type Job struct {
 	endedAt   time.Time
 	exitCode  *int
 	signal    string
+	usage     Usage
+	killedBy  string
 	stdout    capture
 	stderr    capture
 	changed   chan struct{} // closed on the next output or the end; nil until asked
@@ -143,6 +149,8 @@ func (j *Job) Snapshot() Snapshot {
 		Timeout:    j.timeout,
 		CreatedAt:  j.createdAt,
 		StartedAt:  j.startedAt,
+		Usage:      j.usage,
+		KilledBy:   j.killedBy,
 	}
 	if j.exitCode != nil {
 		c := *j.exitCode
@@ -315,9 +323,11 @@ func (j *Job) finish(ws syscall.WaitStatus, waitErr error) {
 	if r, ok := j.proc.stopReason(); ok {
 		state = r
 	}
+	usage, killedBy := j.proc.outcome()
 	j.mu.Lock()
 	j.state = state
 	j.endedAt = j.e.now()
+	j.usage, j.killedBy = usage, killedBy
 	if waitErr == nil {
 		j.exitCode, j.signal = exitOf(ws)
 	}

@@ -46,6 +46,9 @@ type proc struct {
 	cg         *cgroup.Group // the job's cgroup; nil in group mode
 	tree       *tree         // descendants traced in group mode; nil otherwise
 	usage      cgroup.Usage  // read from cg when it is removed
+	used       Usage         // set when the leader is reaped
+	killedBy   string        // why the job was killed (KilledBy*), "" if it was not
+	watch      *limitWatch   // enforcing limits the cgroup lacks; nil if none
 }
 
 func newProc(grace time.Duration) *proc {
@@ -174,6 +177,7 @@ func (p *proc) spawn(s *spawnSpec) error {
 		p.tree = newTree(cmd.Process.Pid)
 	}
 	p.pid = cmd.Process.Pid
+	p.applyLimits(s.contain, p.pid)
 	stop := p.stopping
 	if stop {
 		p.killDone = make(chan struct{})
@@ -202,8 +206,10 @@ func (p *proc) wait(cmd *osexec.Cmd, outR, errR, inW *os.File, readers *sync.Wai
 	err := cmd.Wait()
 	reaperOf.reaped(cmd.Process.Pid)
 	var ws syscall.WaitStatus
+	var ru *syscall.Rusage
 	if st := cmd.ProcessState; st != nil {
 		ws, _ = st.Sys().(syscall.WaitStatus)
+		ru, _ = st.SysUsage().(*syscall.Rusage)
 		err = nil // an *ExitError only restates ws
 	}
 	// The leader is reaped, but its pid stays reserved as our pgid while any
@@ -212,6 +218,7 @@ func (p *proc) wait(cmd *osexec.Cmd, outR, errR, inW *os.File, readers *sync.Wai
 	if !alive {
 		p.releaseGroup()
 	}
+	p.ended(ru)
 	p.mu.Lock()
 	p.exited = true
 	p.groupAlive = alive
@@ -242,6 +249,9 @@ func (p *proc) stop(reason State) {
 	}
 	p.stopping = true
 	p.reason = reason
+	if p.killedBy == "" {
+		p.killedBy = killedByFor(reason)
+	}
 	started := p.pid != 0
 	if started {
 		p.killDone = make(chan struct{})

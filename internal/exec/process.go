@@ -80,7 +80,7 @@ func (e *Executor) RunProcess(ctx context.Context, p ProcessSpec) (ProcessResult
 		stdout:   stdout.write,
 		stderr:   stderr.write,
 		onExit:   func(s syscall.WaitStatus, err error) { ws, waitErr = s, err },
-		contain:  e.run.cont.forJob(e.ids.New("proc_")),
+		contain:  e.run.cont.forJob(e.ids.New("proc_"), e.opts.Limits),
 	})
 	if err != nil {
 		if errors.Is(err, ErrClosed) {

@@ -29,6 +29,7 @@ type Reservation struct {
 	env      map[string]string
 	stdin    []byte
 	hasStdin bool
+	limits   Limits
 
 	once sync.Once
 }
@@ -94,7 +95,7 @@ func (e *Executor) Reserve(ctx context.Context, s Spec) (*Reservation, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &Reservation{e: e, j: j, env: s.Env, stdin: s.Stdin, hasStdin: s.HasStdin}, nil
+		return &Reservation{e: e, j: j, env: s.Env, stdin: s.Stdin, hasStdin: s.HasStdin, limits: s.Limits.or(e.opts.Limits)}, nil
 	}
 }
 
@@ -205,7 +206,7 @@ func (r *Reservation) start(managed []string) (*Job, error) {
 		stdout:   j.sink(&j.stdout, "stdout"),
 		stderr:   j.sink(&j.stderr, "stderr"),
 		onExit:   j.finish,
-		contain:  e.run.cont.forJob(j.id),
+		contain:  e.run.cont.forJob(j.id, r.limits),
 		onStart:  func(pid int) { e.indexAdd(j, pid) },
 	})
 	if err != nil {

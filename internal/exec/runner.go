@@ -155,7 +155,7 @@ func (r *runner) stopAll(ctx context.Context) error {
 	}
 	r.mu.Unlock()
 	for _, p := range procs {
-		p.stop(StateCancelled)
+		p.stopForShutdown()
 	}
 	for _, p := range procs {
 		if !p.waitKilled(ctx.Done()) {

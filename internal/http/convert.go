@@ -199,6 +199,9 @@ func fromAPIExecRequest(in api.ExecRequest, idempotencyKey *string) run.ExecRequ
 	if in.Stdin != nil {
 		r.Stdin, r.HasStdin = []byte(*in.Stdin), true
 	}
+	if l := in.Limits; l != nil {
+		r.Limits = exec.Limits{Pids: deref(l.Pids), MemoryBytes: deref(l.MemoryBytes), CPU: float64(deref(l.Cpu))}
+	}
 	return r
 }
 
@@ -237,6 +240,12 @@ func toAPIJob(s exec.Snapshot) api.Job {
 	}
 	if s.EndedAt != nil {
 		j.DurationMs = ptr(s.Duration.Milliseconds())
+		if s.State != exec.StateLost {
+			j.Usage = &api.JobUsage{CpuMs: s.Usage.CPUTime.Milliseconds(), PeakMemoryBytes: optional(s.Usage.PeakMemoryBytes)}
+		}
+	}
+	if s.KilledBy != "" {
+		j.KilledBy = ptr(api.JobKilledBy(s.KilledBy))
 	}
 	return j
 }

@@ -40,10 +40,26 @@ func TestToAPIJob(t *testing.T) {
 			name: "killed by signal",
 			in: exec.Snapshot{ID: "job_2", AgentID: "agt_1", State: exec.StateCancelled, Signal: "SIGTERM", Timeout: 5 * time.Second,
 				Stdout:    exec.Output{Text: "x", TotalBytes: 10, Truncated: true, Dropped: 3},
-				CreatedAt: created, StartedAt: created, EndedAt: &ended, Duration: 1500 * time.Millisecond},
+				CreatedAt: created, StartedAt: created, EndedAt: &ended, Duration: 1500 * time.Millisecond,
+				Usage: exec.Usage{CPUTime: 12 * time.Millisecond}, KilledBy: exec.KilledByCancel},
 			want: api.Job{Id: "job_2", AgentId: ptr("agt_1"), State: "cancelled", Signal: ptr("SIGTERM"), TimeoutMs: ptr(int64(5000)),
 				Stdout:     api.Output{Text: "x", TotalBytes: 10, Truncated: true, DroppedBytes: ptr(int64(3))},
-				ManagedEnv: map[string]string{}, CreatedAt: created, StartedAt: created, EndedAt: &ended, DurationMs: ptr(int64(1500))},
+				ManagedEnv: map[string]string{}, CreatedAt: created, StartedAt: created, EndedAt: &ended, DurationMs: ptr(int64(1500)),
+				Usage: &api.JobUsage{CpuMs: 12}, KilledBy: ptr(api.JobKilledBy("cancelled"))},
+		},
+		{
+			name: "out of memory",
+			in: exec.Snapshot{ID: "job_3", State: exec.StateExited, Signal: "SIGKILL", CreatedAt: created, StartedAt: created, EndedAt: &ended,
+				Duration: 1500 * time.Millisecond, Usage: exec.Usage{CPUTime: time.Second, PeakMemoryBytes: 64 << 20}, KilledBy: exec.KilledByOOM},
+			want: api.Job{Id: "job_3", State: "exited", Signal: ptr("SIGKILL"), ManagedEnv: map[string]string{}, CreatedAt: created, StartedAt: created,
+				EndedAt: &ended, DurationMs: ptr(int64(1500)), Usage: &api.JobUsage{CpuMs: 1000, PeakMemoryBytes: ptr(int64(64 << 20))},
+				KilledBy: ptr(api.JobKilledBy("oom"))},
+		},
+		{
+			name: "lost",
+			in:   exec.Snapshot{ID: "job_4", State: exec.StateLost, CreatedAt: created, StartedAt: created, EndedAt: &ended, Duration: 1500 * time.Millisecond},
+			want: api.Job{Id: "job_4", State: "lost", ManagedEnv: map[string]string{}, CreatedAt: created, StartedAt: created,
+				EndedAt: &ended, DurationMs: ptr(int64(1500))},
 		},
 	}
 	for _, tt := range tests {
@@ -65,8 +81,12 @@ func TestFromAPIExecRequest(t *testing.T) {
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("fromAPIExecRequest (-want +got):\n%s", diff)
 	}
-	if got := fromAPIExecRequest(api.ExecRequest{Command: "true"}, nil); got.HasStdin || got.Stdin != nil {
-		t.Errorf("absent stdin became %+v", got)
+	if got := fromAPIExecRequest(api.ExecRequest{Command: "true"}, nil); got.HasStdin || got.Stdin != nil || got.Limits != (exec.Limits{}) {
+		t.Errorf("absent stdin and limits became %+v", got)
+	}
+	got = fromAPIExecRequest(api.ExecRequest{Command: "true", Limits: &api.Limits{Pids: ptr(int64(64)), MemoryBytes: ptr(int64(1 << 28)), Cpu: ptr(float32(0.5))}}, nil)
+	if want := (exec.Limits{Pids: 64, MemoryBytes: 1 << 28, CPU: 0.5}); got.Limits != want {
+		t.Errorf("limits = %+v, want %+v", got.Limits, want)
 	}
 }
 

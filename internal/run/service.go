@@ -140,6 +140,8 @@ type ExecRequest struct {
 	// against the agent's background cap. Exec never waits either way.
 	Background     bool
 	IdempotencyKey string
+	// Limits override the server's per-job limits (harness-facing only).
+	Limits exec.Limits
 }
 
 // Exec starts one harness-facing execution and returns its job, running or
@@ -173,6 +175,7 @@ func (s *Service) Exec(ctx context.Context, r ExecRequest) (*exec.Job, error) {
 		Timeout:        r.Timeout,
 		Background:     r.Background,
 		IdempotencyKey: r.IdempotencyKey,
+		Limits:         r.Limits,
 	}, nil)
 }
 

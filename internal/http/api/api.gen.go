@@ -296,27 +296,57 @@ func (e HookResultEventType) Valid() bool {
 	}
 }
 
+// Defines values for JobKilledBy.
+const (
+	JobKilledByCancelled   JobKilledBy = "cancelled"
+	JobKilledByLessThannil JobKilledBy = "<nil>"
+	JobKilledByOom         JobKilledBy = "oom"
+	JobKilledByPidsLimit   JobKilledBy = "pids_limit"
+	JobKilledByShutdown    JobKilledBy = "shutdown"
+	JobKilledByTimeout     JobKilledBy = "timeout"
+)
+
+// Valid indicates whether the value is a known member of the JobKilledBy enum.
+func (e JobKilledBy) Valid() bool {
+	switch e {
+	case JobKilledByCancelled:
+		return true
+	case JobKilledByLessThannil:
+		return true
+	case JobKilledByOom:
+		return true
+	case JobKilledByPidsLimit:
+		return true
+	case JobKilledByShutdown:
+		return true
+	case JobKilledByTimeout:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for JobState.
 const (
-	Cancelled JobState = "cancelled"
-	Exited    JobState = "exited"
-	Lost      JobState = "lost"
-	Running   JobState = "running"
-	TimedOut  JobState = "timed_out"
+	JobStateCancelled JobState = "cancelled"
+	JobStateExited    JobState = "exited"
+	JobStateLost      JobState = "lost"
+	JobStateRunning   JobState = "running"
+	JobStateTimedOut  JobState = "timed_out"
 )
 
 // Valid indicates whether the value is a known member of the JobState enum.
 func (e JobState) Valid() bool {
 	switch e {
-	case Cancelled:
+	case JobStateCancelled:
 		return true
-	case Exited:
+	case JobStateExited:
 		return true
-	case Lost:
+	case JobStateLost:
 		return true
-	case Running:
+	case JobStateRunning:
 		return true
-	case TimedOut:
+	case JobStateTimedOut:
 		return true
 	default:
 		return false
@@ -680,6 +710,15 @@ type ExecRequest struct {
 	// Env Ordinary environment for the command. `DSH_*` names are rejected.
 	Env *map[string]string `json:"env,omitempty"`
 
+	// Limits Per-job limits; each one given replaces the server's (`jobs.limits`) for this job.
+	// Enforced by the job's cgroup (`pids.max`, `memory.max`, `cpu.max`) where those
+	// controllers are delegated; in cgroup mode without them dshd watches the job every
+	// 50 ms and kills it past `pids` or `memoryBytes` (`killedBy`: `pids_limit`, `oom`);
+	// in group mode `memoryBytes` is each process's `RLIMIT_AS` (allocations past it
+	// fail) and `pids` and `cpu` are not enforced. `GET /healthz` lists the delegated
+	// controllers.
+	Limits *Limits `json:"limits,omitempty"`
+
 	// Stdin Bytes given to the command's stdin (default /dev/null).
 	Stdin     *string `json:"stdin,omitempty"`
 	TimeoutMs *int64  `json:"timeoutMs,omitempty"`
@@ -817,6 +856,9 @@ type Job struct {
 	ExitCode   *int32     `json:"exitCode"`
 	Id         string     `json:"id"`
 
+	// KilledBy Why dshd killed the job; null when it did not.
+	KilledBy *JobKilledBy `json:"killedBy,omitempty"`
+
 	// ManagedEnv The managed snapshot the command received.
 	ManagedEnv map[string]string `json:"managedEnv"`
 	Pid        int32             `json:"pid"`
@@ -832,12 +874,27 @@ type Job struct {
 	Stderr    Output   `json:"stderr"`
 	Stdout    Output   `json:"stdout"`
 	TimeoutMs *int64   `json:"timeoutMs"`
+
+	// Usage What the job used; null while it runs and for lost jobs.
+	Usage *JobUsage `json:"usage,omitempty"`
 }
+
+// JobKilledBy Why dshd killed the job; null when it did not.
+type JobKilledBy string
 
 // JobState `lost`: the job was running when a previous dshd process died (crash, `kill -9`);
 // the next start stopped its processes. Lost jobs have no exit code and no output,
 // and stay listed until retention drops them.
 type JobState string
+
+// JobUsage defines model for JobUsage.
+type JobUsage struct {
+	// CpuMs User plus system CPU time: of the whole cgroup in cgroup mode, else of the leader and the descendants it waited for.
+	CpuMs int64 `json:"cpuMs"`
+
+	// PeakMemoryBytes memory.peak where the memory controller is delegated, else the largest resident set of the leader and the descendants it waited for.
+	PeakMemoryBytes *int64 `json:"peakMemoryBytes,omitempty"`
+}
 
 // KeySpec defines model for KeySpec.
 type KeySpec struct {
@@ -845,6 +902,24 @@ type KeySpec struct {
 
 	// Key Example: DSH_REPO
 	Key string `json:"key"`
+}
+
+// Limits Per-job limits; each one given replaces the server's (`jobs.limits`) for this job.
+// Enforced by the job's cgroup (`pids.max`, `memory.max`, `cpu.max`) where those
+// controllers are delegated; in cgroup mode without them dshd watches the job every
+// 50 ms and kills it past `pids` or `memoryBytes` (`killedBy`: `pids_limit`, `oom`);
+// in group mode `memoryBytes` is each process's `RLIMIT_AS` (allocations past it
+// fail) and `pids` and `cpu` are not enforced. `GET /healthz` lists the delegated
+// controllers.
+type Limits struct {
+	// Cpu Share of one CPU (0.5: half a CPU).
+	Cpu *float32 `json:"cpu,omitempty"`
+
+	// MemoryBytes Most memory.
+	MemoryBytes *int64 `json:"memoryBytes,omitempty"`
+
+	// Pids Most processes at once.
+	Pids *int64 `json:"pids,omitempty"`
 }
 
 // OpenAIChatTool A Chat Completions function tool.

@@ -1,0 +1,266 @@
+package exec
+
+import (
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/dshd/dshd/internal/cgroup"
+)
+
+// Limits bound what one job may use. A zero field means no limit. They are
+// set by the server's configuration and, per execution, by the harness;
+// never by a model.
+//
+// Enforcement, best first: the cgroup controllers delegated to dshd
+// (pids.max, memory.max, cpu.max); in cgroup mode without a controller,
+// dshd itself watches the job's group every LimitWatchInterval and kills it
+// on a breach (pids: the count of its processes; memory: the sum of their
+// resident memory); in group mode, RLIMIT_AS on the leader for memory,
+// inherited by what it starts (a per-process bound: an allocation past it
+// fails instead of the job being killed). CPU is limited only by cpu.max.
+type Limits struct {
+	// Pids is the most processes the job may have at once.
+	Pids int64
+	// MemoryBytes is the most memory the job may use.
+	MemoryBytes int64
+	// CPU is the share of one CPU the job may use (0.5: half a CPU).
+	CPU float64
+}
+
+// or returns l with its zero fields taken from def.
+func (l Limits) or(def Limits) Limits {
+	if l.Pids == 0 {
+		l.Pids = def.Pids
+	}
+	if l.MemoryBytes == 0 {
+		l.MemoryBytes = def.MemoryBytes
+	}
+	if l.CPU == 0 {
+		l.CPU = def.CPU
+	}
+	return l
+}
+
+func (l Limits) cgroup() cgroup.Limits {
+	return cgroup.Limits{Pids: l.Pids, MemoryBytes: l.MemoryBytes, CPU: l.CPU}
+}
+
+// Why a job was killed (Snapshot.KilledBy).
+const (
+	KilledByTimeout   = "timeout"    // its timeout expired
+	KilledByCancel    = "cancelled"  // Cancel (DELETE /jobs/{id}, job_kill)
+	KilledByShutdown  = "shutdown"   // the server shut down
+	KilledByOOM       = "oom"        // it went past its memory limit
+	KilledByPidsLimit = "pids_limit" // it went past its process limit
+)
+
+// Usage is what a job used.
+type Usage struct {
+	// CPUTime is user plus system time: of the whole cgroup in cgroup mode,
+	// else of the leader and the descendants it waited for.
+	CPUTime time.Duration
+	// PeakMemoryBytes is the cgroup's memory.peak where the memory
+	// controller is delegated, else the largest resident set of the leader
+	// and the descendants it waited for; 0 when unknown.
+	PeakMemoryBytes int64
+}
+
+// LimitWatchInterval is how often dshd checks the limits it enforces itself.
+const LimitWatchInterval = 50 * time.Millisecond
+
+// limitWatch enforces, in cgroup mode, the limits whose controller is not
+// delegated. One goroutine serves every watched job and runs only while
+// there is one.
+type limitWatch struct {
+	mu      sync.Mutex
+	procs   map[*proc]Limits
+	running bool
+}
+
+func (w *limitWatch) add(p *proc, l Limits) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.procs == nil {
+		w.procs = make(map[*proc]Limits)
+	}
+	w.procs[p] = l
+	if !w.running {
+		w.running = true
+		go w.loop()
+	}
+}
+
+func (w *limitWatch) remove(p *proc) {
+	w.mu.Lock()
+	delete(w.procs, p)
+	w.mu.Unlock()
+}
+
+func (w *limitWatch) loop() {
+	t := time.NewTicker(LimitWatchInterval)
+	defer t.Stop()
+	for range t.C {
+		w.mu.Lock()
+		if len(w.procs) == 0 {
+			w.running = false
+			w.mu.Unlock()
+			return
+		}
+		type item struct {
+			p *proc
+			l Limits
+		}
+		items := make([]item, 0, len(w.procs))
+		for p, l := range w.procs {
+			items = append(items, item{p, l})
+		}
+		w.mu.Unlock()
+		for _, it := range items {
+			if reason := breach(it.p.cg, it.l); reason != "" {
+				it.p.limitKill(reason)
+				w.remove(it.p)
+			} else if it.p.isExited() && !it.p.cg.Populated() {
+				// Watched until its last process is gone: a leader may
+				// exit and leave a fork bomb behind.
+				w.remove(it.p)
+			}
+		}
+	}
+}
+
+// breach returns why g is past l, or "".
+func breach(g *cgroup.Group, l Limits) string {
+	pids := g.Procs()
+	if l.Pids > 0 && int64(len(pids)) > l.Pids {
+		return KilledByPidsLimit
+	}
+	if l.MemoryBytes > 0 {
+		var rss int64
+		for _, pid := range pids {
+			rss += rssBytes(pid)
+		}
+		if rss > l.MemoryBytes {
+			return KilledByOOM
+		}
+	}
+	return ""
+}
+
+var pageSize = int64(os.Getpagesize())
+
+// rssBytes is the resident set of pid (/proc/<pid>/statm, second field).
+func rssBytes(pid int) int64 {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/statm")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 2 {
+		return 0
+	}
+	n, _ := strconv.ParseInt(f[1], 10, 64)
+	return n * pageSize
+}
+
+func (p *proc) isExited() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.exited
+}
+
+// limitKill kills the whole job at once for going past a limit: no grace,
+// a breach is not a request to finish.
+func (p *proc) limitKill(reason string) {
+	p.mu.Lock()
+	if p.killedBy == "" {
+		p.killedBy = reason
+	}
+	p.mu.Unlock()
+	p.signalJob(syscall.SIGKILL)
+}
+
+// applyLimits enforces l on the started leader pid: a cgroup whose
+// controllers lack some limit is watched; in group mode memory becomes the
+// leader's RLIMIT_AS. Set right after the spawn, before bash has parsed
+// its command, so what it starts inherits it.
+func (p *proc) applyLimits(cs containSpec, pid int) {
+	l := cs.limits
+	if l == (Limits{}) || cs.c == nil {
+		return
+	}
+	if p.cg != nil {
+		m := cs.mgr
+		if (l.Pids > 0 && !m.Has("pids")) || (l.MemoryBytes > 0 && !m.Has("memory")) {
+			p.watch = &cs.c.watch
+			p.watch.add(p, l)
+		}
+		return
+	}
+	if l.MemoryBytes > 0 {
+		lim := unix.Rlimit{Cur: uint64(l.MemoryBytes), Max: uint64(l.MemoryBytes)}
+		if err := unix.Prlimit(pid, unix.RLIMIT_AS, &lim, nil); err != nil {
+			cs.c.log.Warn("set RLIMIT_AS", "pid", pid, "err", err)
+		}
+	}
+}
+
+// stopForShutdown stops p through the kill path, recording the shutdown
+// as the reason.
+func (p *proc) stopForShutdown() {
+	p.mu.Lock()
+	if !p.exited && !p.stopping && p.killedBy == "" {
+		p.killedBy = KilledByShutdown
+	}
+	p.mu.Unlock()
+	p.stop(StateCancelled)
+}
+
+// ended records, once the leader is reaped, what the job used and, for a
+// job the kernel OOM-killed, why it died.
+func (p *proc) ended(ru *syscall.Rusage) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.used = usageOf(ru, p.usage)
+	if p.usage.OOMKills > 0 && p.killedBy == "" {
+		p.killedBy = KilledByOOM
+	}
+}
+
+// outcome returns what the job used and why it was killed ("" if it was
+// not).
+func (p *proc) outcome() (Usage, string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.used, p.killedBy
+}
+
+// killedByFor maps a stop reason to Snapshot.KilledBy.
+func killedByFor(reason State) string {
+	switch reason {
+	case StateTimedOut:
+		return KilledByTimeout
+	case StateCancelled:
+		return KilledByCancel
+	}
+	return ""
+}
+
+// usageOf combines the leader's rusage with the cgroup's figures.
+func usageOf(ru *syscall.Rusage, cg cgroup.Usage) Usage {
+	var u Usage
+	if ru != nil {
+		u.CPUTime = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+		u.PeakMemoryBytes = ru.Maxrss * 1024
+	}
+	u.CPUTime = max(u.CPUTime, cg.CPU)
+	if cg.PeakMemoryBytes > 0 {
+		u.PeakMemoryBytes = cg.PeakMemoryBytes
+	}
+	return u
+}
