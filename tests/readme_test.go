@@ -42,7 +42,7 @@ func TestREADMEQuickStart(t *testing.T) {
 		t.Fatalf("the agent's command printed no DSH_SESSION_ID:\n%s", text)
 	}
 	for _, want := range []string{
-		`{"status":"ok"}`,       // healthz
+		`"status":"ok"}`,        // healthz, after its details
 		`"key":"DSH_HOME"`,      // declarations
 		`"name":"demo.repo"`,    // registration
 		"DSH_HOME=" + s.Home,    // the agent's exec: managed home
