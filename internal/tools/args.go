@@ -18,6 +18,17 @@ const (
 	kindBool
 )
 
+// jsonType is the JSON schema type of k.
+func (k kind) jsonType() string {
+	switch k {
+	case kindInteger:
+		return "integer"
+	case kindBool:
+		return "boolean"
+	}
+	return "string"
+}
+
 func (k kind) String() string {
 	switch k {
 	case kindString:
@@ -34,34 +45,76 @@ func (k kind) String() string {
 // them to a time.Duration cannot overflow: about 31 years.
 const maxInteger = 1e12
 
-// param declares one tool argument.
+// param declares one tool argument: the rule ParseArgs applies and, from
+// the same fields, the argument's JSON schema in Definitions.
 type param struct {
-	name     string
-	kind     kind
-	required bool
-	oneOf    []string // allowed values of a string, nil = any
+	name        string
+	kind        kind
+	required    bool
+	oneOf       []string // allowed values of a string, nil = any
+	minimum     *int     // advertised minimum of an integer (ParseArgs takes any non-negative one)
+	description string
 }
+
+func minimum(n int) *int { return &n }
 
 // params lists the arguments each tool declares; anything else a model sends
 // (env and stdin included) is ignored and recorded as ignored.
 var params = map[string][]param{
 	ToolBash: {
-		{name: "command", kind: kindString, required: true},
-		{name: "description", kind: kindString},
-		{name: "timeoutMs", kind: kindInteger},
-		{name: "workdir", kind: kindString},
-		{name: "run_in_background", kind: kindBool},
+		{name: "command", kind: kindString, required: true, description: "The bash command to run."},
+		{name: "description", kind: kindString, description: "A short description (5-10 words) of what the command does."},
+		{name: "timeoutMs", kind: kindInteger, minimum: minimum(1), description: "Foreground timeout in milliseconds. The command's process group is stopped when it expires."},
+		{name: "workdir", kind: kindString, description: "Directory to run the command in; relative paths are resolved against your working directory. Defaults to your working directory."},
+		{name: "run_in_background", kind: kindBool, description: "Start the command as a background job and return its job id at once. Use job_output to read its output."},
 	},
 	ToolJobOutput: {
-		{name: "jobId", kind: kindString, required: true},
-		{name: "waitMs", kind: kindInteger},
+		{name: "jobId", kind: kindString, required: true, description: "The job id returned when the job was started."},
+		{name: "waitMs", kind: kindInteger, minimum: minimum(0), description: "Wait up to this many milliseconds for the job to finish before reading its output. 0 or omitted: do not wait."},
 	},
 	ToolJobList: {
-		{name: "state", kind: kindString, oneOf: []string{"running", "exited", "timed_out", "cancelled", "lost"}},
+		{name: "state", kind: kindString, oneOf: []string{"running", "exited", "timed_out", "cancelled", "lost"}, description: "Only list jobs in this state."},
 	},
 	ToolJobKill: {
-		{name: "jobId", kind: kindString, required: true},
+		{name: "jobId", kind: kindString, required: true, description: "The id of the job to stop."},
 	},
+}
+
+// schema is the JSON schema of p.
+func (p param) schema() map[string]any {
+	s := map[string]any{"type": p.kind.jsonType(), "description": p.description}
+	if p.oneOf != nil {
+		enum := make([]any, len(p.oneOf))
+		for i, v := range p.oneOf {
+			enum[i] = v
+		}
+		s["enum"] = enum
+	}
+	if p.minimum != nil {
+		s["minimum"] = *p.minimum
+	}
+	return s
+}
+
+// argumentsSchema is the JSON schema of a tool's arguments object.
+func argumentsSchema(tool string) map[string]any {
+	props := map[string]any{}
+	var required []any
+	for _, p := range params[tool] {
+		props[p.name] = p.schema()
+		if p.required {
+			required = append(required, p.name)
+		}
+	}
+	s := map[string]any{
+		"type":                 "object",
+		"properties":           props,
+		"additionalProperties": false,
+	}
+	if len(required) > 0 {
+		s["required"] = required
+	}
+	return s
 }
 
 // Args holds the declared arguments of one call that were present (and not
