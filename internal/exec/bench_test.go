@@ -7,6 +7,8 @@ import (
 	"sort"
 	"testing"
 	"time"
+
+	"github.com/dshd/dshd/internal/shellenv"
 )
 
 // The floor: what spawning `bash -c true` costs straight from Go.
@@ -22,7 +24,7 @@ func BenchmarkSpawnDirect(b *testing.B) {
 func BenchmarkExecutorForeground(b *testing.B) {
 	e := newTestExecutor(b, func(o *Options) { o.Environ = testEnviron() })
 	ctx := context.Background()
-	spec := Spec{Command: "true", Managed: []string{"DSH_HOME=/h", "DSH_SHELL=1"}}
+	spec := Spec{Command: "true", Managed: shellenv.NewOverlay(map[string]string{"DSH_HOME": "/h", "DSH_SHELL": "1"})}
 	b.ReportAllocs()
 	for b.Loop() {
 		runTrue(b, e, ctx, spec)
@@ -60,7 +62,7 @@ func BenchmarkSpawnDirectParallel8(b *testing.B) {
 func BenchmarkExecutorForegroundParallel8(b *testing.B) {
 	e := newTestExecutor(b, func(o *Options) { o.Environ = testEnviron() })
 	ctx := context.Background()
-	spec := Spec{Command: "true", Managed: []string{"DSH_HOME=/h", "DSH_SHELL=1"}}
+	spec := Spec{Command: "true", Managed: shellenv.NewOverlay(map[string]string{"DSH_HOME": "/h", "DSH_SHELL": "1"})}
 	b.ReportAllocs()
 	b.SetParallelism(parallelism())
 	b.RunParallel(func(pb *testing.PB) {
@@ -75,7 +77,7 @@ func BenchmarkExecutorForegroundParallel8(b *testing.B) {
 func BenchmarkLatency(b *testing.B) {
 	e := newTestExecutor(b, func(o *Options) { o.Environ = testEnviron() })
 	ctx := context.Background()
-	spec := Spec{Command: "true", Managed: []string{"DSH_HOME=/h", "DSH_SHELL=1"}}
+	spec := Spec{Command: "true", Managed: shellenv.NewOverlay(map[string]string{"DSH_HOME": "/h", "DSH_SHELL": "1"})}
 	var direct, exec []time.Duration
 	for b.Loop() {
 		t0 := time.Now()

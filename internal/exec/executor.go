@@ -289,8 +289,9 @@ type Spec struct {
 	Timeout time.Duration
 	// Background jobs count against Options.MaxBackgroundPerAgent.
 	Background bool
-	// Managed is the overlay ("K=V", sorted), applied last.
-	Managed []string
+	// Managed is the overlay Start applies last (Reserve ignores it; the
+	// pipeline passes its overlay to Reservation.Start instead).
+	Managed shellenv.Overlay
 	// IdempotencyKey: a Start with the key of a recorded job returns that
 	// job and runs nothing. Keys are forgotten with their job.
 	IdempotencyKey string
@@ -383,9 +384,9 @@ func validateSpec(s *Spec) error {
 	return nil
 }
 
-func validateManaged(managed []string) error {
-	for _, kv := range managed {
-		if hasNUL(kv) {
+func validateManaged(managed shellenv.Overlay) error {
+	for _, kv := range managed.All() {
+		if hasNUL(kv.Value) {
 			return fmt.Errorf("%w: NUL byte in managed value", ErrInvalidInput)
 		}
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/dshd/dshd/internal/proctest"
+	"github.com/dshd/dshd/internal/shellenv"
 )
 
 func TestChildEnvironment(t *testing.T) {
@@ -28,7 +29,7 @@ func TestChildEnvironment(t *testing.T) {
 	snap := mustRun(t, e, Spec{
 		Command: "env -0",
 		Env:     map[string]string{"FROM_REQUEST": "req", "FROM_SET": "overridden"},
-		Managed: []string{"DSH_HOME=/dsh/home", "DSH_SESSION_ID=agent_1", "DSH_SHELL=1"},
+		Managed: shellenv.NewOverlay(map[string]string{"DSH_HOME": "/dsh/home", "DSH_SESSION_ID": "agent_1", "DSH_SHELL": "1"}),
 	})
 	got := map[string]string{}
 	for _, kv := range strings.Split(strings.TrimSuffix(snap.Stdout.Text, "\x00"), "\x00") {
@@ -147,7 +148,7 @@ func TestInvalidInput(t *testing.T) {
 		{"NUL in env name", Spec{Command: "true", Env: map[string]string{"A\x00B": "v"}}, ErrInvalidInput},
 		{"NUL in env value", Spec{Command: "true", Env: map[string]string{"A": "v\x00"}}, ErrInvalidInput},
 		{"= in env name", Spec{Command: "true", Env: map[string]string{"A=B": "v"}}, ErrInvalidInput},
-		{"NUL in managed", Spec{Command: "true", Managed: []string{"DSH_X=\x00"}}, ErrInvalidInput},
+		{"NUL in managed", Spec{Command: "true", Managed: shellenv.NewOverlay(map[string]string{"DSH_X": "\x00"})}, ErrInvalidInput},
 		{"empty command", Spec{}, ErrInvalidInput},
 		{"negative timeout", Spec{Command: "true", Timeout: -1}, ErrInvalidInput},
 		{"managed key in env", Spec{Command: "true", Env: map[string]string{"DSH_SESSION_ID": "x"}}, ErrManagedKeyInEnv},
@@ -638,9 +639,9 @@ func TestGivenIDAndManagedSnapshot(t *testing.T) {
 	if !strings.HasPrefix(id, "job_") {
 		t.Fatalf("NewID = %q", id)
 	}
-	managed := []string{"DSH_HOME=/h", "DSH_SHELL=1"}
+	managed := shellenv.NewOverlay(map[string]string{"DSH_HOME": "/h", "DSH_SHELL": "1"})
 	s := mustRun(t, e, Spec{ID: id, Command: "echo $DSH_HOME", Managed: managed})
-	if s.ID != id || s.Stdout.Text != "/h\n" || !slices.Equal(s.Managed, managed) {
+	if s.ID != id || s.Stdout.Text != "/h\n" || !slices.Equal(s.Managed.All(), managed.All()) {
 		t.Errorf("snapshot = %+v", s)
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/dshd/dshd/internal/shellenv"
 )
 
 // State is a job's lifecycle state.
@@ -72,8 +74,8 @@ type Snapshot struct {
 	// Signal names the signal that killed the leader ("SIGKILL"), or "".
 	Signal         string
 	Stdout, Stderr Output
-	// Managed is the overlay snapshot the process got ("K=V", sorted).
-	Managed []string
+	// Managed is the overlay the process got, as collected.
+	Managed shellenv.Overlay
 	// Timeout is the effective timeout; 0 means none.
 	Timeout              time.Duration
 	CreatedAt, StartedAt time.Time
@@ -96,7 +98,7 @@ type Job struct {
 	agentID    string
 	cwd        string
 	background bool
-	managed    []string
+	managed    shellenv.Overlay
 	timeout    time.Duration
 	idemKey    string
 	createdAt  time.Time

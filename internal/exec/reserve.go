@@ -5,9 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sync"
 	"time"
+
+	"github.com/dshd/dshd/internal/shellenv"
 )
 
 // errReleased is the start error of a reservation released unstarted. A
@@ -136,14 +137,14 @@ func (r *Reservation) Release() {
 	})
 }
 
-// Start spawns the reserved job with managed ("K=V", sorted) applied last to
-// its environment, and records it; it returns as soon as the process is
+// Start spawns the reserved job with the overlay managed applied last to its
+// environment, and records it; it returns as soon as the process is
 // started. On an idempotency hit it returns the existing job. On error the
 // reservation is released.
 //
 // Errors: ErrInvalidInput (NUL in a managed value, a reservation already
 // used), ErrInvalidCwd, ErrClosed, or a spawn error.
-func (r *Reservation) Start(managed []string) (*Job, error) {
+func (r *Reservation) Start(managed shellenv.Overlay) (*Job, error) {
 	if r.existing != nil {
 		return r.existing, nil
 	}
@@ -153,7 +154,7 @@ func (r *Reservation) Start(managed []string) (*Job, error) {
 	return job, err
 }
 
-func (r *Reservation) start(managed []string) (*Job, error) {
+func (r *Reservation) start(managed shellenv.Overlay) (*Job, error) {
 	e, j := r.e, r.j
 	fail := func(err error) (*Job, error) {
 		if j.timer != nil {
@@ -174,8 +175,8 @@ func (r *Reservation) start(managed []string) (*Job, error) {
 	if err := validateManaged(managed); err != nil {
 		return fail(err)
 	}
-	j.managed = slices.Clip(managed)
-	env := e.run.base.with(r.env, managed)
+	j.managed = managed
+	env := e.run.base.with(r.env, managed.AppendEnv(nil))
 
 	e.mu.Lock()
 	delete(e.reserved, j.id)

@@ -5,6 +5,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/dshd/dshd/internal/shellenv"
 )
 
 // TestReservationHoldsSlotUntilStartOrRelease: a reservation counts against
@@ -29,14 +31,14 @@ func TestReservationHoldsSlotUntilStartOrRelease(t *testing.T) {
 	}
 	r.Release()
 	r.Release() // a second release changes nothing
-	if _, err := r.Start(nil); !errors.Is(err, ErrInvalidInput) {
+	if _, err := r.Start(shellenv.Overlay{}); !errors.Is(err, ErrInvalidInput) {
 		t.Errorf("Start after Release = %v, want ErrInvalidInput", err)
 	}
 	r2, err := e.Reserve(testCtx(t), Spec{Command: "echo $DSH_X"})
 	if err != nil {
 		t.Fatalf("reserve after release: %v", err)
 	}
-	j, err := r2.Start([]string{"DSH_X=managed"})
+	j, err := r2.Start(shellenv.NewOverlay(map[string]string{"DSH_X": "managed"}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +56,7 @@ func TestReservationManagedNUL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.Start([]string{"DSH_X=\x00"}); !errors.Is(err, ErrInvalidInput) {
+	if _, err := r.Start(shellenv.NewOverlay(map[string]string{"DSH_X": "\x00"})); !errors.Is(err, ErrInvalidInput) {
 		t.Fatalf("Start with NUL = %v, want ErrInvalidInput", err)
 	}
 	mustRun(t, e, Spec{Command: "true"})
@@ -88,7 +90,7 @@ func TestReservationIdempotency(t *testing.T) {
 	if _, ok := second.Existing(); ok {
 		t.Fatal("second reservation found a released job")
 	}
-	j, err := second.Start(nil)
+	j, err := second.Start(shellenv.Overlay{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +101,7 @@ func TestReservationIdempotency(t *testing.T) {
 	if got, ok := third.Existing(); !ok || got != j {
 		t.Fatalf("third reservation Existing = %v, %v; want the started job %s", got, ok, j.ID())
 	}
-	if got, err := third.Start(nil); err != nil || got != j {
+	if got, err := third.Start(shellenv.Overlay{}); err != nil || got != j {
 		t.Errorf("Start on an idempotency hit = %v, %v; want the started job", got, err)
 	}
 }

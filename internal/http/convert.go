@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/dshd/dshd/internal/agents"
@@ -226,14 +225,10 @@ func toAPIJob(s exec.Snapshot) api.Job {
 		Signal:     optional(s.Signal),
 		Stdout:     toAPIOutput(s.Stdout),
 		Stderr:     toAPIOutput(s.Stderr),
-		ManagedEnv: make(map[string]string, len(s.Managed)),
+		ManagedEnv: s.Managed.Map(),
 		CreatedAt:  s.CreatedAt,
 		StartedAt:  s.StartedAt,
 		EndedAt:    s.EndedAt,
-	}
-	for _, kv := range s.Managed {
-		k, v, _ := strings.Cut(kv, "=")
-		j.ManagedEnv[k] = v
 	}
 	if s.Timeout > 0 {
 		j.TimeoutMs = ptr(s.Timeout.Milliseconds())

@@ -32,7 +32,7 @@ func TestToAPIJob(t *testing.T) {
 		{
 			name: "running without agent",
 			in: exec.Snapshot{ID: "job_1", Command: "sleep 9", Cwd: "/w", State: exec.StateRunning, PID: 42,
-				Managed: []string{"DSH_HOME=/h", "DSH_SHELL=1", "DSH_X=a=b"}, CreatedAt: created, StartedAt: created},
+				Managed: shellenv.NewOverlay(map[string]string{"DSH_HOME": "/h", "DSH_SHELL": "1", "DSH_X": "a=b"}), CreatedAt: created, StartedAt: created},
 			want: api.Job{Id: "job_1", Command: "sleep 9", Cwd: "/w", State: "running", Pid: 42,
 				ManagedEnv: map[string]string{"DSH_HOME": "/h", "DSH_SHELL": "1", "DSH_X": "a=b"}, CreatedAt: created, StartedAt: created},
 		},

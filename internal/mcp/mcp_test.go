@@ -344,12 +344,12 @@ func TestCancel(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if last = events[len(events)-1]; last.Type == run.EventToolResult {
+		if last = events[len(events)-1]; last.Type == agents.EventToolResult {
 			break
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	if last.Type != run.EventToolResult || !strings.Contains(string(last.Data), "killed by signal") {
+	if last.Type != agents.EventToolResult || !strings.Contains(string(last.Data), "killed by signal") {
 		t.Errorf("last event = %s %s, want the stopped job's result", last.Type, last.Data)
 	}
 }

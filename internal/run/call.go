@@ -15,14 +15,6 @@ import (
 	"github.com/dshd/dshd/internal/tools"
 )
 
-// Transcript event types written by Call.
-const (
-	EventToolCall    = "tool/call"
-	EventToolResult  = "tool/result"
-	EventHookInvoked = "hook/invoked"
-	EventHookResult  = "hook/result"
-)
-
 // hookToolName is the tool name hooks see for bash, as in Claude Code and
 // Codex, so that existing matchers ("Bash") apply unchanged.
 const hookToolName = "Bash"
@@ -109,7 +101,7 @@ func (s *Service) CallWith(ctx context.Context, agentID, name, callID string, ar
 	if t := strings.TrimSpace(string(args)); t != "" && t != "null" {
 		recorded = args
 	}
-	if err := s.record(ctx, agentID, EventToolCall, callEvent{CallID: callID, Name: name, Arguments: recorded, Ignored: a.Ignored()}); err != nil {
+	if err := s.record(ctx, agentID, agents.EventToolCall, callEvent{CallID: callID, Name: name, Arguments: recorded, Ignored: a.Ignored()}); err != nil {
 		return CallResult{}, err
 	}
 
@@ -137,7 +129,7 @@ func (s *Service) CallWith(ctx context.Context, agentID, name, callID string, ar
 	s.calls.WithLabelValues(name, outcome).Inc()
 	// The job may have run even if the caller has gone away: record its end
 	// regardless, so every recorded call has its result.
-	if rerr := s.record(context.WithoutCancel(ctx), agentID, EventToolResult, resultEvent{
+	if rerr := s.record(context.WithoutCancel(ctx), agentID, agents.EventToolResult, resultEvent{
 		CallID: res.CallID, IsError: res.IsError, Text: res.Text, JobID: res.JobID, ExitCode: res.ExitCode,
 		AdditionalContext: res.AdditionalContext, SystemMessages: res.SystemMessages,
 	}); rerr != nil && err == nil {
@@ -345,12 +337,12 @@ func (s *Service) runHooks(ctx context.Context, callID, agentID string, in hooks
 	rctx := context.WithoutCancel(ctx)
 	for _, r := range out.Results {
 		ev := string(in.Event)
-		if err := s.record(rctx, agentID, EventHookInvoked, hookInvokedEvent{
+		if err := s.record(rctx, agentID, agents.EventHookInvoked, hookInvokedEvent{
 			CallID: callID, Event: ev, Handler: r.Handler, Dialect: string(r.Dialect),
 		}); err != nil {
 			return out, err
 		}
-		if err := s.record(rctx, agentID, EventHookResult, hookResultEvent{
+		if err := s.record(rctx, agentID, agents.EventHookResult, hookResultEvent{
 			CallID: callID, Event: ev, Handler: r.Handler, Dialect: string(r.Dialect),
 			Decision: string(r.Decision), Reason: r.Reason, ExitCode: r.ExitCode, Signal: r.Signal,
 			TimedOut: r.TimedOut, Stderr: r.Stderr, Error: r.Error, DurationMs: r.Duration.Milliseconds(),

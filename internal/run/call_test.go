@@ -207,7 +207,7 @@ func TestCallIgnoresModelEnvAndStdin(t *testing.T) {
 		t.Errorf("cat took %v: stdin is not empty", d)
 	}
 
-	calls := w.events(t, a.ID, EventToolCall)
+	calls := w.events(t, a.ID, agents.EventToolCall)
 	if len(calls) != 1 {
 		t.Fatalf("%d tool/call events, want 1", len(calls))
 	}
@@ -242,16 +242,16 @@ func TestCallTranscript(t *testing.T) {
 	if res.Text != "ok\n[exit code: 3]" {
 		t.Fatalf("text = %q", res.Text)
 	}
-	if snap, _ := w.jobs.Job(res.JobID); !strings.Contains(strings.Join(snap.Snapshot().Managed, "\n"), secret) {
+	if snap, _ := w.jobs.Job(res.JobID); !strings.Contains(fmt.Sprint(snap.Snapshot().Managed.All()), secret) {
 		t.Errorf("job snapshot lacks the managed fact: the overlay did not reach the job")
 	}
 
-	evs := w.events(t, a.ID, EventToolCall, EventToolResult)
+	evs := w.events(t, a.ID, agents.EventToolCall, agents.EventToolResult)
 	var types []string
 	for _, e := range evs {
 		types = append(types, e.Type)
 	}
-	if diff := cmp.Diff([]string{EventToolCall, EventToolResult}, types); diff != "" {
+	if diff := cmp.Diff([]string{agents.EventToolCall, agents.EventToolResult}, types); diff != "" {
 		t.Fatalf("events (-want +got):\n%s", diff)
 	}
 	got := decode[map[string]any](t, evs[1].Data)
@@ -295,7 +295,7 @@ func TestCallErrors(t *testing.T) {
 			}
 		})
 	}
-	if evs := w.events(t, a.ID, EventToolCall, EventToolResult); len(evs) != 0 {
+	if evs := w.events(t, a.ID, agents.EventToolCall, agents.EventToolResult); len(evs) != 0 {
 		t.Errorf("rejected calls were recorded: %v", evs)
 	}
 	if n := w.env.n.Load(); n != 0 {
@@ -322,7 +322,7 @@ func TestCallModelErrorsAreResults(t *testing.T) {
 			}
 		})
 	}
-	if got := len(w.events(t, a.ID, EventToolResult)); got != len(tests) {
+	if got := len(w.events(t, a.ID, agents.EventToolResult)); got != len(tests) {
 		t.Errorf("%d tool/result events, want %d", got, len(tests))
 	}
 }
@@ -453,13 +453,13 @@ func TestCallHooks(t *testing.T) {
 		}
 
 		var types []string
-		for _, e := range w.events(t, a.ID, EventToolCall, EventHookInvoked, EventHookResult, EventToolResult) {
+		for _, e := range w.events(t, a.ID, agents.EventToolCall, agents.EventHookInvoked, agents.EventHookResult, agents.EventToolResult) {
 			types = append(types, e.Type)
 		}
-		if diff := cmp.Diff([]string{EventToolCall, EventHookInvoked, EventHookResult, EventToolResult}, types); diff != "" {
+		if diff := cmp.Diff([]string{agents.EventToolCall, agents.EventHookInvoked, agents.EventHookResult, agents.EventToolResult}, types); diff != "" {
 			t.Errorf("events (-want +got):\n%s", diff)
 		}
-		hr := decode[map[string]any](t, w.events(t, a.ID, EventHookResult)[0].Data)
+		hr := decode[map[string]any](t, w.events(t, a.ID, agents.EventHookResult)[0].Data)
 		want := map[string]any{
 			"callId": "toolu_1", "event": "PreToolUse", "handler": "claude-code:PreToolUse[0].hooks[0]", "dialect": "claude-code",
 			"decision": "deny", "reason": "no rm please", "exitCode": 2.0, "stderr": "no rm please", "durationMs": 12.0,
@@ -587,7 +587,7 @@ func TestResolutionFailureStartsNothing(t *testing.T) {
 		t.Errorf("%d jobs started despite resolution failures", len(jobs))
 	}
 	// The recorded call has its (error) result.
-	if res := w.events(t, a.ID, EventToolResult); len(res) != 1 || !decode[resultEvent](t, res[0].Data).IsError {
+	if res := w.events(t, a.ID, agents.EventToolResult); len(res) != 1 || !decode[resultEvent](t, res[0].Data).IsError {
 		t.Errorf("tool/result events = %v, want one error result", res)
 	}
 }
@@ -638,7 +638,7 @@ func TestConcurrentParentAndChild(t *testing.T) {
 		if n := len(w.jobs.Jobs(ag.ID, "")); n != perAgent {
 			t.Errorf("agent %s has %d jobs, want %d", ag.ID, n, perAgent)
 		}
-		if n := len(w.events(t, ag.ID, EventToolResult)); n != perAgent*3/2 {
+		if n := len(w.events(t, ag.ID, agents.EventToolResult)); n != perAgent*3/2 {
 			t.Errorf("agent %s has %d tool/result events, want %d", ag.ID, n, perAgent*3/2)
 		}
 	}
@@ -703,7 +703,7 @@ func TestCallRealHooks(t *testing.T) {
 		if b, _ := os.ReadFile(filepath.Join(out, "dsh-count")); strings.TrimSpace(string(b)) != "0" {
 			t.Errorf("hook saw %s DSH_* variables, want 0", b)
 		}
-		hr := w.events(t, a.ID, EventHookResult)
+		hr := w.events(t, a.ID, agents.EventHookResult)
 		if len(hr) != 1 || decode[hookResultEvent](t, hr[0].Data).Decision != "deny" {
 			t.Errorf("hook/result events = %v", hr)
 		}
@@ -810,15 +810,15 @@ func TestCallRecordsHooksThatRanBeforeCancel(t *testing.T) {
 		t.Errorf("command ran although its hooks did not finish: stat marker: %v", err)
 	}
 	var types []string
-	for _, e := range w.events(t, a.ID, EventToolCall, EventHookInvoked, EventHookResult, EventToolResult) {
+	for _, e := range w.events(t, a.ID, agents.EventToolCall, agents.EventHookInvoked, agents.EventHookResult, agents.EventToolResult) {
 		types = append(types, e.Type)
 	}
 	// Both hooks started at once; each is recorded, the second as cut short.
-	want := []string{EventToolCall, EventHookInvoked, EventHookResult, EventHookInvoked, EventHookResult, EventToolResult}
+	want := []string{agents.EventToolCall, agents.EventHookInvoked, agents.EventHookResult, agents.EventHookInvoked, agents.EventHookResult, agents.EventToolResult}
 	if diff := cmp.Diff(want, types); diff != "" {
 		t.Errorf("events (-want +got):\n%s", diff)
 	}
-	if hr := w.events(t, a.ID, EventHookResult); len(hr) == 2 {
+	if hr := w.events(t, a.ID, agents.EventHookResult); len(hr) == 2 {
 		first, second := decode[hookResultEvent](t, hr[0].Data), decode[hookResultEvent](t, hr[1].Data)
 		if first.Handler != "claude-code:PreToolUse[0].hooks[0]" || first.CallID != "toolu_c" || first.Error != "" {
 			t.Errorf("first hook/result = %+v, want the first hook, clean", first)

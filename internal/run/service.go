@@ -222,7 +222,7 @@ func (s *Service) start(ctx context.Context, agent *agents.Agent, spec exec.Spec
 		res.Release()
 		return nil, err
 	}
-	job, err := res.Start(overlay.AppendEnv(nil))
+	job, err := res.Start(overlay)
 	if err != nil {
 		return nil, err // the executor's error says what failed, and for which job
 	}

@@ -108,10 +108,7 @@ func (r *Registry) runWebhooks(ctx context.Context, s *snapshot, x *Execution, c
 	}
 	wx := webhookExecution{JobID: x.JobID, Command: x.Command, Cwd: x.Cwd, Background: x.Background}
 	if a := x.Agent; a != nil {
-		wx.Agent = &webhookAgent{ID: a.ID, ParentID: a.ParentID, RootID: a.RootID, Cwd: a.Cwd, Depth: a.Depth}
-		if wx.Agent.RootID == "" {
-			wx.Agent.RootID = a.ID
-		}
+		wx.Agent = &webhookAgent{ID: a.ID, ParentID: a.ParentID, RootID: a.Root(), Cwd: a.Cwd, Depth: a.Depth}
 	}
 	execJSON, err := json.Marshal(wx)
 	if err != nil {

@@ -1,5 +1,10 @@
 package shellenv
 
+import (
+	"slices"
+	"strings"
+)
+
 // KV is one managed environment entry.
 type KV struct{ Key, Value string }
 
@@ -7,6 +12,18 @@ type KV struct{ Key, Value string }
 // sorted by key in byte order. The zero Overlay is empty. Overlays are safe
 // for concurrent use; no method exposes the underlying storage.
 type Overlay struct{ kvs []KV }
+
+// NewOverlay returns the overlay of the entries of m, in key order. The
+// pipeline gets overlays from Collect; NewOverlay is for callers that start
+// jobs with a fixed overlay (tests, benchmarks).
+func NewOverlay(m map[string]string) Overlay {
+	kvs := make([]KV, 0, len(m))
+	for k, v := range m {
+		kvs = append(kvs, KV{k, v})
+	}
+	slices.SortFunc(kvs, func(a, b KV) int { return strings.Compare(a.Key, b.Key) })
+	return Overlay{kvs: kvs}
+}
 
 // Len returns the number of entries.
 func (o Overlay) Len() int { return len(o.kvs) }

@@ -26,6 +26,16 @@ type Agent struct {
 	Depth    int
 }
 
+// Root returns the id of the agent's root: RootID, or the agent's own id
+// when RootID is empty (a root is its own root). Templates and webhooks read
+// the root through it alone.
+func (a Agent) Root() string {
+	if a.RootID != "" {
+		return a.RootID
+	}
+	return a.ID
+}
+
 // Execution describes one bash run for which an overlay is collected.
 type Execution struct {
 	JobID      string
@@ -187,11 +197,7 @@ func newFacts(x *Execution) facts {
 	if a := x.Agent; a != nil {
 		f.set(factAgentID, a.ID)
 		f.set(factAgentParentID, a.ParentID)
-		if a.RootID != "" {
-			f.set(factAgentRootID, a.RootID)
-		} else {
-			f.set(factAgentRootID, a.ID)
-		}
+		f.set(factAgentRootID, a.Root())
 		f.set(factAgentCwd, a.Cwd)
 		f.set(factAgentDepth, itoa(a.Depth))
 	}
