@@ -227,6 +227,7 @@ func TestBrowserUI(t *testing.T) {
 	b.waitText(testID("job-state-"+done.ID), "exited")
 	b.waitText(testID("job-exit-"+done.ID), "3")
 	b.waitText(testID("job-state-"+agentBg.JobID), "exited")
+	b.waitText(`#jobs-body tr:has(.command-cell button[title="echo slow-line; sleep 5"]) .state-cell`, "killed: timeout")
 
 	// Filter by state, then by agent; the filters live in the route.
 	b.setSelect("jobs-state", "running")
@@ -265,6 +266,10 @@ func TestBrowserUI(t *testing.T) {
 	b.waitText(testID("job-output-exit"), "cancelled")
 	b.do("the Cancel button goes away",
 		chromedp.WaitNotPresent(chromedp.CSS(testID("job-cancel-"+bg.ID))))
+	// Why dshd killed it, in the list and in the panel, with what it used.
+	b.waitText(testID("job-state-"+bg.ID), "killed: cancel request")
+	b.waitText(`#job-facts [data-fact="Killed by dshd"]`, "cancel request")
+	b.waitText(`#job-facts [data-fact="CPU time"]`, "ms")
 
 	// Live: a job started now shows up and ends without any click.
 	var live struct{ ID string }
@@ -283,6 +288,9 @@ func TestBrowserUI(t *testing.T) {
 		chromedp.KeyEvent("\r"))
 	b.waitText(testID("job-output"), "err-line")
 	b.waitText(testID("job-output-exit"), "exited: 3")
+	b.waitText(`#job-facts [data-fact="Killed by dshd"]`, "no")
+	b.waitText(`#job-facts [data-fact="CPU time"]`, "ms")
+	b.waitText(`#job-facts [data-fact="Peak memory"]`, "B")
 	b.checkView("jobs")
 
 	// Agents: a root and its spawned child, nested; the parent's transcript.

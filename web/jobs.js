@@ -29,6 +29,7 @@ export function createJobsView() {
   const outputHeading = $('job-output-heading');
   const envBody = $('job-env-body');
   const envCaption = $('job-env-caption');
+  const facts = $('job-facts');
   const agentFilter = $('jobs-agent');
   const stateFilter = $('jobs-state');
 
@@ -208,10 +209,12 @@ export function createJobsView() {
         ? viewLink('agents', { agent: job.agentId }, h('code', { class: 'id' }, job.agentId))
         : h('span', { class: 'muted' }, 'none'));
     }
-    if (cells.state.dataset.state !== job.state) {
+    if (cells.state.dataset.state !== job.state || cells.state.dataset.killedBy !== (job.killedBy ?? '')) {
       cells.state.dataset.state = job.state;
+      cells.state.dataset.killedBy = job.killedBy ?? '';
       cells.state.replaceChildren(badge(job.state));
       if (job.background) cells.state.append(' ', h('span', { class: 'muted', title: 'background job' }, 'bg'));
+      if (job.killedBy) cells.state.append(' ', h('span', { class: 'killed-by' }, `killed: ${killedByText(job.killedBy)}`));
     }
     setText(cells.exit, exitText(job) || (job.state === 'running' ? '…' : job.state === 'lost' ? 'none' : ''));
     if (job.state === 'lost') cells.state.title = 'dshd stopped while this job ran; its processes were stopped at the next start, its exit and output are unknown';
@@ -258,8 +261,25 @@ export function createJobsView() {
     setText(outputHeading, `Output of job ${job.id}`);
     setText(outputCommand, `$ ${job.command}`);
     output.replaceChildren();
+    renderFacts(job);
     renderEnv(job);
     stream(job.id, selected.controller.signal);
+  }
+
+  // What else is known about the job: where it ran, its limits' outcome and
+  // what it used (usage is null while it runs and for lost jobs).
+  function renderFacts(job) {
+    const items = [
+      ['State', job.state],
+      ['Agent', job.agentId ?? 'none'],
+      ['Directory', job.cwd],
+      ['Process group', job.pid ? String(job.pid) : ''],
+      ['Timeout', job.timeoutMs ? formatDuration(job.timeoutMs) : 'none'],
+      ['Killed by dshd', job.killedBy ? killedByText(job.killedBy) : (job.state === 'running' ? '' : 'no')],
+      ['CPU time', job.usage ? formatDuration(job.usage.cpuMs) : ''],
+      ['Peak memory', job.usage?.peakMemoryBytes ? formatBytes(job.usage.peakMemoryBytes) : ''],
+    ].filter(([, v]) => v);
+    facts.replaceChildren(...items.map(([k, v]) => h('div', { 'data-fact': k }, h('dt', {}, k), h('dd', {}, v))));
   }
 
   function renderEnv(job) {
@@ -332,6 +352,7 @@ export function createJobsView() {
     if (job) {
       const entry = rows.get(job.id);
       if (entry) updateRow(entry, job);
+      renderFacts(job);
     }
   }
 
@@ -356,6 +377,30 @@ function exitText(job) {
   if (job.state === 'running') return '';
   if (job.signal) return job.signal;
   return job.exitCode === null || job.exitCode === undefined ? '' : String(job.exitCode);
+}
+
+const KILLED_BY = {
+  timeout: 'timeout',
+  cancelled: 'cancel request',
+  shutdown: 'server shutdown',
+  oom: 'memory limit',
+  pids_limit: 'process limit',
+};
+
+function killedByText(reason) {
+  return KILLED_BY[reason] ?? reason;
+}
+
+function formatBytes(n) {
+  if (n < 1024) return `${n} B`;
+  const units = ['KiB', 'MiB', 'GiB', 'TiB'];
+  let v = n;
+  let i = -1;
+  do {
+    v /= 1024;
+    i++;
+  } while (v >= 1024 && i < units.length - 1);
+  return `${v.toFixed(v < 10 ? 1 : 0)} ${units[i]}`;
 }
 
 function durationOf(job) {
