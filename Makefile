@@ -7,7 +7,7 @@ GO ?= go
 test: deps generate-check fmt-check vet lint-contract unit
 
 # npm packages are pinned by each directory's package-lock.json.
-NODE_DIRS = api/lint tests tests/mcp
+NODE_DIRS = api/lint clients/typescript tests tests/mcp
 
 deps:
 	$(GO) mod download

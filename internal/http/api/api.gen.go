@@ -296,6 +296,21 @@ func (e HookResultEventType) Valid() bool {
 	}
 }
 
+// Defines values for JSONSchemaType.
+const (
+	Object JSONSchemaType = "object"
+)
+
+// Valid indicates whether the value is a known member of the JSONSchemaType enum.
+func (e JSONSchemaType) Valid() bool {
+	switch e {
+	case Object:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for JobKilledBy.
 const (
 	JobKilledByCancelled   JobKilledBy = "cancelled"
@@ -589,7 +604,7 @@ type AgentInput struct {
 type AnthropicTool struct {
 	Description string `json:"description"`
 
-	// InputSchema A JSON Schema object describing a tool's arguments.
+	// InputSchema The JSON Schema of a tool's arguments, always an object schema.
 	InputSchema JSONSchema `json:"input_schema"`
 	Name        string     `json:"name"`
 }
@@ -735,7 +750,7 @@ type ForkInput struct {
 type GenericTool struct {
 	Description string `json:"description"`
 
-	// InputSchema A JSON Schema object describing a tool's arguments.
+	// InputSchema The JSON Schema of a tool's arguments, always an object schema.
 	InputSchema JSONSchema `json:"inputSchema"`
 	Name        string     `json:"name"`
 }
@@ -841,8 +856,17 @@ type HookResultEventDataEvent string
 // HookResultEventType defines model for HookResultEvent.Type.
 type HookResultEventType string
 
-// JSONSchema A JSON Schema object describing a tool's arguments.
-type JSONSchema map[string]interface{}
+// JSONSchema The JSON Schema of a tool's arguments, always an object schema.
+type JSONSchema struct {
+	AllowsAdditionalProperties *bool                  `json:"additionalProperties,omitempty"`
+	Properties                 map[string]interface{} `json:"properties"`
+	Required                   *[]string              `json:"required,omitempty"`
+	Type                       JSONSchemaType         `json:"type"`
+	AdditionalProperties       map[string]interface{} `json:"-"`
+}
+
+// JSONSchemaType defines model for JSONSchema.Type.
+type JSONSchemaType string
 
 // Job defines model for Job.
 type Job struct {
@@ -928,7 +952,7 @@ type OpenAIChatTool struct {
 		Description string `json:"description"`
 		Name        string `json:"name"`
 
-		// Parameters A JSON Schema object describing a tool's arguments.
+		// Parameters The JSON Schema of a tool's arguments, always an object schema.
 		Parameters JSONSchema `json:"parameters"`
 		Strict     *bool      `json:"strict,omitempty"`
 	} `json:"function"`
@@ -1290,6 +1314,117 @@ type OpenPluginJSONRequestBody = PluginInput
 
 // RenewPluginJSONRequestBody defines body for RenewPlugin for application/json ContentType.
 type RenewPluginJSONRequestBody = RenewInput
+
+// Getter for additional properties for JSONSchema. Returns the specified
+// element and whether it was found
+func (a JSONSchema) Get(fieldName string) (value interface{}, found bool) {
+	if a.AdditionalProperties != nil {
+		value, found = a.AdditionalProperties[fieldName]
+	}
+	return
+}
+
+// Setter for additional properties for JSONSchema
+func (a *JSONSchema) Set(fieldName string, value interface{}) {
+	if a.AdditionalProperties == nil {
+		a.AdditionalProperties = make(map[string]interface{})
+	}
+	a.AdditionalProperties[fieldName] = value
+}
+
+// Override default JSON handling for JSONSchema to handle AdditionalProperties
+func (a *JSONSchema) UnmarshalJSON(b []byte) error {
+	object := make(map[string]json.RawMessage)
+	err := json.Unmarshal(b, &object)
+	if err != nil {
+		return err
+	}
+
+	if raw, found := object["additionalProperties"]; found {
+		err = json.Unmarshal(raw, &a.AllowsAdditionalProperties)
+		if err != nil {
+			return fmt.Errorf("error reading 'additionalProperties': %w", err)
+		}
+		delete(object, "additionalProperties")
+	}
+
+	if raw, found := object["properties"]; found {
+		err = json.Unmarshal(raw, &a.Properties)
+		if err != nil {
+			return fmt.Errorf("error reading 'properties': %w", err)
+		}
+		delete(object, "properties")
+	}
+
+	if raw, found := object["required"]; found {
+		err = json.Unmarshal(raw, &a.Required)
+		if err != nil {
+			return fmt.Errorf("error reading 'required': %w", err)
+		}
+		delete(object, "required")
+	}
+
+	if raw, found := object["type"]; found {
+		err = json.Unmarshal(raw, &a.Type)
+		if err != nil {
+			return fmt.Errorf("error reading 'type': %w", err)
+		}
+		delete(object, "type")
+	}
+
+	if len(object) != 0 {
+		a.AdditionalProperties = make(map[string]interface{})
+		for fieldName, fieldBuf := range object {
+			var fieldVal interface{}
+			err := json.Unmarshal(fieldBuf, &fieldVal)
+			if err != nil {
+				return fmt.Errorf("error unmarshaling field %s: %w", fieldName, err)
+			}
+			a.AdditionalProperties[fieldName] = fieldVal
+		}
+	}
+	return nil
+}
+
+// Override default JSON handling for JSONSchema to handle AdditionalProperties
+func (a JSONSchema) MarshalJSON() ([]byte, error) {
+	var err error
+	object := make(map[string]json.RawMessage)
+
+	if a.AllowsAdditionalProperties != nil {
+		object["additionalProperties"], err = json.Marshal(a.AllowsAdditionalProperties)
+		if err != nil {
+			return nil, fmt.Errorf("error marshaling 'additionalProperties': %w", err)
+		}
+	}
+
+	if a.Properties != nil {
+		object["properties"], err = json.Marshal(a.Properties)
+		if err != nil {
+			return nil, fmt.Errorf("error marshaling 'properties': %w", err)
+		}
+	}
+
+	if a.Required != nil {
+		object["required"], err = json.Marshal(a.Required)
+		if err != nil {
+			return nil, fmt.Errorf("error marshaling 'required': %w", err)
+		}
+	}
+
+	object["type"], err = json.Marshal(a.Type)
+	if err != nil {
+		return nil, fmt.Errorf("error marshaling 'type': %w", err)
+	}
+
+	for fieldName, field := range a.AdditionalProperties {
+		object[fieldName], err = json.Marshal(field)
+		if err != nil {
+			return nil, fmt.Errorf("error marshaling '%s': %w", fieldName, err)
+		}
+	}
+	return json.Marshal(object)
+}
 
 // AsStaticResolver returns the union data inside the Resolver as a StaticResolver
 func (t Resolver) AsStaticResolver() (StaticResolver, error) {

@@ -1,0 +1,180 @@
+// A TypeScript client for dshd. The request and response types are
+// generated from api/openapi.yaml by openapi-typescript (src/schema.d.ts),
+// and every operation is called through openapi-fetch. Hand-written here is
+// only what generation cannot reach: following a job's output over SSE with
+// resume, the transcript as typed events, and problems as typed errors.
+import createClient, { type Client, type Middleware } from "openapi-fetch";
+import type { components, paths } from "./schema.js";
+
+export type { components, paths };
+export type Schemas = components["schemas"];
+export type Problem = Schemas["Problem"];
+export type Job = Schemas["Job"];
+export type Agent = Schemas["Agent"];
+export type ToolResult = Schemas["ToolResult"];
+export type Transcript = Schemas["Transcript"];
+export type TranscriptEvent = Schemas["TranscriptEvent"];
+
+/** An error answer of dshd: RFC 9457 problem details with a `code`. */
+export class ProblemError extends Error {
+  readonly status: number;
+  readonly code: string;
+  readonly problem: Problem;
+  constructor(problem: Problem) {
+    super(`${problem.status} ${problem.code}: ${problem.detail ?? problem.title}`);
+    this.name = "ProblemError";
+    this.status = problem.status;
+    this.code = problem.code;
+    this.problem = problem;
+  }
+}
+
+/** Returns data, or throws the problem openapi-fetch returned as error. */
+export function must<T>(r: { data?: T; error?: unknown; response: Response }): T {
+  if (r.error !== undefined || !r.response.ok) {
+    const e = r.error as Partial<Problem> | undefined;
+    if (e && typeof e === "object" && typeof e.code === "string") throw new ProblemError(e as Problem);
+    throw new ProblemError({ type: "about:blank", title: r.response.statusText, status: r.response.status, code: "unexpected_response" });
+  }
+  return r.data as T;
+}
+
+/** The typed openapi-fetch client, with the bearer token on every request. */
+export type DshdFetch = Client<paths>;
+
+export interface DshdClient {
+  /** Every operation of the contract: `api.GET("/agents/{id}", {params: {path: {id}}})`. */
+  api: DshdFetch;
+  /** The transcript as typed events (Accept: application/json). */
+  transcript(agentId: string): Promise<Transcript>;
+  /** One SSE connection of a job's output, from `lastEventId` (undefined: the start). */
+  followOutput(jobId: string, lastEventId?: string, signal?: AbortSignal): OutputStream;
+  /** Every output event until `exit`, reconnecting with Last-Event-ID when a connection drops. */
+  output(jobId: string, lastEventId?: string): AsyncGenerator<OutputEvent>;
+}
+
+/** One event of a job's output: the chunk's exact bytes, or the finished job. */
+export type OutputEvent =
+  | { id: string; event: "stdout" | "stderr"; data: Uint8Array }
+  | { id: string; event: "exit"; job: Job };
+
+/** Events of one SSE connection. `lastEventId` resumes after the last one read. */
+export interface OutputStream extends AsyncIterable<OutputEvent> {
+  lastEventId?: string;
+  /** True once the exit event was read (or the job had ended at lastEventId). */
+  done: boolean;
+  /** Drops the connection. */
+  close(): void;
+}
+
+export function createDshdClient(baseUrl: string, token: string): DshdClient {
+  const auth: Middleware = {
+    onRequest({ request }) {
+      request.headers.set("Authorization", `Bearer ${token}`);
+      return request;
+    },
+  };
+  const api = createClient<paths>({ baseUrl });
+  api.use(auth);
+  const base = baseUrl.replace(/\/$/, "");
+
+  async function transcript(agentId: string): Promise<Transcript> {
+    const r = await api.GET("/agents/{id}/transcript", {
+      params: { path: { id: agentId } },
+      headers: { Accept: "application/json" },
+      parseAs: "json",
+    });
+    return must(r) as unknown as Transcript;
+  }
+
+  function followOutput(jobId: string, lastEventId?: string, signal?: AbortSignal): OutputStream {
+    const ctrl = new AbortController();
+    signal?.addEventListener("abort", () => ctrl.abort());
+    const stream: OutputStream = {
+      lastEventId,
+      done: false,
+      close: () => ctrl.abort(),
+      async *[Symbol.asyncIterator]() {
+        const headers: Record<string, string> = { Authorization: `Bearer ${token}`, Accept: "text/event-stream" };
+        if (stream.lastEventId) headers["Last-Event-ID"] = stream.lastEventId;
+        const res = await fetch(`${base}/jobs/${encodeURIComponent(jobId)}/output`, { headers, signal: ctrl.signal });
+        if (res.status === 204) {
+          stream.done = true;
+          return;
+        }
+        if (!res.ok) throw new ProblemError((await res.json()) as Problem);
+        const reader = res.body!.getReader();
+        const decoder = new TextDecoder();
+        let buf = "";
+        let id: string | undefined, name: string | undefined;
+        let data: string[] = [];
+        try {
+          for (;;) {
+            let chunk;
+            try {
+              chunk = await reader.read();
+            } catch {
+              return; // dropped, or closed by close(): resume from lastEventId
+            }
+            if (chunk.done) return;
+            buf += decoder.decode(chunk.value, { stream: true });
+            let nl;
+            while ((nl = buf.indexOf("\n")) >= 0) {
+              const line = buf.slice(0, nl).replace(/\r$/, "");
+              buf = buf.slice(nl + 1);
+              if (line === "") {
+                if (name === undefined && data.length === 0) continue;
+                const ev = toEvent(id, name, data.join("\n"));
+                if (id !== undefined) stream.lastEventId = id;
+                id = name = undefined;
+                data = [];
+                if (ev) {
+                  if (ev.event === "exit") stream.done = true;
+                  yield ev;
+                  if (stream.done) return;
+                }
+                continue;
+              }
+              if (line.startsWith(":")) continue;
+              const colon = line.indexOf(":");
+              const key = colon < 0 ? line : line.slice(0, colon);
+              let value = colon < 0 ? "" : line.slice(colon + 1);
+              if (value.startsWith(" ")) value = value.slice(1);
+              if (key === "id") id = value;
+              else if (key === "event") name = value;
+              else if (key === "data") data.push(value);
+            }
+          }
+        } finally {
+          ctrl.abort();
+        }
+      },
+    };
+    return stream;
+  }
+
+  async function* output(jobId: string, lastEventId?: string): AsyncGenerator<OutputEvent> {
+    for (let attempt = 0; attempt < 10; attempt++) {
+      const s = followOutput(jobId, lastEventId);
+      let progressed = false;
+      for await (const ev of s) {
+        progressed = true;
+        yield ev;
+      }
+      if (s.done) return;
+      lastEventId = s.lastEventId;
+      if (progressed) attempt = -1;
+    }
+    throw new Error(`output of ${jobId}: gave up reconnecting`);
+  }
+
+  return { api, transcript, followOutput, output };
+}
+
+function toEvent(id: string | undefined, name: string | undefined, data: string): OutputEvent | undefined {
+  if (name === "exit") return { id: id ?? "", event: "exit", job: JSON.parse(data) as Job };
+  if (name !== "stdout" && name !== "stderr") return undefined;
+  const v = JSON.parse(data) as string | { base64: string };
+  const bytes = typeof v === "string" ? new TextEncoder().encode(v) : Uint8Array.from(Buffer.from(v.base64, "base64"));
+  return { id: id ?? "", event: name, data: bytes };
+}

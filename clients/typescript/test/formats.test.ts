@@ -1,0 +1,40 @@
+// The tool formats, type-checked against the vendors' own SDK types: a
+// request body built from dshd's tool definitions must compile as the
+// vendor's request type (tsc runs before these tests), and the real server
+// must answer each format with definitions of that shape.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import type OpenAI from "openai";
+import type Anthropic from "@anthropic-ai/sdk";
+import { createDshdClient, must, type Schemas } from "../src/index.js";
+
+// Compile-time checks: the contract's types are the vendors' types.
+export function chatCompletionsBody(tools: Schemas["OpenAIChatTool"][]): OpenAI.Chat.ChatCompletionCreateParams {
+  return { model: "any", messages: [{ role: "user", content: "hi" }], tools };
+}
+export function anthropicMessagesBody(tools: Schemas["AnthropicTool"][]): Anthropic.MessageCreateParams {
+  return { model: "any", max_tokens: 1024, messages: [{ role: "user", content: "hi" }], tools };
+}
+
+const c = createDshdClient(process.env.DSHD_URL!, process.env.DSHD_TOKEN!);
+
+test("openai: Chat Completions function tools", async () => {
+  const tools = must(await c.api.GET("/tools", { params: { query: { format: "openai" } } })) as Schemas["OpenAIChatTool"][];
+  const body = chatCompletionsBody(tools);
+  assert.deepEqual(body.tools!.map((t) => (t.type === "function" ? t.function.name : "")), ["bash", "job_output", "job_list", "job_kill"]);
+  for (const t of tools) {
+    assert.equal(t.type, "function");
+    assert.ok(t.function.description.length <= 1024, `${t.function.name} description too long`);
+    assert.equal(t.function.parameters.type, "object");
+  }
+});
+
+test("anthropic: Messages client tools", async () => {
+  const tools = must(await c.api.GET("/tools", { params: { query: { format: "anthropic" } } })) as Schemas["AnthropicTool"][];
+  const body = anthropicMessagesBody(tools);
+  assert.deepEqual(body.tools!.map((t) => ("name" in t ? t.name : "")), ["bash", "job_output", "job_list", "job_kill"]);
+  for (const t of tools) {
+    assert.ok(t.description.length <= 1024, `${t.name} description too long`);
+    assert.equal(t.input_schema.type, "object");
+  }
+});
