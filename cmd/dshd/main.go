@@ -27,6 +27,7 @@ import (
 
 	contract "github.com/dshd/dshd/api"
 	"github.com/dshd/dshd/internal/agents"
+	"github.com/dshd/dshd/internal/atomicfile"
 	"github.com/dshd/dshd/internal/exec"
 	"github.com/dshd/dshd/internal/homefs"
 	"github.com/dshd/dshd/internal/hooks"
@@ -424,22 +425,10 @@ func loadToken(home, tokenFile string) (token, path string, err error) {
 		return "", "", fmt.Errorf("generate token: %w", err)
 	}
 	token = hex.EncodeToString(raw[:])
-	// A fresh temporary name (O_EXCL), renamed over the final one: neither
-	// step follows a link.
-	f, err := os.CreateTemp(home, ".server.token.*.tmp")
-	if err != nil {
+	// A fresh temporary name (O_EXCL), fsynced and renamed over the final
+	// one: neither step follows a link.
+	if err := atomicfile.Write(path, []byte(token+"\n"), atomicfile.Options{Perm: 0o600}); err != nil {
 		return "", "", fmt.Errorf("write token: %w", err)
-	}
-	_, werr := f.WriteString(token + "\n")
-	if cerr := f.Close(); werr == nil {
-		werr = cerr
-	}
-	if werr == nil {
-		werr = os.Rename(f.Name(), path)
-	}
-	if werr != nil {
-		_ = os.Remove(f.Name())
-		return "", "", fmt.Errorf("write token: %w", werr)
 	}
 	return token, path, nil
 }

@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dshd/dshd/internal/atomicfile"
 	"github.com/dshd/dshd/internal/ids"
 )
 
@@ -316,47 +317,15 @@ func (s *Store) create(a Agent, events [][]byte) (Agent, error) {
 	return a, nil
 }
 
-// writeNew makes <id>.jsonl with content durably: it writes a hidden
-// temporary file, fsyncs it, renames it into place and fsyncs the directory
-// so the new name survives a crash too.
-func (s *Store) writeNew(id string, content []byte) (err error) {
+// writeNew makes <id>.jsonl with content durably (atomicfile.Write: a
+// hidden temporary file, fsynced, renamed into place, the directory fsynced
+// so the new name survives a crash too).
+func (s *Store) writeNew(id string, content []byte) error {
 	final := s.Path(id)
 	if _, err := os.Lstat(final); err == nil {
 		return fmt.Errorf("%s already exists", final)
 	}
-	tmp := filepath.Join(s.dir, "."+id+fileExt+tmpSuffix)
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, fileMode)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			_ = os.Remove(tmp)
-		}
-	}()
-	if _, err := f.Write(content); err != nil {
-		_ = f.Close()
-		return err
-	}
-	if err := s.syncFile(f); err != nil {
-		_ = f.Close()
-		return fmt.Errorf("fsync: %w", err)
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, final); err != nil {
-		return err
-	}
-	d, err := os.Open(s.dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	if err := s.syncFile(d); err != nil {
-		return fmt.Errorf("fsync %s: %w", s.dir, err)
-	}
-	return nil
+	return atomicfile.Write(final, content, atomicfile.Options{Perm: fileMode, Sync: s.syncFile})
 }
 
 // lookup returns the entry for id, or ErrNotFound (or ErrClosed).

@@ -10,6 +10,8 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -191,11 +193,9 @@ func TestCreateHeaderIsDurable(t *testing.T) {
 	if string(data) != want {
 		t.Errorf("header on disk:\n got %s\nwant %s", data, want)
 	}
-	wantSync := []string{
-		fmt.Sprintf(".agt_0001.jsonl.tmp dir=false size=%d", len(want)),
-		"sessions dir=true size=",
-	}
-	if len(synced) != 2 || synced[0] != wantSync[0] || !strings.HasPrefix(synced[1], wantSync[1]) {
+	// The temporary file is ".agt_0001.jsonl.<random>.tmp" (atomicfile.TempPattern).
+	tmpFile := regexp.MustCompile(`^\.agt_0001\.jsonl\.[0-9]+\.tmp dir=false size=` + strconv.Itoa(len(want)) + `$`)
+	if len(synced) != 2 || !tmpFile.MatchString(synced[0]) || !strings.HasPrefix(synced[1], "sessions dir=true size=") {
 		t.Errorf("synced = %q, want the file with its header, then the directory", synced)
 	}
 	for path, mode := range map[string]fs.FileMode{s.Path(a.ID): 0o600, dir: 0o700 | fs.ModeDir} {

@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/dshd/dshd/internal/atomicfile"
 )
 
 // stateVersion is the version of the durable contributors file.
@@ -129,7 +131,7 @@ func loadState(path string) ([]*entry, error) {
 // alone and reported.
 func removeStaleTemps(path string, log *slog.Logger) {
 	dir := filepath.Dir(path)
-	matches, err := filepath.Glob(filepath.Join(dir, tempPattern(path)))
+	matches, err := filepath.Glob(filepath.Join(dir, atomicfile.TempPattern(path)))
 	if err != nil {
 		return // the pattern is well formed; Glob ignores I/O errors
 	}
@@ -147,49 +149,11 @@ func removeStaleTemps(path string, log *slog.Logger) {
 	}
 }
 
-// tempPattern is the name pattern of writeFileAtomic's temporary files for
-// path, in os.CreateTemp and filepath.Glob syntax alike.
-func tempPattern(path string) string { return "." + filepath.Base(path) + ".*.tmp" }
-
-// writeFileAtomic replaces path with data: it writes a temporary file in the
-// same directory, syncs it, renames it over path and syncs the directory, so
-// a crash leaves either the old or the new contents. The file gets perm;
-// a missing directory is created with mode 0700.
-func writeFileAtomic(path string, data []byte, perm fs.FileMode) (err error) {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+// writeFileAtomic replaces path with data durably (atomicfile.Write),
+// creating a missing directory with mode 0700.
+func writeFileAtomic(path string, data []byte, perm fs.FileMode) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(dir, tempPattern(path))
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer func() {
-		if err != nil {
-			_ = f.Close()
-			_ = os.Remove(tmp)
-		}
-	}()
-	if err := f.Chmod(perm); err != nil {
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return err
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return atomicfile.Write(path, data, atomicfile.Options{Perm: perm})
 }
