@@ -32,6 +32,18 @@ var (
 	// duplicate job id, or an empty command.
 	ErrInvalidInput = errors.New("invalid input")
 
+	// ErrTooLarge is returned by Executor.Reserve, Reservation.Start and
+	// Executor.RunProcess when the command, an environment entry, or the
+	// command with its whole environment exceed what the kernel's execve
+	// accepts (MaxArgBytes per string; the argument space, usually 2 MiB,
+	// for all of them). Nothing is spawned.
+	ErrTooLarge = errors.New("arguments too large")
+
+	// ErrTimeoutTooLong is returned by Executor.Reserve for a foreground
+	// job whose timeout exceeds Options.MaxTimeout. dshd never shortens a
+	// timeout silently.
+	ErrTimeoutTooLong = errors.New("timeout too long")
+
 	// ErrClosed is returned by Executor.Start and Executor.RunProcess after
 	// Executor.Close has been called.
 	ErrClosed = errors.New("executor closed")

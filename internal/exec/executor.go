@@ -367,6 +367,9 @@ func validateSpec(s *Spec) error {
 	if hasNUL(s.Command) || hasNUL(s.Cwd) {
 		return fmt.Errorf("%w: NUL byte in command or cwd", ErrInvalidInput)
 	}
+	if len(s.Command) > MaxArgBytes {
+		return fmt.Errorf("%w: the command is %d bytes; at most %d are allowed", ErrTooLarge, len(s.Command), MaxArgBytes)
+	}
 	if s.Timeout < 0 {
 		return fmt.Errorf("%w: negative timeout", ErrInvalidInput)
 	}
@@ -379,6 +382,9 @@ func validateSpec(s *Spec) error {
 		}
 		if !validEnvName(k) || hasNUL(v) {
 			return fmt.Errorf("%w: env %q: malformed name or NUL in value", ErrInvalidInput, k)
+		}
+		if n := len(k) + 1 + len(v); n > MaxArgBytes {
+			return fmt.Errorf("%w: env %q is %d bytes; at most %d are allowed", ErrTooLarge, k, n, MaxArgBytes)
 		}
 	}
 	return nil

@@ -440,6 +440,10 @@ func pipe(parentReads bool) (r, w *os.File, err error) {
 // cannot be told from a problem with bash itself, so on this error path only
 // (the hot path does no extra stat) we look at the directory.
 func spawnError(err error, dir string) error {
+	if errors.Is(err, syscall.E2BIG) {
+		// checkArgSize predicts this; the kernel has the last word.
+		return fmt.Errorf("%w: %w", ErrTooLarge, err)
+	}
 	var pe *fs.PathError
 	if errors.As(err, &pe) && pe.Op == "chdir" {
 		return errors.Join(ErrInvalidCwd, err)

@@ -45,7 +45,9 @@ type Reservation struct {
 // for that job's spawn and returns a reservation whose Existing is that job.
 //
 // Errors: ErrInvalidInput (NUL bytes, malformed env names, empty command,
-// negative timeout, a taken id), ErrManagedKeyInEnv, *TooManyJobsError
+// negative timeout, a taken id), ErrTooLarge (a command or env entry over
+// MaxArgBytes), ErrTimeoutTooLong (a foreground timeout over MaxTimeout),
+// ErrManagedKeyInEnv, *TooManyJobsError
 // (ErrTooManyJobs), ErrClosed, ctx's error, or the start error of the job
 // found by idempotency key.
 func (e *Executor) Reserve(ctx context.Context, s Spec) (*Reservation, error) {
@@ -57,10 +59,12 @@ func (e *Executor) Reserve(ctx context.Context, s Spec) (*Reservation, error) {
 	}
 	timeout := s.Timeout
 	if !s.Background {
+		if timeout > e.opts.MaxTimeout {
+			return nil, fmt.Errorf("%w: a foreground timeout of %s exceeds the maximum of %s (run it in the background for longer)", ErrTimeoutTooLong, timeout, e.opts.MaxTimeout)
+		}
 		if timeout == 0 {
 			timeout = e.opts.DefaultTimeout
 		}
-		timeout = min(timeout, e.opts.MaxTimeout)
 	}
 	j := &Job{
 		e:          e,
@@ -143,7 +147,8 @@ func (r *Reservation) Release() {
 // reservation is released.
 //
 // Errors: ErrInvalidInput (NUL in a managed value, a reservation already
-// used), ErrInvalidCwd, ErrClosed, or a spawn error.
+// used), ErrTooLarge (the command with its whole environment exceeds the
+// kernel's argument space), ErrInvalidCwd, ErrClosed, or a spawn error.
 func (r *Reservation) Start(managed shellenv.Overlay) (*Job, error) {
 	if r.existing != nil {
 		return r.existing, nil
@@ -177,6 +182,9 @@ func (r *Reservation) start(managed shellenv.Overlay) (*Job, error) {
 	}
 	j.managed = managed
 	env := e.run.base.with(r.env, managed.AppendEnv(nil))
+	if err := checkArgSize(j.command, env); err != nil {
+		return fail(err)
+	}
 
 	e.mu.Lock()
 	delete(e.reserved, j.id)

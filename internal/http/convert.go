@@ -46,11 +46,19 @@ func millis[T int32 | int64](ms *T) time.Duration {
 	return time.Duration(*ms) * time.Millisecond
 }
 
-func seconds[T int32 | int64](s *T) time.Duration {
+// lease converts an optional leaseSeconds. Absent is 0, the domain's
+// default; a value given is passed on as it is, except that one below a
+// second (which the domain would read as "default") is refused, so that an
+// explicit 0 never silently becomes the default lease.
+func lease(s *int32) (time.Duration, error) {
 	if s == nil {
-		return 0
+		return 0, nil
 	}
-	return time.Duration(*s) * time.Second
+	if *s < 1 {
+		return 0, fmt.Errorf("%w: leaseSeconds %d is outside [%d, %d]", shellenv.ErrInvalidPlugin, *s,
+			int(shellenv.MinLease/time.Second), int(shellenv.MaxLease/time.Second))
+	}
+	return time.Duration(*s) * time.Second, nil
 }
 
 func toAPIDeclarations(ds []shellenv.Declaration) api.DeclarationList {

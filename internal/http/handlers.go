@@ -86,7 +86,11 @@ func (s *Server) ListPlugins(context.Context, api.ListPluginsRequestObject) (api
 
 // OpenPlugin opens a plugin scope.
 func (s *Server) OpenPlugin(ctx context.Context, req api.OpenPluginRequestObject) (api.OpenPluginResponseObject, error) {
-	p, err := s.env.OpenPlugin(ctx, req.Body.Name, seconds(req.Body.LeaseSeconds))
+	d, err := lease(req.Body.LeaseSeconds)
+	if err != nil {
+		return nil, err
+	}
+	p, err := s.env.OpenPlugin(ctx, req.Body.Name, d)
 	if err != nil {
 		return nil, err
 	}
@@ -104,11 +108,14 @@ func (s *Server) GetPlugin(_ context.Context, req api.GetPluginRequestObject) (a
 
 // RenewPlugin extends a plugin's lease.
 func (s *Server) RenewPlugin(ctx context.Context, req api.RenewPluginRequestObject) (api.RenewPluginResponseObject, error) {
-	var lease time.Duration
+	var d time.Duration
 	if req.Body != nil {
-		lease = seconds(req.Body.LeaseSeconds)
+		var err error
+		if d, err = lease(req.Body.LeaseSeconds); err != nil {
+			return nil, err
+		}
 	}
-	p, err := s.env.RenewPlugin(ctx, req.Id, lease)
+	p, err := s.env.RenewPlugin(ctx, req.Id, d)
 	if err != nil {
 		return nil, err
 	}

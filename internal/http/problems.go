@@ -42,6 +42,8 @@ var errorCodes = []struct {
 	{exec.ErrInvalidCwd, http.StatusUnprocessableEntity, "invalid_cwd", "Invalid working directory"},
 	{exec.ErrManagedKeyInEnv, http.StatusBadRequest, "managed_key_in_env", "Managed names cannot be set through env"},
 	{exec.ErrInvalidInput, http.StatusBadRequest, "invalid_input", "Invalid input"},
+	{exec.ErrTooLarge, http.StatusRequestEntityTooLarge, "argument_too_large", "Command or environment too large to run"},
+	{exec.ErrTimeoutTooLong, http.StatusUnprocessableEntity, "timeout_too_long", "Timeout exceeds the maximum"},
 	{exec.ErrClosed, http.StatusServiceUnavailable, "shutting_down", "The server is shutting down"},
 	{agents.ErrNotFound, http.StatusNotFound, "agent_not_found", "Agent not found"},
 	{agents.ErrInvalidCwd, http.StatusUnprocessableEntity, "invalid_cwd", "Invalid working directory"},

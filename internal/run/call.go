@@ -251,7 +251,8 @@ func (s *Service) bash(ctx context.Context, agent agents.Agent, callID string, a
 		res := CallResult{IsError: true, Text: blockedText("PreToolUse", blocked.reason)}
 		addHookOutput(&res, preOut)
 		return res, nil
-	case errors.Is(err, exec.ErrInvalidCwd), errors.Is(err, exec.ErrInvalidInput), errors.Is(err, exec.ErrTooManyJobs):
+	case errors.Is(err, exec.ErrInvalidCwd), errors.Is(err, exec.ErrInvalidInput), errors.Is(err, exec.ErrTooManyJobs),
+		errors.Is(err, exec.ErrTooLarge), errors.Is(err, exec.ErrTimeoutTooLong):
 		// The model can fix these itself: tell it rather than fail the request.
 		return CallResult{IsError: true, Text: "could not start the command: " + err.Error()}, nil
 	case err != nil:

@@ -719,10 +719,16 @@ type DeclarationList struct {
 type ExecRequest struct {
 	AgentId    *string `json:"agentId,omitempty"`
 	Background *bool   `json:"background,omitempty"`
-	Command    string  `json:"command"`
-	Cwd        *string `json:"cwd,omitempty"`
 
-	// Env Ordinary environment for the command. `DSH_*` names are rejected.
+	// Command Run as `bash -c <command>`. At most 131,071 bytes (the kernel's limit on one
+	// argument); longer commands are refused with 413 `argument_too_large`.
+	Command string  `json:"command"`
+	Cwd     *string `json:"cwd,omitempty"`
+
+	// Env Ordinary environment for the command. `DSH_*` names are rejected. Each entry
+	// (`NAME=value`) is at most 131,071 bytes, and the command with its whole
+	// environment must fit the kernel's argument space; otherwise 413
+	// `argument_too_large`, and nothing runs.
 	Env *map[string]string `json:"env,omitempty"`
 
 	// Limits Per-job limits; each one given replaces the server's (`jobs.limits`) for this job.
@@ -735,9 +741,13 @@ type ExecRequest struct {
 	Limits *Limits `json:"limits,omitempty"`
 
 	// Stdin Bytes given to the command's stdin (default /dev/null).
-	Stdin     *string `json:"stdin,omitempty"`
-	TimeoutMs *int64  `json:"timeoutMs,omitempty"`
-	YieldMs   *int64  `json:"yieldMs,omitempty"`
+	Stdin *string `json:"stdin,omitempty"`
+
+	// TimeoutMs Foreground: default `jobs.defaultTimeoutMs` (120 s); above `jobs.maxTimeoutMs`
+	// (600 s) is refused with 422 `timeout_too_long`, never shortened silently.
+	// Background: no timeout unless given.
+	TimeoutMs *int64 `json:"timeoutMs,omitempty"`
+	YieldMs   *int64 `json:"yieldMs,omitempty"`
 }
 
 // ForkInput defines model for ForkInput.
@@ -1002,7 +1012,7 @@ type Plugin struct {
 
 // PluginInput defines model for PluginInput.
 type PluginInput struct {
-	// LeaseSeconds Default 300.
+	// LeaseSeconds 1 to 86400; default 300. Outside that range: 422 `invalid_plugin`.
 	LeaseSeconds *int32 `json:"leaseSeconds,omitempty"`
 	Name         string `json:"name"`
 }
@@ -1040,6 +1050,7 @@ type Problem struct {
 
 // RenewInput defines model for RenewInput.
 type RenewInput struct {
+	// LeaseSeconds 1 to 86400; default the plugin's lease. Outside that range: 422 `invalid_plugin`.
 	LeaseSeconds *int32 `json:"leaseSeconds,omitempty"`
 }
 
