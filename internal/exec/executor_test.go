@@ -239,7 +239,7 @@ func TestForegroundTimeoutDefaults(t *testing.T) {
 		want time.Duration
 	}{
 		{Spec{Command: "true"}, time.Minute},
-		{Spec{Command: "true", Timeout: time.Hour}, 2 * time.Minute},
+		{Spec{Command: "true", Timeout: 2 * time.Minute}, 2 * time.Minute},
 		{Spec{Command: "true", Timeout: time.Second}, time.Second},
 		{Spec{Command: "true", Background: true}, 0},
 		{Spec{Command: "true", Background: true, Timeout: time.Hour}, time.Hour},
@@ -248,6 +248,10 @@ func TestForegroundTimeoutDefaults(t *testing.T) {
 		if s := mustRun(t, e, tt.spec); s.Timeout != tt.want {
 			t.Errorf("timeout for %+v = %v, want %v", tt.spec, s.Timeout, tt.want)
 		}
+	}
+	// Above the maximum is refused, never shortened silently.
+	if _, err := e.Reserve(testCtx(t), Spec{Command: "true", Timeout: time.Hour}); !errors.Is(err, ErrTimeoutTooLong) {
+		t.Errorf("Reserve with a foreground timeout over the maximum: error = %v, want ErrTimeoutTooLong", err)
 	}
 }
 
