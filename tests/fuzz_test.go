@@ -398,7 +398,7 @@ func (f *fuzzer) special(ref *openapi3.SchemaRef, name string, op operation) (an
 		return f.pick([]string{f.dir, f.dir, filepath.Join(f.dir, "missing"), "relative/dir"}), true
 	case "url":
 		return f.hookURL, true
-	case "timeoutMs":
+	case "timeoutMs", "timeout":
 		if op.path == "/contributors" {
 			// A webhook timeout the loopback hook always meets.
 			return 1000 + f.rng.IntN(4000), true

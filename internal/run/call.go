@@ -210,7 +210,7 @@ func (s *Service) bash(ctx context.Context, agent agents.Agent, callID string, a
 		}
 	}
 	background := a.Bool("run_in_background")
-	timeout := time.Duration(a.Int("timeoutMs")) * time.Millisecond
+	timeout := time.Duration(a.Int("timeout")) * time.Millisecond
 
 	// The tool input mirrors Claude Code's Bash input, so existing hook
 	// scripts read the fields they expect.
@@ -218,8 +218,8 @@ func (s *Service) bash(ctx context.Context, agent agents.Agent, callID string, a
 	if a.Has("description") {
 		input["description"] = a.Str("description")
 	}
-	if a.Has("timeoutMs") {
-		input["timeout"] = a.Int("timeoutMs")
+	if a.Has("timeout") {
+		input["timeout"] = a.Int("timeout")
 	}
 	if a.Has("run_in_background") {
 		input["run_in_background"] = background

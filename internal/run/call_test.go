@@ -196,7 +196,7 @@ func TestCallIgnoresModelEnvAndStdin(t *testing.T) {
 		"command":   `printf '%s|%s|' "${FOO-unset}" "$DSH_SESSION_ID"; cat; echo end`,
 		"env":       map[string]string{"FOO": "x", "DSH_SESSION_ID": "forged"},
 		"stdin":     "y",
-		"timeoutMs": 10000,
+		"timeout": 10000,
 	}
 	start := time.Now()
 	res := w.call(t, a.ID, tools.ToolBash, args)
@@ -284,7 +284,7 @@ func TestCallErrors(t *testing.T) {
 		{"unknown agent", "agt_nope", tools.ToolBash, `{"command":"true"}`, agents.ErrNotFound},
 		{"unknown tool", a.ID, "python", `{"code":"1"}`, tools.ErrUnknownTool},
 		{"missing command", a.ID, tools.ToolBash, `{"env":{"A":"b"}}`, tools.ErrInvalidArguments},
-		{"ill-typed timeout", a.ID, tools.ToolBash, `{"command":"true","timeoutMs":"soon"}`, tools.ErrInvalidArguments},
+		{"ill-typed timeout", a.ID, tools.ToolBash, `{"command":"true","timeout":"soon"}`, tools.ErrInvalidArguments},
 		{"arguments not an object", a.ID, tools.ToolJobKill, `"job_1"`, tools.ErrInvalidArguments},
 	}
 	for _, tt := range tests {
@@ -312,7 +312,7 @@ func TestCallModelErrorsAreResults(t *testing.T) {
 		want string
 	}{
 		{"missing workdir", map[string]any{"command": "pwd", "workdir": "/definitely/not/here"}, "could not start the command"},
-		{"timeout", map[string]any{"command": "echo tick; sleep 10", "timeoutMs": 300}, "tick\n[timed out after 300ms]"},
+		{"timeout", map[string]any{"command": "echo tick; sleep 10", "timeout": 300}, "tick\n[timed out after 300ms]"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -426,7 +426,7 @@ func TestCallHooks(t *testing.T) {
 				Reason: "no rm please", ExitCode: &exit2, Stderr: "no rm please", Duration: 12 * time.Millisecond,
 			}}}
 		}
-		raw := json.RawMessage(`{"command":"touch marker","description":"make a file","timeoutMs":5000}`)
+		raw := json.RawMessage(`{"command":"touch marker","description":"make a file","timeout":5000}`)
 		res, err := w.svc.Call(context.Background(), a.ID, tools.ToolBash, "toolu_1", raw)
 		if err != nil {
 			t.Fatal(err)

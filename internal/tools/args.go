@@ -64,7 +64,7 @@ var params = map[string][]param{
 	ToolBash: {
 		{name: "command", kind: kindString, required: true, description: "The bash command to run."},
 		{name: "description", kind: kindString, description: "A short description (5-10 words) of what the command does."},
-		{name: "timeoutMs", kind: kindInteger, minimum: minimum(1), description: "Foreground timeout in milliseconds. The command's process group is stopped when it expires."},
+		{name: "timeout", kind: kindInteger, minimum: minimum(1), description: "Foreground timeout in milliseconds. The command's process group is stopped when it expires."},
 		{name: "workdir", kind: kindString, description: "Directory to run the command in; relative paths are resolved against your working directory. Defaults to your working directory."},
 		{name: "run_in_background", kind: kindBool, description: "Start the command as a background job and return its job id at once. Use job_output to read its output."},
 	},

@@ -3,6 +3,7 @@ package tools
 import (
 	"errors"
 	"fmt"
+	"sort"
 
 	"github.com/dshd/dshd/internal/shellenv"
 )
@@ -17,9 +18,11 @@ const (
 
 // Render formats accepted by Render.
 const (
-	FormatGeneric   = ""
-	FormatOpenAI    = "openai"
-	FormatAnthropic = "anthropic"
+	FormatGeneric = ""
+	FormatOpenAI  = "openai"
+	// FormatOpenAIResponses is the Responses API's function tools, strict.
+	FormatOpenAIResponses = "openai-responses"
+	FormatAnthropic       = "anthropic"
 )
 
 // ErrUnknownFormat is returned by Render for a format other than "",
@@ -44,7 +47,7 @@ Each call is a fresh, non-interactive ` + "`bash -c`" + `: no shell state (varia
 
 Harness facts are in managed environment variables starting with ` + shellenv.Prefix + `, collected fresh for each call: read them rather than guess. $` + shellenv.KeySessionID + ` is your own agent (session) id, $` + shellenv.KeyHome + ` the harness home; list all with ` + "`env | grep ^" + shellenv.Prefix + "`" + `.
 
-Foreground calls wait up to timeoutMs (a server default applies when omitted). For long-running commands set run_in_background: the call returns a job id at once; use job_output to read it, job_list to list your jobs, job_kill to stop one.
+Foreground calls wait up to timeout milliseconds (a server default applies when omitted). For long-running commands set run_in_background: the call returns a job id at once; use job_output to read it, job_list to list your jobs, job_kill to stop one.
 
 The result is stdout, then [stderr] and stderr, then markers on their own lines such as [exit code: N], [timed out after Nms] or [killed by signal: S]. Long output keeps its head and tail and says where the rest is.`
 
@@ -92,6 +95,15 @@ type openAIFunction struct {
 	Parameters  map[string]any `json:"parameters"`
 }
 
+// openAIResponsesTool is the Responses API's function tool format.
+type openAIResponsesTool struct {
+	Type        string         `json:"type"`
+	Name        string         `json:"name"`
+	Description string         `json:"description"`
+	Parameters  map[string]any `json:"parameters"`
+	Strict      bool           `json:"strict"`
+}
+
 // anthropicTool is Anthropic's client tool format.
 type anthropicTool struct {
 	Name        string         `json:"name"`
@@ -102,6 +114,8 @@ type anthropicTool struct {
 // Render returns defs as a JSON-encodable value in the given format:
 //   - "": [{name, description, inputSchema}]
 //   - "openai": [{"type":"function","function":{name, description, parameters}}]
+//   - "openai-responses": [{"type":"function", name, description, parameters, "strict":true}]
+//     with parameters made ready for strict mode (strictSchema)
 //   - "anthropic": [{name, description, input_schema}]
 //
 // It returns an error wrapping ErrUnknownFormat for any other format.
@@ -119,6 +133,12 @@ func Render(defs []Definition, format string) (any, error) {
 			out[i] = openAITool{Type: "function", Function: openAIFunction{Name: d.Name, Description: d.Description, Parameters: d.Schema}}
 		}
 		return out, nil
+	case FormatOpenAIResponses:
+		out := make([]openAIResponsesTool, len(defs))
+		for i, d := range defs {
+			out[i] = openAIResponsesTool{Type: "function", Name: d.Name, Description: d.Description, Parameters: strictSchema(d.Schema), Strict: true}
+		}
+		return out, nil
 	case FormatAnthropic:
 		out := make([]anthropicTool, len(defs))
 		for i, d := range defs {
@@ -126,6 +146,56 @@ func Render(defs []Definition, format string) (any, error) {
 		}
 		return out, nil
 	default:
-		return nil, fmt.Errorf("%w %q (want \"\", %q or %q)", ErrUnknownFormat, format, FormatOpenAI, FormatAnthropic)
+		return nil, fmt.Errorf("%w %q (want \"\", %q, %q or %q)", ErrUnknownFormat, format, FormatOpenAI, FormatOpenAIResponses, FormatAnthropic)
 	}
+}
+
+// strictSchema returns an object schema made ready for OpenAI's strict
+// mode, which requires every property to be listed in required and allows
+// no others: each optional property becomes nullable instead (its type gains
+// "null", its enum null), and ParseArgs takes null as absent.
+func strictSchema(s map[string]any) map[string]any {
+	out := make(map[string]any, len(s)+2)
+	for k, v := range s {
+		out[k] = v
+	}
+	props, _ := s["properties"].(map[string]any)
+	required := map[string]bool{}
+	if req, ok := s["required"].([]any); ok {
+		for _, r := range req {
+			if name, ok := r.(string); ok {
+				required[name] = true
+			}
+		}
+	}
+	names := make([]string, 0, len(props))
+	for name := range props {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	strictProps := make(map[string]any, len(props))
+	all := make([]any, 0, len(names))
+	for _, name := range names {
+		all = append(all, name)
+		p, _ := props[name].(map[string]any)
+		if required[name] || p == nil {
+			strictProps[name] = props[name]
+			continue
+		}
+		np := make(map[string]any, len(p))
+		for k, v := range p {
+			np[k] = v
+		}
+		if t, ok := p["type"].(string); ok {
+			np["type"] = []any{t, "null"}
+		}
+		if enum, ok := p["enum"].([]any); ok {
+			np["enum"] = append(append([]any(nil), enum...), nil)
+		}
+		strictProps[name] = np
+	}
+	out["properties"] = strictProps
+	out["required"] = all
+	out["additionalProperties"] = false
+	return out
 }

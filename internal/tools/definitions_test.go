@@ -16,6 +16,7 @@ func TestRenderGolden(t *testing.T) {
 	for _, tt := range []struct{ format, golden string }{
 		{FormatGeneric, "tools.json"},
 		{FormatOpenAI, "tools.openai.json"},
+		{FormatOpenAIResponses, "tools.openai-responses.json"},
 		{FormatAnthropic, "tools.anthropic.json"},
 	} {
 		t.Run(tt.golden, func(t *testing.T) {
@@ -114,5 +115,54 @@ func TestDescriptionsFit(t *testing.T) {
 				t.Errorf("%s.%s description is %d characters, want at most 1024", d.Name, name, n)
 			}
 		}
+	}
+}
+
+// TestStrictSchemas: the Responses rendering is strict and its schemas meet
+// strict mode: every property required, optional ones nullable, nothing
+// else allowed; and null is what ParseArgs takes as absent.
+func TestStrictSchemas(t *testing.T) {
+	v, err := Render(Definitions(), FormatOpenAIResponses)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tool := range v.([]openAIResponsesTool) {
+		if !tool.Strict || tool.Type != "function" {
+			t.Errorf("%s: strict %v type %q", tool.Name, tool.Strict, tool.Type)
+		}
+		p := tool.Parameters
+		props := p["properties"].(map[string]any)
+		req := p["required"].([]any)
+		if len(req) != len(props) || p["additionalProperties"] != false {
+			t.Errorf("%s: required %v of %d properties, additionalProperties %v", tool.Name, req, len(props), p["additionalProperties"])
+		}
+		nulls := map[string]any{}
+		for _, param := range params[tool.Name] {
+			typ := props[param.name].(map[string]any)["type"]
+			if param.required {
+				if typ != param.kind.jsonType() {
+					t.Errorf("%s.%s: type %v, want %s", tool.Name, param.name, typ, param.kind.jsonType())
+				}
+				continue
+			}
+			if !cmp.Equal(typ, []any{param.kind.jsonType(), "null"}) {
+				t.Errorf("%s.%s: type %v, want nullable %s", tool.Name, param.name, typ, param.kind.jsonType())
+			}
+			nulls[param.name] = nil
+		}
+		// A strict model sends null for what it leaves out.
+		for _, param := range params[tool.Name] {
+			if param.required {
+				nulls[param.name] = map[kind]any{kindString: "x", kindInteger: 1, kindBool: true}[param.kind]
+			}
+		}
+		raw, _ := json.Marshal(nulls)
+		if _, err := ParseArgs(tool.Name, raw); err != nil {
+			t.Errorf("%s: a strict call with nulls %s is refused: %v", tool.Name, raw, err)
+		}
+	}
+	// The generic definitions are unchanged by the strict rendering.
+	if _, ok := Definitions()[0].Schema["properties"].(map[string]any)["timeout"].(map[string]any)["type"].(string); !ok {
+		t.Error("strictSchema changed the definitions it was given")
 	}
 }

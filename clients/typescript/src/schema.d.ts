@@ -1089,7 +1089,7 @@ export interface components {
             data: Record<string, never>;
         };
         /** @description The tool definitions in one format. */
-        ToolList: components["schemas"]["GenericTool"][] | components["schemas"]["OpenAIChatTool"][] | components["schemas"]["AnthropicTool"][];
+        ToolList: components["schemas"]["GenericTool"][] | components["schemas"]["OpenAIChatTool"][] | components["schemas"]["OpenAIResponsesTool"][] | components["schemas"]["AnthropicTool"][];
         /** @description The JSON Schema of a tool's arguments, always an object schema. */
         JSONSchema: {
             /** @enum {string} */
@@ -1117,6 +1117,16 @@ export interface components {
                 parameters: components["schemas"]["JSONSchema"];
                 strict?: boolean;
             };
+        };
+        /** @description A Responses API function tool, ready for strict mode. */
+        OpenAIResponsesTool: {
+            /** @enum {string} */
+            type: "function";
+            name: string;
+            description: string;
+            parameters: components["schemas"]["JSONSchema"];
+            /** @enum {boolean} */
+            strict: true;
         };
         /** @description An Anthropic Messages client tool. */
         AnthropicTool: {
@@ -2332,9 +2342,11 @@ export interface operations {
             query?: {
                 /**
                  * @description `generic` (default): `{name, description, inputSchema}`. `openai`: Chat
-                 *     Completions function tools. `anthropic`: Anthropic Messages client tools.
+                 *     Completions function tools. `openai-responses`: Responses API function tools,
+                 *     `strict: true`, every property required and the optional ones nullable (send
+                 *     null for "not given"). `anthropic`: Anthropic Messages client tools.
                  */
-                format?: "generic" | "openai" | "anthropic";
+                format?: "generic" | "openai" | "openai-responses" | "anthropic";
             };
             header?: never;
             path?: never;

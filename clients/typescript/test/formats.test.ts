@@ -12,6 +12,9 @@ import { createDshdClient, must, type Schemas } from "../src/index.js";
 export function chatCompletionsBody(tools: Schemas["OpenAIChatTool"][]): OpenAI.Chat.ChatCompletionCreateParams {
   return { model: "any", messages: [{ role: "user", content: "hi" }], tools };
 }
+export function responsesBody(tools: Schemas["OpenAIResponsesTool"][]): OpenAI.Responses.ResponseCreateParams {
+  return { model: "any", input: "hi", tools };
+}
 export function anthropicMessagesBody(tools: Schemas["AnthropicTool"][]): Anthropic.MessageCreateParams {
   return { model: "any", max_tokens: 1024, messages: [{ role: "user", content: "hi" }], tools };
 }
@@ -27,6 +30,33 @@ test("openai: Chat Completions function tools", async () => {
     assert.ok(t.function.description.length <= 1024, `${t.function.name} description too long`);
     assert.equal(t.function.parameters.type, "object");
   }
+});
+
+test("openai-responses: strict Responses API function tools", async () => {
+  const tools = must(await c.api.GET("/tools", { params: { query: { format: "openai-responses" } } })) as Schemas["OpenAIResponsesTool"][];
+  const body = responsesBody(tools);
+  assert.deepEqual(body.tools!.map((t) => ("name" in t ? t.name : "")), ["bash", "job_output", "job_list", "job_kill"]);
+  for (const t of tools) {
+    assert.equal(t.strict, true);
+    assert.ok(t.description.length <= 1024, `${t.name} description too long`);
+    // Strict mode: every property required, no others allowed.
+    const props = Object.keys(t.parameters.properties).sort();
+    assert.deepEqual([...(t.parameters.required ?? [])].sort(), props, `${t.name}: not every property is required`);
+    assert.equal(t.parameters.additionalProperties, false);
+  }
+  const bash = tools[0].parameters.properties as Record<string, { type: unknown }>;
+  assert.deepEqual(bash.timeout.type, ["integer", "null"]);
+  assert.deepEqual(bash.workdir.type, ["string", "null"]);
+  assert.equal(bash.command.type, "string");
+
+  // What a strict model sends: every argument, null for those it leaves out.
+  const agent = must(await c.api.POST("/agents", { body: {} }));
+  const res = must(await c.api.POST("/agents/{id}/tools/{name}", {
+    params: { path: { id: agent.id, name: "bash" } },
+    body: { arguments: { command: "echo strict", description: null, timeout: null, workdir: null, run_in_background: null } },
+  }));
+  assert.equal(res.isError, false);
+  assert.equal(res.text, "strict");
 });
 
 test("anthropic: Messages client tools", async () => {

@@ -370,13 +370,43 @@ func (e JobState) Valid() bool {
 
 // Defines values for OpenAIChatToolType.
 const (
-	Function OpenAIChatToolType = "function"
+	OpenAIChatToolTypeFunction OpenAIChatToolType = "function"
 )
 
 // Valid indicates whether the value is a known member of the OpenAIChatToolType enum.
 func (e OpenAIChatToolType) Valid() bool {
 	switch e {
-	case Function:
+	case OpenAIChatToolTypeFunction:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for OpenAIResponsesToolStrict.
+const (
+	True OpenAIResponsesToolStrict = true
+)
+
+// Valid indicates whether the value is a known member of the OpenAIResponsesToolStrict enum.
+func (e OpenAIResponsesToolStrict) Valid() bool {
+	switch e {
+	case True:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for OpenAIResponsesToolType.
+const (
+	OpenAIResponsesToolTypeFunction OpenAIResponsesToolType = "function"
+)
+
+// Valid indicates whether the value is a known member of the OpenAIResponsesToolType enum.
+func (e OpenAIResponsesToolType) Valid() bool {
+	switch e {
+	case OpenAIResponsesToolTypeFunction:
 		return true
 	default:
 		return false
@@ -556,9 +586,10 @@ func (e GetJobOutputParamsStream) Valid() bool {
 
 // Defines values for ListToolsParamsFormat.
 const (
-	Anthropic ListToolsParamsFormat = "anthropic"
-	Generic   ListToolsParamsFormat = "generic"
-	Openai    ListToolsParamsFormat = "openai"
+	Anthropic       ListToolsParamsFormat = "anthropic"
+	Generic         ListToolsParamsFormat = "generic"
+	Openai          ListToolsParamsFormat = "openai"
+	OpenaiResponses ListToolsParamsFormat = "openai-responses"
 )
 
 // Valid indicates whether the value is a known member of the ListToolsParamsFormat enum.
@@ -569,6 +600,8 @@ func (e ListToolsParamsFormat) Valid() bool {
 	case Generic:
 		return true
 	case Openai:
+		return true
+	case OpenaiResponses:
 		return true
 	default:
 		return false
@@ -972,6 +1005,23 @@ type OpenAIChatTool struct {
 // OpenAIChatToolType defines model for OpenAIChatTool.Type.
 type OpenAIChatToolType string
 
+// OpenAIResponsesTool A Responses API function tool, ready for strict mode.
+type OpenAIResponsesTool struct {
+	Description string `json:"description"`
+	Name        string `json:"name"`
+
+	// Parameters The JSON Schema of a tool's arguments, always an object schema.
+	Parameters JSONSchema                `json:"parameters"`
+	Strict     OpenAIResponsesToolStrict `json:"strict"`
+	Type       OpenAIResponsesToolType   `json:"type"`
+}
+
+// OpenAIResponsesToolStrict defines model for OpenAIResponsesTool.Strict.
+type OpenAIResponsesToolStrict bool
+
+// OpenAIResponsesToolType defines model for OpenAIResponsesTool.Type.
+type OpenAIResponsesToolType string
+
 // Output defines model for Output.
 type Output struct {
 	// DroppedBytes Bytes that were not kept and cannot be read from the output route: beyond the
@@ -1166,7 +1216,10 @@ type ToolList0 = []GenericTool
 type ToolList1 = []OpenAIChatTool
 
 // ToolList2 defines model for ToolList.2.
-type ToolList2 = []AnthropicTool
+type ToolList2 = []OpenAIResponsesTool
+
+// ToolList3 defines model for ToolList.3.
+type ToolList3 = []AnthropicTool
 
 // ToolResult defines model for ToolResult.
 type ToolResult struct {
@@ -1295,7 +1348,9 @@ type GetJobOutputParamsStream string
 // ListToolsParams defines parameters for ListTools.
 type ListToolsParams struct {
 	// Format `generic` (default): `{name, description, inputSchema}`. `openai`: Chat
-	// Completions function tools. `anthropic`: Anthropic Messages client tools.
+	// Completions function tools. `openai-responses`: Responses API function tools,
+	// `strict: true`, every property required and the optional ones nullable (send
+	// null for "not given"). `anthropic`: Anthropic Messages client tools.
 	Format *ListToolsParamsFormat `form:"format,omitempty" json:"format,omitempty"`
 }
 
@@ -1642,6 +1697,32 @@ func (t *ToolList) FromToolList2(v ToolList2) error {
 
 // MergeToolList2 performs a merge with any union data inside the ToolList, using the provided ToolList2
 func (t *ToolList) MergeToolList2(v ToolList2) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsToolList3 returns the union data inside the ToolList as a ToolList3
+func (t ToolList) AsToolList3() (ToolList3, error) {
+	var body ToolList3
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromToolList3 overwrites any union data inside the ToolList as the provided ToolList3
+func (t *ToolList) FromToolList3(v ToolList3) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeToolList3 performs a merge with any union data inside the ToolList, using the provided ToolList3
+func (t *ToolList) MergeToolList3(v ToolList3) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return err
