@@ -318,102 +318,11 @@ type compiled struct {
 // compiled contributor, every problem found (reserved keys included) and
 // whether every problem is a reserved key.
 func compileSpec(s Spec) (cp compiled, problems []string, onlyReserved bool) {
-	reserved := 0
-	addf := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
-
-	switch {
-	case strings.TrimSpace(s.Name) == "":
-		addf("name is required")
-	case !IsValidName(s.Name):
-		addf("name %q is malformed: use 1 to %d lowercase letters, digits, '.', '_' or '-', starting with a letter or digit", s.Name, MaxNameLen)
-	case strings.HasPrefix(s.Name, builtinNamePrefix):
-		addf("name %q uses the prefix %q reserved for built-in contributors", s.Name, builtinNamePrefix)
-	}
-
-	if len(s.Keys) == 0 {
-		addf("at least one key must be declared")
-	}
-	declared := make(map[string]bool, len(s.Keys))
-	keys := make([]KeySpec, 0, len(s.Keys))
-	for i, k := range s.Keys {
-		switch {
-		case k.Key == "":
-			addf("keys[%d]: key is required", i)
-		case !IsValidKey(k.Key):
-			addf("keys[%d]: key %q does not match ^%s[A-Z][A-Z0-9_]*$", i, k.Key, Prefix)
-		case IsReservedKey(k.Key):
-			addf("keys[%d]: key %s is reserved", i, k.Key)
-			reserved++
-		case declared[k.Key]:
-			addf("keys[%d]: key %s is declared more than once", i, k.Key)
-		}
-		if strings.TrimSpace(k.Description) == "" {
-			addf("keys[%d]: description is required", i)
-		} else if strings.IndexByte(k.Description, 0) >= 0 {
-			addf("keys[%d]: description contains a NUL byte", i)
-		}
-		if k.Key != "" && !declared[k.Key] {
-			declared[k.Key] = true
-			keys = append(keys, k)
-		}
-	}
-	slices.SortFunc(keys, func(a, b KeySpec) int { return strings.Compare(a.Key, b.Key) })
-
+	var p problemList
+	p.checkName(s.Name)
+	keys, declared, reserved := p.checkKeys(s.Keys)
+	templates := p.checkResolver(s.Resolver, declared)
 	r := s.Resolver
-	valueKeys := make([]string, 0, len(r.Values))
-	for k := range r.Values {
-		valueKeys = append(valueKeys, k)
-	}
-	slices.Sort(valueKeys)
-	var templates map[string]*template
-	switch r.Kind {
-	case KindStatic, KindTemplate:
-		if r.URL != "" {
-			addf("resolver: url is only allowed for %s resolvers", KindWebhook)
-		}
-		if r.Timeout != 0 {
-			addf("resolver: timeout is only allowed for %s resolvers", KindWebhook)
-		}
-		if r.Kind == KindTemplate {
-			templates = make(map[string]*template, len(r.Values))
-		}
-		for _, k := range valueKeys {
-			v := r.Values[k]
-			if !declared[k] {
-				addf("resolver: values name undeclared key %q", k)
-			}
-			if strings.IndexByte(v, 0) >= 0 {
-				addf("resolver: value of %s contains a NUL byte", k)
-			}
-			if r.Kind == KindTemplate {
-				t, unknown, unclosed := parseTemplate(v)
-				for _, u := range unknown {
-					addf("resolver: template of %s uses unknown placeholder {%s}", k, u)
-				}
-				if unclosed {
-					addf("resolver: template of %s has an unclosed '{'", k)
-				}
-				templates[k] = &t
-			}
-		}
-	case KindWebhook:
-		if len(r.Values) > 0 {
-			addf("resolver: values are not allowed for %s resolvers", KindWebhook)
-		}
-		if r.URL == "" {
-			addf("resolver: url is required for %s resolvers", KindWebhook)
-		} else if u, err := url.Parse(r.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			addf("resolver: url %q is not an absolute http or https URL", r.URL)
-		}
-		if r.Timeout < 0 {
-			addf("resolver: timeout must not be negative")
-		}
-	case "":
-		addf("resolver: kind is required (%s, %s or %s)", KindStatic, KindTemplate, KindWebhook)
-	default:
-		addf("resolver: unknown kind %q (want %s, %s or %s)", r.Kind, KindStatic, KindTemplate, KindWebhook)
-	}
-
 	var values map[string]string
 	if len(r.Values) > 0 {
 		values = make(map[string]string, len(r.Values))
@@ -433,7 +342,128 @@ func compileSpec(s Spec) (cp compiled, problems []string, onlyReserved bool) {
 		},
 		templates: templates,
 	}
-	return cp, problems, len(problems) > 0 && reserved == len(problems)
+	return cp, p, len(p) > 0 && reserved == len(p)
+}
+
+// problemList collects what is wrong with a Spec, in the order found: name,
+// keys, resolver.
+type problemList []string
+
+func (p *problemList) addf(format string, args ...any) {
+	*p = append(*p, fmt.Sprintf(format, args...))
+}
+
+// checkName checks a contributor's name.
+func (p *problemList) checkName(name string) {
+	switch {
+	case strings.TrimSpace(name) == "":
+		p.addf("name is required")
+	case !IsValidName(name):
+		p.addf("name %q is malformed: use 1 to %d lowercase letters, digits, '.', '_' or '-', starting with a letter or digit", name, MaxNameLen)
+	case strings.HasPrefix(name, builtinNamePrefix):
+		p.addf("name %q uses the prefix %q reserved for built-in contributors", name, builtinNamePrefix)
+	}
+}
+
+// checkKeys checks the declared keys and returns them sorted and without
+// duplicates, the set of declared names, and how many problems were
+// reserved keys.
+func (p *problemList) checkKeys(specs []KeySpec) (keys []KeySpec, declared map[string]bool, reserved int) {
+	if len(specs) == 0 {
+		p.addf("at least one key must be declared")
+	}
+	declared = make(map[string]bool, len(specs))
+	keys = make([]KeySpec, 0, len(specs))
+	for i, k := range specs {
+		switch {
+		case k.Key == "":
+			p.addf("keys[%d]: key is required", i)
+		case !IsValidKey(k.Key):
+			p.addf("keys[%d]: key %q does not match ^%s[A-Z][A-Z0-9_]*$", i, k.Key, Prefix)
+		case IsReservedKey(k.Key):
+			p.addf("keys[%d]: key %s is reserved", i, k.Key)
+			reserved++
+		case declared[k.Key]:
+			p.addf("keys[%d]: key %s is declared more than once", i, k.Key)
+		}
+		if strings.TrimSpace(k.Description) == "" {
+			p.addf("keys[%d]: description is required", i)
+		} else if strings.IndexByte(k.Description, 0) >= 0 {
+			p.addf("keys[%d]: description contains a NUL byte", i)
+		}
+		if k.Key != "" && !declared[k.Key] {
+			declared[k.Key] = true
+			keys = append(keys, k)
+		}
+	}
+	slices.SortFunc(keys, func(a, b KeySpec) int { return strings.Compare(a.Key, b.Key) })
+	return keys, declared, reserved
+}
+
+// checkResolver checks the resolver against the declared keys and returns
+// the parsed templates of a template resolver.
+func (p *problemList) checkResolver(r ResolverSpec, declared map[string]bool) map[string]*template {
+	switch r.Kind {
+	case KindStatic, KindTemplate:
+		return p.checkValues(r, declared)
+	case KindWebhook:
+		if len(r.Values) > 0 {
+			p.addf("resolver: values are not allowed for %s resolvers", KindWebhook)
+		}
+		if r.URL == "" {
+			p.addf("resolver: url is required for %s resolvers", KindWebhook)
+		} else if u, err := url.Parse(r.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			p.addf("resolver: url %q is not an absolute http or https URL", r.URL)
+		}
+		if r.Timeout < 0 {
+			p.addf("resolver: timeout must not be negative")
+		}
+	case "":
+		p.addf("resolver: kind is required (%s, %s or %s)", KindStatic, KindTemplate, KindWebhook)
+	default:
+		p.addf("resolver: unknown kind %q (want %s, %s or %s)", r.Kind, KindStatic, KindTemplate, KindWebhook)
+	}
+	return nil
+}
+
+// checkValues checks the values of a static or template resolver, in key
+// order, and parses templates.
+func (p *problemList) checkValues(r ResolverSpec, declared map[string]bool) map[string]*template {
+	if r.URL != "" {
+		p.addf("resolver: url is only allowed for %s resolvers", KindWebhook)
+	}
+	if r.Timeout != 0 {
+		p.addf("resolver: timeout is only allowed for %s resolvers", KindWebhook)
+	}
+	var templates map[string]*template
+	if r.Kind == KindTemplate {
+		templates = make(map[string]*template, len(r.Values))
+	}
+	valueKeys := make([]string, 0, len(r.Values))
+	for k := range r.Values {
+		valueKeys = append(valueKeys, k)
+	}
+	slices.Sort(valueKeys)
+	for _, k := range valueKeys {
+		v := r.Values[k]
+		if !declared[k] {
+			p.addf("resolver: values name undeclared key %q", k)
+		}
+		if strings.IndexByte(v, 0) >= 0 {
+			p.addf("resolver: value of %s contains a NUL byte", k)
+		}
+		if r.Kind == KindTemplate {
+			t, unknown, unclosed := parseTemplate(v)
+			for _, u := range unknown {
+				p.addf("resolver: template of %s uses unknown placeholder {%s}", k, u)
+			}
+			if unclosed {
+				p.addf("resolver: template of %s has an unclosed '{'", k)
+			}
+			templates[k] = &t
+		}
+	}
+	return templates
 }
 
 // RedactURL returns raw without its user information, query and fragment,
