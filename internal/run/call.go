@@ -200,32 +200,11 @@ func (s *Service) record(ctx context.Context, agentID, typ string, data any) err
 // bash runs the bash tool: PreToolUse hooks, the shared pipeline, waiting
 // (foreground), PostToolUse hooks.
 func (s *Service) bash(ctx context.Context, agent agents.Agent, callID string, a tools.Args, started func(*exec.Job)) (CallResult, error) {
-	command := a.Str("command")
-	cwd := agent.Cwd
-	if wd := a.Str("workdir"); wd != "" {
-		if filepath.IsAbs(wd) || agent.Cwd == "" {
-			cwd = filepath.Clean(wd)
-		} else {
-			cwd = filepath.Join(agent.Cwd, wd)
-		}
-	}
-	background := a.Bool("run_in_background")
-	timeout := time.Duration(a.Int("timeout")) * time.Millisecond
-
-	// The tool input mirrors Claude Code's Bash input, so existing hook
-	// scripts read the fields they expect.
-	input := map[string]any{"command": command}
-	if a.Has("description") {
-		input["description"] = a.Str("description")
-	}
-	if a.Has("timeout") {
-		input["timeout"] = a.Int("timeout")
-	}
-	if a.Has("run_in_background") {
-		input["run_in_background"] = background
-	}
-	if a.Has("workdir") {
-		input["workdir"] = a.Str("workdir")
+	spec := exec.Spec{
+		Command:    a.Str("command"),
+		Cwd:        workdir(agent.Cwd, a.Str("workdir")),
+		Timeout:    time.Duration(a.Int("timeout")) * time.Millisecond,
+		Background: a.Bool("run_in_background"),
 	}
 	// Hooks run in the agent's cwd (DESIGN §7), never in the workdir the
 	// model asked for: a project's hooks are found relative to it (often via
@@ -234,6 +213,7 @@ func (s *Service) bash(ctx context.Context, agent agents.Agent, callID string, a
 	if hookCwd == "" {
 		hookCwd = s.home
 	}
+	input := bashHookInput(a)
 	hookInput := func(ev hooks.EventName) hooks.Input {
 		return hooks.Input{Event: ev, SessionID: agent.ID, Cwd: hookCwd, ToolName: hookToolName, ToolUseID: callID, ToolInput: input}
 	}
@@ -244,7 +224,7 @@ func (s *Service) bash(ctx context.Context, agent agents.Agent, callID string, a
 		return preOut.Reason, preOut.Blocked, err
 	}
 
-	job, err := s.start(ctx, &agent, exec.Spec{Command: command, Cwd: cwd, Timeout: timeout, Background: background}, pre)
+	job, err := s.start(ctx, &agent, spec, pre)
 	var blocked *errBlocked
 	switch {
 	case errors.As(err, &blocked):
@@ -259,26 +239,10 @@ func (s *Service) bash(ctx context.Context, agent agents.Agent, callID string, a
 		return CallResult{}, err
 	}
 
-	res := CallResult{JobID: job.ID()}
-	var response map[string]any
-	if background {
-		res.Text = tools.StartedText(job.ID())
-		response = map[string]any{"stdout": "", "stderr": "", "exitCode": nil, "interrupted": false, "backgroundTaskId": job.ID()}
-	} else {
-		if started != nil {
-			started(job)
-		}
-		snap, err := job.Wait(ctx)
-		if err != nil {
-			return res, fmt.Errorf("wait for job %s: %w", job.ID(), err)
-		}
-		interrupted := snap.State == exec.StateTimedOut || snap.State == exec.StateCancelled
-		res.Text = tools.RenderResult(snap)
-		res.ExitCode = snap.ExitCode
-		res.IsError = interrupted
-		response = map[string]any{"stdout": snap.Stdout.Text, "stderr": snap.Stderr.Text, "exitCode": snap.ExitCode, "interrupted": interrupted}
+	res, response, err := bashResult(ctx, job, started)
+	if err != nil {
+		return res, err
 	}
-
 	addHookOutput(&res, preOut)
 	post := hookInput(hooks.PostToolUse)
 	post.ToolResponse = response
@@ -294,6 +258,62 @@ func (s *Service) bash(ctx context.Context, agent agents.Agent, callID string, a
 	}
 	addHookOutput(&res, out)
 	return res, nil
+}
+
+// workdir is where a bash call asking for wd runs: the agent's cwd for "",
+// wd itself when absolute (or when the agent has no cwd), else wd under the
+// agent's cwd. The job table resolves what is still relative.
+func workdir(agentCwd, wd string) string {
+	switch {
+	case wd == "":
+		return agentCwd
+	case filepath.IsAbs(wd) || agentCwd == "":
+		return filepath.Clean(wd)
+	}
+	return filepath.Join(agentCwd, wd)
+}
+
+// bashHookInput is the tool input hooks see for a bash call. It mirrors
+// Claude Code's Bash input, so existing hook scripts read the fields they
+// expect.
+func bashHookInput(a tools.Args) map[string]any {
+	input := map[string]any{"command": a.Str("command")}
+	if a.Has("description") {
+		input["description"] = a.Str("description")
+	}
+	if a.Has("timeout") {
+		input["timeout"] = a.Int("timeout")
+	}
+	if a.Has("run_in_background") {
+		input["run_in_background"] = a.Bool("run_in_background")
+	}
+	if a.Has("workdir") {
+		input["workdir"] = a.Str("workdir")
+	}
+	return input
+}
+
+// bashResult is the result of a started bash job and the tool response
+// PostToolUse hooks see: at once for a background job, after waiting for a
+// foreground one (started, when set, is told before the wait).
+func bashResult(ctx context.Context, job *exec.Job, started func(*exec.Job)) (CallResult, map[string]any, error) {
+	res := CallResult{JobID: job.ID()}
+	if job.Background() {
+		res.Text = tools.StartedText(job.ID())
+		return res, map[string]any{"stdout": "", "stderr": "", "exitCode": nil, "interrupted": false, "backgroundTaskId": job.ID()}, nil
+	}
+	if started != nil {
+		started(job)
+	}
+	snap, err := job.Wait(ctx)
+	if err != nil {
+		return res, nil, fmt.Errorf("wait for job %s: %w", job.ID(), err)
+	}
+	interrupted := snap.State == exec.StateTimedOut || snap.State == exec.StateCancelled
+	res.Text = tools.RenderResult(snap)
+	res.ExitCode = snap.ExitCode
+	res.IsError = interrupted
+	return res, map[string]any{"stdout": snap.Stdout.Text, "stderr": snap.Stderr.Text, "exitCode": snap.ExitCode, "interrupted": interrupted}, nil
 }
 
 // addHookOutput carries what the hooks of one event said into res: in its
