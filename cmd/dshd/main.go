@@ -192,96 +192,26 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Re
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-
-	cwd, err := os.Getwd()
-	if err != nil {
-		return fmt.Errorf("working directory: %w", err)
-	}
-	// The executor first: it stops what a crashed run left, as early as it can.
-	executor, err := exec.New(exec.Options{
-		Logger:  logger.With("component", "exec"),
-		Home:    home,
-		Environ: os.Environ(),
-		Policy: exec.EnvPolicy{
-			Inherit:               exec.Inherit(cfg.Env.Inherit),
-			Exclude:               cfg.Env.Exclude,
-			IgnoreDefaultExcludes: cfg.Env.IgnoreDefaultExcludes,
-			Set:                   cfg.Env.Set,
-			// No child may see the token, whatever the variable's name.
-			Secrets: []string{token},
-		},
-		DefaultCwd:            cwd,
-		DefaultTimeout:        ms(cfg.Jobs.DefaultTimeoutMs),
-		MaxTimeout:            ms(cfg.Jobs.MaxTimeoutMs),
-		Grace:                 ms(cfg.Jobs.GraceMs),
-		CaptureBytes:          cfg.Jobs.CaptureBytes,
-		SpoolMaxBytes:         cfg.Jobs.SpoolMaxBytes,
-		SpoolTotalBytes:       cfg.Jobs.SpoolTotalBytes,
-		MaxRunning:            cfg.Jobs.MaxRunning,
-		MaxBackgroundPerAgent: cfg.Jobs.MaxBackgroundPerAgent,
-		Retention:             time.Duration(cfg.Jobs.RetentionSeconds) * time.Second,
-		RetainMax:             cfg.Jobs.RetainMax,
-		Containment:           cfg.Jobs.Containment,
-		Limits:                exec.Limits{Pids: cfg.Jobs.Limits.Pids, MemoryBytes: cfg.Jobs.Limits.MemoryBytes, CPU: cfg.Jobs.Limits.CPU},
-		Registerer:            reg,
-	})
+	svc, err := newServices(ctx, cfg, home, token, logger, reg)
 	if err != nil {
 		return err
 	}
-	env, err := shellenv.New(shellenv.Options{
-		Home:           home,
-		StatePath:      filepath.Join(home, "contributors.json"),
-		WebhookTimeout: ms(cfg.Webhooks.TimeoutMs),
-		Logger:         logger.With("component", "shellenv"),
-		Registerer:     reg,
-	})
-	if err != nil {
-		return err
-	}
-	sessions, err := agents.Open(ctx, agents.Options{
-		Dir:        filepath.Join(home, "sessions"),
-		DefaultCwd: cwd,
-		MaxDepth:   cfg.Agents.MaxDepth,
-		Sync:       agents.SyncPolicy(cfg.Agents.TranscriptSync),
-		Logger:     logger.With("component", "agents"),
-		Registerer: reg,
-	})
-	if err != nil {
-		return err
-	}
-	defer sessions.Close()
-	hookCfg, err := hooks.Load(home)
-	if err != nil {
-		return err
-	}
-	pipeline := pipe.New(pipe.Options{
-		Logger: logger.With("component", "tools"),
-		Env:    env,
-		Jobs:   executor,
-		Agents: sessions,
-		Hooks:  hooks.NewRunner(hookCfg, executor, logger.With("component", "hooks")),
-	})
-	mcpHandler := mcp.New(mcp.Options{
-		Logger:         logger.With("component", "mcp"),
-		Pipeline:       pipeline,
-		Jobs:           executor,
-		SessionTimeout: mcpSessionTimeout,
-	})
+	defer svc.sessions.Close()
 	handler, err := httpapi.NewServer(httpapi.Deps{
 		Logger:       logger.With("component", "http"),
 		Token:        token,
-		Env:          env,
-		Jobs:         executor,
-		Pipeline:     pipeline,
-		Agents:       sessions,
-		Hooks:        hookCfg,
+		Env:          svc.env,
+		Jobs:         svc.executor,
+		Pipeline:     svc.pipeline,
+		Agents:       svc.sessions,
+		Hooks:        svc.hooks,
 		Skills:       skills.New(home),
-		Containment:  executor,
+		Containment:  svc.executor,
 		Gatherer:     reg,
 		Registerer:   reg,
 		Spec:         contract.OpenAPI,
 		UI:           web.FS(),
-		MCP:          mcpHandler,
+		MCP:          svc.mcp,
 		MaxBodyBytes: cfg.HTTP.MaxBodyBytes,
 		BodyTimeout:  ms(cfg.HTTP.BodyTimeoutMs),
 		Hosts:        hosts,
@@ -293,23 +223,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Re
 
 	leaseCtx, stopLeases := context.WithCancel(context.Background())
 	defer stopLeases()
-	go env.Run(leaseCtx)
+	go svc.env.Run(leaseCtx)
 
 	// Requests run under reqCtx, which shutdown cancels: long-polls and
 	// output streams then end instead of holding the shutdown open.
 	reqCtx, cancelRequests := context.WithCancel(context.Background())
 	defer cancelRequests()
-	headerTimeout := ms(cfg.HTTP.HeaderTimeoutMs)
-	if headerTimeout == 0 {
-		headerTimeout = 10 * time.Second
-	}
-	srv := &http.Server{
-		Handler:           handler,
-		ReadHeaderTimeout: headerTimeout,
-		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
-		BaseContext:       func(net.Listener) context.Context { return reqCtx },
-	}
+	srv := newHTTPServer(handler, cfg, logger, reqCtx)
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 
@@ -327,15 +247,139 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Re
 		return fmt.Errorf("serve: %w", err)
 	}
 	logger.Info("shutting down", "budget", budget)
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), budget)
-	defer cancel()
+	return shutdown(srv, svc, budget, cancelRequests, stopLeases)
+}
+
+// services are the domain services one dshd runs, wired together.
+type services struct {
+	executor *exec.Executor
+	env      *shellenv.Registry
+	sessions *agents.Store
+	hooks    *hooks.Config
+	pipeline *pipe.Service
+	mcp      *mcp.Handler
+}
+
+// newServices builds the executor first (it stops what a crashed run left,
+// as early as it can), then the registry, the agent store, the hooks, the
+// pipeline over them and the MCP endpoint over the pipeline.
+func newServices(ctx context.Context, cfg config, home, token string, logger *slog.Logger, reg prometheus.Registerer) (*services, error) {
+	cwd, err := os.Getwd()
+	if err != nil {
+		return nil, fmt.Errorf("working directory: %w", err)
+	}
+	executor, err := newExecutor(cfg, home, cwd, token, logger, reg)
+	if err != nil {
+		return nil, err
+	}
+	env, err := shellenv.New(shellenv.Options{
+		Home:           home,
+		StatePath:      filepath.Join(home, "contributors.json"),
+		WebhookTimeout: ms(cfg.Webhooks.TimeoutMs),
+		Logger:         logger.With("component", "shellenv"),
+		Registerer:     reg,
+	})
+	if err != nil {
+		return nil, err
+	}
+	sessions, err := agents.Open(ctx, agents.Options{
+		Dir:        filepath.Join(home, "sessions"),
+		DefaultCwd: cwd,
+		MaxDepth:   cfg.Agents.MaxDepth,
+		Sync:       agents.SyncPolicy(cfg.Agents.TranscriptSync),
+		Logger:     logger.With("component", "agents"),
+		Registerer: reg,
+	})
+	if err != nil {
+		return nil, err
+	}
+	hookCfg, err := hooks.Load(home)
+	if err != nil {
+		sessions.Close()
+		return nil, err
+	}
+	pipeline := pipe.New(pipe.Options{
+		Logger: logger.With("component", "run"),
+		Env:    env,
+		Jobs:   executor,
+		Agents: sessions,
+		Hooks:  hooks.NewRunner(hookCfg, executor, logger.With("component", "hooks")),
+	})
+	return &services{
+		executor: executor,
+		env:      env,
+		sessions: sessions,
+		hooks:    hookCfg,
+		pipeline: pipeline,
+		mcp: mcp.New(mcp.Options{
+			Logger:         logger.With("component", "mcp"),
+			Pipeline:       pipeline,
+			Jobs:           executor,
+			SessionTimeout: mcpSessionTimeout,
+		}),
+	}, nil
+}
+
+// newExecutor builds the executor from the configuration's env and jobs
+// sections. No child may see the token, whatever the variable's name.
+func newExecutor(cfg config, home, cwd, token string, logger *slog.Logger, reg prometheus.Registerer) (*exec.Executor, error) {
+	return exec.New(exec.Options{
+		Logger:  logger.With("component", "exec"),
+		Home:    home,
+		Environ: os.Environ(),
+		Policy: exec.EnvPolicy{
+			Inherit:               exec.Inherit(cfg.Env.Inherit),
+			Exclude:               cfg.Env.Exclude,
+			IgnoreDefaultExcludes: cfg.Env.IgnoreDefaultExcludes,
+			Set:                   cfg.Env.Set,
+			Secrets:               []string{token},
+		},
+		DefaultCwd:            cwd,
+		DefaultTimeout:        ms(cfg.Jobs.DefaultTimeoutMs),
+		MaxTimeout:            ms(cfg.Jobs.MaxTimeoutMs),
+		Grace:                 ms(cfg.Jobs.GraceMs),
+		CaptureBytes:          cfg.Jobs.CaptureBytes,
+		SpoolMaxBytes:         cfg.Jobs.SpoolMaxBytes,
+		SpoolTotalBytes:       cfg.Jobs.SpoolTotalBytes,
+		MaxRunning:            cfg.Jobs.MaxRunning,
+		MaxBackgroundPerAgent: cfg.Jobs.MaxBackgroundPerAgent,
+		Retention:             time.Duration(cfg.Jobs.RetentionSeconds) * time.Second,
+		RetainMax:             cfg.Jobs.RetainMax,
+		Containment:           cfg.Jobs.Containment,
+		Limits:                exec.Limits{Pids: cfg.Jobs.Limits.Pids, MemoryBytes: cfg.Jobs.Limits.MemoryBytes, CPU: cfg.Jobs.Limits.CPU},
+		Registerer:            reg,
+	})
+}
+
+// newHTTPServer is the http.Server for handler; its requests run under
+// reqCtx.
+func newHTTPServer(handler http.Handler, cfg config, logger *slog.Logger, reqCtx context.Context) *http.Server {
+	headerTimeout := ms(cfg.HTTP.HeaderTimeoutMs)
+	if headerTimeout == 0 {
+		headerTimeout = 10 * time.Second
+	}
+	return &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: headerTimeout,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+		BaseContext:       func(net.Listener) context.Context { return reqCtx },
+	}
+}
+
+// shutdown stops dshd within budget. HTTP first: stop taking requests.
+// Requests in flight may be waiting on jobs, so the jobs are stopped
+// (through the kill path) while HTTP drains; their waiters then answer with
+// the cancelled jobs. Then cancelRequests ends the requests still open
+// (long-polls, streams); once HTTP has drained, stopLeases ends the plugin
+// leases and the agent store is closed.
+func shutdown(srv *http.Server, svc *services, budget time.Duration, cancelRequests, stopLeases func()) error {
+	ctx, stop := context.WithTimeout(context.Background(), budget)
+	defer stop()
 	var errs []error
-	// HTTP first: stop taking requests. Requests in flight may be waiting
-	// on jobs, so the jobs are stopped (through the kill path) while HTTP
-	// drains; their waiters then answer with the cancelled jobs.
 	httpDone := make(chan error, 1)
-	go func() { httpDone <- srv.Shutdown(shutdownCtx) }()
-	if err := executor.Close(shutdownCtx); err != nil {
+	go func() { httpDone <- srv.Shutdown(ctx) }()
+	if err := svc.executor.Close(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("stop jobs: %w", err))
 	}
 	cancelRequests()
@@ -343,7 +387,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Re
 		errs = append(errs, fmt.Errorf("http shutdown: %w", err))
 	}
 	stopLeases()
-	if err := sessions.Close(); err != nil {
+	if err := svc.sessions.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("close sessions: %w", err))
 	}
 	return errors.Join(errs...)
