@@ -138,6 +138,8 @@ func (p *proc) spawn(s *spawnSpec) error {
 		// Own process group, so the whole tree is signalled as -pgid.
 		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
 	}
+	var pidfd int
+	withPidfd(cmd.SysProcAttr, &pidfd)
 	if cg != nil {
 		// Born in the job's cgroup (clone3 CLONE_INTO_CGROUP): no process
 		// of the job ever runs outside it.
@@ -150,6 +152,9 @@ func (p *proc) spawn(s *spawnSpec) error {
 		registered(cmd.Process.Pid)
 	} else {
 		registered(0)
+		if pidfd >= 0 {
+			syscall.Close(pidfd)
+		}
 	}
 	// The child has its copies now (or never will): our write ends must go,
 	// or we would never see EOF.
@@ -190,6 +195,12 @@ func (p *proc) spawn(s *spawnSpec) error {
 	if s.onStart != nil {
 		s.onStart(cmd.Process.Pid)
 	}
+	pid := cmd.Process.Pid
+	if pidfd >= 0 {
+		// os/exec keeps a duplicate of the pidfd until Wait, which we never
+		// call: one descriptor per job is enough.
+		cmd.Process.Release()
+	}
 	if inW != nil {
 		go writeStdin(inW, s.stdin)
 	}
@@ -197,21 +208,14 @@ func (p *proc) spawn(s *spawnSpec) error {
 	readers.Add(2)
 	go readStream(outR, s.stdout, &readers)
 	go readStream(errR, s.stderr, &readers)
-	go p.wait(cmd, outR, errR, inW, &readers, s.onExit)
+	go p.wait(cmd, pid, pidfd, outR, errR, inW, &readers, s.onExit)
 	return nil
 }
 
-// wait is the one goroutine that calls cmd.Wait.
-func (p *proc) wait(cmd *osexec.Cmd, outR, errR, inW *os.File, readers *sync.WaitGroup, onExit func(syscall.WaitStatus, error)) {
-	err := cmd.Wait()
-	reaperOf.reaped(cmd.Process.Pid)
-	var ws syscall.WaitStatus
-	var ru *syscall.Rusage
-	if st := cmd.ProcessState; st != nil {
-		ws, _ = st.Sys().(syscall.WaitStatus)
-		ru, _ = st.SysUsage().(*syscall.Rusage)
-		err = nil // an *ExitError only restates ws
-	}
+// wait is the one goroutine that reaps the leader (waitLeader).
+func (p *proc) wait(cmd *osexec.Cmd, pid, pidfd int, outR, errR, inW *os.File, readers *sync.WaitGroup, onExit func(syscall.WaitStatus, error)) {
+	ws, ru, err := waitLeader(cmd, pidfd)
+	reaperOf.reaped(pid)
 	// The leader is reaped, but its pid stays reserved as our pgid while any
 	// group member lives, so the probe cannot hit an unrelated process.
 	alive := p.jobAlive()

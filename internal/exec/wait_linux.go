@@ -1,0 +1,111 @@
+package exec
+
+import (
+	"errors"
+	"os"
+	osexec "os/exec"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Waiting without a thread per job. cmd.Wait parks an OS thread in a
+// blocking waitid for as long as the job runs; thousands of background jobs
+// would mean thousands of threads. Instead each leader is spawned with a
+// pidfd (clone3 CLONE_PIDFD), which becomes readable when the process
+// exits. The pidfd is non-blocking and in the runtime's poller, so the
+// waiting goroutine is parked in the netpoller like a socket read; once it
+// is readable, waitid(P_PIDFD, WNOHANG) reaps the leader.
+
+// siginfoChld is the kernel's siginfo_t as filled for a child's exit
+// (64-bit layout: three ints and padding, then si_pid, si_uid, si_status).
+type siginfoChld struct {
+	Signo  int32
+	Errno  int32
+	Code   int32
+	_      int32
+	Pid    int32
+	UID    uint32
+	Status int32
+	_      [100]byte
+}
+
+// Codes of siginfo_t.si_code for SIGCHLD.
+const (
+	cldExited = 1
+	cldKilled = 2
+	cldDumped = 3
+)
+
+// withPidfd asks the spawn for a pidfd in *fd (-1 until the spawn sets it).
+func withPidfd(attr *syscall.SysProcAttr, fd *int) {
+	*fd = -1
+	attr.PidFD = fd
+}
+
+// waitLeader reaps cmd's process: through pidfd when the spawn gave one,
+// else (a kernel without pidfds) with a blocking cmd.Wait. It returns the
+// wait status and the rusage of the leader and the descendants it waited
+// for. The pidfd is closed.
+func waitLeader(cmd *osexec.Cmd, pidfd int) (syscall.WaitStatus, *syscall.Rusage, error) {
+	if pidfd < 0 {
+		err := cmd.Wait()
+		st := cmd.ProcessState
+		if st == nil {
+			return 0, nil, err
+		}
+		ws, _ := st.Sys().(syscall.WaitStatus)
+		ru, _ := st.SysUsage().(*syscall.Rusage)
+		return ws, ru, nil // an *ExitError only restates ws
+	}
+	if err := syscall.SetNonblock(pidfd, true); err != nil {
+		syscall.Close(pidfd)
+		return 0, nil, os.NewSyscallError("setnonblock pidfd", err)
+	}
+	f := os.NewFile(uintptr(pidfd), "pidfd")
+	defer f.Close()
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return 0, nil, err
+	}
+	var (
+		info siginfoChld
+		ru   syscall.Rusage
+		werr error
+	)
+	err = rc.Read(func(fd uintptr) bool {
+		for {
+			_, _, errno := syscall.Syscall6(syscall.SYS_WAITID, unix.P_PIDFD, fd,
+				uintptr(unsafe.Pointer(&info)), syscall.WEXITED|syscall.WNOHANG, uintptr(unsafe.Pointer(&ru)), 0)
+			switch {
+			case errno == syscall.EINTR:
+				continue
+			case errno == syscall.EAGAIN:
+				return false
+			case errno != 0:
+				werr = os.NewSyscallError("waitid", errno)
+				return true
+			}
+			return info.Pid != 0 // 0: not exited yet; wait for readability
+		}
+	})
+	if err == nil {
+		err = werr
+	}
+	if err != nil {
+		return 0, nil, err
+	}
+	var ws syscall.WaitStatus
+	switch info.Code {
+	case cldExited:
+		ws = syscall.WaitStatus(info.Status&0xff) << 8
+	case cldKilled:
+		ws = syscall.WaitStatus(info.Status & 0x7f)
+	case cldDumped:
+		ws = syscall.WaitStatus(info.Status&0x7f) | 0x80
+	default:
+		return 0, &ru, errors.New("waitid: unexpected si_code")
+	}
+	return ws, &ru, nil
+}
