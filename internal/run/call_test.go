@@ -193,9 +193,9 @@ func TestCallIgnoresModelEnvAndStdin(t *testing.T) {
 	w := newWorld(t)
 	a := w.agent(t)
 	args := map[string]any{
-		"command":   `printf '%s|%s|' "${FOO-unset}" "$DSH_SESSION_ID"; cat; echo end`,
-		"env":       map[string]string{"FOO": "x", "DSH_SESSION_ID": "forged"},
-		"stdin":     "y",
+		"command": `printf '%s|%s|' "${FOO-unset}" "$DSH_SESSION_ID"; cat; echo end`,
+		"env":     map[string]string{"FOO": "x", "DSH_SESSION_ID": "forged"},
+		"stdin":   "y",
 		"timeout": 10000,
 	}
 	start := time.Now()
