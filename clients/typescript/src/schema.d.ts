@@ -755,12 +755,15 @@ export interface components {
             name: string;
             /**
              * Format: int32
-             * @description Default 300.
+             * @description 1 to 86400; default 300. Outside that range: 422 `invalid_plugin`.
              */
             leaseSeconds?: number;
         };
         RenewInput: {
-            /** Format: int32 */
+            /**
+             * Format: int32
+             * @description 1 to 86400; default the plugin's lease. Outside that range: 422 `invalid_plugin`.
+             */
             leaseSeconds?: number;
         };
         Plugin: {
@@ -835,16 +838,30 @@ export interface components {
             systemMessages?: string[];
         };
         ExecRequest: {
+            /**
+             * @description Run as `bash -c <command>`. At most 131,071 bytes (the kernel's limit on one
+             *     argument); longer commands are refused with 413 `argument_too_large`.
+             */
             command: string;
             agentId?: string;
             cwd?: string;
-            /** @description Ordinary environment for the command. `DSH_*` names are rejected. */
+            /**
+             * @description Ordinary environment for the command. `DSH_*` names are rejected. Each entry
+             *     (`NAME=value`) is at most 131,071 bytes, and the command with its whole
+             *     environment must fit the kernel's argument space; otherwise 413
+             *     `argument_too_large`, and nothing runs.
+             */
             env?: {
                 [key: string]: string;
             };
             /** @description Bytes given to the command's stdin (default /dev/null). */
             stdin?: string;
-            /** Format: int64 */
+            /**
+             * Format: int64
+             * @description Foreground: default `jobs.defaultTimeoutMs` (120 s); above `jobs.maxTimeoutMs`
+             *     (600 s) is refused with 422 `timeout_too_long`, never shortened silently.
+             *     Background: no timeout unless given.
+             */
             timeoutMs?: number;
             background?: boolean;
             /** Format: int64 */
@@ -1264,7 +1281,7 @@ export interface components {
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
-        /** @description `body_too_large`: the request body is over `http.maxBodyBytes`. */
+        /** @description `body_too_large`: the request body is over `http.maxBodyBytes`. `argument_too_large` (`POST /exec`): the command or an `env` entry is over 131,071 bytes, or the command with its whole environment is over the kernel's argument space (a quarter of the stack limit, at most 6 MiB; usually 2 MiB); nothing was run. */
         R413: {
             headers: {
                 [name: string]: unknown;
@@ -1300,7 +1317,7 @@ export interface components {
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
-        /** @description The request is well formed but cannot be done (`invalid_declaration` with `errors`, `reserved_key`, `invalid_cwd`, `invalid_plugin`, `invalid_boundary`, `depth_exceeded`, `invalid_arguments`). */
+        /** @description The request is well formed but cannot be done (`invalid_declaration` with `errors`, `reserved_key`, `invalid_cwd`, `invalid_plugin`, `invalid_boundary`, `depth_exceeded`, `invalid_arguments`, `timeout_too_long`). */
         R422: {
             headers: {
                 [name: string]: unknown;
