@@ -19,12 +19,16 @@ deps:
 lint-contract:
 	cd api/lint && node lint.mjs
 
+# The Go server code and the TypeScript client's types are both generated
+# from api/openapi.yaml (the latter needs make deps first).
 generate:
 	$(GO) generate ./...
+	@test -x clients/typescript/node_modules/.bin/openapi-typescript || { echo "run make deps first: clients/typescript needs its npm packages" >&2; exit 1; }
+	cd clients/typescript && node_modules/.bin/openapi-typescript ../../api/openapi.yaml -o src/schema.d.ts
 
 # Fails when the committed generated code differs from what the contract makes.
 generate-check: generate
-	@git diff --exit-code -- '*.gen.go' || { echo "generated code is stale: run make generate and commit" >&2; exit 1; }
+	@git diff --exit-code -- '*.gen.go' clients/typescript/src/schema.d.ts || { echo "generated code is stale: run make generate and commit" >&2; exit 1; }
 	@test -z "$$(git status --porcelain -- '*.gen.go')" || { echo "generated files are not committed" >&2; exit 1; }
 
 fmt-check:
