@@ -218,11 +218,13 @@ func (p *proc) wait(cmd *osexec.Cmd, pid, pidfd int, outR, errR, inW *os.File, r
 	reaperOf.reaped(pid)
 	// The leader is reaped, but its pid stays reserved as our pgid while any
 	// group member lives, so the probe cannot hit an unrelated process.
+	exitWork <- struct{}{}
 	alive := p.jobAlive()
 	if !alive {
 		p.releaseGroup()
 	}
 	p.ended(ru)
+	<-exitWork
 	p.mu.Lock()
 	p.exited = true
 	p.groupAlive = alive
@@ -238,7 +240,9 @@ func (p *proc) wait(cmd *osexec.Cmd, pid, pidfd int, outR, errR, inW *os.File, r
 	readers.Wait()
 	outR.Close()
 	errR.Close()
+	exitWork <- struct{}{}
 	onExit(ws, err)
+	<-exitWork
 	close(p.done)
 }
 

@@ -18,6 +18,13 @@ import (
 // waiting goroutine is parked in the netpoller like a socket read; once it
 // is readable, waitid(P_PIDFD, WNOHANG) reaps the leader.
 
+// exitWork bounds how many waiters do the file work of a job's end at once
+// (cgroup files, rmdir, the running index). When thousands of jobs end
+// together on a loaded machine each of those system calls blocks, and the
+// runtime gives every blocked one an OS thread of its own; waiting for a
+// slot here takes none. It is per process because OS threads are.
+var exitWork = make(chan struct{}, 8)
+
 // siginfoChld is the kernel's siginfo_t as filled for a child's exit
 // (64-bit layout: three ints and padding, then si_pid, si_uid, si_status).
 type siginfoChld struct {
