@@ -40,6 +40,8 @@ type config struct {
 		MaxBackgroundPerAgent int   `yaml:"maxBackgroundPerAgent"`
 		RetentionSeconds      int   `yaml:"retentionSeconds"`
 		RetainMax             int   `yaml:"retainMax"`
+		// IdempotencyWindowSeconds is how long an Idempotency-Key is kept.
+		IdempotencyWindowSeconds int `yaml:"idempotencyWindowSeconds"`
 		// Containment is auto (default), cgroup or group; see exec.Containment*.
 		Containment string `yaml:"containment"`
 		// Limits are every job's default limits; see exec.Limits.
@@ -111,7 +113,7 @@ func (c *config) validate() error {
 		{"jobs.graceMs", int64(c.Jobs.GraceMs)}, {"jobs.captureBytes", int64(c.Jobs.CaptureBytes)},
 		{"jobs.spoolMaxBytes", c.Jobs.SpoolMaxBytes}, {"jobs.spoolTotalBytes", c.Jobs.SpoolTotalBytes}, {"jobs.maxRunning", int64(c.Jobs.MaxRunning)},
 		{"jobs.maxBackgroundPerAgent", int64(c.Jobs.MaxBackgroundPerAgent)}, {"jobs.retentionSeconds", int64(c.Jobs.RetentionSeconds)},
-		{"jobs.retainMax", int64(c.Jobs.RetainMax)}, {"agents.maxDepth", int64(c.Agents.MaxDepth)},
+		{"jobs.retainMax", int64(c.Jobs.RetainMax)}, {"jobs.idempotencyWindowSeconds", int64(c.Jobs.IdempotencyWindowSeconds)}, {"agents.maxDepth", int64(c.Agents.MaxDepth)},
 		{"webhooks.timeoutMs", int64(c.Webhooks.TimeoutMs)}, {"http.maxBodyBytes", c.HTTP.MaxBodyBytes},
 		{"http.headerTimeoutMs", int64(c.HTTP.HeaderTimeoutMs)}, {"http.bodyTimeoutMs", int64(c.HTTP.BodyTimeoutMs)},
 	} {

@@ -345,6 +345,7 @@ func newExecutor(cfg config, home, cwd, token string, logger *slog.Logger, reg p
 		MaxBackgroundPerAgent: cfg.Jobs.MaxBackgroundPerAgent,
 		Retention:             time.Duration(cfg.Jobs.RetentionSeconds) * time.Second,
 		RetainMax:             cfg.Jobs.RetainMax,
+		IdempotencyWindow:     time.Duration(cfg.Jobs.IdempotencyWindowSeconds) * time.Second,
 		Containment:           cfg.Jobs.Containment,
 		Limits:                exec.Limits{Pids: cfg.Jobs.Limits.Pids, MemoryBytes: cfg.Jobs.Limits.MemoryBytes, CPU: cfg.Jobs.Limits.CPU},
 		Registerer:            reg,
@@ -432,7 +433,7 @@ func resolveHome(o options, cfg config, getenv func(string) string) (string, err
 func ensureHome(home string) error {
 	return homefs.Prepare(home, homefs.Layout{
 		Dirs:  []string{"sessions", "jobs"},
-		Files: []string{"server.token", "contributors.json"},
+		Files: []string{"server.token", "contributors.json", "jobs/idempotency.jsonl"},
 	})
 }
 

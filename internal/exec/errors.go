@@ -48,6 +48,19 @@ var (
 	// Executor.Close has been called.
 	ErrClosed = errors.New("executor closed")
 
+	// ErrIdempotencyKeyReused is returned by Executor.Reserve when the
+	// idempotency key was used, within its window, for a different request.
+	ErrIdempotencyKeyReused = errors.New("idempotency key reused for a different request")
+
+	// ErrIdempotencyKeyInUse is returned by Executor.Reserve when the first
+	// request with the idempotency key is still being started.
+	ErrIdempotencyKeyInUse = errors.New("idempotency key in use")
+
+	// ErrIdempotencyJobGone is returned by Executor.Reserve when the job
+	// started with the idempotency key is no longer recorded (retention, or
+	// a restart): the command is not run again.
+	ErrIdempotencyJobGone = errors.New("job of the idempotency key is no longer recorded")
+
 	// ErrInvalidOptions is returned by New when Options are inconsistent
 	// (an unknown inherit policy, a malformed Set name, a relative Home).
 	ErrInvalidOptions = errors.New("invalid executor options")

@@ -30,6 +30,7 @@ const (
 	DefaultMaxBackgroundPerAgent = 10
 	DefaultRetention             = 15 * time.Minute
 	DefaultRetainMax             = 1000
+	DefaultIdempotencyWindow     = 24 * time.Hour
 
 	// MaxGrace is the longest Grace New accepts. Shutdown waits out the
 	// grace of every job before its SIGKILL, and service managers kill a
@@ -89,6 +90,10 @@ type Options struct {
 	Containment string
 	// Limits are every job's and process's default limits (see Limits).
 	Limits Limits
+	// IdempotencyWindow is how long an idempotency key is remembered after
+	// its first use, across restarts and whether or not its job is still
+	// recorded; 0 means DefaultIdempotencyWindow.
+	IdempotencyWindow time.Duration
 }
 
 // Executor is the job table: it decides what may run (caps, idempotency),
@@ -106,7 +111,7 @@ type Executor struct {
 	mu        sync.Mutex
 	closed    bool
 	jobs      map[string]*Job
-	idem      map[string]*Job
+	idem      map[idemScope]*idemEntry
 	running   int
 	bgRunning map[string]int
 	finished  []finishedJob
@@ -116,6 +121,9 @@ type Executor struct {
 	stopJanitor chan struct{}
 	janitorDone chan struct{}
 	closeOnce   sync.Once
+
+	idemMu  sync.Mutex // guards idemLog; taken before mu, never while holding it
+	idemLog *idemLog
 }
 
 type finishedJob struct {
@@ -148,7 +156,7 @@ func New(opts Options) (*Executor, error) {
 		ids:         ids.NewSource(opts.Now),
 		m:           m,
 		jobs:        make(map[string]*Job),
-		idem:        make(map[string]*Job),
+		idem:        make(map[idemScope]*idemEntry),
 		reserved:    make(map[string]*Job),
 		bgRunning:   make(map[string]int),
 		stopJanitor: make(chan struct{}),
@@ -165,6 +173,9 @@ func New(opts Options) (*Executor, error) {
 	}
 	if err := e.recoverLost(); err != nil {
 		return nil, fmt.Errorf("recover jobs of a previous run: %w", err)
+	}
+	if err := e.openIdem(); err != nil {
+		return nil, fmt.Errorf("load idempotency keys: %w", err)
 	}
 	go e.janitor()
 	return e, nil
@@ -207,6 +218,7 @@ func normalize(o *Options) error {
 		return fmt.Errorf("%w: grace %s exceeds the maximum %s", ErrInvalidOptions, o.Grace, MaxGrace)
 	}
 	def(&o.Retention, DefaultRetention)
+	def(&o.IdempotencyWindow, DefaultIdempotencyWindow)
 	if o.CaptureBytes <= 0 {
 		o.CaptureBytes = DefaultCaptureBytes
 	}
@@ -292,19 +304,26 @@ type Spec struct {
 	// Managed is the overlay Start applies last (Reserve ignores it; the
 	// pipeline passes its overlay to Reservation.Start instead).
 	Managed shellenv.Overlay
-	// IdempotencyKey: a Start with the key of a recorded job returns that
-	// job and runs nothing. Keys are forgotten with their job.
+	// IdempotencyKey, scoped to AgentID, makes the execution happen at most
+	// once within Options.IdempotencyWindow (see idem.go): a Start with the
+	// key and fingerprint of a started job returns that job and runs
+	// nothing; another fingerprint is ErrIdempotencyKeyReused.
 	IdempotencyKey string
+	// IdempotencyFingerprint identifies the request that defines the
+	// execution (the caller hashes its canonical form); "" means one
+	// computed from the fields of this Spec.
+	IdempotencyFingerprint string
 	// Limits override Options.Limits field by field (zero: the default).
 	// Only the harness sets them, never a model.
 	Limits Limits
 }
 
-// Lookup returns the recorded job started with idempotencyKey, if any. A
-// job still being spawned is waited for (fork and exec, bounded), and one
-// whose spawn failed is not reported: it never ran and is not recorded.
-func (e *Executor) Lookup(idempotencyKey string) (*Job, bool) {
-	j, ok := e.idemJob(idempotencyKey)
+// Lookup returns the recorded job that agentID started with
+// idempotencyKey, if any. A job still being spawned is waited for (fork and
+// exec, bounded), and one whose spawn failed is not reported: it never ran
+// and is not recorded.
+func (e *Executor) Lookup(agentID, idempotencyKey string) (*Job, bool) {
+	j, ok := e.idemJob(agentID, idempotencyKey)
 	if !ok {
 		return nil, false
 	}
@@ -316,14 +335,17 @@ func (e *Executor) Lookup(idempotencyKey string) (*Job, bool) {
 
 // idemJob returns the job registered with key, whether or not its spawn
 // has completed.
-func (e *Executor) idemJob(key string) (*Job, bool) {
+func (e *Executor) idemJob(agentID, key string) (*Job, bool) {
 	if key == "" {
 		return nil, false
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	j, ok := e.idem[key]
-	return j, ok
+	ent, ok := e.idem[idemScope{agentID, key}]
+	if !ok || ent.job == nil {
+		return nil, false
+	}
+	return ent.job, true
 }
 
 // Start reserves s and starts it with s.Managed as the overlay: Reserve,
@@ -423,13 +445,13 @@ func (e *Executor) register(j *Job) ([]*Job, error) {
 	if e.closed {
 		return nil, ErrClosed
 	}
+	now := e.now()
 	if j.idemKey != "" {
-		if prev, ok := e.idem[j.idemKey]; ok {
-			j.existing = prev
-			return nil, errIdempotentHit
+		if err := e.idemLookupLocked(j, now); err != nil {
+			return nil, err
 		}
 	}
-	removed := e.pruneLocked(e.now())
+	removed := e.pruneLocked(now)
 	if e.running >= e.opts.MaxRunning {
 		return removed, &TooManyJobsError{Limit: "global", Max: e.opts.MaxRunning, RetryAfter: retryAfter}
 	}
@@ -446,7 +468,7 @@ func (e *Executor) register(j *Job) ([]*Job, error) {
 	}
 	e.reserved[j.id] = j
 	if j.idemKey != "" {
-		e.idem[j.idemKey] = j
+		e.idem[idemScope{j.agentID, j.idemKey}] = &idemEntry{jobID: j.id, fingerprint: j.idemFP, at: now, job: j}
 	}
 	e.running++
 	if j.background && j.agentID != "" {
@@ -455,16 +477,22 @@ func (e *Executor) register(j *Job) ([]*Job, error) {
 	return removed, nil
 }
 
-// unregister undoes register after a failed spawn or a release.
+// unregister undoes register after a failed spawn or a release: the job
+// never ran, so its idempotency key is forgotten too.
 func (e *Executor) unregister(j *Job) {
 	e.mu.Lock()
-	defer e.mu.Unlock()
 	delete(e.reserved, j.id)
 	delete(e.jobs, j.id)
-	if j.idemKey != "" && e.idem[j.idemKey] == j {
-		delete(e.idem, j.idemKey)
+	persisted := false
+	if sc := (idemScope{j.agentID, j.idemKey}); j.idemKey != "" {
+		if ent, ok := e.idem[sc]; ok && ent.job == j {
+			persisted = ent.persisted
+			delete(e.idem, sc)
+		}
 	}
 	e.releaseLocked(j)
+	e.mu.Unlock()
+	e.idemDel(j, persisted)
 }
 
 func (e *Executor) releaseLocked(j *Job) {
@@ -515,8 +543,8 @@ func (e *Executor) pruneLocked(now time.Time) []*Job {
 // bytes back to the budget; the caller removes its files (removeJobs).
 func (e *Executor) forgetLocked(j *Job) {
 	delete(e.jobs, j.id)
-	if j.idemKey != "" && e.idem[j.idemKey] == j {
-		delete(e.idem, j.idemKey)
+	if ent, ok := e.idem[idemScope{j.agentID, j.idemKey}]; ok && j.idemKey != "" && ent.job == j {
+		ent.job = nil // the key outlives its job for its window: it never runs again
 	}
 	e.spoolUsed -= j.spoolBytes
 	j.spoolBytes = 0
@@ -581,7 +609,9 @@ func (e *Executor) removeJobs(js []*Job) {
 // prune applies retention now; the janitor calls it periodically.
 func (e *Executor) prune() {
 	e.mu.Lock()
-	removed := e.pruneLocked(e.now())
+	now := e.now()
+	removed := e.pruneLocked(now)
+	e.idemPruneLocked(now)
 	e.mu.Unlock()
 	e.removeJobs(removed)
 	e.run.forgetEmptyGroups()
@@ -596,6 +626,7 @@ func (e *Executor) janitor() {
 		select {
 		case <-t.C:
 			e.prune()
+			e.idemMaybeCompact()
 		case <-e.stopJanitor:
 			return
 		}
@@ -678,5 +709,10 @@ func (e *Executor) Close(ctx context.Context) error {
 		return errors.Join(cutShort, fmt.Errorf("close executor: %w", err))
 	}
 	e.removeJobs(js)
+	e.idemMu.Lock()
+	if e.idemLog != nil {
+		e.idemLog.close()
+	}
+	e.idemMu.Unlock()
 	return cutShort
 }

@@ -101,6 +101,7 @@ type Job struct {
 	managed    shellenv.Overlay
 	timeout    time.Duration
 	idemKey    string
+	idemFP     string // the request's fingerprint, with idemKey
 	createdAt  time.Time
 	timer      *time.Timer
 	spoolBytes int64         // granted from the executor's spool budget; under e.mu

@@ -2,6 +2,9 @@ package exec
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -41,15 +44,17 @@ type Reservation struct {
 // s.ID is set), honours its idempotency key and claims a slot under
 // MaxRunning and MaxBackgroundPerAgent.
 //
-// With an idempotency key of a recorded job, Reserve waits (bounded by ctx)
-// for that job's spawn and returns a reservation whose Existing is that job.
+// With the idempotency key (scoped to s.AgentID) and fingerprint of a
+// started job, Reserve returns a reservation whose Existing is that job.
+// Validation comes first: an invalid s is refused whatever its key.
 //
 // Errors: ErrInvalidInput (NUL bytes, malformed env names, empty command,
 // negative timeout, a taken id), ErrTooLarge (a command or env entry over
 // MaxArgBytes), ErrTimeoutTooLong (a foreground timeout over MaxTimeout),
-// ErrManagedKeyInEnv, *TooManyJobsError
-// (ErrTooManyJobs), ErrClosed, ctx's error, or the start error of the job
-// found by idempotency key.
+// ErrManagedKeyInEnv, *TooManyJobsError (ErrTooManyJobs), ErrClosed, ctx's
+// error, ErrIdempotencyKeyReused (the key was used for another request),
+// ErrIdempotencyKeyInUse (its first request is still being started) or
+// ErrIdempotencyJobGone (its job is no longer recorded).
 func (e *Executor) Reserve(ctx context.Context, s Spec) (*Reservation, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -76,32 +81,44 @@ func (e *Executor) Reserve(ctx context.Context, s Spec) (*Reservation, error) {
 		background: s.Background,
 		timeout:    timeout,
 		idemKey:    s.IdempotencyKey,
+		idemFP:     s.IdempotencyFingerprint,
 		createdAt:  e.now(),
 		state:      StateRunning,
 	}
 	if j.idemKey != "" {
 		j.started = make(chan struct{})
-	}
-	for {
-		removed, err := e.register(j)
-		e.removeJobs(removed)
-		if errors.Is(err, errIdempotentHit) {
-			prev := j.existing
-			j.existing = nil
-			got, err := prev.awaitStart(ctx)
-			if errors.Is(err, errReleased) {
-				continue // the earlier request never ran: this one may
-			}
-			if err != nil {
-				return nil, err
-			}
-			return &Reservation{e: e, existing: got}, nil
+		if j.idemFP == "" {
+			j.idemFP = specFingerprint(&s)
 		}
-		if err != nil {
-			return nil, err
-		}
-		return &Reservation{e: e, j: j, env: s.Env, stdin: s.Stdin, hasStdin: s.HasStdin, limits: s.Limits.or(e.opts.Limits)}, nil
 	}
+	removed, err := e.register(j)
+	e.removeJobs(removed)
+	if errors.Is(err, errIdempotentHit) {
+		prev := j.existing
+		j.existing = nil
+		return &Reservation{e: e, existing: prev}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &Reservation{e: e, j: j, env: s.Env, stdin: s.Stdin, hasStdin: s.HasStdin, limits: s.Limits.or(e.opts.Limits)}, nil
+}
+
+// specFingerprint hashes the fields of s that define the execution, for
+// callers that pass no fingerprint of their own.
+func specFingerprint(s *Spec) string {
+	b, _ := json.Marshal(struct {
+		Command    string
+		Cwd        string
+		Env        map[string]string
+		Stdin      []byte
+		HasStdin   bool
+		Timeout    time.Duration
+		Background bool
+		Limits     Limits
+	}{s.Command, s.Cwd, s.Env, s.Stdin, s.HasStdin, s.Timeout, s.Background, s.Limits})
+	sum := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
 // ID returns the id the job will have (that of the existing job on an
@@ -179,6 +196,12 @@ func (r *Reservation) start(managed shellenv.Overlay) (*Job, error) {
 	}
 	if err := validateManaged(managed); err != nil {
 		return fail(err)
+	}
+	if j.idemKey != "" {
+		// Durable before the command runs: no crash makes the key run twice.
+		if err := e.idemPut(j); err != nil {
+			return fail(err)
+		}
 	}
 	j.managed = managed
 	env := e.run.base.with(r.env, managed.AppendEnv(nil))

@@ -2,9 +2,7 @@ package exec
 
 import (
 	"errors"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/dshd/dshd/internal/shellenv"
 )
@@ -62,30 +60,23 @@ func TestReservationManagedNUL(t *testing.T) {
 	mustRun(t, e, Spec{Command: "true"})
 }
 
-// TestReservationIdempotency: a request with the key of a reservation waits
-// for it; if it is released, the waiting request reserves in its place, and
-// once started, later requests get the started job.
+// TestReservationIdempotency: a request with the key of a reservation not
+// yet started is refused as in use; once released, the key is free again;
+// once started, the same request gets the started job, another request is
+// refused, and another agent's key of the same name is another key.
 func TestReservationIdempotency(t *testing.T) {
 	e := newTestExecutor(t, nil)
 	first, err := e.Reserve(testCtx(t), Spec{Command: "true", IdempotencyKey: "k"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var (
-		wg     sync.WaitGroup
-		second *Reservation
-		err2   error
-	)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		second, err2 = e.Reserve(testCtx(t), Spec{Command: "echo second", IdempotencyKey: "k"})
-	}()
-	time.Sleep(50 * time.Millisecond) // let the second request find the key
+	if _, err := e.Reserve(testCtx(t), Spec{Command: "true", IdempotencyKey: "k"}); !errors.Is(err, ErrIdempotencyKeyInUse) {
+		t.Fatalf("Reserve while the first is reserved = %v, want ErrIdempotencyKeyInUse", err)
+	}
 	first.Release()
-	wg.Wait()
-	if err2 != nil {
-		t.Fatalf("second reservation = %v", err2)
+	second, err := e.Reserve(testCtx(t), Spec{Command: "echo second", IdempotencyKey: "k"})
+	if err != nil {
+		t.Fatalf("second reservation = %v", err)
 	}
 	if _, ok := second.Existing(); ok {
 		t.Fatal("second reservation found a released job")
@@ -94,7 +85,7 @@ func TestReservationIdempotency(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	third, err := e.Reserve(testCtx(t), Spec{Command: "echo third", IdempotencyKey: "k"})
+	third, err := e.Reserve(testCtx(t), Spec{Command: "echo second", IdempotencyKey: "k"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,5 +94,16 @@ func TestReservationIdempotency(t *testing.T) {
 	}
 	if got, err := third.Start(shellenv.Overlay{}); err != nil || got != j {
 		t.Errorf("Start on an idempotency hit = %v, %v; want the started job", got, err)
+	}
+	if _, err := e.Reserve(testCtx(t), Spec{Command: "echo third", IdempotencyKey: "k"}); !errors.Is(err, ErrIdempotencyKeyReused) {
+		t.Errorf("Reserve with another command = %v, want ErrIdempotencyKeyReused", err)
+	}
+	other, err := e.Reserve(testCtx(t), Spec{Command: "echo second", AgentID: "agent-b", IdempotencyKey: "k"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Release()
+	if got, ok := other.Existing(); ok {
+		t.Errorf("another agent's key found job %s", got.ID())
 	}
 }

@@ -1,6 +1,9 @@
 package httpapi
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -193,6 +196,20 @@ func nonNil(s []string) []string {
 	return s
 }
 
+// execFingerprint is the fingerprint of an Exec request for its
+// Idempotency-Key: a hash of its body in canonical form (every field of
+// ExecRequest in declaration order, map keys sorted), so that a retry of the
+// same request matches whatever its spacing or key order, and a request
+// differing in any field does not.
+func execFingerprint(in api.ExecRequest) string {
+	b, err := json.Marshal(in)
+	if err != nil { // strings, numbers and maps of strings always encode
+		panic(fmt.Sprintf("encode exec request: %v", err))
+	}
+	sum := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
 func fromAPIExecRequest(in api.ExecRequest, idempotencyKey *string) run.ExecRequest {
 	r := run.ExecRequest{
 		Command:        in.Command,
@@ -202,6 +219,9 @@ func fromAPIExecRequest(in api.ExecRequest, idempotencyKey *string) run.ExecRequ
 		Timeout:        millis(in.TimeoutMs),
 		Background:     deref(in.Background),
 		IdempotencyKey: deref(idempotencyKey),
+	}
+	if r.IdempotencyKey != "" {
+		r.IdempotencyFingerprint = execFingerprint(in)
 	}
 	if in.Stdin != nil {
 		r.Stdin, r.HasStdin = []byte(*in.Stdin), true

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -71,11 +72,46 @@ func TestToAPIJob(t *testing.T) {
 	}
 }
 
+// TestExecFingerprint: the fingerprint of a request ignores how its body
+// was spelled and changes with any field that defines the execution.
+func TestExecFingerprint(t *testing.T) {
+	parse := func(body string) string {
+		var in api.ExecRequest
+		if err := json.Unmarshal([]byte(body), &in); err != nil {
+			t.Fatal(err)
+		}
+		return execFingerprint(in)
+	}
+	base := parse(`{"command":"echo hi","env":{"A":"1","B":"2"}}`)
+	if got := parse(`{ "env": {"B":"2", "A":"1"}, "command": "echo hi" }`); got != base {
+		t.Errorf("the same request spelled differently has another fingerprint")
+	}
+	for _, body := range []string{
+		`{"command":"echo ho","env":{"A":"1","B":"2"}}`,
+		`{"command":"echo hi","env":{"A":"1","B":"3"}}`,
+		`{"command":"echo hi","env":{"A":"1","B":"2"},"background":true}`,
+		`{"command":"echo hi","env":{"A":"1","B":"2"},"agentId":"agt_1"}`,
+		`{"command":"echo hi","env":{"A":"1","B":"2"},"cwd":"/tmp"}`,
+		`{"command":"echo hi","env":{"A":"1","B":"2"},"stdin":""}`,
+		`{"command":"echo hi","env":{"A":"1","B":"2"},"timeoutMs":5}`,
+		`{"command":"echo hi","env":{"A":"1","B":"2"},"yieldMs":5}`,
+		`{"command":"echo hi","env":{"A":"1","B":"2"},"limits":{"pids":5}}`,
+	} {
+		if parse(body) == base {
+			t.Errorf("%s has the fingerprint of the base request", body)
+		}
+	}
+}
+
 func TestFromAPIExecRequest(t *testing.T) {
 	got := fromAPIExecRequest(api.ExecRequest{
 		Command: "cat", AgentId: ptr("agt_1"), Cwd: ptr("/w"), Env: &map[string]string{"A": "1"},
 		Stdin: ptr(""), TimeoutMs: ptr(int64(1500)), Background: ptr(true),
 	}, ptr("key-1"))
+	if !strings.HasPrefix(got.IdempotencyFingerprint, "sha256:") {
+		t.Errorf("fingerprint = %q, want a sha256", got.IdempotencyFingerprint)
+	}
+	got.IdempotencyFingerprint = ""
 	want := run.ExecRequest{Command: "cat", AgentID: "agt_1", Cwd: "/w", Env: map[string]string{"A": "1"},
 		Stdin: []byte{}, HasStdin: true, Timeout: 1500 * time.Millisecond, Background: true, IdempotencyKey: "key-1"}
 	if diff := cmp.Diff(want, got); diff != "" {

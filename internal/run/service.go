@@ -140,6 +140,9 @@ type ExecRequest struct {
 	// against the agent's background cap. Exec never waits either way.
 	Background     bool
 	IdempotencyKey string
+	// IdempotencyFingerprint identifies the request for IdempotencyKey
+	// (see exec.Spec); "" lets the executor compute one.
+	IdempotencyFingerprint string
 	// Limits override the server's per-job limits (harness-facing only).
 	Limits exec.Limits
 }
@@ -149,8 +152,10 @@ type ExecRequest struct {
 //
 // With AgentID set the agent is loaded (errors wrap agents.ErrNotFound when it
 // does not exist) and its cwd is used when Cwd is empty. With IdempotencyKey
-// set and a job already started under that key, that job is returned and
-// nothing else happens. Otherwise a fresh managed overlay is collected
+// set and a job already started under that key by the same agent for the same
+// request, that job is returned and nothing else happens; the executor's
+// idempotency errors (exec.ErrIdempotencyKeyReused, ErrIdempotencyKeyInUse,
+// ErrIdempotencyJobGone) say why not. Otherwise a fresh managed overlay is collected
 // (errors wrap shellenv.ErrResolution) and the job is started (errors wrap
 // the exec sentinels, such as exec.ErrTooManyJobs or exec.ErrInvalidCwd). An
 // empty command is tools.ErrInvalidArguments.
@@ -167,15 +172,16 @@ func (s *Service) Exec(ctx context.Context, r ExecRequest) (*exec.Job, error) {
 		agent = &a
 	}
 	return s.start(ctx, agent, exec.Spec{
-		Command:        r.Command,
-		Cwd:            r.Cwd,
-		Env:            r.Env,
-		Stdin:          r.Stdin,
-		HasStdin:       r.HasStdin,
-		Timeout:        r.Timeout,
-		Background:     r.Background,
-		IdempotencyKey: r.IdempotencyKey,
-		Limits:         r.Limits,
+		Command:                r.Command,
+		Cwd:                    r.Cwd,
+		Env:                    r.Env,
+		Stdin:                  r.Stdin,
+		HasStdin:               r.HasStdin,
+		Timeout:                r.Timeout,
+		Background:             r.Background,
+		IdempotencyKey:         r.IdempotencyKey,
+		IdempotencyFingerprint: r.IdempotencyFingerprint,
+		Limits:                 r.Limits,
 	}, nil)
 }
 

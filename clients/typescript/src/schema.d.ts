@@ -405,8 +405,27 @@ export interface paths {
          * Run a command for a harness.
          * @description Foreground runs answer 200 with the finished job, or with the still-running
          *     job after `yieldMs` (it goes on in the background). Background runs answer
-         *     202 with a `Location` header at once. A repeated `Idempotency-Key` returns
-         *     the job of the first request instead of running the command again.
+         *     202 with a `Location` header at once.
+         *
+         *     `Idempotency-Key` (the IETF httpapi Idempotency-Key draft) makes the command
+         *     run at most once. A key is scoped to the request's `agentId` (no agent is a
+         *     scope of its own), and remembered with the job it started and a fingerprint
+         *     of the request (a SHA-256 of the body in canonical form: every field,
+         *     `yieldMs` included, whatever the spacing or key order) for
+         *     `jobs.idempotencyWindowSeconds` (default 24 h) after its first use, across
+         *     restarts and whether or not the job is still retained. Within the window, a
+         *     request with a known key gets:
+         *     - the first request's job, with that job's status, when the body matches
+         *       and the job is still recorded;
+         *     - 409 `idempotency_key_in_use` while the first request is still being
+         *       started (retry it);
+         *     - 410 `idempotency_key_expired_job` when the body matches but retention or
+         *       a restart has dropped the job: the command is not run again;
+         *     - 422 `idempotency_key_reused` when the body differs.
+         *
+         *     A body that breaks the contract is 400 whatever its key. A request that
+         *     fails before its command started (404, 422 `invalid_cwd`, 429, 502, ...)
+         *     leaves the key unused.
          */
         post: operations["exec"];
         delete?: never;
@@ -1262,7 +1281,7 @@ export interface components {
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
-        /** @description The request conflicts with what exists (`duplicate_contributor`, `key_owned` with `key` and `owner`, `builtin_contributor`). */
+        /** @description The request conflicts with what exists (`duplicate_contributor`, `key_owned` with `key` and `owner`, `builtin_contributor`, `idempotency_key_in_use`: the first request with this `Idempotency-Key` is still being started). */
         R409: {
             headers: {
                 [name: string]: unknown;
@@ -1276,6 +1295,25 @@ export interface components {
                  *       "code": "duplicate_contributor",
                  *       "detail": "contributor \"acme.repo\": duplicate contributor",
                  *       "instance": "/contributors"
+                 *     }
+                 */
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /** @description `idempotency_key_expired_job`: the `Idempotency-Key` started a job within its window, but that job is no longer recorded (retention or a restart dropped it). The command is not run again. */
+        R410: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                /**
+                 * @example {
+                 *       "type": "about:blank",
+                 *       "title": "The job of this idempotency key is no longer recorded",
+                 *       "status": 410,
+                 *       "code": "idempotency_key_expired_job",
+                 *       "detail": "job of the idempotency key is no longer recorded: key \"retry-1\" started job job_01m8rk371jk2qn0jppj311m3h0, which is no longer recorded; the command is not run again",
+                 *       "instance": "/exec"
                  *     }
                  */
                 "application/problem+json": components["schemas"]["Problem"];
@@ -1317,7 +1355,7 @@ export interface components {
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
-        /** @description The request is well formed but cannot be done (`invalid_declaration` with `errors`, `reserved_key`, `invalid_cwd`, `invalid_plugin`, `invalid_boundary`, `depth_exceeded`, `invalid_arguments`, `timeout_too_long`). */
+        /** @description The request is well formed but cannot be done (`invalid_declaration` with `errors`, `reserved_key`, `invalid_cwd`, `invalid_plugin`, `invalid_boundary`, `depth_exceeded`, `invalid_arguments`, `timeout_too_long`, `idempotency_key_reused`: the `Idempotency-Key` was used for a different request). */
         R422: {
             headers: {
                 [name: string]: unknown;
@@ -1395,7 +1433,7 @@ export interface components {
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
-        /** @description `insufficient_storage`: the disk (or the quota) is full, so what the request must store (an agent, a transcript event, a durable contributor) could not be written. Nothing changed. */
+        /** @description `insufficient_storage`: the disk (or the quota) is full, so what the request must store (an agent, a transcript event, a durable contributor, an idempotency key) could not be written. Nothing changed. */
         R507: {
             headers: {
                 [name: string]: unknown;
@@ -2410,6 +2448,7 @@ export interface operations {
         parameters: {
             query?: never;
             header?: {
+                /** @description Makes the command run at most once per agent within the idempotency window. */
                 "Idempotency-Key"?: string;
             };
             path?: never;
@@ -2520,12 +2559,15 @@ export interface operations {
             401: components["responses"]["R401"];
             404: components["responses"]["R404"];
             408: components["responses"]["R408"];
+            409: components["responses"]["R409"];
+            410: components["responses"]["R410"];
             413: components["responses"]["R413"];
             421: components["responses"]["R421"];
             422: components["responses"]["R422"];
             429: components["responses"]["R429"];
             502: components["responses"]["R502"];
             503: components["responses"]["R503"];
+            507: components["responses"]["R507"];
             default: components["responses"]["Problem"];
         };
     };

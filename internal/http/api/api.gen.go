@@ -1297,6 +1297,9 @@ type R408 = Problem
 // R409 defines model for R409.
 type R409 = Problem
 
+// R410 defines model for R410.
+type R410 = Problem
+
 // R413 defines model for R413.
 type R413 = Problem
 
@@ -1320,6 +1323,7 @@ type R507 = Problem
 
 // ExecParams defines parameters for Exec.
 type ExecParams struct {
+	// IdempotencyKey Makes the command run at most once per agent within the idempotency window.
 	IdempotencyKey *string `json:"Idempotency-Key,omitempty"`
 }
 
@@ -3120,6 +3124,8 @@ type R404ApplicationProblemPlusJSONResponse Problem
 type R408ApplicationProblemPlusJSONResponse Problem
 
 type R409ApplicationProblemPlusJSONResponse Problem
+
+type R410ApplicationProblemPlusJSONResponse Problem
 
 type R413ApplicationProblemPlusJSONResponse Problem
 
@@ -4951,6 +4957,38 @@ func (response Exec408ApplicationProblemPlusJSONResponse) VisitExecResponse(w ht
 	return err
 }
 
+type Exec409ApplicationProblemPlusJSONResponse struct {
+	R409ApplicationProblemPlusJSONResponse
+}
+
+func (response Exec409ApplicationProblemPlusJSONResponse) VisitExecResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Exec410ApplicationProblemPlusJSONResponse struct {
+	R410ApplicationProblemPlusJSONResponse
+}
+
+func (response Exec410ApplicationProblemPlusJSONResponse) VisitExecResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(410)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type Exec413ApplicationProblemPlusJSONResponse struct {
 	R413ApplicationProblemPlusJSONResponse
 }
@@ -5046,6 +5084,22 @@ func (response Exec503ApplicationProblemPlusJSONResponse) VisitExecResponse(w ht
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Exec507ApplicationProblemPlusJSONResponse struct {
+	R507ApplicationProblemPlusJSONResponse
+}
+
+func (response Exec507ApplicationProblemPlusJSONResponse) VisitExecResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(507)
 	_, err := buf.WriteTo(w)
 	return err
 }
