@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"time"
 
 	"go.yaml.in/yaml/v3"
 
 	"github.com/dshd/dshd/internal/agents"
 	"github.com/dshd/dshd/internal/exec"
+	"github.com/dshd/dshd/internal/sandbox"
 )
 
 // config is the server's configuration file (YAML, or JSON, which is YAML).
@@ -58,6 +60,18 @@ type config struct {
 	Webhooks struct {
 		TimeoutMs int `yaml:"timeoutMs"`
 	} `yaml:"webhooks"`
+	// Sandbox is the server's default sandbox policy and how sandboxes are
+	// built; see package sandbox.
+	Sandbox struct {
+		Policy  string `yaml:"policy"`  // unrestricted (default), workspace-write, read-only
+		Network string `yaml:"network"` // on (default), off
+		// Bwrap is the bubblewrap binary (default: bwrap on PATH).
+		Bwrap string `yaml:"bwrap"`
+		// WritableRoots are extra directories writable under workspace-write.
+		WritableRoots []string `yaml:"writableRoots"`
+		// ProtectedPaths stay read-only inside writable roots.
+		ProtectedPaths []string `yaml:"protectedPaths"`
+	} `yaml:"sandbox"`
 	HTTP struct {
 		MaxBodyBytes    int64 `yaml:"maxBodyBytes"`
 		HeaderTimeoutMs int   `yaml:"headerTimeoutMs"`
@@ -100,6 +114,14 @@ func (c *config) validate() error {
 	if l := c.Jobs.Limits; l.Pids < 0 || l.MemoryBytes < 0 || l.CPU < 0 {
 		errs = append(errs, errors.New("jobs.limits: must not be negative"))
 	}
+	if err := c.sandboxPolicy().Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("sandbox: %w", err))
+	}
+	for _, p := range append(append([]string(nil), c.Sandbox.WritableRoots...), c.Sandbox.ProtectedPaths...) {
+		if !filepath.IsAbs(p) {
+			errs = append(errs, fmt.Errorf("sandbox: %q is not an absolute path", p))
+		}
+	}
 	switch c.Jobs.Containment {
 	case "", "auto", "cgroup", "group":
 	default:
@@ -125,6 +147,12 @@ func (c *config) validate() error {
 		errs = append(errs, fmt.Errorf("jobs.graceMs: %d exceeds the maximum %d: shutdown waits out the grace before it kills every job, and must end in bounded time", c.Jobs.GraceMs, limit))
 	}
 	return errors.Join(errs...)
+}
+
+// sandboxPolicy is the configured default policy, completed by
+// sandbox.Default.
+func (c *config) sandboxPolicy() sandbox.Policy {
+	return sandbox.Policy{FS: sandbox.FS(c.Sandbox.Policy), Network: sandbox.Network(c.Sandbox.Network)}.Or(sandbox.Default)
 }
 
 func ms(v int) time.Duration { return time.Duration(v) * time.Millisecond }

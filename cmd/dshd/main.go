@@ -34,6 +34,7 @@ import (
 	httpapi "github.com/dshd/dshd/internal/http"
 	"github.com/dshd/dshd/internal/mcp"
 	pipe "github.com/dshd/dshd/internal/run"
+	"github.com/dshd/dshd/internal/sandbox"
 	"github.com/dshd/dshd/internal/shellenv"
 	"github.com/dshd/dshd/internal/skills"
 	"github.com/dshd/dshd/web"
@@ -192,7 +193,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Re
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	svc, err := newServices(ctx, cfg, home, token, logger, reg)
+	svc, err := newServices(ctx, cfg, home, token, tokenPath, logger, reg)
 	if err != nil {
 		return err
 	}
@@ -207,6 +208,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Re
 		Hooks:        svc.hooks,
 		Skills:       skills.New(home),
 		Containment:  svc.executor,
+		Sandbox:      sandboxReport{svc.sandbox, svc.policy},
 		Gatherer:     reg,
 		Registerer:   reg,
 		Spec:         contract.OpenAPI,
@@ -258,17 +260,30 @@ type services struct {
 	hooks    *hooks.Config
 	pipeline *pipe.Service
 	mcp      *mcp.Handler
+	sandbox  *sandbox.Host
+	policy   sandbox.Policy // the default sandbox policy
 }
 
 // newServices builds the executor first (it stops what a crashed run left,
 // as early as it can), then the registry, the agent store, the hooks, the
 // pipeline over them and the MCP endpoint over the pipeline.
-func newServices(ctx context.Context, cfg config, home, token string, logger *slog.Logger, reg prometheus.Registerer) (*services, error) {
+func newServices(ctx context.Context, cfg config, home, token, tokenPath string, logger *slog.Logger, reg prometheus.Registerer) (*services, error) {
 	cwd, err := os.Getwd()
 	if err != nil {
 		return nil, fmt.Errorf("working directory: %w", err)
 	}
-	executor, err := newExecutor(cfg, home, cwd, token, logger, reg)
+	policy := cfg.sandboxPolicy()
+	sbx := sandbox.NewHost(ctx, sandbox.Config{
+		Bwrap:         cfg.Sandbox.Bwrap,
+		Home:          home,
+		TokenFile:     tokenPath,
+		WritableRoots: cfg.Sandbox.WritableRoots,
+		Protected:     cfg.Sandbox.ProtectedPaths,
+	})
+	if err := sbx.Check(policy); err != nil {
+		return nil, fmt.Errorf("sandbox default: %w", err)
+	}
+	executor, err := newExecutor(cfg, home, cwd, token, sbx, policy, logger, reg)
 	if err != nil {
 		return nil, err
 	}
@@ -303,9 +318,14 @@ func newServices(ctx context.Context, cfg config, home, token string, logger *sl
 		Env:    env,
 		Jobs:   executor,
 		Agents: sessions,
-		Hooks:  hooks.NewRunner(hookCfg, executor, logger.With("component", "hooks")),
+		// Hooks are the user's own scripts: they run outside the sandbox.
+		Hooks:       hooks.NewRunner(hookCfg, executor, logger.With("component", "hooks")),
+		Sandbox:     policy,
+		SandboxHost: sbx,
 	})
 	return &services{
+		sandbox:  sbx,
+		policy:   policy,
 		executor: executor,
 		env:      env,
 		sessions: sessions,
@@ -322,7 +342,7 @@ func newServices(ctx context.Context, cfg config, home, token string, logger *sl
 
 // newExecutor builds the executor from the configuration's env and jobs
 // sections. No child may see the token, whatever the variable's name.
-func newExecutor(cfg config, home, cwd, token string, logger *slog.Logger, reg prometheus.Registerer) (*exec.Executor, error) {
+func newExecutor(cfg config, home, cwd, token string, sbx *sandbox.Host, policy sandbox.Policy, logger *slog.Logger, reg prometheus.Registerer) (*exec.Executor, error) {
 	return exec.New(exec.Options{
 		Logger:  logger.With("component", "exec"),
 		Home:    home,
@@ -348,6 +368,8 @@ func newExecutor(cfg config, home, cwd, token string, logger *slog.Logger, reg p
 		IdempotencyWindow:     time.Duration(cfg.Jobs.IdempotencyWindowSeconds) * time.Second,
 		Containment:           cfg.Jobs.Containment,
 		Limits:                exec.Limits{Pids: cfg.Jobs.Limits.Pids, MemoryBytes: cfg.Jobs.Limits.MemoryBytes, CPU: cfg.Jobs.Limits.CPU},
+		Sandbox:               sbx,
+		SandboxDefault:        policy,
 		Registerer:            reg,
 	})
 }
@@ -559,3 +581,12 @@ func baseURL(ln net.Listener) string {
 	}
 	return "http://" + ln.Addr().String()
 }
+
+// sandboxReport is what GET /healthz says of sandboxes.
+type sandboxReport struct {
+	host   *sandbox.Host
+	policy sandbox.Policy
+}
+
+func (r sandboxReport) Support() sandbox.Support { return r.host.Support() }
+func (r sandboxReport) Default() sandbox.Policy  { return r.policy }

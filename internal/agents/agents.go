@@ -67,6 +67,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/dshd/dshd/internal/sandbox"
 )
 
 // Origin says how an agent came to be.
@@ -120,6 +122,9 @@ type Agent struct {
 	Depth int `json:"depth"`
 	// CreatedAt is when the header was written, in UTC.
 	CreatedAt time.Time `json:"createdAt"`
+	// Sandbox is the sandbox policy recorded at creation; empty fields
+	// (agents recorded without one) mean the server default.
+	Sandbox sandbox.Policy `json:"sandbox"`
 }
 
 // Event is one transcript line after the header.

@@ -133,6 +133,12 @@ func parseHeader(line []byte, id string) (Agent, error) {
 		return Agent{}, fmt.Errorf("header: origin %s with parentId %v", h.Origin, h.ParentID)
 	}
 	a := Agent{ID: h.ID, Cwd: h.Cwd, Origin: h.Origin, Depth: h.Depth, CreatedAt: h.CreatedAt.UTC()}
+	if h.Sandbox != nil {
+		if err := h.Sandbox.Validate(); err != nil {
+			return Agent{}, fmt.Errorf("header: %w", err)
+		}
+		a.Sandbox = *h.Sandbox
+	}
 	if h.ParentID != nil {
 		a.ParentID = *h.ParentID
 	}

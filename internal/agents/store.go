@@ -18,6 +18,7 @@ import (
 
 	"github.com/dshd/dshd/internal/atomicfile"
 	"github.com/dshd/dshd/internal/ids"
+	"github.com/dshd/dshd/internal/sandbox"
 )
 
 const (
@@ -79,6 +80,8 @@ type header struct {
 	ParentID  *string   `json:"parentId"`
 	Origin    Origin    `json:"origin"`
 	Depth     int       `json:"depth"`
+	// Sandbox is the agent's sandbox policy, absent when none was recorded.
+	Sandbox *sandbox.Policy `json:"sandbox,omitempty"`
 }
 
 // Open prepares the store in opts.Dir, creating the directory (0700) if
@@ -219,7 +222,9 @@ func (s *Store) Path(id string) string {
 // durable on disk. An empty cwd means Options.DefaultCwd. It returns
 // ErrInvalidCwd if cwd is not absolute or not an existing directory, and
 // ErrClosed after Close.
-func (s *Store) Create(ctx context.Context, cwd string) (Agent, error) {
+//
+// pol is the agent's sandbox policy, recorded in its header (zero: none).
+func (s *Store) Create(ctx context.Context, cwd string, pol sandbox.Policy) (Agent, error) {
 	if err := ctx.Err(); err != nil {
 		return Agent{}, fmt.Errorf("create agent: %w", err)
 	}
@@ -230,7 +235,7 @@ func (s *Store) Create(ctx context.Context, cwd string) (Agent, error) {
 	if err != nil {
 		return Agent{}, fmt.Errorf("create agent: %w", err)
 	}
-	a := Agent{Cwd: cwd, Origin: OriginRoot}
+	a := Agent{Cwd: cwd, Origin: OriginRoot, Sandbox: pol}
 	return s.create(a, nil)
 }
 
@@ -287,6 +292,9 @@ func (s *Store) create(a Agent, events [][]byte) (Agent, error) {
 	}
 	h := header{Type: headerType, Version: headerVer, ID: a.ID, CreatedAt: a.CreatedAt,
 		Cwd: a.Cwd, Origin: a.Origin, Depth: a.Depth}
+	if a.Sandbox != (sandbox.Policy{}) {
+		h.Sandbox = &a.Sandbox
+	}
 	if a.ParentID != "" {
 		h.ParentID = &a.ParentID
 	}
@@ -439,7 +447,10 @@ func (s *Store) reload(id string) (*entry, error) {
 //
 // It returns ErrNotFound for an unknown id and ErrInvalidBoundary when
 // *boundary is negative or beyond the last event's seq.
-func (s *Store) Fork(ctx context.Context, id string, boundary *int64) (Agent, error) {
+//
+// pol is the child's sandbox policy; the caller checks it is within the
+// parent's.
+func (s *Store) Fork(ctx context.Context, id string, boundary *int64, pol sandbox.Policy) (Agent, error) {
 	if err := ctx.Err(); err != nil {
 		return Agent{}, err
 	}
@@ -471,7 +482,7 @@ func (s *Store) Fork(ctx context.Context, id string, boundary *int64) (Agent, er
 		events = append(events, append(line, '\n'))
 	}
 	p := e.agent
-	child := Agent{ParentID: p.ID, RootID: p.RootID, Cwd: p.Cwd, Origin: OriginFork, Depth: p.Depth}
+	child := Agent{ParentID: p.ID, RootID: p.RootID, Cwd: p.Cwd, Origin: OriginFork, Depth: p.Depth, Sandbox: pol}
 	a, err := s.create(child, events)
 	if err != nil {
 		return Agent{}, fmt.Errorf("fork %s: %w", id, err)
@@ -483,7 +494,10 @@ func (s *Store) Fork(ctx context.Context, id string, boundary *int64) (Agent, er
 // parent's cwd, depth one more than the parent's, and an empty transcript. It
 // returns ErrNotFound for an unknown id and ErrDepthExceeded when the child's
 // depth would exceed MaxDepth.
-func (s *Store) Spawn(ctx context.Context, id string) (Agent, error) {
+//
+// pol is the child's sandbox policy; the caller checks it is within the
+// parent's.
+func (s *Store) Spawn(ctx context.Context, id string, pol sandbox.Policy) (Agent, error) {
 	if err := ctx.Err(); err != nil {
 		return Agent{}, err
 	}
@@ -495,7 +509,7 @@ func (s *Store) Spawn(ctx context.Context, id string) (Agent, error) {
 	if p.Depth+1 > s.maxDepth {
 		return Agent{}, fmt.Errorf("spawn from %s: %w: child depth %d, max %d", id, ErrDepthExceeded, p.Depth+1, s.maxDepth)
 	}
-	child := Agent{ParentID: p.ID, RootID: p.RootID, Cwd: p.Cwd, Origin: OriginSpawn, Depth: p.Depth + 1}
+	child := Agent{ParentID: p.ID, RootID: p.RootID, Cwd: p.Cwd, Origin: OriginSpawn, Depth: p.Depth + 1, Sandbox: pol}
 	a, err := s.create(child, nil)
 	if err != nil {
 		return Agent{}, fmt.Errorf("spawn from %s: %w", id, err)

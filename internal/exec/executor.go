@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/dshd/dshd/internal/ids"
+	"github.com/dshd/dshd/internal/sandbox"
 	"github.com/dshd/dshd/internal/shellenv"
 )
 
@@ -94,6 +95,12 @@ type Options struct {
 	// its first use, across restarts and whether or not its job is still
 	// recorded; 0 means DefaultIdempotencyWindow.
 	IdempotencyWindow time.Duration
+	// Sandbox builds the sandboxes of confined policies; nil: only
+	// unconfined policies can be enforced.
+	Sandbox *sandbox.Host
+	// SandboxDefault fills what Spec.Sandbox leaves empty; its own empty
+	// fields mean sandbox.Default.
+	SandboxDefault sandbox.Policy
 }
 
 // Executor is the job table: it decides what may run (caps, idempotency),
@@ -240,6 +247,10 @@ func normalize(o *Options) error {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	o.SandboxDefault = o.SandboxDefault.Or(sandbox.Default)
+	if err := o.SandboxDefault.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidOptions, err)
+	}
 	return nil
 }
 
@@ -316,6 +327,12 @@ type Spec struct {
 	// Limits override Options.Limits field by field (zero: the default).
 	// Only the harness sets them, never a model.
 	Limits Limits
+	// Sandbox is the job's sandbox policy; empty fields take
+	// Options.SandboxDefault. Only the harness sets it, never a model.
+	Sandbox sandbox.Policy
+	// WritableRoots are the agent's workspace roots, writable besides the
+	// cwd under sandbox.WorkspaceWrite.
+	WritableRoots []string
 }
 
 // Lookup returns the recorded job that agentID started with
@@ -394,6 +411,9 @@ func validateSpec(s *Spec) error {
 	}
 	if s.Timeout < 0 {
 		return fmt.Errorf("%w: negative timeout", ErrInvalidInput)
+	}
+	if err := s.Sandbox.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidInput, err)
 	}
 	if s.Limits.Pids < 0 || s.Limits.MemoryBytes < 0 || s.Limits.CPU < 0 {
 		return fmt.Errorf("%w: negative limit", ErrInvalidInput)

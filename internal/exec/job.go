@@ -8,6 +8,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dshd/dshd/internal/sandbox"
 	"github.com/dshd/dshd/internal/shellenv"
 )
 
@@ -87,6 +88,8 @@ type Snapshot struct {
 	Usage Usage
 	// KilledBy says why dshd killed the job (KilledBy*), "" if it did not.
 	KilledBy string
+	// Sandbox is the sandbox policy the job ran under.
+	Sandbox sandbox.Policy
 }
 
 // Job is one recorded execution. Its methods are safe for concurrent use.
@@ -101,7 +104,9 @@ type Job struct {
 	managed    shellenv.Overlay
 	timeout    time.Duration
 	idemKey    string
-	idemFP     string // the request's fingerprint, with idemKey
+	idemFP     string         // the request's fingerprint, with idemKey
+	sandbox    sandbox.Policy // complete: the policy the job runs under
+	roots      []string       // the agent's workspace roots
 	createdAt  time.Time
 	timer      *time.Timer
 	spoolBytes int64         // granted from the executor's spool budget; under e.mu
@@ -154,6 +159,7 @@ func (j *Job) Snapshot() Snapshot {
 		StartedAt:  j.startedAt,
 		Usage:      j.usage,
 		KilledBy:   j.killedBy,
+		Sandbox:    j.sandbox,
 	}
 	if j.exitCode != nil {
 		c := *j.exitCode
@@ -358,3 +364,16 @@ func (j *Job) remove() {
 		}
 	}
 }
+
+// wrap returns how the job's command line is sandboxed: nil when its
+// policy confines nothing.
+func (j *Job) wrap() func(argv []string) (string, []string) {
+	if !j.sandbox.Confined() {
+		return nil
+	}
+	h := j.e.opts.Sandbox
+	return func(argv []string) (string, []string) { return h.Command(j.sandbox, j.cwd, j.roots, argv) }
+}
+
+// Sandbox returns the sandbox policy the job runs under.
+func (j *Job) Sandbox() sandbox.Policy { return j.sandbox }

@@ -76,6 +76,9 @@ type spawnSpec struct {
 	// onStart, if set, runs once the process is started, before its waiter
 	// can run onExit.
 	onStart func(pid int)
+	// wrap, if set, turns the command line (bash -c command) into the one
+	// spawned: the sandbox's (bubblewrap as the leader, bash inside).
+	wrap func(argv []string) (path string, args []string)
 }
 
 // start spawns the process. On error nothing is left running, done is
@@ -127,9 +130,13 @@ func (p *proc) spawn(s *spawnSpec) error {
 		}
 		stdin = inR
 	}
+	path, args := s.bash, []string{"bash", "-c", s.command}
+	if s.wrap != nil {
+		path, args = s.wrap([]string{s.bash, "-c", s.command})
+	}
 	cmd := &osexec.Cmd{
-		Path:   s.bash,
-		Args:   []string{"bash", "-c", s.command},
+		Path:   path,
+		Args:   args,
 		Env:    s.env,
 		Dir:    s.dir,
 		Stdin:  stdin,

@@ -62,6 +62,10 @@ func (e *Executor) Reserve(ctx context.Context, s Spec) (*Reservation, error) {
 	if err := validateSpec(&s); err != nil {
 		return nil, err
 	}
+	policy := s.Sandbox.Or(e.opts.SandboxDefault)
+	if err := e.opts.Sandbox.Check(policy); err != nil {
+		return nil, err
+	}
 	timeout := s.Timeout
 	if !s.Background {
 		if timeout > e.opts.MaxTimeout {
@@ -82,6 +86,8 @@ func (e *Executor) Reserve(ctx context.Context, s Spec) (*Reservation, error) {
 		timeout:    timeout,
 		idemKey:    s.IdempotencyKey,
 		idemFP:     s.IdempotencyFingerprint,
+		sandbox:    policy,
+		roots:      s.WritableRoots,
 		createdAt:  e.now(),
 		state:      StateRunning,
 	}
@@ -240,6 +246,7 @@ func (r *Reservation) start(managed shellenv.Overlay) (*Job, error) {
 		onExit:   j.finish,
 		contain:  e.run.cont.forJob(j.id, r.limits),
 		onStart:  func(pid int) { e.indexAdd(j, pid) },
+		wrap:     j.wrap(),
 	})
 	if err != nil {
 		return fail(err)

@@ -12,6 +12,7 @@ import (
 	"github.com/dshd/dshd/internal/hooks"
 	"github.com/dshd/dshd/internal/http/api"
 	"github.com/dshd/dshd/internal/run"
+	"github.com/dshd/dshd/internal/sandbox"
 	"github.com/dshd/dshd/internal/shellenv"
 	"github.com/dshd/dshd/internal/skills"
 )
@@ -175,7 +176,42 @@ func toAPIAgent(a agents.Agent) api.Agent {
 		Depth:     int32(a.Depth),
 		Cwd:       a.Cwd,
 		CreatedAt: a.CreatedAt,
+		Sandbox:   toAPISandbox(a.Sandbox),
 	}
+}
+
+// fromAPISandbox is a requested policy; nil requests nothing.
+func fromAPISandbox(in *api.SandboxRequest) sandbox.Policy {
+	var p sandbox.Policy
+	if in != nil {
+		if in.Policy != nil {
+			p.FS = sandbox.FS(*in.Policy)
+		}
+		if in.Network != nil {
+			p.Network = sandbox.Network(*in.Network)
+		}
+	}
+	return p
+}
+
+// toAPISandbox is a policy in effect; nil when p is not complete (an agent
+// recorded before policies existed).
+func toAPISandbox(p sandbox.Policy) *api.SandboxPolicy {
+	if p.FS == "" || p.Network == "" {
+		return nil
+	}
+	return &api.SandboxPolicy{Policy: api.SandboxFS(p.FS), Network: api.SandboxNetwork(p.Network)}
+}
+
+func toAPISandboxSupport(s sandbox.Support, def sandbox.Policy) api.SandboxSupport {
+	out := api.SandboxSupport{Default: *toAPISandbox(def), Mechanism: optional(s.Mechanism), Reason: optional(s.Reason)}
+	for _, f := range s.Policies {
+		out.Policies = append(out.Policies, api.SandboxFS(f))
+	}
+	for _, n := range s.Networks {
+		out.Networks = append(out.Networks, api.SandboxNetwork(n))
+	}
+	return out
 }
 
 // toAPISession is an agent with what its SessionStart hooks said.
@@ -226,6 +262,7 @@ func fromAPIExecRequest(in api.ExecRequest, idempotencyKey *string) run.ExecRequ
 	if in.Stdin != nil {
 		r.Stdin, r.HasStdin = []byte(*in.Stdin), true
 	}
+	r.Sandbox = fromAPISandbox(in.Sandbox)
 	if l := in.Limits; l != nil {
 		r.Limits = exec.Limits{Pids: deref(l.Pids), MemoryBytes: deref(l.MemoryBytes), CPU: float64(deref(l.Cpu))}
 	}
@@ -267,6 +304,7 @@ func toAPIJob(s exec.Snapshot) api.Job {
 			j.Usage = &api.JobUsage{CpuMs: s.Usage.CPUTime.Milliseconds(), PeakMemoryBytes: optional(s.Usage.PeakMemoryBytes)}
 		}
 	}
+	j.Sandbox = toAPISandbox(s.Sandbox)
 	if s.KilledBy != "" {
 		j.KilledBy = ptr(api.JobKilledBy(s.KilledBy))
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/dshd/dshd/internal/exec"
 	"github.com/dshd/dshd/internal/http/api"
+	"github.com/dshd/dshd/internal/sandbox"
 	"github.com/dshd/dshd/internal/tools"
 )
 
@@ -19,6 +20,13 @@ func (s *Server) GetHealth(context.Context, api.GetHealthRequestObject) (api.Get
 	if s.containment != nil {
 		c := toAPIContainment(s.containment.Containment())
 		h.Details = &api.HealthDetails{Containment: &c}
+	}
+	if s.sandbox != nil {
+		if h.Details == nil {
+			h.Details = &api.HealthDetails{}
+		}
+		sb := toAPISandboxSupport(s.sandbox.Support(), s.sandbox.Default())
+		h.Details.Sandbox = &sb
 	}
 	return h, nil
 }
@@ -142,10 +150,12 @@ func (s *Server) ListAgents(ctx context.Context, _ api.ListAgentsRequestObject) 
 // CreateAgent creates a root agent.
 func (s *Server) CreateAgent(ctx context.Context, req api.CreateAgentRequestObject) (api.CreateAgentResponseObject, error) {
 	var cwd string
+	var pol sandbox.Policy
 	if req.Body != nil {
 		cwd = deref(req.Body.Cwd)
+		pol = fromAPISandbox(req.Body.Sandbox)
 	}
-	a, err := s.pipeline.CreateAgent(ctx, cwd)
+	a, err := s.pipeline.CreateAgent(ctx, cwd, pol)
 	if err != nil {
 		return nil, err
 	}
@@ -173,10 +183,12 @@ func (s *Server) ResumeAgent(ctx context.Context, req api.ResumeAgentRequestObje
 // ForkAgent forks an agent.
 func (s *Server) ForkAgent(ctx context.Context, req api.ForkAgentRequestObject) (api.ForkAgentResponseObject, error) {
 	var boundary *int64
+	var pol sandbox.Policy
 	if req.Body != nil {
 		boundary = req.Body.Boundary
+		pol = fromAPISandbox(req.Body.Sandbox)
 	}
-	a, err := s.pipeline.ForkAgent(ctx, req.Id, boundary)
+	a, err := s.pipeline.ForkAgent(ctx, req.Id, boundary, pol)
 	if err != nil {
 		return nil, err
 	}
@@ -185,7 +197,11 @@ func (s *Server) ForkAgent(ctx context.Context, req api.ForkAgentRequestObject) 
 
 // SpawnAgent spawns a child agent.
 func (s *Server) SpawnAgent(ctx context.Context, req api.SpawnAgentRequestObject) (api.SpawnAgentResponseObject, error) {
-	a, err := s.pipeline.SpawnAgent(ctx, req.Id)
+	var pol sandbox.Policy
+	if req.Body != nil {
+		pol = fromAPISandbox(req.Body.Sandbox)
+	}
+	a, err := s.pipeline.SpawnAgent(ctx, req.Id, pol)
 	if err != nil {
 		return nil, err
 	}
@@ -254,7 +270,12 @@ func (s *Server) ListTools(_ context.Context, req api.ListToolsRequestObject) (a
 	if req.Params.Format != nil && *req.Params.Format != api.Generic {
 		format = string(*req.Params.Format)
 	}
-	rendered, err := tools.Render(tools.Definitions(), format)
+	defs := tools.Definitions()
+	if s.sandbox != nil {
+		// The server default: what a new agent's commands run under.
+		defs = tools.DefinitionsFor(s.sandbox.Default())
+	}
+	rendered, err := tools.Render(defs, format)
 	if err != nil {
 		return nil, err
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/dshd/dshd/internal/exec"
 	"github.com/dshd/dshd/internal/http/api"
 	"github.com/dshd/dshd/internal/mcp"
+	"github.com/dshd/dshd/internal/sandbox"
 	"github.com/dshd/dshd/internal/shellenv"
 	"github.com/dshd/dshd/internal/tools"
 )
@@ -37,6 +38,9 @@ var errorCodes = []struct {
 	{shellenv.ErrBuiltinContributor, http.StatusConflict, "builtin_contributor", "Built-in contributors cannot be removed"},
 	{shellenv.ErrInvalidPlugin, http.StatusUnprocessableEntity, "invalid_plugin", "Invalid plugin"},
 	{shellenv.ErrResolution, http.StatusBadGateway, "env_resolution_failed", "Managed environment could not be collected"},
+	{sandbox.ErrLooser, http.StatusUnprocessableEntity, "sandbox_looser", "Sandbox policy looser than allowed"},
+	{sandbox.ErrUnavailable, http.StatusUnprocessableEntity, "sandbox_unavailable", "Sandbox policy cannot be enforced on this host"},
+	{sandbox.ErrInvalid, http.StatusUnprocessableEntity, "invalid_sandbox", "Invalid sandbox policy"},
 	{exec.ErrJobNotFound, http.StatusNotFound, "job_not_found", "Job not found"},
 	{exec.ErrTooManyJobs, http.StatusTooManyRequests, "too_many_jobs", "Too many running jobs"},
 	{exec.ErrIdempotencyKeyReused, http.StatusUnprocessableEntity, "idempotency_key_reused", "Idempotency key reused for a different request"},

@@ -33,6 +33,7 @@ import (
 	"github.com/dshd/dshd/internal/ids"
 	"github.com/dshd/dshd/internal/mcp"
 	"github.com/dshd/dshd/internal/run"
+	"github.com/dshd/dshd/internal/sandbox"
 	"github.com/dshd/dshd/internal/shellenv"
 	"github.com/dshd/dshd/internal/skills"
 )
@@ -63,10 +64,10 @@ type jobService interface {
 type pipeline interface {
 	Exec(ctx context.Context, r run.ExecRequest) (*exec.Job, error)
 	Call(ctx context.Context, agentID, name, callID string, args json.RawMessage) (run.CallResult, error)
-	CreateAgent(ctx context.Context, cwd string) (run.Session, error)
+	CreateAgent(ctx context.Context, cwd string, pol sandbox.Policy) (run.Session, error)
 	ResumeAgent(ctx context.Context, id string) (run.Session, error)
-	ForkAgent(ctx context.Context, id string, boundary *int64) (run.Session, error)
-	SpawnAgent(ctx context.Context, id string) (run.Session, error)
+	ForkAgent(ctx context.Context, id string, boundary *int64, pol sandbox.Policy) (run.Session, error)
+	SpawnAgent(ctx context.Context, id string, pol sandbox.Policy) (run.Session, error)
 }
 
 // agentService is what the handlers read of agent sessions.
@@ -79,6 +80,13 @@ type agentService interface {
 // containmentReporter says how jobs are contained on this host.
 type containmentReporter interface {
 	Containment() exec.ContainmentInfo
+}
+
+// sandboxReporter says which sandbox policies this host can enforce, and
+// the server default.
+type sandboxReporter interface {
+	Support() sandbox.Support
+	Default() sandbox.Policy
 }
 
 // mcpEndpoint serves the MCP endpoint (*mcp.Handler). ServeMCP returns an
@@ -123,6 +131,8 @@ type Deps struct {
 	Skills   skillLister
 	// Containment is reported in GET /healthz details; nil reports none.
 	Containment containmentReporter
+	// Sandbox is reported in GET /healthz details; nil reports none.
+	Sandbox sandboxReporter
 	// Gatherer serves /metrics; Registerer takes the HTTP metrics. Both may be nil.
 	Gatherer   prometheus.Gatherer
 	Registerer prometheus.Registerer
@@ -152,6 +162,7 @@ type Server struct {
 	env         envRegistry
 	jobs        jobService
 	containment containmentReporter
+	sandbox     sandboxReporter
 	pipeline    pipeline
 	agents      agentService
 	hooks       hookLister
@@ -182,6 +193,7 @@ func NewServer(d Deps) (http.Handler, error) {
 		env:         d.Env,
 		jobs:        d.Jobs,
 		containment: d.Containment,
+		sandbox:     d.Sandbox,
 		pipeline:    d.Pipeline,
 		agents:      d.Agents,
 		hooks:       d.Hooks,

@@ -25,8 +25,10 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/dshd/dshd/internal/agents"
 	"github.com/dshd/dshd/internal/exec"
 	"github.com/dshd/dshd/internal/run"
+	"github.com/dshd/dshd/internal/sandbox"
 	"github.com/dshd/dshd/internal/tools"
 )
 
@@ -48,7 +50,8 @@ var ErrAgentConflict = errors.New("the " + AgentHeader + " header and the " + Ag
 // bound to, so their SessionStart hooks run.
 type pipeline interface {
 	CallWith(ctx context.Context, agentID, name, callID string, args json.RawMessage, o run.CallOptions) (run.CallResult, error)
-	CreateAgent(ctx context.Context, cwd string) (run.Session, error)
+	CreateAgent(ctx context.Context, cwd string, pol sandbox.Policy) (run.Session, error)
+	AgentPolicy(a agents.Agent) sandbox.Policy
 	ResumeAgent(ctx context.Context, id string) (run.Session, error)
 }
 
@@ -207,7 +210,7 @@ func (h *Handler) bind(r *http.Request) (run.Session, error) {
 		id = q
 	}
 	if id == "" {
-		a, err := h.pipeline.CreateAgent(r.Context(), "")
+		a, err := h.pipeline.CreateAgent(r.Context(), "", sandbox.Policy{})
 		if err != nil {
 			return a, fmt.Errorf("create an agent for the MCP session: %w", err)
 		}
@@ -229,7 +232,8 @@ func (h *Handler) newServer(sess run.Session) *sdk.Server {
 	o := h.serverOptions()
 	o.Instructions = strings.Join(sess.AdditionalContext, "\n\n")
 	s := sdk.NewServer(h.impl, o)
-	for _, d := range tools.Definitions() {
+	// The bash description states the policy this agent's commands run under.
+	for _, d := range tools.DefinitionsFor(h.pipeline.AgentPolicy(sess.Agent)) {
 		s.AddTool(&sdk.Tool{
 			Name:        d.Name,
 			Description: d.Description,

@@ -19,6 +19,7 @@ import (
 	"github.com/dshd/dshd/internal/agents"
 	"github.com/dshd/dshd/internal/exec"
 	"github.com/dshd/dshd/internal/run"
+	"github.com/dshd/dshd/internal/sandbox"
 	"github.com/dshd/dshd/internal/shellenv"
 )
 
@@ -154,7 +155,7 @@ func bash(tb testing.TB, cs *sdk.ClientSession, command string) *sdk.CallToolRes
 
 func TestBinding(t *testing.T) {
 	w := newWorld(t, Options{})
-	named, err := w.agents.Create(context.Background(), t.TempDir())
+	named, err := w.agents.Create(context.Background(), t.TempDir(), sandbox.Policy{})
 	if err != nil {
 		t.Fatal(err)
 	}

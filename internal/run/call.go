@@ -12,6 +12,7 @@ import (
 	"github.com/dshd/dshd/internal/agents"
 	"github.com/dshd/dshd/internal/exec"
 	"github.com/dshd/dshd/internal/hooks"
+	"github.com/dshd/dshd/internal/sandbox"
 	"github.com/dshd/dshd/internal/tools"
 )
 
@@ -35,6 +36,9 @@ type CallResult struct {
 	// ExitCode is the exit code of a finished job; nil while it runs and when
 	// it was killed by a signal.
 	ExitCode *int
+	// Sandbox is the sandbox policy a bash call's job ran under; nil when no
+	// job ran.
+	Sandbox *sandbox.Policy
 	// AdditionalContext is the additionalContext the PreToolUse and
 	// PostToolUse hooks offered the model, in configuration order. Text
 	// carries it too.
@@ -130,7 +134,7 @@ func (s *Service) CallWith(ctx context.Context, agentID, name, callID string, ar
 	// The job may have run even if the caller has gone away: record its end
 	// regardless, so every recorded call has its result.
 	if rerr := s.record(context.WithoutCancel(ctx), agentID, agents.EventToolResult, resultEvent{
-		CallID: res.CallID, IsError: res.IsError, Text: res.Text, JobID: res.JobID, ExitCode: res.ExitCode,
+		CallID: res.CallID, IsError: res.IsError, Text: res.Text, JobID: res.JobID, ExitCode: res.ExitCode, Sandbox: res.Sandbox,
 		AdditionalContext: res.AdditionalContext, SystemMessages: res.SystemMessages,
 	}); rerr != nil && err == nil {
 		err = rerr
@@ -156,6 +160,8 @@ type resultEvent struct {
 	Text     string `json:"text"`
 	JobID    string `json:"jobId,omitempty"`
 	ExitCode *int   `json:"exitCode,omitempty"`
+	// Sandbox is the policy the call's job ran under (bash calls that ran).
+	Sandbox *sandbox.Policy `json:"sandbox,omitempty"`
 	// AdditionalContext and SystemMessages are what the hooks said (see
 	// CallResult).
 	AdditionalContext []string `json:"additionalContext,omitempty"`
@@ -240,6 +246,8 @@ func (s *Service) bash(ctx context.Context, agent agents.Agent, callID string, a
 	}
 
 	res, response, err := bashResult(ctx, job, started)
+	pol := job.Sandbox()
+	res.Sandbox = &pol
 	if err != nil {
 		return res, err
 	}

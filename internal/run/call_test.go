@@ -21,6 +21,7 @@ import (
 	"github.com/dshd/dshd/internal/agents"
 	"github.com/dshd/dshd/internal/exec"
 	"github.com/dshd/dshd/internal/hooks"
+	"github.com/dshd/dshd/internal/sandbox"
 	"github.com/dshd/dshd/internal/shellenv"
 	"github.com/dshd/dshd/internal/tools"
 )
@@ -121,7 +122,7 @@ func newWorldWith(tb testing.TB, adjust func(*exec.Options)) *world {
 
 func (w *world) agent(tb testing.TB) agents.Agent {
 	tb.Helper()
-	a, err := w.agents.Create(context.Background(), tb.TempDir())
+	a, err := w.agents.Create(context.Background(), tb.TempDir(), sandbox.Policy{})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -255,7 +256,7 @@ func TestCallTranscript(t *testing.T) {
 		t.Fatalf("events (-want +got):\n%s", diff)
 	}
 	got := decode[map[string]any](t, evs[1].Data)
-	want := map[string]any{"callId": res.CallID, "isError": false, "text": "ok\n[exit code: 3]", "jobId": res.JobID, "exitCode": 3.0}
+	want := map[string]any{"callId": res.CallID, "isError": false, "text": "ok\n[exit code: 3]", "jobId": res.JobID, "exitCode": 3.0, "sandbox": map[string]any{"policy": "unrestricted", "network": "on"}}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("tool/result (-want +got):\n%s", diff)
 	}
@@ -598,7 +599,7 @@ func TestResolutionFailureStartsNothing(t *testing.T) {
 func TestConcurrentParentAndChild(t *testing.T) {
 	w := newWorld(t)
 	parent := w.agent(t)
-	child, err := w.agents.Spawn(context.Background(), parent.ID)
+	child, err := w.agents.Spawn(context.Background(), parent.ID, sandbox.Policy{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/dshd/dshd/internal/exec"
 	"github.com/dshd/dshd/internal/hooks"
 	"github.com/dshd/dshd/internal/ids"
+	"github.com/dshd/dshd/internal/sandbox"
 	"github.com/dshd/dshd/internal/shellenv"
 	"github.com/dshd/dshd/internal/tools"
 )
@@ -42,10 +43,10 @@ type jobRunner interface {
 type agentStore interface {
 	Get(ctx context.Context, id string) (agents.Agent, error)
 	Append(ctx context.Context, id, typ string, data any) (agents.Event, error)
-	Create(ctx context.Context, cwd string) (agents.Agent, error)
+	Create(ctx context.Context, cwd string, pol sandbox.Policy) (agents.Agent, error)
 	Resume(ctx context.Context, id string) (agents.Agent, error)
-	Fork(ctx context.Context, id string, boundary *int64) (agents.Agent, error)
-	Spawn(ctx context.Context, id string) (agents.Agent, error)
+	Fork(ctx context.Context, id string, boundary *int64, pol sandbox.Policy) (agents.Agent, error)
+	Spawn(ctx context.Context, id string, pol sandbox.Policy) (agents.Agent, error)
 }
 
 // hookRunner is the part of *hooks.Runner the pipeline uses.
@@ -74,6 +75,13 @@ type Options struct {
 	Home       string
 	Now        func() time.Time      // clock for call ids; nil: time.Now
 	Registerer prometheus.Registerer // nil: no metrics
+	// Sandbox is the server's default sandbox policy (empty fields:
+	// sandbox.Default): what a new root agent gets unless its request
+	// says otherwise, and what an execution without agent runs under.
+	Sandbox sandbox.Policy
+	// SandboxHost checks that an agent's policy is enforceable when the
+	// agent is made; nil checks nothing (executions are checked anyway).
+	SandboxHost *sandbox.Host
 }
 
 // Service runs executions and model tool calls. It is safe for concurrent
@@ -85,6 +93,8 @@ type Service struct {
 	agents agentStore
 	hooks  hookRunner
 	home   string
+	policy sandbox.Policy // the server default, complete
+	host   *sandbox.Host
 	ids    *ids.Source
 	calls  *prometheus.CounterVec
 }
@@ -106,6 +116,8 @@ func New(o Options) *Service {
 		agents: o.Agents,
 		hooks:  o.Hooks,
 		home:   o.Home,
+		policy: o.Sandbox.Or(sandbox.Default),
+		host:   o.SandboxHost,
 		ids:    ids.NewSource(o.Now),
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "dshd_tool_calls_total",
@@ -145,6 +157,10 @@ type ExecRequest struct {
 	IdempotencyFingerprint string
 	// Limits override the server's per-job limits (harness-facing only).
 	Limits exec.Limits
+	// Sandbox is the execution's sandbox policy; empty fields take the
+	// agent's (or, without agent, the server default). With an agent it may
+	// only tighten the agent's (sandbox.ErrLooser).
+	Sandbox sandbox.Policy
 }
 
 // Exec starts one harness-facing execution and returns its job, running or
@@ -182,6 +198,7 @@ func (s *Service) Exec(ctx context.Context, r ExecRequest) (*exec.Job, error) {
 		IdempotencyKey:         r.IdempotencyKey,
 		IdempotencyFingerprint: r.IdempotencyFingerprint,
 		Limits:                 r.Limits,
+		Sandbox:                r.Sandbox,
 	}, nil)
 }
 
@@ -201,12 +218,22 @@ func (e *errBlocked) Error() string { return "blocked by hook: " + e.reason }
 // or external (resolvers, webhooks, hooks) runs for a request the job table
 // refuses. spec.Cwd "" means the agent's cwd; spec.AgentID is set here.
 func (s *Service) start(ctx context.Context, agent *agents.Agent, spec exec.Spec, pass gate) (*exec.Job, error) {
+	if err := spec.Sandbox.Validate(); err != nil {
+		return nil, err
+	}
 	if agent != nil {
 		spec.AgentID = agent.ID
 		if spec.Cwd == "" {
 			spec.Cwd = agent.Cwd
 		}
+		outer := s.AgentPolicy(*agent)
+		spec.Sandbox = spec.Sandbox.Or(outer)
+		if err := spec.Sandbox.CheckWithin(outer, "agent "+agent.ID); err != nil {
+			return nil, err
+		}
+		spec.WritableRoots = []string{agent.Cwd}
 	}
+	spec.Sandbox = spec.Sandbox.Or(s.policy)
 	res, err := s.jobs.Reserve(ctx, spec)
 	if err != nil {
 		return nil, err // the executor's error says what was refused
@@ -259,3 +286,10 @@ func (s *Service) collect(ctx context.Context, res *exec.Reservation, agent *age
 	}
 	return overlay, nil
 }
+
+// AgentPolicy is the sandbox policy a's commands run under: the one recorded
+// at its creation, completed by the server default.
+func (s *Service) AgentPolicy(a agents.Agent) sandbox.Policy { return a.Sandbox.Or(s.policy) }
+
+// DefaultPolicy is the server's default sandbox policy.
+func (s *Service) DefaultPolicy() sandbox.Policy { return s.policy }

@@ -2,9 +2,11 @@ package run
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/dshd/dshd/internal/agents"
 	"github.com/dshd/dshd/internal/hooks"
+	"github.com/dshd/dshd/internal/sandbox"
 )
 
 // Session is an agent as its start left it: the agent, and what its
@@ -29,8 +31,44 @@ const (
 // startup). The agent exists, header on disk, before any hook runs. Errors
 // are the store's (agents.ErrInvalidCwd); hook failures are recorded in the
 // transcript and logged, never fatal: SessionStart cannot block.
-func (s *Service) CreateAgent(ctx context.Context, cwd string) (Session, error) {
-	return s.startSession(ctx, SourceStartup, func() (agents.Agent, error) { return s.agents.Create(ctx, cwd) })
+//
+// pol is the agent's sandbox policy; empty fields take the server default.
+func (s *Service) CreateAgent(ctx context.Context, cwd string, pol sandbox.Policy) (Session, error) {
+	if err := pol.Validate(); err != nil {
+		return Session{}, err
+	}
+	pol = pol.Or(s.policy)
+	if err := s.checkHost(pol); err != nil {
+		return Session{}, fmt.Errorf("create agent: %w", err)
+	}
+	return s.startSession(ctx, SourceStartup, func() (agents.Agent, error) { return s.agents.Create(ctx, cwd, pol) })
+}
+
+// childPolicy is the sandbox policy of a child of parent asking for req:
+// req completed by the parent's, and within it (sandbox.ErrLooser).
+func (s *Service) childPolicy(ctx context.Context, parent string, req sandbox.Policy) (sandbox.Policy, error) {
+	if err := req.Validate(); err != nil {
+		return sandbox.Policy{}, err
+	}
+	p, err := s.agents.Get(ctx, parent)
+	if err != nil {
+		return sandbox.Policy{}, err
+	}
+	outer := s.AgentPolicy(p)
+	pol := req.Or(outer)
+	if err := pol.CheckWithin(outer, "parent agent "+parent); err != nil {
+		return sandbox.Policy{}, err
+	}
+	return pol, s.checkHost(pol)
+}
+
+// checkHost fails with sandbox.ErrUnavailable when pol cannot be enforced
+// here, so an agent is never made that could run nothing.
+func (s *Service) checkHost(pol sandbox.Policy) error {
+	if s.host == nil {
+		return nil
+	}
+	return s.host.Check(pol)
 }
 
 // ResumeAgent reloads an agent, records the resume and runs the
@@ -42,14 +80,26 @@ func (s *Service) ResumeAgent(ctx context.Context, id string) (Session, error) {
 // ForkAgent forks an agent and runs the new session's SessionStart hooks
 // (source startup: the fork is a new session). Returns agents.ErrNotFound
 // or agents.ErrInvalidBoundary.
-func (s *Service) ForkAgent(ctx context.Context, id string, boundary *int64) (Session, error) {
-	return s.startSession(ctx, SourceStartup, func() (agents.Agent, error) { return s.agents.Fork(ctx, id, boundary) })
+// pol may only tighten the parent's sandbox policy (sandbox.ErrLooser);
+// empty fields inherit it.
+func (s *Service) ForkAgent(ctx context.Context, id string, boundary *int64, pol sandbox.Policy) (Session, error) {
+	pol, err := s.childPolicy(ctx, id, pol)
+	if err != nil {
+		return Session{}, fmt.Errorf("fork: %w", err)
+	}
+	return s.startSession(ctx, SourceStartup, func() (agents.Agent, error) { return s.agents.Fork(ctx, id, boundary, pol) })
 }
 
 // SpawnAgent spawns a child agent and runs its SessionStart hooks (source
 // startup). Returns agents.ErrNotFound or agents.ErrDepthExceeded.
-func (s *Service) SpawnAgent(ctx context.Context, id string) (Session, error) {
-	return s.startSession(ctx, SourceStartup, func() (agents.Agent, error) { return s.agents.Spawn(ctx, id) })
+// pol may only tighten the parent's sandbox policy (sandbox.ErrLooser);
+// empty fields inherit it.
+func (s *Service) SpawnAgent(ctx context.Context, id string, pol sandbox.Policy) (Session, error) {
+	pol, err := s.childPolicy(ctx, id, pol)
+	if err != nil {
+		return Session{}, fmt.Errorf("spawn: %w", err)
+	}
+	return s.startSession(ctx, SourceStartup, func() (agents.Agent, error) { return s.agents.Spawn(ctx, id, pol) })
 }
 
 func (s *Service) startSession(ctx context.Context, source string, start func() (agents.Agent, error)) (Session, error) {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 
+	"github.com/dshd/dshd/internal/sandbox"
 	"github.com/dshd/dshd/internal/shellenv"
 )
 
@@ -47,7 +48,7 @@ Each call is a fresh, non-interactive ` + "`bash -c`" + `: no shell state (varia
 
 Harness facts are in managed environment variables starting with ` + shellenv.Prefix + `, collected fresh for each call: read them rather than guess. $` + shellenv.KeySessionID + ` is your own agent (session) id, $` + shellenv.KeyHome + ` the harness home; list all with ` + "`env | grep ^" + shellenv.Prefix + "`" + `.
 
-Foreground calls wait up to timeout milliseconds (a server default applies when omitted). For long-running commands set run_in_background: the call returns a job id at once; use job_output to read it, job_list to list your jobs, job_kill to stop one.
+Foreground calls wait up to timeout milliseconds. For long-running commands set run_in_background: the call returns a job id at once; use job_output to read it, job_list to list your jobs, job_kill to stop one.
 
 The result is stdout, then [stderr] and stderr, then markers on their own lines such as [exit code: N], [timed out after Nms] or [killed by signal: S]. Long output keeps its head and tail and says where the rest is.`
 
@@ -55,9 +56,16 @@ The result is stdout, then [stderr] and stderr, then markers on their own lines 
 // job_kill — in that order. Every call returns fresh values that the caller
 // may modify. The argument schemas are made from the argument rules
 // (params), the one source of both.
-func Definitions() []Definition {
+//
+// The bash description ends with the sentence that states the default
+// sandbox policy (sandbox.Default); DefinitionsFor states another.
+func Definitions() []Definition { return DefinitionsFor(sandbox.Default) }
+
+// DefinitionsFor is Definitions with the bash description stating policy,
+// the one the model's commands run under, so it does not waste turns.
+func DefinitionsFor(policy sandbox.Policy) []Definition {
 	return []Definition{
-		{Name: ToolBash, Description: bashDescription, Schema: argumentsSchema(ToolBash)},
+		{Name: ToolBash, Description: bashDescription + "\n\n" + policy.Sentence(), Schema: argumentsSchema(ToolBash)},
 		{
 			Name:        ToolJobOutput,
 			Description: "Read the output and state of one of your jobs (as started by bash with run_in_background). With waitMs, wait up to that many milliseconds for the job to finish first.",

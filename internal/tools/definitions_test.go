@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/dshd/dshd/internal/golden"
+	"github.com/dshd/dshd/internal/sandbox"
 )
 
 func TestRenderGolden(t *testing.T) {
@@ -104,7 +105,18 @@ func TestDefinitions(t *testing.T) {
 // TestDescriptionsFit: tool and argument descriptions stay within 1,024
 // characters, the limit several clients and proxies enforce.
 func TestDescriptionsFit(t *testing.T) {
-	for _, d := range Definitions() {
+	var defs []Definition
+	for _, fs := range []sandbox.FS{sandbox.Unrestricted, sandbox.WorkspaceWrite, sandbox.ReadOnly} {
+		for _, n := range []sandbox.Network{sandbox.NetworkOn, sandbox.NetworkOff} {
+			p := sandbox.Policy{FS: fs, Network: n}
+			got := DefinitionsFor(p)
+			if !strings.HasSuffix(got[0].Description, p.Sentence()) {
+				t.Errorf("bash description for %s does not end with its sentence %q", p, p.Sentence())
+			}
+			defs = append(defs, got...)
+		}
+	}
+	for _, d := range defs {
 		if n := len([]rune(d.Description)); n > 1024 {
 			t.Errorf("%s description is %d characters, want at most 1024", d.Name, n)
 		}

@@ -440,6 +440,45 @@ func (e OutputDroppedReason) Valid() bool {
 	}
 }
 
+// Defines values for SandboxFS.
+const (
+	ReadOnly       SandboxFS = "read-only"
+	Unrestricted   SandboxFS = "unrestricted"
+	WorkspaceWrite SandboxFS = "workspace-write"
+)
+
+// Valid indicates whether the value is a known member of the SandboxFS enum.
+func (e SandboxFS) Valid() bool {
+	switch e {
+	case ReadOnly:
+		return true
+	case Unrestricted:
+		return true
+	case WorkspaceWrite:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for SandboxNetwork.
+const (
+	Off SandboxNetwork = "off"
+	On  SandboxNetwork = "on"
+)
+
+// Valid indicates whether the value is a known member of the SandboxNetwork enum.
+func (e SandboxNetwork) Valid() bool {
+	switch e {
+	case Off:
+		return true
+	case On:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for SessionHeaderOrigin.
 const (
 	SessionHeaderOriginFork  SessionHeaderOrigin = "fork"
@@ -618,6 +657,9 @@ type Agent struct {
 	ParentId  *string     `json:"parentId"`
 	RootId    string      `json:"rootId"`
 
+	// Sandbox The sandbox policy in effect.
+	Sandbox *SandboxPolicy `json:"sandbox,omitempty"`
+
 	// SessionStart What the SessionStart hooks said when this response started the session
 	// (create, resume, fork, spawn; absent elsewhere). Pass `additionalContext`
 	// on to the model, as Claude Code and Codex do.
@@ -631,6 +673,15 @@ type AgentOrigin string
 type AgentInput struct {
 	// Cwd Absolute working directory; default the server's.
 	Cwd *string `json:"cwd,omitempty"`
+
+	// Sandbox A sandbox policy asked for by the harness (never by a model: a tool argument naming a
+	// policy is ignored and recorded as ignored). A field left out takes the enclosing
+	// policy: for a root agent the server's default (`sandbox` in config), for a fork or
+	// spawn the parent's, for an execution its agent's (or, without agent, the server's).
+	// A child agent, and an execution of an agent, may only tighten: a looser field fails
+	// with 422 `sandbox_looser`. A policy this host cannot enforce fails with 422
+	// `sandbox_unavailable` (never runs unconfined); `GET /healthz` lists what it can.
+	Sandbox *SandboxRequest `json:"sandbox,omitempty"`
 }
 
 // AnthropicTool An Anthropic Messages client tool.
@@ -773,6 +824,15 @@ type ExecRequest struct {
 	// controllers.
 	Limits *Limits `json:"limits,omitempty"`
 
+	// Sandbox A sandbox policy asked for by the harness (never by a model: a tool argument naming a
+	// policy is ignored and recorded as ignored). A field left out takes the enclosing
+	// policy: for a root agent the server's default (`sandbox` in config), for a fork or
+	// spawn the parent's, for an execution its agent's (or, without agent, the server's).
+	// A child agent, and an execution of an agent, may only tighten: a looser field fails
+	// with 422 `sandbox_looser`. A policy this host cannot enforce fails with 422
+	// `sandbox_unavailable` (never runs unconfined); `GET /healthz` lists what it can.
+	Sandbox *SandboxRequest `json:"sandbox,omitempty"`
+
 	// Stdin Bytes given to the command's stdin (default /dev/null).
 	Stdin *string `json:"stdin,omitempty"`
 
@@ -787,6 +847,15 @@ type ExecRequest struct {
 type ForkInput struct {
 	// Boundary Copy transcript events up to this seq.
 	Boundary *int64 `json:"boundary,omitempty"`
+
+	// Sandbox A sandbox policy asked for by the harness (never by a model: a tool argument naming a
+	// policy is ignored and recorded as ignored). A field left out takes the enclosing
+	// policy: for a root agent the server's default (`sandbox` in config), for a fork or
+	// spawn the parent's, for an execution its agent's (or, without agent, the server's).
+	// A child agent, and an execution of an agent, may only tighten: a looser field fails
+	// with 422 `sandbox_looser`. A policy this host cannot enforce fails with 422
+	// `sandbox_unavailable` (never runs unconfined); `GET /healthz` lists what it can.
+	Sandbox *SandboxRequest `json:"sandbox,omitempty"`
 }
 
 // GenericTool defines model for GenericTool.
@@ -815,6 +884,9 @@ type HealthDetails struct {
 	// dshd as child subreaper; descendants that leave the group die with their job when
 	// they can still be traced to it, and at shutdown at the latest.
 	Containment *Containment `json:"containment,omitempty"`
+
+	// Sandbox The sandbox policies this host can enforce; a request for any other fails with 422 `sandbox_unavailable`.
+	Sandbox *SandboxSupport `json:"sandbox,omitempty"`
 }
 
 // Hook defines model for Hook.
@@ -929,6 +1001,9 @@ type Job struct {
 	// ManagedEnv The managed snapshot the command received.
 	ManagedEnv map[string]string `json:"managedEnv"`
 	Pid        int32             `json:"pid"`
+
+	// Sandbox The sandbox policy in effect.
+	Sandbox *SandboxPolicy `json:"sandbox,omitempty"`
 
 	// Signal Example: SIGKILL
 	Signal    *string   `json:"signal"`
@@ -1112,6 +1187,65 @@ type Resolver struct {
 	union json.RawMessage
 }
 
+// SandboxFS What the command may touch on the file system, loosest first. `unrestricted`: every
+// power of the server's user. `workspace-write`: everything readable except the dshd
+// home (only its `skills` stays visible, read-only) and the token file; writable only the
+// execution's cwd, the agent's cwd, a private `/tmp` and the configured extra roots;
+// `.git` directories at their top and configured protected paths stay read-only inside
+// them. `read-only`: the same view, writable only a private `/tmp`.
+type SandboxFS string
+
+// SandboxNetwork `off`: a network namespace of its own (a loopback no one else listens on); `on`: the host's network.
+type SandboxNetwork string
+
+// SandboxPolicy The sandbox policy in effect.
+type SandboxPolicy struct {
+	// Network `off`: a network namespace of its own (a loopback no one else listens on); `on`: the host's network.
+	Network SandboxNetwork `json:"network"`
+
+	// Policy What the command may touch on the file system, loosest first. `unrestricted`: every
+	// power of the server's user. `workspace-write`: everything readable except the dshd
+	// home (only its `skills` stays visible, read-only) and the token file; writable only the
+	// execution's cwd, the agent's cwd, a private `/tmp` and the configured extra roots;
+	// `.git` directories at their top and configured protected paths stay read-only inside
+	// them. `read-only`: the same view, writable only a private `/tmp`.
+	Policy SandboxFS `json:"policy"`
+}
+
+// SandboxRequest A sandbox policy asked for by the harness (never by a model: a tool argument naming a
+// policy is ignored and recorded as ignored). A field left out takes the enclosing
+// policy: for a root agent the server's default (`sandbox` in config), for a fork or
+// spawn the parent's, for an execution its agent's (or, without agent, the server's).
+// A child agent, and an execution of an agent, may only tighten: a looser field fails
+// with 422 `sandbox_looser`. A policy this host cannot enforce fails with 422
+// `sandbox_unavailable` (never runs unconfined); `GET /healthz` lists what it can.
+type SandboxRequest struct {
+	// Network `off`: a network namespace of its own (a loopback no one else listens on); `on`: the host's network.
+	Network *SandboxNetwork `json:"network,omitempty"`
+
+	// Policy What the command may touch on the file system, loosest first. `unrestricted`: every
+	// power of the server's user. `workspace-write`: everything readable except the dshd
+	// home (only its `skills` stays visible, read-only) and the token file; writable only the
+	// execution's cwd, the agent's cwd, a private `/tmp` and the configured extra roots;
+	// `.git` directories at their top and configured protected paths stay read-only inside
+	// them. `read-only`: the same view, writable only a private `/tmp`.
+	Policy *SandboxFS `json:"policy,omitempty"`
+}
+
+// SandboxSupport The sandbox policies this host can enforce; a request for any other fails with 422 `sandbox_unavailable`.
+type SandboxSupport struct {
+	// Default The sandbox policy in effect.
+	Default SandboxPolicy `json:"default"`
+
+	// Mechanism Example: bubblewrap /usr/bin/bwrap
+	Mechanism *string          `json:"mechanism,omitempty"`
+	Networks  []SandboxNetwork `json:"networks"`
+	Policies  []SandboxFS      `json:"policies"`
+
+	// Reason Why a policy is not enforceable here.
+	Reason *string `json:"reason,omitempty"`
+}
+
 // SessionHeader The first line of a transcript.
 type SessionHeader struct {
 	CreatedAt time.Time           `json:"createdAt"`
@@ -1120,8 +1254,11 @@ type SessionHeader struct {
 	Id        string              `json:"id"`
 	Origin    SessionHeaderOrigin `json:"origin"`
 	ParentId  *string             `json:"parentId"`
-	Type      SessionHeaderType   `json:"type"`
-	Version   int32               `json:"version"`
+
+	// Sandbox The sandbox policy in effect.
+	Sandbox *SandboxPolicy    `json:"sandbox,omitempty"`
+	Type    SessionHeaderType `json:"type"`
+	Version int32             `json:"version"`
 }
 
 // SessionHeaderOrigin defines model for SessionHeader.Origin.
@@ -1149,7 +1286,16 @@ type Skill struct {
 }
 
 // SpawnInput defines model for SpawnInput.
-type SpawnInput = map[string]interface{}
+type SpawnInput struct {
+	// Sandbox A sandbox policy asked for by the harness (never by a model: a tool argument naming a
+	// policy is ignored and recorded as ignored). A field left out takes the enclosing
+	// policy: for a root agent the server's default (`sandbox` in config), for a fork or
+	// spawn the parent's, for an execution its agent's (or, without agent, the server's).
+	// A child agent, and an execution of an agent, may only tighten: a looser field fails
+	// with 422 `sandbox_looser`. A policy this host cannot enforce fails with 422
+	// `sandbox_unavailable` (never runs unconfined); `GET /healthz` lists what it can.
+	Sandbox *SandboxRequest `json:"sandbox,omitempty"`
+}
 
 // StaticResolver Fixed values.
 //
@@ -1245,8 +1391,11 @@ type ToolResultEvent struct {
 		ExitCode          *int32    `json:"exitCode,omitempty"`
 		IsError           bool      `json:"isError"`
 		JobId             *string   `json:"jobId,omitempty"`
-		SystemMessages    *[]string `json:"systemMessages,omitempty"`
-		Text              string    `json:"text"`
+
+		// Sandbox The sandbox policy in effect.
+		Sandbox        *SandboxPolicy `json:"sandbox,omitempty"`
+		SystemMessages *[]string      `json:"systemMessages,omitempty"`
+		Text           string         `json:"text"`
 	} `json:"data"`
 	Seq  int64               `json:"seq"`
 	Time time.Time           `json:"time"`

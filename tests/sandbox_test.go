@@ -1,0 +1,356 @@
+package tests
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+type sandboxPolicy struct {
+	Policy  string `json:"policy"`
+	Network string `json:"network"`
+}
+
+type sandboxJob struct {
+	ID       string         `json:"id"`
+	State    string         `json:"state"`
+	ExitCode *int           `json:"exitCode"`
+	Stdout   output         `json:"stdout"`
+	Stderr   output         `json:"stderr"`
+	Sandbox  *sandboxPolicy `json:"sandbox"`
+}
+
+type sandboxAgent struct {
+	ID      string         `json:"id"`
+	Sandbox *sandboxPolicy `json:"sandbox"`
+}
+
+type healthSandbox struct {
+	Details struct {
+		Sandbox *struct {
+			Policies  []string      `json:"policies"`
+			Networks  []string      `json:"networks"`
+			Default   sandboxPolicy `json:"default"`
+			Mechanism string        `json:"mechanism"`
+			Reason    string        `json:"reason"`
+		} `json:"sandbox"`
+	} `json:"details"`
+}
+
+type problemCode struct {
+	Code   string `json:"code"`
+	Detail string `json:"detail"`
+}
+
+// needSandbox skips (fails under CI=true) when the server cannot enforce
+// every policy on this host: bubblewrap missing, or no namespaces.
+func needSandbox(t *testing.T, s *testServer) {
+	t.Helper()
+	var h healthSandbox
+	if st := s.doJSON(t, "GET", "/healthz", nil, &h); st != 200 || h.Details.Sandbox == nil {
+		t.Fatalf("GET /healthz = %d, sandbox %+v", st, h.Details.Sandbox)
+	}
+	sb := h.Details.Sandbox
+	if !slices.Contains(sb.Policies, "workspace-write") || !slices.Contains(sb.Networks, "off") {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("this host cannot enforce sandbox policies (needs bubblewrap, `make deps` installs it): %s", sb.Reason)
+		}
+		t.Skipf("this host cannot enforce sandbox policies (needs bubblewrap, `make deps` installs it): %s", sb.Reason)
+	}
+}
+
+func (s *testServer) execSandboxed(t *testing.T, body map[string]any) sandboxJob {
+	t.Helper()
+	var j sandboxJob
+	if st := s.doJSON(t, "POST", "/exec", body, &j); st != 200 {
+		t.Fatalf("POST /exec %v = %d", body, st)
+	}
+	return j
+}
+
+// TestSandboxPolicies runs the same commands through the real server under
+// each policy: what may be written, what the dshd home shows, whether .git
+// stays read-only, and whether a listener on 127.0.0.1 can be reached.
+func TestSandboxPolicies(t *testing.T) {
+	s := startServer(t)
+	needSandbox(t, s)
+
+	ws := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(ws, ".git"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	gitConfig := filepath.Join(ws, ".git", "config")
+	if err := os.WriteFile(gitConfig, []byte("[core]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	outside := t.TempDir()
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	port := ln.Addr().(*net.TCPAddr).Port
+
+	for _, tc := range []struct {
+		policy, network   string
+		inside, outsideOK bool
+		gitOK, tokenOK    bool
+	}{
+		{policy: "unrestricted", network: "on", inside: true, outsideOK: true, gitOK: true, tokenOK: true},
+		{policy: "unrestricted", network: "off", inside: true, outsideOK: true, gitOK: true},
+		{policy: "workspace-write", network: "on", inside: true},
+		{policy: "workspace-write", network: "off", inside: true},
+		{policy: "read-only", network: "on"},
+		{policy: "read-only", network: "off"},
+	} {
+		name := tc.policy + "/" + tc.network
+		t.Run(name, func(t *testing.T) {
+			run := func(command string) sandboxJob {
+				t.Helper()
+				j := s.execSandboxed(t, map[string]any{"command": command, "cwd": ws,
+					"sandbox": map[string]string{"policy": tc.policy, "network": tc.network}})
+				if j.Sandbox == nil || j.Sandbox.Policy != tc.policy || j.Sandbox.Network != tc.network {
+					t.Errorf("job sandbox = %+v, want %s", j.Sandbox, name)
+				}
+				return j
+			}
+			ok := func(j sandboxJob) bool { return j.State == "exited" && j.ExitCode != nil && *j.ExitCode == 0 }
+			file := strings.NewReplacer("/", "-").Replace(name)
+
+			j := run("echo inside > " + file + " && cat " + file)
+			if ok(j) != tc.inside {
+				t.Errorf("write in cwd: exit %v, stderr %q; want success %v", deref(j.ExitCode), j.Stderr.Text, tc.inside)
+			}
+			if !tc.inside && !strings.Contains(j.Stderr.Text, "Read-only file system") {
+				t.Errorf("write in cwd under read-only: stderr %q, want the kernel's EROFS", j.Stderr.Text)
+			}
+			if _, err := os.Stat(filepath.Join(ws, file)); (err == nil) != tc.inside {
+				t.Errorf("file written in cwd exists on the host: %v, want %v", err == nil, tc.inside)
+			}
+
+			j = run("echo outside > " + filepath.Join(outside, file))
+			if ok(j) != tc.outsideOK {
+				t.Errorf("write outside: exit %v, stderr %q; want success %v", deref(j.ExitCode), j.Stderr.Text, tc.outsideOK)
+			}
+			if _, err := os.Stat(filepath.Join(outside, file)); (err == nil) != tc.outsideOK {
+				t.Errorf("file written outside exists on the host: %v, want %v", err == nil, tc.outsideOK)
+			}
+
+			j = run("echo '[evil]' >> .git/config")
+			if ok(j) != tc.gitOK {
+				t.Errorf("append to .git/config: exit %v, stderr %q; want success %v", deref(j.ExitCode), j.Stderr.Text, tc.gitOK)
+			}
+			if b, _ := os.ReadFile(gitConfig); strings.Contains(string(b), "[evil]") != tc.gitOK {
+				t.Errorf(".git/config on the host = %q", b)
+			}
+			if tc.gitOK {
+				if err := os.WriteFile(gitConfig, []byte("[core]\n"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+
+			j = run(`cat "$DSH_HOME/server.token"`)
+			if ok(j) != tc.tokenOK || (!tc.tokenOK && strings.Contains(j.Stdout.Text, s.Token)) {
+				t.Errorf("cat token: exit %v, stdout %q; want readable %v", deref(j.ExitCode), j.Stdout.Text, tc.tokenOK)
+			}
+
+			j = run(fmt.Sprintf("exec 3<>/dev/tcp/127.0.0.1/%d && echo connected", port))
+			if got, want := ok(j), tc.network == "on"; got != want {
+				t.Errorf("connect to 127.0.0.1:%d: exit %v, stderr %q; want success %v", port, deref(j.ExitCode), j.Stderr.Text, want)
+			}
+		})
+	}
+}
+
+// TestSandboxLineage: a child agent, and an execution of an agent, may only
+// tighten the agent's policy; what they leave out they inherit.
+func TestSandboxLineage(t *testing.T) {
+	s := startServer(t)
+	needSandbox(t, s)
+	ws := t.TempDir()
+
+	var parent sandboxAgent
+	if st := s.doJSON(t, "POST", "/agents", map[string]any{"cwd": ws, "sandbox": map[string]string{"policy": "workspace-write", "network": "off"}}, &parent); st != 201 {
+		t.Fatalf("POST /agents = %d", st)
+	}
+	if parent.Sandbox == nil || *parent.Sandbox != (sandboxPolicy{"workspace-write", "off"}) {
+		t.Fatalf("parent sandbox = %+v", parent.Sandbox)
+	}
+	for _, tc := range []struct {
+		path string
+		body map[string]any
+	}{
+		{"/agents/" + parent.ID + "/spawn", map[string]any{"sandbox": map[string]string{"policy": "unrestricted"}}},
+		{"/agents/" + parent.ID + "/fork", map[string]any{"sandbox": map[string]string{"network": "on"}}},
+		{"/exec", map[string]any{"command": "true", "agentId": parent.ID, "sandbox": map[string]string{"network": "on"}}},
+	} {
+		var p problemCode
+		if st := s.doJSON(t, "POST", tc.path, tc.body, &p); st != 422 || p.Code != "sandbox_looser" {
+			t.Errorf("POST %s %v = %d %+v, want 422 sandbox_looser", tc.path, tc.body, st, p)
+		}
+	}
+	var child sandboxAgent
+	if st := s.doJSON(t, "POST", "/agents/"+parent.ID+"/spawn", nil, &child); st != 201 {
+		t.Fatalf("spawn = %d", st)
+	}
+	if child.Sandbox == nil || *child.Sandbox != *parent.Sandbox {
+		t.Errorf("spawned child sandbox = %+v, want the parent's", child.Sandbox)
+	}
+	var tighter sandboxAgent
+	if st := s.doJSON(t, "POST", "/agents/"+child.ID+"/fork", map[string]any{"sandbox": map[string]string{"policy": "read-only"}}, &tighter); st != 201 {
+		t.Fatalf("fork tighter = %d", st)
+	}
+	if tighter.Sandbox == nil || *tighter.Sandbox != (sandboxPolicy{"read-only", "off"}) {
+		t.Errorf("tighter fork sandbox = %+v", tighter.Sandbox)
+	}
+	j := s.execSandboxed(t, map[string]any{"command": "touch x", "agentId": tighter.ID})
+	if j.Sandbox == nil || *j.Sandbox != *tighter.Sandbox || j.ExitCode == nil || *j.ExitCode == 0 {
+		t.Errorf("exec as read-only agent: sandbox %+v exit %v stderr %q", j.Sandbox, deref(j.ExitCode), j.Stderr.Text)
+	}
+}
+
+// TestSandboxModelCannotChoose: a tool argument naming a policy is ignored
+// and recorded as ignored; the agent's policy applies and the transcript's
+// tool/result says which.
+func TestSandboxModelCannotChoose(t *testing.T) {
+	s := startServer(t)
+	needSandbox(t, s)
+	ws, outside := t.TempDir(), t.TempDir()
+	var a sandboxAgent
+	if st := s.doJSON(t, "POST", "/agents", map[string]any{"cwd": ws, "sandbox": map[string]string{"policy": "workspace-write", "network": "off"}}, &a); st != 201 {
+		t.Fatalf("POST /agents = %d", st)
+	}
+	target := filepath.Join(outside, "escaped")
+	r := s.callTool(t, a.ID, "bash", map[string]any{
+		"command": "echo x > " + target,
+		"sandbox": map[string]string{"policy": "unrestricted", "network": "on"},
+		"policy":  "unrestricted",
+	})
+	// The other temporary directory is not even visible: /tmp is private.
+	if !strings.Contains(r.Text, "No such file or directory") || !strings.Contains(r.Text, "[exit code: 1]") {
+		t.Errorf("bash result %q, want the write refused", r.Text)
+	}
+	if _, err := os.Stat(target); err == nil {
+		t.Errorf("the model's command wrote %s", target)
+	}
+	var tr struct {
+		Events []struct {
+			Type string          `json:"type"`
+			Data json.RawMessage `json:"data"`
+		} `json:"events"`
+	}
+	resp := s.doWith(t, "GET", "/agents/"+a.ID+"/transcript", nil, map[string]string{"Accept": "application/json", "Authorization": "Bearer " + s.Token})
+	decode(t, resp, &tr)
+	var ignored []string
+	var applied *sandboxPolicy
+	for _, e := range tr.Events {
+		switch e.Type {
+		case "tool/call":
+			var d struct{ Ignored []string }
+			_ = json.Unmarshal(e.Data, &d)
+			ignored = d.Ignored
+		case "tool/result":
+			var d struct{ Sandbox *sandboxPolicy }
+			_ = json.Unmarshal(e.Data, &d)
+			applied = d.Sandbox
+		}
+	}
+	if !slices.Contains(ignored, "sandbox") || !slices.Contains(ignored, "policy") {
+		t.Errorf("tool/call ignored = %v, want sandbox and policy", ignored)
+	}
+	if applied == nil || *applied != (sandboxPolicy{"workspace-write", "off"}) {
+		t.Errorf("tool/result sandbox = %+v", applied)
+	}
+}
+
+// TestSandboxFacts: under workspace-write with the network off a model's
+// command still sees its managed facts, and the bash tool says the policy.
+func TestSandboxFacts(t *testing.T) {
+	s := startServer(t, withConfig("sandbox:\n  policy: workspace-write\n  network: \"off\"\n"))
+	needSandbox(t, s)
+	var a sandboxAgent
+	if st := s.doJSON(t, "POST", "/agents", map[string]any{}, &a); st != 201 {
+		t.Fatalf("POST /agents = %d", st)
+	}
+	if a.Sandbox == nil || *a.Sandbox != (sandboxPolicy{"workspace-write", "off"}) {
+		t.Fatalf("agent sandbox = %+v, want the configured default", a.Sandbox)
+	}
+	f := facts(t, s, a.ID, scriptedModel(t, s))
+	if f["home"] != s.Home || f["shell"] != "1" || f["session"] != a.ID || f["stale"] != "unset" {
+		t.Errorf("facts under workspace-write/off = %v", f)
+	}
+	var defs []struct {
+		Name        string `json:"name"`
+		Description string `json:"description"`
+	}
+	if st := s.doJSON(t, "GET", "/tools", nil, &defs); st != 200 {
+		t.Fatalf("GET /tools = %d", st)
+	}
+	for _, d := range defs {
+		if d.Name == "bash" && !strings.Contains(d.Description, "Sandbox workspace-write: write only in workdir") {
+			t.Errorf("bash description does not state the policy: %q", d.Description)
+		}
+	}
+}
+
+// TestSandboxUnavailable: where bubblewrap cannot run, confined policies
+// are refused with sandbox_unavailable, never run unconfined, and /healthz
+// says only unrestricted is enforceable.
+func TestSandboxUnavailable(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "no-bwrap")
+	s := startServer(t, withConfig("sandbox:\n  bwrap: "+missing+"\n"))
+	var h healthSandbox
+	if st := s.doJSON(t, "GET", "/healthz", nil, &h); st != 200 || h.Details.Sandbox == nil {
+		t.Fatalf("GET /healthz = %d", st)
+	}
+	sb := h.Details.Sandbox
+	if !slices.Equal(sb.Policies, []string{"unrestricted"}) || !slices.Equal(sb.Networks, []string{"on"}) || !strings.Contains(sb.Reason, "no-bwrap") {
+		t.Errorf("healthz sandbox = %+v", sb)
+	}
+	out := filepath.Join(t.TempDir(), "ran")
+	for _, tc := range []struct {
+		path string
+		body map[string]any
+	}{
+		{"/exec", map[string]any{"command": "touch " + out, "sandbox": map[string]string{"policy": "read-only"}}},
+		{"/exec", map[string]any{"command": "touch " + out, "sandbox": map[string]string{"network": "off"}}},
+		{"/agents", map[string]any{"sandbox": map[string]string{"policy": "workspace-write"}}},
+	} {
+		var p problemCode
+		if st := s.doJSON(t, "POST", tc.path, tc.body, &p); st != 422 || p.Code != "sandbox_unavailable" {
+			t.Errorf("POST %s %v = %d %+v, want 422 sandbox_unavailable", tc.path, tc.body, st, p)
+		}
+	}
+	if _, err := os.Stat(out); err == nil {
+		t.Error("a refused command ran")
+	}
+	j := s.execSandboxed(t, map[string]any{"command": "true"})
+	if j.Sandbox == nil || *j.Sandbox != (sandboxPolicy{"unrestricted", "on"}) || deref(j.ExitCode) != 0 {
+		t.Errorf("unrestricted exec: %+v", j)
+	}
+	refuseToStart(t, filepath.Join(t.TempDir(), "home"), "--config", writeConfig(t, "sandbox:\n  policy: read-only\n  bwrap: "+missing+"\n"))
+}
+
+func writeConfig(t *testing.T, yaml string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(p, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
