@@ -617,6 +617,17 @@ export interface components {
         /** @description What this host lets dshd enforce. */
         HealthDetails: {
             containment?: components["schemas"]["Containment"];
+            sandbox?: components["schemas"]["SandboxSupport"];
+        };
+        /** @description The sandbox policies this host can enforce; a request for any other fails with 422 `sandbox_unavailable`. */
+        SandboxSupport: {
+            policies: components["schemas"]["SandboxFS"][];
+            networks: components["schemas"]["SandboxNetwork"][];
+            default: components["schemas"]["SandboxPolicy"];
+            /** @example bubblewrap /usr/bin/bwrap */
+            mechanism?: string;
+            /** @description Why a policy is not enforceable here. */
+            reason?: string;
         };
         /**
          * @description How every process a job starts is accounted for (`jobs.containment`).
@@ -799,6 +810,7 @@ export interface components {
         AgentInput: {
             /** @description Absolute working directory; default the server's. */
             cwd?: string;
+            sandbox?: components["schemas"]["SandboxRequest"];
         };
         ForkInput: {
             /**
@@ -806,8 +818,44 @@ export interface components {
              * @description Copy transcript events up to this seq.
              */
             boundary?: number;
+            sandbox?: components["schemas"]["SandboxRequest"];
         };
-        SpawnInput: Record<string, never>;
+        SpawnInput: {
+            sandbox?: components["schemas"]["SandboxRequest"];
+        };
+        /**
+         * @description A sandbox policy asked for by the harness (never by a model: a tool argument naming a
+         *     policy is ignored and recorded as ignored). A field left out takes the enclosing
+         *     policy: for a root agent the server's default (`sandbox` in config), for a fork or
+         *     spawn the parent's, for an execution its agent's (or, without agent, the server's).
+         *     A child agent, and an execution of an agent, may only tighten: a looser field fails
+         *     with 422 `sandbox_looser`. A policy this host cannot enforce fails with 422
+         *     `sandbox_unavailable` (never runs unconfined); `GET /healthz` lists what it can.
+         */
+        SandboxRequest: {
+            policy?: components["schemas"]["SandboxFS"];
+            network?: components["schemas"]["SandboxNetwork"];
+        };
+        /** @description The sandbox policy in effect. */
+        SandboxPolicy: {
+            policy: components["schemas"]["SandboxFS"];
+            network: components["schemas"]["SandboxNetwork"];
+        };
+        /**
+         * @description What the command may touch on the file system, loosest first. `unrestricted`: every
+         *     power of the server's user. `workspace-write`: everything readable except the dshd
+         *     home (only its `skills` stays visible, read-only) and the token file; writable only the
+         *     execution's cwd, the agent's cwd, a private `/tmp` and the configured extra roots;
+         *     `.git` directories at their top and configured protected paths stay read-only inside
+         *     them. `read-only`: the same view, writable only a private `/tmp`.
+         * @enum {string}
+         */
+        SandboxFS: "unrestricted" | "workspace-write" | "read-only";
+        /**
+         * @description `off`: a network namespace of its own (a loopback no one else listens on); `on`: the host's network.
+         * @enum {string}
+         */
+        SandboxNetwork: "on" | "off";
         Agent: {
             id: string;
             parentId: string | null;
@@ -819,6 +867,7 @@ export interface components {
             cwd: string;
             /** Format: date-time */
             createdAt: string;
+            sandbox?: components["schemas"]["SandboxPolicy"];
             sessionStart?: components["schemas"]["HookOutput"];
         };
         /**
@@ -886,6 +935,7 @@ export interface components {
             /** Format: int64 */
             yieldMs?: number;
             limits?: components["schemas"]["Limits"];
+            sandbox?: components["schemas"]["SandboxRequest"];
         };
         /**
          * @description Per-job limits; each one given replaces the server's (`jobs.limits`) for this job.
@@ -989,6 +1039,7 @@ export interface components {
              * @enum {string|null}
              */
             killedBy?: "timeout" | "cancelled" | "shutdown" | "oom" | "pids_limit" | null;
+            sandbox?: components["schemas"]["SandboxPolicy"];
         };
         /** @description An agent's transcript as JSON. */
         Transcript: {
@@ -1010,6 +1061,7 @@ export interface components {
             origin: "root" | "fork" | "spawn";
             /** Format: int32 */
             depth: number;
+            sandbox?: components["schemas"]["SandboxPolicy"];
         };
         /** @description One transcript event, told apart by `type`. */
         TranscriptEvent: components["schemas"]["ToolCallEvent"] | components["schemas"]["ToolResultEvent"] | components["schemas"]["HookInvokedEvent"] | components["schemas"]["HookResultEvent"] | components["schemas"]["SessionResumeEvent"];
@@ -1053,6 +1105,7 @@ export interface components {
                 jobId?: string;
                 /** Format: int32 */
                 exitCode?: number;
+                sandbox?: components["schemas"]["SandboxPolicy"];
                 additionalContext?: string[];
                 systemMessages?: string[];
             };
