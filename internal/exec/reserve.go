@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dshd/dshd/internal/sandbox"
 	"github.com/dshd/dshd/internal/shellenv"
 )
 
@@ -94,7 +95,7 @@ func (e *Executor) Reserve(ctx context.Context, s Spec) (*Reservation, error) {
 	if j.idemKey != "" {
 		j.started = make(chan struct{})
 		if j.idemFP == "" {
-			j.idemFP = specFingerprint(&s)
+			j.idemFP = specFingerprint(&s, policy)
 		}
 	}
 	removed, err := e.register(j)
@@ -111,8 +112,9 @@ func (e *Executor) Reserve(ctx context.Context, s Spec) (*Reservation, error) {
 }
 
 // specFingerprint hashes the fields of s that define the execution, for
-// callers that pass no fingerprint of their own.
-func specFingerprint(s *Spec) string {
+// callers that pass no fingerprint of their own; policy is the sandbox
+// policy the job would run under.
+func specFingerprint(s *Spec, policy sandbox.Policy) string {
 	b, _ := json.Marshal(struct {
 		Command    string
 		Cwd        string
@@ -122,7 +124,8 @@ func specFingerprint(s *Spec) string {
 		Timeout    time.Duration
 		Background bool
 		Limits     Limits
-	}{s.Command, s.Cwd, s.Env, s.Stdin, s.HasStdin, s.Timeout, s.Background, s.Limits})
+		Sandbox    sandbox.Policy
+	}{s.Command, s.Cwd, s.Env, s.Stdin, s.HasStdin, s.Timeout, s.Background, s.Limits, policy})
 	sum := sha256.Sum256(b)
 	return "sha256:" + hex.EncodeToString(sum[:])
 }

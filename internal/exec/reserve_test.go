@@ -4,6 +4,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/dshd/dshd/internal/sandbox"
 	"github.com/dshd/dshd/internal/shellenv"
 )
 
@@ -105,5 +106,27 @@ func TestReservationIdempotency(t *testing.T) {
 	defer other.Release()
 	if got, ok := other.Existing(); ok {
 		t.Errorf("another agent's key found job %s", got.ID())
+	}
+}
+
+// TestReservationIdempotencySandbox: the same key with another sandbox
+// policy is another request, refused rather than answered with the job
+// that ran under the first policy.
+func TestReservationIdempotencySandbox(t *testing.T) {
+	host := sandbox.NewHost(testCtx(t), sandbox.Config{})
+	off := sandbox.Policy{FS: sandbox.Unrestricted, Network: sandbox.NetworkOff}
+	if err := host.Check(off); err != nil {
+		t.Skipf("this host cannot enforce network off: %v", err)
+	}
+	e := newTestExecutor(t, func(o *Options) { o.Sandbox = host })
+	j, err := e.Start(testCtx(t), Spec{Command: "true", IdempotencyKey: "k"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := j.Wait(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Reserve(testCtx(t), Spec{Command: "true", IdempotencyKey: "k", Sandbox: off}); !errors.Is(err, ErrIdempotencyKeyReused) {
+		t.Errorf("Reserve with another sandbox policy = %v, want ErrIdempotencyKeyReused", err)
 	}
 }
