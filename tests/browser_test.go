@@ -210,7 +210,7 @@ func TestBrowserUI(t *testing.T) {
 	if r := callTool(parent.ID, "call-ok", map[string]any{"command": "echo transcript-line"}); r.IsError {
 		t.Fatalf("call-ok: isError, text %q", r.Text)
 	}
-	if r := callTool(parent.ID, "call-slow", map[string]any{"command": "echo slow-line; sleep 5", "timeoutMs": 300}); !r.IsError {
+	if r := callTool(parent.ID, "call-slow", map[string]any{"command": "echo slow-line; sleep 5", "timeout": 300}); !r.IsError {
 		t.Fatalf("call-slow: want isError after its timeout, got text %q", r.Text)
 	}
 	if r := callTool(parent.ID, "call-blocked", map[string]any{"command": "rm -rf ./nothing-here"}); !r.IsError || !strings.Contains(r.Text, "destructive command refused") {

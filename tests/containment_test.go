@@ -186,7 +186,7 @@ func testContainment(t *testing.T, mode string) {
 		{"tool timeout", func(t *testing.T, m, cmd string) {
 			ready := make(chan bool, 1)
 			go func() { ready <- started(m) }()
-			r := s.callTool(t, a.ID, "bash", map[string]any{"command": command(m, cmd), "timeoutMs": 3000})
+			r := s.callTool(t, a.ID, "bash", map[string]any{"command": command(m, cmd), "timeout": 3000})
 			if !<-ready {
 				t.Fatalf("job %s did not start its two sleeps within 15s", m)
 			}
