@@ -11,8 +11,7 @@ NODE_DIRS = api/lint clients/typescript tests tests/mcp
 
 deps:
 	$(GO) mod download
-	./scripts/ensure-chromium.sh
-	./scripts/ensure-bubblewrap.sh
+	./scripts/ensure-debian-packages.sh chromium=chromium,chromium-driver bwrap=bubblewrap
 	./scripts/ensure-node-deps.sh $(NODE_DIRS)
 
 # The contract passes Spectral's spectral:oas with no finding at all and
