@@ -354,3 +354,39 @@ func writeConfig(t *testing.T, yaml string) string {
 	}
 	return p
 }
+
+// TestSandboxCannotBeUndone: a confined command cannot take its sandbox
+// apart. dshd often runs as root, and root inside a mount namespace may
+// remount and unmount unless its capabilities are gone: then `/` could be
+// made writable again and the tmpfs hiding the dshd home lifted.
+func TestSandboxCannotBeUndone(t *testing.T) {
+	s := startServer(t)
+	needSandbox(t, s)
+	ws, outside := t.TempDir(), t.TempDir()
+	escaped := filepath.Join(outside, "escaped")
+	for _, pol := range []map[string]string{
+		{"policy": "workspace-write", "network": "off"},
+		{"policy": "read-only", "network": "on"},
+		{"policy": "unrestricted", "network": "off"},
+	} {
+		j := s.execSandboxed(t, map[string]any{"cwd": ws, "sandbox": pol, "command": `
+mount -o remount,rw / 2>/dev/null
+for m in "$DSH_HOME" /tmp "$(dirname "$DSH_HOME")"; do umount -l "$m" 2>/dev/null; done
+mkdir -p ` + outside + ` 2>/dev/null
+echo x > ` + escaped + ` 2>/dev/null
+cat "$DSH_HOME/server.token" 2>/dev/null
+grep ^CapEff /proc/self/status`})
+		if strings.Contains(j.Stdout.Text, s.Token) {
+			t.Errorf("%v: the command read the token after unmounting: %q", pol, j.Stdout.Text)
+		}
+		if pol["policy"] != "unrestricted" {
+			if _, err := os.Stat(escaped); err == nil {
+				t.Errorf("%v: the command wrote %s after remounting /", pol, escaped)
+				os.Remove(escaped)
+			}
+		}
+		if !strings.Contains(j.Stdout.Text, "CapEff:\t0000000000000000") {
+			t.Errorf("%v: effective capabilities inside the sandbox: %q", pol, j.Stdout.Text)
+		}
+	}
+}

@@ -205,7 +205,7 @@ func NewHost(ctx context.Context, cfg Config) *Host {
 	probe := func(extra ...string) error {
 		ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 		defer cancel()
-		args := append([]string{"--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-pid"}, extra...)
+		args := append([]string{"--cap-drop", "ALL", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-pid"}, extra...)
 		args = append(args, "--", "true")
 		out, err := osexec.CommandContext(ctx, path, args...).CombinedOutput()
 		if err != nil {
@@ -290,7 +290,9 @@ func (h *Host) Command(p Policy, cwd string, roots []string, argv []string) (str
 		return argv[0], argv
 	}
 	a := make([]string, 0, 48)
-	a = append(a, "bwrap", "--unshare-pid")
+	// No capabilities inside: root in the sandbox could otherwise remount
+	// / read-write or unmount what hides the dshd home.
+	a = append(a, "bwrap", "--cap-drop", "ALL", "--unshare-pid")
 	if p.Network == NetworkOff {
 		a = append(a, "--unshare-net")
 	}
