@@ -110,49 +110,56 @@ func fromAPIContributorInput(in api.ContributorInput) (shellenv.Spec, error) {
 	return s, nil
 }
 
-// toAPIContributor converts a contributor; built-ins have no resolver.
+// toAPIContributor converts a contributor to the variant its kind names:
+// built-ins have no resolver, the others carry theirs.
 func toAPIContributor(c shellenv.Contributor) (api.Contributor, error) {
-	out := api.Contributor{
-		Name:      c.Name,
-		Builtin:   c.Builtin,
-		Kind:      api.ContributorKind(c.Kind),
-		Plugin:    optional(c.Plugin),
-		Keys:      make([]api.KeySpec, len(c.Keys)),
-		CreatedAt: c.CreatedAt,
-		ExpiresAt: c.ExpiresAt,
-	}
+	keys := make([]api.KeySpec, len(c.Keys))
 	for i, k := range c.Keys {
-		out.Keys[i] = api.KeySpec{Key: k.Key, Description: k.Description}
+		keys[i] = api.KeySpec{Key: k.Key, Description: k.Description}
 	}
-	if c.Builtin {
-		return out, nil
-	}
+	plugin := optional(c.Plugin)
 	var values *map[string]string
 	if len(c.Resolver.Values) > 0 {
 		values = &c.Resolver.Values
 	}
 	var (
-		r   api.Resolver
+		out api.Contributor
 		err error
 	)
-	switch c.Resolver.Kind {
-	case string(api.ContributorKindStatic):
-		err = r.FromStaticResolver(api.StaticResolver{Values: values})
-	case string(api.ContributorKindTemplate):
-		err = r.FromTemplateResolver(api.TemplateResolver{Values: values})
-	case string(api.ContributorKindWebhook):
-		w := api.WebhookResolver{Url: optional(c.Resolver.URL)}
+	switch {
+	case c.Builtin:
+		err = out.FromBuiltinContributor(api.BuiltinContributor{
+			Name: c.Name, Builtin: true, Kind: api.BuiltinContributorKindBuiltin, Plugin: plugin,
+			Keys: keys, CreatedAt: c.CreatedAt, ExpiresAt: c.ExpiresAt,
+		})
+	case c.Resolver.Kind == string(api.StaticResolverKindStatic):
+		err = out.FromStaticContributor(api.StaticContributor{
+			Name: c.Name, Kind: api.StaticContributorKindStatic, Plugin: plugin,
+			Keys: keys, CreatedAt: c.CreatedAt, ExpiresAt: c.ExpiresAt,
+			Resolver: api.StaticResolver{Kind: api.StaticResolverKindStatic, Values: values},
+		})
+	case c.Resolver.Kind == string(api.TemplateResolverKindTemplate):
+		err = out.FromTemplateContributor(api.TemplateContributor{
+			Name: c.Name, Kind: api.TemplateContributorKindTemplate, Plugin: plugin,
+			Keys: keys, CreatedAt: c.CreatedAt, ExpiresAt: c.ExpiresAt,
+			Resolver: api.TemplateResolver{Kind: api.TemplateResolverKindTemplate, Values: values},
+		})
+	case c.Resolver.Kind == string(api.WebhookResolverKindWebhook):
+		w := api.WebhookResolver{Kind: api.WebhookResolverKindWebhook, Url: optional(c.Resolver.URL)}
 		if c.Resolver.Timeout > 0 {
 			w.TimeoutMs = ptr(c.Resolver.Timeout.Milliseconds())
 		}
-		err = r.FromWebhookResolver(w)
+		err = out.FromWebhookContributor(api.WebhookContributor{
+			Name: c.Name, Kind: api.WebhookContributorKindWebhook, Plugin: plugin,
+			Keys: keys, CreatedAt: c.CreatedAt, ExpiresAt: c.ExpiresAt,
+			Resolver: w,
+		})
 	default:
-		err = fmt.Errorf("contributor %s has resolver kind %q, which the contract does not know", c.Name, c.Resolver.Kind)
+		err = fmt.Errorf("resolver kind %q, which the contract does not know", c.Resolver.Kind)
 	}
 	if err != nil {
 		return out, fmt.Errorf("convert contributor %s: %w", c.Name, err)
 	}
-	out.Resolver = &r
 	return out, nil
 }
 

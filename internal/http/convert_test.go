@@ -226,16 +226,66 @@ func TestResolverRoundTrip(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := json.Marshal(out.Resolver)
+			b, err := json.Marshal(out)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if string(got) != tt.resolver {
-				t.Errorf("API resolver = %s, want %s", got, tt.resolver)
+			var fields struct {
+				Kind     string          `json:"kind"`
+				Resolver json.RawMessage `json:"resolver"`
+			}
+			if err := json.Unmarshal(b, &fields); err != nil {
+				t.Fatal(err)
+			}
+			if string(fields.Resolver) != tt.resolver {
+				t.Errorf("API resolver = %s, want %s", fields.Resolver, tt.resolver)
+			}
+			if fields.Kind != tt.want.Kind {
+				t.Errorf("API contributor kind = %q, want %q", fields.Kind, tt.want.Kind)
 			}
 		})
 	}
 	if _, err := toAPIContributor(shellenv.Contributor{Name: "c", Kind: "mystery", Resolver: shellenv.ResolverSpec{Kind: "mystery"}}); err == nil {
 		t.Error("a resolver kind the contract does not know converted without error")
+	}
+}
+
+// TestContributorVariants converts a built-in and one contributor of each
+// resolver kind, and checks that each comes out as its own variant of the
+// contract's discriminated Contributor, with the fields of that variant.
+func TestContributorVariants(t *testing.T) {
+	created := time.Date(2026, 12, 1, 10, 40, 58, 0, time.UTC)
+	keys := []shellenv.KeySpec{{Key: "DSH_A", Description: "d"}}
+	tests := []struct {
+		name string
+		in   shellenv.Contributor
+		want any
+	}{
+		{"builtin", shellenv.Contributor{Name: "dsh.home", Builtin: true, Kind: "builtin", Keys: keys, CreatedAt: created},
+			api.BuiltinContributor{Name: "dsh.home", Builtin: true, Kind: "builtin", Keys: []api.KeySpec{{Key: "DSH_A", Description: "d"}}, CreatedAt: created}},
+		{"static", shellenv.Contributor{Name: "s", Kind: "static", Plugin: "plg_1", Keys: keys, CreatedAt: created, Resolver: shellenv.ResolverSpec{Kind: "static", Values: map[string]string{"DSH_A": "a"}}},
+			api.StaticContributor{Name: "s", Kind: "static", Plugin: ptr("plg_1"), Keys: []api.KeySpec{{Key: "DSH_A", Description: "d"}}, CreatedAt: created,
+				Resolver: api.StaticResolver{Kind: "static", Values: &map[string]string{"DSH_A": "a"}}}},
+		{"template", shellenv.Contributor{Name: "t", Kind: "template", Keys: keys, CreatedAt: created, Resolver: shellenv.ResolverSpec{Kind: "template"}},
+			api.TemplateContributor{Name: "t", Kind: "template", Keys: []api.KeySpec{{Key: "DSH_A", Description: "d"}}, CreatedAt: created,
+				Resolver: api.TemplateResolver{Kind: "template"}}},
+		{"webhook", shellenv.Contributor{Name: "w", Kind: "webhook", Keys: keys, CreatedAt: created, Resolver: shellenv.ResolverSpec{Kind: "webhook", URL: "http://127.0.0.1:9/f", Timeout: time.Second}},
+			api.WebhookContributor{Name: "w", Kind: "webhook", Keys: []api.KeySpec{{Key: "DSH_A", Description: "d"}}, CreatedAt: created,
+				Resolver: api.WebhookResolver{Kind: "webhook", Url: ptr("http://127.0.0.1:9/f"), TimeoutMs: ptr(int64(1000))}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, err := toAPIContributor(tt.in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := out.ValueByDiscriminator()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("contributor variant (-want +got):\n%s", diff)
+			}
+		})
 	}
 }

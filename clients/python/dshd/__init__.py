@@ -9,10 +9,21 @@ Every operation of the contract (api/openapi.yaml) is a method. Errors are
 raised as Problem (RFC 9457 problem details with a machine-readable
 ``code``). Job output is followed over server-sent events, resumable by
 event id (``Client.follow_output``), and the transcript is read as typed
-events (``Client.transcript``).
+events (``Client.transcript``). Contributors are typed by kind
+(``BuiltinContributor``, ``StaticContributor``, ``TemplateContributor``,
+``WebhookContributor``).
 """
 
 from .client import Client, OutputEvent, OutputStream, Problem
+from .contributors import (
+    BuiltinContributor,
+    Contributor,
+    KeySpec,
+    StaticContributor,
+    TemplateContributor,
+    UnknownContributor,
+    WebhookContributor,
+)
 from .transcript import (
     HookInvokedEvent,
     HookResultEvent,
@@ -26,17 +37,24 @@ from .transcript import (
 )
 
 __all__ = [
+    "BuiltinContributor",
     "Client",
+    "Contributor",
     "HookInvokedEvent",
     "HookResultEvent",
+    "KeySpec",
     "OutputEvent",
     "OutputStream",
     "Problem",
     "SessionHeader",
     "SessionResumeEvent",
+    "StaticContributor",
+    "TemplateContributor",
     "ToolCallEvent",
     "ToolResultEvent",
     "Transcript",
     "TranscriptEvent",
+    "UnknownContributor",
     "UnknownEvent",
+    "WebhookContributor",
 ]

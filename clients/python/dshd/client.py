@@ -7,6 +7,7 @@ import urllib.parse
 from dataclasses import dataclass
 from typing import Any, Dict, Iterator, List, Optional
 
+from .contributors import Contributor, parse_contributor
 from .transcript import Transcript, parse_transcript
 
 JSON = Dict[str, Any]
@@ -195,21 +196,25 @@ class Client:
         """GET /env/declarations: {prefix, declarations}. Runs no resolver."""
         return self._json("GET", "/env/declarations")
 
-    def contributors(self) -> List[JSON]:
-        return self._json("GET", "/contributors")
+    def contributors(self) -> List[Contributor]:
+        """GET /contributors, typed by kind (BuiltinContributor,
+        StaticContributor, TemplateContributor, WebhookContributor)."""
+        return [parse_contributor(c) for c in self._json("GET", "/contributors")]
 
-    def register_contributor(self, name: str, keys: List[JSON], resolver: JSON, plugin: Optional[str] = None) -> JSON:
+    def register_contributor(self, name: str, keys: List[JSON], resolver: JSON,
+                             plugin: Optional[str] = None) -> Contributor:
         """POST /contributors. keys: [{key, description}]; resolver: {kind:
-        static|template|webhook, values? | url?, timeoutMs?}. Raises Problem 409
-        duplicate_contributor / key_owned, 422 reserved_key / invalid_declaration,
-        404 plugin_not_found."""
+        static|template|webhook, values? | url?, timeoutMs?}. Returns the typed
+        contributor. Raises Problem 409 duplicate_contributor / key_owned, 422
+        reserved_key / invalid_declaration, 404 plugin_not_found."""
         body: JSON = {"name": name, "keys": keys, "resolver": resolver}
         if plugin is not None:
             body["plugin"] = plugin
-        return self._json("POST", "/contributors", body)
+        return parse_contributor(self._json("POST", "/contributors", body))
 
-    def contributor(self, name: str) -> JSON:
-        return self._json("GET", "/contributors/" + self._q(name))
+    def contributor(self, name: str) -> Contributor:
+        """GET /contributors/{name}, typed by kind."""
+        return parse_contributor(self._json("GET", "/contributors/" + self._q(name)))
 
     def delete_contributor(self, name: str) -> None:
         self._send("DELETE", "/contributors/" + self._q(name))

@@ -11,7 +11,17 @@ import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from dshd import Client, Problem, ToolCallEvent, ToolResultEvent  # noqa: E402
+from dshd import (  # noqa: E402
+    BuiltinContributor,
+    Client,
+    KeySpec,
+    Problem,
+    StaticContributor,
+    TemplateContributor,
+    ToolCallEvent,
+    ToolResultEvent,
+    WebhookContributor,
+)
 
 
 def server() -> Client:
@@ -29,7 +39,9 @@ class Scenario(unittest.TestCase):
         reg = c.register_contributor(
             name, [{"key": "DSH_PY_REPO", "description": "Repository the harness works on."}],
             {"kind": "static", "values": {"DSH_PY_REPO": "acme/widgets"}})
-        self.assertEqual(reg["name"], name)
+        self.assertIsInstance(reg, StaticContributor)
+        self.assertEqual((reg.name, reg.kind, reg.values), (name, "static", {"DSH_PY_REPO": "acme/widgets"}))
+        self.assertEqual(reg.keys, [KeySpec("DSH_PY_REPO", "Repository the harness works on.")])
         with self.assertRaises(Problem) as dup:
             c.register_contributor(name, [{"key": "DSH_PY_OTHER", "description": "d"}], {"kind": "static"})
         self.assertEqual((dup.exception.status, dup.exception.code), (409, "duplicate_contributor"))
@@ -95,8 +107,19 @@ class EveryOperation(unittest.TestCase):
         self.assertEqual(c.plugin(plugin["id"])["contributors"], ["py.tmpl"])
         self.assertEqual(c.renew_plugin(plugin["id"], 120)["leaseSeconds"], 120)
         self.assertIn(plugin["id"], [p["id"] for p in c.plugins()])
-        self.assertEqual(c.contributor("py.tmpl")["resolver"], {"kind": "template", "values": {"DSH_PY_TAG": "{agent.id}"}})
-        self.assertIn("py.tmpl", [x["name"] for x in c.contributors()])
+        tmpl = c.contributor("py.tmpl")
+        self.assertIsInstance(tmpl, TemplateContributor)
+        self.assertEqual((tmpl.values, tmpl.plugin), ({"DSH_PY_TAG": "{agent.id}"}, plugin["id"]))
+        self.assertIsNotNone(tmpl.expires_at)
+        self.assertIn("py.tmpl", [x.name for x in c.contributors()])
+        home = c.contributor("dsh.home")
+        self.assertIsInstance(home, BuiltinContributor)
+        self.assertEqual((home.kind, home.builtin, [k.key for k in home.keys]), ("builtin", True, ["DSH_HOME"]))
+        hook = c.register_contributor("py.hook", [{"key": "DSH_PY_HOOK", "description": "d"}],
+                                      {"kind": "webhook", "url": "http://127.0.0.1:9/facts", "timeoutMs": 250})
+        self.assertIsInstance(hook, WebhookContributor)
+        self.assertEqual((hook.url, hook.timeout_ms), ("http://127.0.0.1:9/facts", 250))
+        c.delete_contributor("py.hook")
         c.register_contributor("py.gone", [{"key": "DSH_PY_GONE", "description": "d"}], {"kind": "static"})
         c.delete_contributor("py.gone")
         with self.assertRaises(Problem) as gone:

@@ -11,6 +11,8 @@ export type Schemas = components["schemas"];
 export type Problem = Schemas["Problem"];
 export type Job = Schemas["Job"];
 export type Agent = Schemas["Agent"];
+/** A contributor, told apart by `kind` (builtin, static, template, webhook). */
+export type Contributor = Schemas["Contributor"];
 export type ToolResult = Schemas["ToolResult"];
 export type Transcript = Schemas["Transcript"];
 export type TranscriptEvent = Schemas["TranscriptEvent"];

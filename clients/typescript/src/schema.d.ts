@@ -765,21 +765,154 @@ export interface components {
             keys: components["schemas"]["KeySpec"][];
             resolver: components["schemas"]["Resolver"];
         };
-        Contributor: {
+        /**
+         * @description A registered contributor, told apart by `kind`: `builtin` for the built-in
+         *     contributors (no resolver), else its resolver's kind, with that resolver.
+         */
+        Contributor: components["schemas"]["BuiltinContributor"] | components["schemas"]["StaticContributor"] | components["schemas"]["TemplateContributor"] | components["schemas"]["WebhookContributor"];
+        /** @description What every contributor has, whatever its kind. */
+        ContributorFields: {
             name: string;
+            /** @description True exactly when `kind` is `builtin`. */
             builtin: boolean;
-            /**
-             * @description `builtin` for the built-in contributors, else the resolver's kind.
-             * @enum {string}
-             */
-            kind: "builtin" | "static" | "template" | "webhook";
+            /** @description Id of the plugin that owns the contributor. */
             plugin: string | null;
             keys: components["schemas"]["KeySpec"][];
-            resolver?: components["schemas"]["Resolver"];
             /** Format: date-time */
             createdAt: string;
-            /** Format: date-time */
+            /**
+             * Format: date-time
+             * @description When the owning plugin's lease runs out.
+             */
             expiresAt: string | null;
+        };
+        /**
+         * @description A contributor built into dshd (`DSH_HOME`, `DSH_SHELL`, `DSH_SESSION_ID`); it has no resolver and cannot be removed.
+         * @example {
+         *       "name": "dsh.home",
+         *       "builtin": true,
+         *       "kind": "builtin",
+         *       "plugin": null,
+         *       "keys": [
+         *         {
+         *           "key": "DSH_HOME",
+         *           "description": "Absolute path of the harness home."
+         *         }
+         *       ],
+         *       "createdAt": "2026-12-01T10:40:58Z",
+         *       "expiresAt": null
+         *     }
+         */
+        BuiltinContributor: components["schemas"]["ContributorFields"] & {
+            /** @enum {string} */
+            kind: "builtin";
+        } & {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            kind: "builtin";
+        };
+        /**
+         * @description A contributor with fixed values.
+         * @example {
+         *       "name": "acme.repo",
+         *       "builtin": false,
+         *       "kind": "static",
+         *       "plugin": null,
+         *       "keys": [
+         *         {
+         *           "key": "DSH_REPO",
+         *           "description": "Repository the harness works on."
+         *         }
+         *       ],
+         *       "resolver": {
+         *         "kind": "static",
+         *         "values": {
+         *           "DSH_REPO": "acme/widgets"
+         *         }
+         *       },
+         *       "createdAt": "2026-12-01T10:40:58Z",
+         *       "expiresAt": null
+         *     }
+         */
+        StaticContributor: components["schemas"]["ContributorFields"] & {
+            /** @enum {string} */
+            kind: "static";
+            resolver: components["schemas"]["StaticResolver"];
+        } & {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            kind: "static";
+        };
+        /**
+         * @description A contributor whose values are templates over the execution's facts.
+         * @example {
+         *       "name": "acme.tag",
+         *       "builtin": false,
+         *       "kind": "template",
+         *       "plugin": null,
+         *       "keys": [
+         *         {
+         *           "key": "DSH_JOB_TAG",
+         *           "description": "Agent and job of the execution."
+         *         }
+         *       ],
+         *       "resolver": {
+         *         "kind": "template",
+         *         "values": {
+         *           "DSH_JOB_TAG": "agent {agent.id} job {job.id}"
+         *         }
+         *       },
+         *       "createdAt": "2026-12-01T10:40:58Z",
+         *       "expiresAt": null
+         *     }
+         */
+        TemplateContributor: components["schemas"]["ContributorFields"] & {
+            /** @enum {string} */
+            kind: "template";
+            resolver: components["schemas"]["TemplateResolver"];
+        } & {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            kind: "template";
+        };
+        /**
+         * @description A contributor whose values a webhook of the harness answers for each execution.
+         * @example {
+         *       "name": "acme.ticket",
+         *       "builtin": false,
+         *       "kind": "webhook",
+         *       "plugin": "plg_01m8rk313hspjz92tcqvz2fyrv",
+         *       "keys": [
+         *         {
+         *           "key": "DSH_TICKET",
+         *           "description": "Ticket the agent works on."
+         *         }
+         *       ],
+         *       "resolver": {
+         *         "kind": "webhook",
+         *         "url": "http://127.0.0.1:9000/facts",
+         *         "timeoutMs": 500
+         *       },
+         *       "createdAt": "2026-12-01T10:40:58Z",
+         *       "expiresAt": "2026-12-01T10:45:58Z"
+         *     }
+         */
+        WebhookContributor: components["schemas"]["ContributorFields"] & {
+            /** @enum {string} */
+            kind: "webhook";
+            resolver: components["schemas"]["WebhookResolver"];
+        } & {
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            kind: "webhook";
         };
         PluginInput: {
             name: string;
@@ -873,7 +1006,8 @@ export interface components {
         /**
          * @description What the SessionStart hooks said when this response started the session
          *     (create, resume, fork, spawn; absent elsewhere). Pass `additionalContext`
-         *     on to the model, as Claude Code and Codex do.
+         *     on to the model, as Claude Code and Codex do; the agent's next tool result
+         *     carries it to the model as well.
          */
         HookOutput: {
             /** @description Each hook's `hookSpecificOutput.additionalContext` (or plain stdout), in configuration order. */
@@ -896,7 +1030,10 @@ export interface components {
             exitCode?: number;
             /**
              * @description `additionalContext` the PreToolUse and PostToolUse hooks offered the model,
-             *     in configuration order; `text` carries each as a `[hook context: …]` line.
+             *     in configuration order, then what the SessionStart hooks of the agent's
+             *     session offered that no earlier tool result carried (so the first result
+             *     after a create, resume, fork or spawn has it); `text` carries each as a
+             *     `[hook context: …]` line.
              */
             additionalContext?: string[];
             /**

@@ -22,6 +22,22 @@ test("scenario", async () => {
     },
   }));
   assert.equal(reg.name, "ts.scenario");
+  // Contributors are a union told apart by kind: narrowing on it gives the
+  // variant's resolver its own type (this only compiles because it does).
+  assert.equal(reg.kind, "static");
+  if (reg.kind !== "static") assert.fail("registered a static contributor");
+  assert.deepEqual(reg.resolver.values, { DSH_TS_REPO: "acme/widgets" });
+  const all = must(await api.GET("/contributors"));
+  const home = all.find((c) => c.name === "dsh.home");
+  assert.ok(home && home.kind === "builtin" && home.builtin);
+  assert.equal("resolver" in home, false);
+  const hook = must(await api.POST("/contributors", {
+    body: { name: "ts.hook", keys: [{ key: "DSH_TS_HOOK", description: "d" }], resolver: { kind: "webhook", url: "http://127.0.0.1:9/facts", timeoutMs: 250 } },
+  }));
+  if (hook.kind !== "webhook") assert.fail(`webhook contributor came back as ${hook.kind}`);
+  assert.equal(hook.resolver.url, "http://127.0.0.1:9/facts");
+  assert.equal(hook.resolver.timeoutMs, 250);
+  must(await api.DELETE("/contributors/{name}", { params: { path: { name: "ts.hook" } } }));
   const dup = await api.POST("/contributors", {
     body: { name: "ts.scenario", keys: [{ key: "DSH_TS_OTHER", description: "d" }], resolver: { kind: "static" } },
   });

@@ -38,6 +38,21 @@ func (e AgentOrigin) Valid() bool {
 	}
 }
 
+// Defines values for BuiltinContributorKind.
+const (
+	BuiltinContributorKindBuiltin BuiltinContributorKind = "builtin"
+)
+
+// Valid indicates whether the value is a known member of the BuiltinContributorKind enum.
+func (e BuiltinContributorKind) Valid() bool {
+	switch e {
+	case BuiltinContributorKindBuiltin:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ContainmentControllers.
 const (
 	Cpu    ContainmentControllers = "cpu"
@@ -92,30 +107,6 @@ func (e ContainmentRequested) Valid() bool {
 	case ContainmentRequestedCgroup:
 		return true
 	case ContainmentRequestedGroup:
-		return true
-	default:
-		return false
-	}
-}
-
-// Defines values for ContributorKind.
-const (
-	ContributorKindBuiltin  ContributorKind = "builtin"
-	ContributorKindStatic   ContributorKind = "static"
-	ContributorKindTemplate ContributorKind = "template"
-	ContributorKindWebhook  ContributorKind = "webhook"
-)
-
-// Valid indicates whether the value is a known member of the ContributorKind enum.
-func (e ContributorKind) Valid() bool {
-	switch e {
-	case ContributorKindBuiltin:
-		return true
-	case ContributorKindStatic:
-		return true
-	case ContributorKindTemplate:
-		return true
-	case ContributorKindWebhook:
 		return true
 	default:
 		return false
@@ -530,6 +521,21 @@ func (e SessionResumeEventType) Valid() bool {
 	}
 }
 
+// Defines values for StaticContributorKind.
+const (
+	StaticContributorKindStatic StaticContributorKind = "static"
+)
+
+// Valid indicates whether the value is a known member of the StaticContributorKind enum.
+func (e StaticContributorKind) Valid() bool {
+	switch e {
+	case StaticContributorKindStatic:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for StaticResolverKind.
 const (
 	StaticResolverKindStatic StaticResolverKind = "static"
@@ -539,6 +545,21 @@ const (
 func (e StaticResolverKind) Valid() bool {
 	switch e {
 	case StaticResolverKindStatic:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for TemplateContributorKind.
+const (
+	TemplateContributorKindTemplate TemplateContributorKind = "template"
+)
+
+// Valid indicates whether the value is a known member of the TemplateContributorKind enum.
+func (e TemplateContributorKind) Valid() bool {
+	switch e {
+	case TemplateContributorKindTemplate:
 		return true
 	default:
 		return false
@@ -584,6 +605,21 @@ const (
 func (e ToolResultEventType) Valid() bool {
 	switch e {
 	case Toolresult:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WebhookContributorKind.
+const (
+	WebhookContributorKindWebhook WebhookContributorKind = "webhook"
+)
+
+// Valid indicates whether the value is a known member of the WebhookContributorKind enum.
+func (e WebhookContributorKind) Valid() bool {
+	switch e {
+	case WebhookContributorKindWebhook:
 		return true
 	default:
 		return false
@@ -662,7 +698,8 @@ type Agent struct {
 
 	// SessionStart What the SessionStart hooks said when this response started the session
 	// (create, resume, fork, spawn; absent elsewhere). Pass `additionalContext`
-	// on to the model, as Claude Code and Codex do.
+	// on to the model, as Claude Code and Codex do; the agent's next tool result
+	// carries it to the model as well.
 	SessionStart *HookOutput `json:"sessionStart,omitempty"`
 }
 
@@ -692,6 +729,25 @@ type AnthropicTool struct {
 	InputSchema JSONSchema `json:"input_schema"`
 	Name        string     `json:"name"`
 }
+
+// BuiltinContributor A contributor built into dshd (`DSH_HOME`, `DSH_SHELL`, `DSH_SESSION_ID`); it has no resolver and cannot be removed.
+type BuiltinContributor struct {
+	// Builtin True exactly when `kind` is `builtin`.
+	Builtin   bool      `json:"builtin"`
+	CreatedAt time.Time `json:"createdAt"`
+
+	// ExpiresAt When the owning plugin's lease runs out.
+	ExpiresAt *time.Time             `json:"expiresAt"`
+	Keys      []KeySpec              `json:"keys"`
+	Kind      BuiltinContributorKind `json:"kind"`
+	Name      string                 `json:"name"`
+
+	// Plugin Id of the plugin that owns the contributor.
+	Plugin *string `json:"plugin"`
+}
+
+// BuiltinContributorKind defines model for BuiltinContributor.Kind.
+type BuiltinContributorKind string
 
 // Containment How every process a job starts is accounted for (`jobs.containment`).
 // `cgroup`: each job runs in its own cgroup v2 group, spawned straight into it and
@@ -726,27 +782,26 @@ type ContainmentMode string
 // ContainmentRequested The configured mode.
 type ContainmentRequested string
 
-// Contributor defines model for Contributor.
+// Contributor A registered contributor, told apart by `kind`: `builtin` for the built-in
+// contributors (no resolver), else its resolver's kind, with that resolver.
 type Contributor struct {
-	Builtin   bool       `json:"builtin"`
-	CreatedAt time.Time  `json:"createdAt"`
-	ExpiresAt *time.Time `json:"expiresAt"`
-	Keys      []KeySpec  `json:"keys"`
-
-	// Kind `builtin` for the built-in contributors, else the resolver's kind.
-	Kind   ContributorKind `json:"kind"`
-	Name   string          `json:"name"`
-	Plugin *string         `json:"plugin"`
-
-	// Resolver How a contributor computes its values for one execution, told apart by `kind`.
-	// Registration checks everything else (the keys a resolver may set, template
-	// placeholders, the URL) and reports every problem at once as 422
-	// `invalid_declaration`.
-	Resolver *Resolver `json:"resolver,omitempty"`
+	union json.RawMessage
 }
 
-// ContributorKind `builtin` for the built-in contributors, else the resolver's kind.
-type ContributorKind string
+// ContributorFields What every contributor has, whatever its kind.
+type ContributorFields struct {
+	// Builtin True exactly when `kind` is `builtin`.
+	Builtin   bool      `json:"builtin"`
+	CreatedAt time.Time `json:"createdAt"`
+
+	// ExpiresAt When the owning plugin's lease runs out.
+	ExpiresAt *time.Time `json:"expiresAt"`
+	Keys      []KeySpec  `json:"keys"`
+	Name      string     `json:"name"`
+
+	// Plugin Id of the plugin that owns the contributor.
+	Plugin *string `json:"plugin"`
+}
 
 // ContributorInput defines model for ContributorInput.
 type ContributorInput struct {
@@ -927,7 +982,8 @@ type HookInvokedEventType string
 
 // HookOutput What the SessionStart hooks said when this response started the session
 // (create, resume, fork, spawn; absent elsewhere). Pass `additionalContext`
-// on to the model, as Claude Code and Codex do.
+// on to the model, as Claude Code and Codex do; the agent's next tool result
+// carries it to the model as well.
 type HookOutput struct {
 	// AdditionalContext Each hook's `hookSpecificOutput.additionalContext` (or plain stdout), in configuration order.
 	AdditionalContext []string `json:"additionalContext"`
@@ -1297,6 +1353,30 @@ type SpawnInput struct {
 	Sandbox *SandboxRequest `json:"sandbox,omitempty"`
 }
 
+// StaticContributor A contributor with fixed values.
+type StaticContributor struct {
+	// Builtin True exactly when `kind` is `builtin`.
+	Builtin   bool      `json:"builtin"`
+	CreatedAt time.Time `json:"createdAt"`
+
+	// ExpiresAt When the owning plugin's lease runs out.
+	ExpiresAt *time.Time            `json:"expiresAt"`
+	Keys      []KeySpec             `json:"keys"`
+	Kind      StaticContributorKind `json:"kind"`
+	Name      string                `json:"name"`
+
+	// Plugin Id of the plugin that owns the contributor.
+	Plugin *string `json:"plugin"`
+
+	// Resolver Fixed values.
+	//
+	// Example: {"kind":"static","values":{"DSH_REPO":"acme/widgets"}}
+	Resolver StaticResolver `json:"resolver"`
+}
+
+// StaticContributorKind defines model for StaticContributor.Kind.
+type StaticContributorKind string
+
 // StaticResolver Fixed values.
 //
 // Example: {"kind":"static","values":{"DSH_REPO":"acme/widgets"}}
@@ -1309,6 +1389,33 @@ type StaticResolver struct {
 
 // StaticResolverKind defines model for StaticResolver.Kind.
 type StaticResolverKind string
+
+// TemplateContributor A contributor whose values are templates over the execution's facts.
+type TemplateContributor struct {
+	// Builtin True exactly when `kind` is `builtin`.
+	Builtin   bool      `json:"builtin"`
+	CreatedAt time.Time `json:"createdAt"`
+
+	// ExpiresAt When the owning plugin's lease runs out.
+	ExpiresAt *time.Time              `json:"expiresAt"`
+	Keys      []KeySpec               `json:"keys"`
+	Kind      TemplateContributorKind `json:"kind"`
+	Name      string                  `json:"name"`
+
+	// Plugin Id of the plugin that owns the contributor.
+	Plugin *string `json:"plugin"`
+
+	// Resolver Values computed from the execution's facts: `{agent.id}`, `{agent.parentId}`,
+	// `{agent.rootId}`, `{agent.cwd}`, `{agent.depth}`, `{job.id}`, `{job.cwd}`,
+	// `{job.background}`. A key whose facts are absent (no agent) is left out.
+	//
+	//
+	// Example: {"kind":"template","values":{"DSH_JOB_TAG":"agent {agent.id} job {job.id}"}}
+	Resolver TemplateResolver `json:"resolver"`
+}
+
+// TemplateContributorKind defines model for TemplateContributor.Kind.
+type TemplateContributorKind string
 
 // TemplateResolver Values computed from the execution's facts: `{agent.id}`, `{agent.parentId}`,
 // `{agent.rootId}`, `{agent.cwd}`, `{agent.depth}`, `{job.id}`, `{job.cwd}`,
@@ -1370,7 +1477,10 @@ type ToolList3 = []AnthropicTool
 // ToolResult defines model for ToolResult.
 type ToolResult struct {
 	// AdditionalContext `additionalContext` the PreToolUse and PostToolUse hooks offered the model,
-	// in configuration order; `text` carries each as a `[hook context: …]` line.
+	// in configuration order, then what the SessionStart hooks of the agent's
+	// session offered that no earlier tool result carried (so the first result
+	// after a create, resume, fork or spawn has it); `text` carries each as a
+	// `[hook context: …]` line.
 	AdditionalContext *[]string `json:"additionalContext,omitempty"`
 	CallId            string    `json:"callId"`
 	ExitCode          *int32    `json:"exitCode,omitempty"`
@@ -1417,6 +1527,32 @@ type Transcript struct {
 type TranscriptEvent struct {
 	union json.RawMessage
 }
+
+// WebhookContributor A contributor whose values a webhook of the harness answers for each execution.
+type WebhookContributor struct {
+	// Builtin True exactly when `kind` is `builtin`.
+	Builtin   bool      `json:"builtin"`
+	CreatedAt time.Time `json:"createdAt"`
+
+	// ExpiresAt When the owning plugin's lease runs out.
+	ExpiresAt *time.Time             `json:"expiresAt"`
+	Keys      []KeySpec              `json:"keys"`
+	Kind      WebhookContributorKind `json:"kind"`
+	Name      string                 `json:"name"`
+
+	// Plugin Id of the plugin that owns the contributor.
+	Plugin *string `json:"plugin"`
+
+	// Resolver dshd POSTs `{contributor, keys, execution}` to `url` and expects a JSON object of
+	// key to string. The webhooks of one execution run at once under one deadline.
+	//
+	//
+	// Example: {"kind":"webhook","timeoutMs":500,"url":"http://127.0.0.1:9000/facts"}
+	Resolver WebhookResolver `json:"resolver"`
+}
+
+// WebhookContributorKind defines model for WebhookContributor.Kind.
+type WebhookContributorKind string
 
 // WebhookResolver dshd POSTs `{contributor, keys, execution}` to `url` and expects a JSON object of
 // key to string. The webhooks of one execution run at once under one deadline.
@@ -1643,6 +1779,179 @@ func (a JSONSchema) MarshalJSON() ([]byte, error) {
 		}
 	}
 	return json.Marshal(object)
+}
+
+// AsBuiltinContributor returns the union data inside the Contributor as a BuiltinContributor
+func (t Contributor) AsBuiltinContributor() (BuiltinContributor, error) {
+	var body BuiltinContributor
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromBuiltinContributor overwrites any union data inside the Contributor as the provided BuiltinContributor
+func (t *Contributor) FromBuiltinContributor(v BuiltinContributor) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"kind":"builtin"}`))
+	t.union = b
+	return err
+}
+
+// MergeBuiltinContributor performs a merge with any union data inside the Contributor, using the provided BuiltinContributor
+func (t *Contributor) MergeBuiltinContributor(v BuiltinContributor) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"kind":"builtin"}`))
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsStaticContributor returns the union data inside the Contributor as a StaticContributor
+func (t Contributor) AsStaticContributor() (StaticContributor, error) {
+	var body StaticContributor
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromStaticContributor overwrites any union data inside the Contributor as the provided StaticContributor
+func (t *Contributor) FromStaticContributor(v StaticContributor) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"kind":"static"}`))
+	t.union = b
+	return err
+}
+
+// MergeStaticContributor performs a merge with any union data inside the Contributor, using the provided StaticContributor
+func (t *Contributor) MergeStaticContributor(v StaticContributor) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"kind":"static"}`))
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsTemplateContributor returns the union data inside the Contributor as a TemplateContributor
+func (t Contributor) AsTemplateContributor() (TemplateContributor, error) {
+	var body TemplateContributor
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromTemplateContributor overwrites any union data inside the Contributor as the provided TemplateContributor
+func (t *Contributor) FromTemplateContributor(v TemplateContributor) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"kind":"template"}`))
+	t.union = b
+	return err
+}
+
+// MergeTemplateContributor performs a merge with any union data inside the Contributor, using the provided TemplateContributor
+func (t *Contributor) MergeTemplateContributor(v TemplateContributor) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"kind":"template"}`))
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsWebhookContributor returns the union data inside the Contributor as a WebhookContributor
+func (t Contributor) AsWebhookContributor() (WebhookContributor, error) {
+	var body WebhookContributor
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromWebhookContributor overwrites any union data inside the Contributor as the provided WebhookContributor
+func (t *Contributor) FromWebhookContributor(v WebhookContributor) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"kind":"webhook"}`))
+	t.union = b
+	return err
+}
+
+// MergeWebhookContributor performs a merge with any union data inside the Contributor, using the provided WebhookContributor
+func (t *Contributor) MergeWebhookContributor(v WebhookContributor) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b, err = runtime.JSONMerge(b, []byte(`{"kind":"webhook"}`))
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+func (t Contributor) Discriminator() (string, error) {
+	var discriminator struct {
+		Discriminator string `json:"kind"`
+	}
+	err := json.Unmarshal(t.union, &discriminator)
+	return discriminator.Discriminator, err
+}
+
+func (t Contributor) ValueByDiscriminator() (interface{}, error) {
+	discriminator, err := t.Discriminator()
+	if err != nil {
+		return nil, err
+	}
+	switch discriminator {
+	case "builtin":
+		return t.AsBuiltinContributor()
+	case "static":
+		return t.AsStaticContributor()
+	case "template":
+		return t.AsTemplateContributor()
+	case "webhook":
+		return t.AsWebhookContributor()
+	default:
+		return nil, errors.New("unknown discriminator value: " + discriminator)
+	}
+}
+
+func (t Contributor) MarshalJSON() ([]byte, error) {
+	b, err := t.union.MarshalJSON()
+	return b, err
+}
+
+func (t *Contributor) UnmarshalJSON(b []byte) error {
+	err := t.union.UnmarshalJSON(b)
+	return err
 }
 
 // AsStaticResolver returns the union data inside the Resolver as a StaticResolver
@@ -4522,6 +4831,14 @@ type RegisterContributorResponseObject interface {
 
 type RegisterContributor201JSONResponse Contributor
 
+func (t RegisterContributor201JSONResponse) MarshalJSON() ([]byte, error) {
+	return Contributor(t).MarshalJSON()
+}
+
+func (t *RegisterContributor201JSONResponse) UnmarshalJSON(b []byte) error {
+	return (*Contributor)(t).UnmarshalJSON(b)
+}
+
 func (response RegisterContributor201JSONResponse) VisitRegisterContributorResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
@@ -4833,6 +5150,14 @@ type GetContributorResponseObject interface {
 }
 
 type GetContributor200JSONResponse Contributor
+
+func (t GetContributor200JSONResponse) MarshalJSON() ([]byte, error) {
+	return Contributor(t).MarshalJSON()
+}
+
+func (t *GetContributor200JSONResponse) UnmarshalJSON(b []byte) error {
+	return (*Contributor)(t).UnmarshalJSON(b)
+}
 
 func (response GetContributor200JSONResponse) VisitGetContributorResponse(w http.ResponseWriter) error {
 
