@@ -281,9 +281,10 @@ func TestHookMessagesReachModel(t *testing.T) {
 	}
 
 	type result struct {
-		IsError        bool     `json:"isError"`
-		Text           string   `json:"text"`
-		SystemMessages []string `json:"systemMessages"`
+		IsError           bool     `json:"isError"`
+		Text              string   `json:"text"`
+		SystemMessages    []string `json:"systemMessages"`
+		AdditionalContext []string `json:"additionalContext"`
 	}
 	const denyMsg = "**[no-force-push]**\nForce pushes rewrite shared history."
 	var denied result
@@ -297,6 +298,13 @@ func TestHookMessagesReachModel(t *testing.T) {
 	if len(denied.SystemMessages) != 1 || denied.SystemMessages[0] != denyMsg {
 		t.Errorf("denied call systemMessages = %q", denied.SystemMessages)
 	}
+	// The session's first tool result carries what SessionStart offered
+	// (startup, then resume) to the model.
+	if len(denied.AdditionalContext) != 2 || denied.AdditionalContext[0] != startCtx ||
+		!strings.HasPrefix(denied.AdditionalContext[1], "Session resume:") ||
+		!strings.Contains(denied.Text, "[hook context: "+startCtx+"]") {
+		t.Errorf("first tool result = %+v, want the SessionStart context in it", denied)
+	}
 	const warnMsg = "**[warn-sudo]**\nsudo is rarely needed here."
 	var warned result
 	if st := s.doJSON(t, "POST", "/agents/"+a.ID+"/tools/bash", map[string]any{"callId": "call_sudo",
@@ -306,9 +314,12 @@ func TestHookMessagesReachModel(t *testing.T) {
 	if warned.IsError || !strings.HasPrefix(warned.Text, "sudo is a word\n") || !strings.Contains(warned.Text, "[hook message: "+warnMsg+"]") {
 		t.Errorf("warned call = %+v, want the output and the hook's message", warned)
 	}
+	if len(warned.AdditionalContext) != 0 || strings.Contains(warned.Text, startCtx) {
+		t.Errorf("second tool result = %+v, want the SessionStart context only in the first", warned)
+	}
 
 	// The transcript carries all of it.
-	var sawStartCtx, sawDenyResult, sawDenyHook, sawWarn bool
+	var sawStartCtx, sawStartCtxResult, sawDenyResult, sawDenyHook, sawWarn bool
 	for _, e := range s.transcriptEvents(t, a.ID) {
 		data, _ := e["data"].(map[string]any)
 		switch e["type"] {
@@ -324,13 +335,16 @@ func TestHookMessagesReachModel(t *testing.T) {
 			if data["callId"] == "call_push" && strings.Contains(text, denyMsg) {
 				sawDenyResult = true
 			}
+			if data["callId"] == "call_push" && strings.Contains(text, "[hook context: "+startCtx+"]") {
+				sawStartCtxResult = true
+			}
 			if data["callId"] == "call_sudo" && strings.Contains(text, warnMsg) {
 				sawWarn = true
 			}
 		}
 	}
-	if !sawStartCtx || !sawDenyHook || !sawDenyResult || !sawWarn {
-		t.Errorf("transcript: SessionStart context %v, deny hook/result %v, deny tool/result %v, warning %v; want all",
-			sawStartCtx, sawDenyHook, sawDenyResult, sawWarn)
+	if !sawStartCtx || !sawStartCtxResult || !sawDenyHook || !sawDenyResult || !sawWarn {
+		t.Errorf("transcript: SessionStart context %v, in the first tool/result %v, deny hook/result %v, deny tool/result %v, warning %v; want all",
+			sawStartCtx, sawStartCtxResult, sawDenyHook, sawDenyResult, sawWarn)
 	}
 }

@@ -53,6 +53,7 @@ type pipeline interface {
 	CreateAgent(ctx context.Context, cwd string, pol sandbox.Policy) (run.Session, error)
 	AgentPolicy(a agents.Agent) sandbox.Policy
 	ResumeAgent(ctx context.Context, id string) (run.Session, error)
+	ContextDelivered(agentID string)
 }
 
 // jobStopper stops a job whose MCP request was cancelled (*exec.Executor).
@@ -231,6 +232,10 @@ func (h *Handler) bind(r *http.Request) (run.Session, error) {
 func (h *Handler) newServer(sess run.Session) *sdk.Server {
 	o := h.serverOptions()
 	o.Instructions = strings.Join(sess.AdditionalContext, "\n\n")
+	if o.Instructions != "" {
+		// The instructions reach the model: its first tool result need not.
+		h.pipeline.ContextDelivered(sess.ID)
+	}
 	s := sdk.NewServer(h.impl, o)
 	// The bash description states the policy this agent's commands run under.
 	for _, d := range tools.DefinitionsFor(h.pipeline.AgentPolicy(sess.Agent)) {

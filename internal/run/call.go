@@ -40,8 +40,9 @@ type CallResult struct {
 	// job ran.
 	Sandbox *sandbox.Policy
 	// AdditionalContext is the additionalContext the PreToolUse and
-	// PostToolUse hooks offered the model, in configuration order. Text
-	// carries it too.
+	// PostToolUse hooks offered the model, in configuration order, then
+	// the SessionStart context no earlier result of the agent carried (the
+	// first result after a session starts carries it). Text carries it too.
 	AdditionalContext []string
 	// SystemMessages are the hooks' systemMessage values, in configuration
 	// order. Text carries each one too, except where it already is the
@@ -121,6 +122,11 @@ func (s *Service) CallWith(ctx context.Context, agentID, name, callID string, ar
 		res, err = s.jobKill(ctx, agentID, a)
 	}
 	res.CallID = callID
+	var sessionCtx []string
+	if err == nil {
+		sessionCtx = s.held.take(agentID)
+		addContext(&res, sessionCtx)
+	}
 	outcome := "ok"
 	switch {
 	case err != nil:
@@ -138,6 +144,7 @@ func (s *Service) CallWith(ctx context.Context, agentID, name, callID string, ar
 		AdditionalContext: res.AdditionalContext, SystemMessages: res.SystemMessages,
 	}); rerr != nil && err == nil {
 		err = rerr
+		s.held.giveBack(agentID, sessionCtx) // the model never sees this result
 	}
 	if err != nil {
 		return CallResult{}, err
@@ -332,20 +339,26 @@ func bashResult(ctx context.Context, job *exec.Job, started func(*exec.Job)) (Ca
 // one else to show it to; a message that already is the reason of a block
 // is not repeated.
 func addHookOutput(res *CallResult, out hooks.Outcome) {
-	var b strings.Builder
 	for _, r := range out.Results {
 		if m := strings.TrimSpace(r.SystemMessage); m != "" {
 			res.SystemMessages = append(res.SystemMessages, m)
 			if !(out.Blocked && strings.Contains(out.Reason, m)) {
-				fmt.Fprintf(&b, "\n[hook message: %s]", m)
+				res.Text += "\n[hook message: " + m + "]"
 			}
 		}
-		if c := strings.TrimSpace(r.AdditionalContext); c != "" {
+		addContext(res, []string{r.AdditionalContext})
+	}
+}
+
+// addContext carries additional context into res: in its field, and in its
+// text as one "[hook context: …]" line each.
+func addContext(res *CallResult, ctx []string) {
+	for _, c := range ctx {
+		if c = strings.TrimSpace(c); c != "" {
 			res.AdditionalContext = append(res.AdditionalContext, c)
-			fmt.Fprintf(&b, "\n[hook context: %s]", c)
+			res.Text += "\n[hook context: " + c + "]"
 		}
 	}
-	res.Text += b.String()
 }
 
 func blockedText(event, reason string) string {

@@ -10,6 +10,8 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -937,5 +939,89 @@ func TestCapRefusedBeforeResolversAndHooks(t *testing.T) {
 				t.Errorf("the agent has %d jobs, want only the first", n)
 			}
 		})
+	}
+}
+
+// TestSessionStartContextReachesNextResult checks that what SessionStart
+// hooks offered the model (on create and on resume) is carried by the
+// agent's next tool result, once, in its field, its text and the
+// transcript, and that a forked session gets its own.
+func TestSessionStartContextReachesNextResult(t *testing.T) {
+	w := newWorld(t)
+	w.hooks.decide = func(in hooks.Input) hooks.Outcome {
+		if in.Event != hooks.SessionStart {
+			return hooks.Outcome{}
+		}
+		return hooks.Outcome{Results: []hooks.Result{{Handler: "h", Dialect: "claude-code", Decision: "allow",
+			AdditionalContext: "context of " + in.Source}}}
+	}
+	ctx := context.Background()
+	sess, err := w.svc.CreateAgent(ctx, t.TempDir(), sandbox.Policy{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.svc.ResumeAgent(ctx, sess.ID); err != nil {
+		t.Fatal(err)
+	}
+	first := w.call(t, sess.ID, tools.ToolBash, map[string]any{"command": "echo hi"})
+	want := []string{"context of startup", "context of resume"}
+	if diff := cmp.Diff(want, first.AdditionalContext); diff != "" {
+		t.Errorf("first result's additionalContext (-want +got):\n%s", diff)
+	}
+	if wantText := "hi\n[hook context: context of startup]\n[hook context: context of resume]"; first.Text != wantText {
+		t.Errorf("first result text = %q, want %q", first.Text, wantText)
+	}
+	second := w.call(t, sess.ID, tools.ToolJobList, map[string]any{})
+	if len(second.AdditionalContext) != 0 || strings.Contains(second.Text, "[hook context:") {
+		t.Errorf("second result = %+v, want the session context carried once only", second)
+	}
+	results := w.events(t, sess.ID, agents.EventToolResult)
+	if len(results) != 2 {
+		t.Fatalf("%d tool/result events, want 2", len(results))
+	}
+	rec := decode[resultEvent](t, results[0].Data)
+	if diff := cmp.Diff(want, rec.AdditionalContext); diff != "" {
+		t.Errorf("recorded tool/result additionalContext (-want +got):\n%s", diff)
+	}
+
+	fork, err := w.svc.ForkAgent(ctx, sess.ID, nil, sandbox.Policy{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	forked := w.call(t, fork.ID, tools.ToolJobList, map[string]any{})
+	if diff := cmp.Diff([]string{"context of startup"}, forked.AdditionalContext); diff != "" {
+		t.Errorf("forked session's first result (-want +got):\n%s", diff)
+	}
+
+	// Context that reached the model another way (MCP instructions) is not
+	// carried again.
+	spawned, err := w.svc.SpawnAgent(ctx, sess.ID, sandbox.Policy{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.svc.ContextDelivered(spawned.ID)
+	if res := w.call(t, spawned.ID, tools.ToolJobList, map[string]any{}); len(res.AdditionalContext) != 0 {
+		t.Errorf("result after ContextDelivered = %+v, want no session context", res)
+	}
+}
+
+// TestHeldContextBounded checks that an agent resumed many times without a
+// tool call keeps only the newest SessionStart contexts.
+func TestHeldContextBounded(t *testing.T) {
+	var h heldContext
+	for i := range maxHeldContext + 5 {
+		h.hold("a", []string{strconv.Itoa(i)})
+	}
+	got := h.take("a")
+	if len(got) != maxHeldContext || got[0] != "5" || got[len(got)-1] != strconv.Itoa(maxHeldContext+4) {
+		t.Errorf("held = %q, want the newest %d", got, maxHeldContext)
+	}
+	h.hold("a", []string{"new"})
+	h.giveBack("a", []string{"old"})
+	if got := h.take("a"); !slices.Equal(got, []string{"old", "new"}) {
+		t.Errorf("after giveBack = %q, want [old new]", got)
+	}
+	if got := h.take("a"); got != nil {
+		t.Errorf("take after take = %q, want nothing", got)
 	}
 }

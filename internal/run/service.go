@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -97,6 +98,7 @@ type Service struct {
 	host   *sandbox.Host
 	ids    *ids.Source
 	calls  *prometheus.CounterVec
+	held   heldContext
 }
 
 // New returns a Service over the given dependencies. It panics if Env, Jobs
@@ -293,3 +295,61 @@ func (s *Service) AgentPolicy(a agents.Agent) sandbox.Policy { return a.Sandbox.
 
 // DefaultPolicy is the server's default sandbox policy.
 func (s *Service) DefaultPolicy() sandbox.Policy { return s.policy }
+
+// ContextDelivered tells the service that the SessionStart context held
+// for agentID reached the model another way (an MCP session's
+// instructions), so no tool result carries it again.
+func (s *Service) ContextDelivered(agentID string) { s.held.take(agentID) }
+
+// maxHeldContext bounds how many SessionStart contexts wait for one agent's
+// next tool result; beyond it the oldest are dropped (an agent resumed
+// again and again without a tool call).
+const maxHeldContext = 16
+
+// heldContext keeps, per agent, the additionalContext its SessionStart
+// hooks offered that no tool result has carried to the model yet. It lives
+// in memory: after a restart the transcript (hook/result) and the answer
+// of the agent call that started the session still have it.
+type heldContext struct {
+	mu sync.Mutex
+	m  map[string][]string
+}
+
+// hold adds ctx to what waits for agentID.
+func (h *heldContext) hold(agentID string, ctx []string) {
+	if len(ctx) == 0 {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.m == nil {
+		h.m = make(map[string][]string)
+	}
+	all := append(h.m[agentID], ctx...)
+	if len(all) > maxHeldContext {
+		all = append([]string(nil), all[len(all)-maxHeldContext:]...)
+	}
+	h.m[agentID] = all
+}
+
+// take removes and returns what waits for agentID.
+func (h *heldContext) take(agentID string) []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ctx := h.m[agentID]
+	delete(h.m, agentID)
+	return ctx
+}
+
+// giveBack puts ctx, taken for a result that could not be recorded, back
+// in front of what waits for agentID.
+func (h *heldContext) giveBack(agentID string, ctx []string) {
+	if len(ctx) == 0 {
+		return
+	}
+	h.mu.Lock()
+	rest := h.m[agentID]
+	delete(h.m, agentID)
+	h.mu.Unlock()
+	h.hold(agentID, append(append([]string(nil), ctx...), rest...))
+}

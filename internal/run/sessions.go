@@ -10,8 +10,9 @@ import (
 )
 
 // Session is an agent as its start left it: the agent, and what its
-// SessionStart hooks said. A harness passes AdditionalContext on to its
-// model, as Codex and Claude Code do with SessionStart context.
+// SessionStart hooks said. A harness may pass AdditionalContext on to its
+// model at once, as Codex and Claude Code do with SessionStart context; the
+// agent's next tool result carries it to the model too (see CallWith).
 type Session struct {
 	agents.Agent
 	// AdditionalContext is the additionalContext (or plain stdout) of every
@@ -116,5 +117,7 @@ func (s *Service) startSession(ctx context.Context, source string, start func() 
 	if err != nil {
 		s.log.Warn("SessionStart hooks failed", "agent_id", a.ID, "source", source, "err", err)
 	}
-	return Session{Agent: a, AdditionalContext: out.AdditionalContext(), SystemMessages: out.SystemMessages()}, nil
+	sessionCtx := out.AdditionalContext()
+	s.held.hold(a.ID, sessionCtx)
+	return Session{Agent: a, AdditionalContext: sessionCtx, SystemMessages: out.SystemMessages()}, nil
 }
