@@ -3,6 +3,7 @@ package tests
 import (
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -124,5 +125,189 @@ func testLimits(t *testing.T, mode string) {
 	}
 	if st := s.doJSON(t, "POST", "/exec", map[string]any{"command": "echo still here"}, nil); st != 200 {
 		t.Errorf("a new job after the limits hit = %d", st)
+	}
+}
+
+// agentLimits is the limits part of an agent or a job record.
+type agentLimits struct {
+	Pids        *int64   `json:"pids"`
+	MemoryBytes *int64   `json:"memoryBytes"`
+	CPU         *float64 `json:"cpu"`
+	Enforcement *struct {
+		Pids        string `json:"pids"`
+		MemoryBytes string `json:"memoryBytes"`
+		CPU         string `json:"cpu"`
+	} `json:"enforcement"`
+}
+
+func (l *agentLimits) String() string {
+	if l == nil {
+		return "<none>"
+	}
+	s := fmt.Sprintf("pids %v memoryBytes %v cpu %v", deref(l.Pids), deref(l.MemoryBytes), deref(l.CPU))
+	if l.Enforcement != nil {
+		s += fmt.Sprintf(" enforced %+v", *l.Enforcement)
+	}
+	return s
+}
+
+// TestAgentLimits: the harness sets limits on an agent at creation; a
+// spawned child inherits them and may only tighten them (422
+// limits_looser otherwise), as may an /exec of the agent; every job the
+// agent's calls start, model tool calls included, runs under them, and the
+// job record says which limits applied and how this host enforced each.
+// They survive a restart. In cgroup mode without delegated controllers
+// (this host) dshd's watcher kills a fork bomb and a memory hog; in group
+// mode memory is RLIMIT_AS and the process limit is not enforced.
+func TestAgentLimits(t *testing.T) {
+	for _, mode := range []string{"cgroup", "group"} {
+		t.Run(mode, func(t *testing.T) {
+			if mode == "cgroup" && os.Getuid() != 0 && os.Getenv("CI") != "true" {
+				t.Skip("cgroup mode needs root and a writable cgroup v2 subtree")
+			}
+			testAgentLimits(t, mode)
+		})
+	}
+}
+
+func testAgentLimits(t *testing.T, mode string) {
+	cfg := fmt.Sprintf("jobs:\n  containment: %s\n  graceMs: 200\n  limits:\n    pids: 256\n", mode)
+	s := startServer(t, withConfig(cfg))
+	run := randomMark(t)
+	t.Cleanup(func() { killPIDs(survivorsNow(run)) })
+
+	var health struct {
+		Details struct {
+			Containment struct {
+				Mode        string   `json:"mode"`
+				Controllers []string `json:"controllers"`
+			} `json:"containment"`
+		} `json:"details"`
+	}
+	if st := s.doJSON(t, "GET", "/healthz", nil, &health); st != 200 || health.Details.Containment.Mode != mode {
+		t.Fatalf("healthz = %d, containment %+v; want mode %s", st, health.Details.Containment, mode)
+	}
+	// How this host enforces each limit: the kernel where the controller
+	// is delegated, else dshd's watcher (cgroup mode) or RLIMIT_AS / nothing
+	// (group mode).
+	delegated := func(c string) bool { return slices.Contains(health.Details.Containment.Controllers, c) }
+	want := map[string]string{"pids": "none", "memoryBytes": "rlimit", "cpu": "none"}
+	if mode == "cgroup" {
+		want = map[string]string{"pids": "watcher", "memoryBytes": "watcher", "cpu": "none"}
+		for name, ctrl := range map[string]string{"pids": "pids", "memoryBytes": "memory", "cpu": "cpu"} {
+			if delegated(ctrl) {
+				want[name] = "cgroup"
+			}
+		}
+	}
+
+	type agent struct {
+		ID     string       `json:"id"`
+		Limits *agentLimits `json:"limits"`
+	}
+	var root agent
+	if st := s.doJSON(t, "POST", "/agents", map[string]any{"limits": map[string]any{"pids": 32, "memoryBytes": 128 << 20}}, &root); st != 201 {
+		t.Fatalf("POST /agents with limits = %d", st)
+	}
+	if l := root.Limits; l == nil || deref(l.Pids) != int64(32) || deref(l.MemoryBytes) != int64(128<<20) || l.CPU != nil {
+		t.Errorf("root agent limits = %v, want pids 32, memoryBytes 128 MiB", l)
+	}
+	var prob struct {
+		Status int    `json:"status"`
+		Code   string `json:"code"`
+	}
+	if st := s.doJSON(t, "POST", "/agents/"+root.ID+"/spawn", map[string]any{"limits": map[string]any{"pids": 64}}, &prob); st != 422 || prob.Code != "limits_looser" {
+		t.Errorf("spawn with more pids than the parent = %d %+v, want 422 limits_looser", st, prob)
+	}
+	var child agent
+	if st := s.doJSON(t, "POST", "/agents/"+root.ID+"/spawn", map[string]any{"limits": map[string]any{"pids": 16, "cpu": 0.5}}, &child); st != 201 {
+		t.Fatalf("spawn with fewer pids = %d", st)
+	}
+	if l := child.Limits; l == nil || deref(l.Pids) != int64(16) || deref(l.MemoryBytes) != int64(128<<20) || deref(l.CPU) != 0.5 {
+		t.Errorf("child limits = %v, want pids 16, the parent's memory, cpu 0.5", l)
+	}
+	prob.Code = ""
+	if st := s.doJSON(t, "POST", "/exec", map[string]any{"command": "true", "agentId": child.ID, "limits": map[string]any{"memoryBytes": 256 << 20}}, &prob); st != 422 || prob.Code != "limits_looser" {
+		t.Errorf("exec with more memory than the agent = %d %+v, want 422 limits_looser", st, prob)
+	}
+
+	checkJob := func(id string, wantPids int64) limitedJob {
+		t.Helper()
+		j := s.waitLimited(t, id)
+		var rec struct {
+			Limits *agentLimits `json:"limits"`
+		}
+		if st := s.doJSON(t, "GET", "/jobs/"+id, nil, &rec); st != 200 {
+			t.Fatalf("GET /jobs/%s = %d", id, st)
+		}
+		l := rec.Limits
+		if l == nil || deref(l.Pids) != wantPids || deref(l.MemoryBytes) != int64(128<<20) || deref(l.CPU) != 0.5 || l.Enforcement == nil ||
+			l.Enforcement.Pids != want["pids"] || l.Enforcement.MemoryBytes != want["memoryBytes"] || l.Enforcement.CPU != want["cpu"] {
+			t.Errorf("job %s limits = %v; want pids %d, memoryBytes 128 MiB, cpu 0.5, enforced %v", id, l, wantPids, want)
+		}
+		return j
+	}
+
+	// A memory hog started by the harness as the child: the agent's memory
+	// limit applies although the request names only a tighter pids limit.
+	after := "; sleep 30"
+	if mode == "group" {
+		after = ""
+	}
+	var hog job
+	if st := s.doJSON(t, "POST", "/exec", map[string]any{
+		"command":    fmt.Sprintf("export %s='%s/hog'; head -c 2000000000 /dev/zero | tail > /dev/null%s", markEnv, run, after),
+		"agentId":    child.ID,
+		"background": true, "timeoutMs": 60000,
+		"limits": map[string]any{"pids": 12},
+	}, &hog); st != 202 {
+		t.Fatalf("exec the memory hog = %d", st)
+	}
+	j := checkJob(hog.ID, 12)
+	switch mode {
+	case "cgroup":
+		if j.KilledBy == nil || *j.KilledBy != "oom" || j.Signal == nil || *j.Signal != "SIGKILL" {
+			t.Errorf("memory hog ended %+v; want SIGKILL, killedBy oom", j)
+		}
+	case "group":
+		if j.KilledBy != nil || j.ExitCode == nil || *j.ExitCode == 0 || !strings.Contains(j.Stderr.Text, "memory") {
+			t.Errorf("memory hog ended %+v; want tail to fail for lack of memory", j)
+		}
+	}
+
+	// A fork bomb sent by the model through the bash tool: the model
+	// cannot name limits, the agent's apply. Only where a process limit is
+	// enforced: in group mode it would take the host down.
+	if mode == "cgroup" {
+		var res struct {
+			IsError bool   `json:"isError"`
+			Text    string `json:"text"`
+			JobID   string `json:"jobId"`
+		}
+		if st := s.doJSON(t, "POST", "/agents/"+child.ID+"/tools/bash", map[string]any{"arguments": map[string]any{
+			"command": fmt.Sprintf("export %s='%s/bomb'; bomb() { bomb | bomb & }; bomb; sleep 30", markEnv, run),
+			"timeout": 60000, "limits": map[string]any{"pids": 100000},
+		}}, &res); st != 200 || res.JobID == "" {
+			t.Fatalf("bash tool call = %d %+v", st, res)
+		}
+		j := checkJob(res.JobID, 16)
+		if j.KilledBy == nil || *j.KilledBy != "pids_limit" {
+			t.Errorf("fork bomb ended %+v; want killedBy pids_limit", j)
+		}
+		if left := survivors(run+"/bomb", 5*time.Second); len(left) > 0 {
+			t.Errorf("%d process(es) of the fork bomb survived", len(left))
+		}
+	}
+
+	// The limits are in the agent's header: a restarted server keeps them.
+	s.stop(t)
+	s2 := startServer(t, withHome(s.Home), withConfig(cfg))
+	var again agent
+	if st := s2.doJSON(t, "GET", "/agents/"+child.ID, nil, &again); st != 200 || again.Limits == nil || deref(again.Limits.Pids) != int64(16) || deref(again.Limits.MemoryBytes) != int64(128<<20) {
+		t.Errorf("child after restart = %d, limits %v; want pids 16, memoryBytes 128 MiB", st, again.Limits)
+	}
+	prob.Code = ""
+	if st := s2.doJSON(t, "POST", "/exec", map[string]any{"command": "true", "agentId": child.ID, "limits": map[string]any{"pids": 17}}, &prob); st != 422 || prob.Code != "limits_looser" {
+		t.Errorf("exec with more pids than the agent after restart = %d %+v, want 422 limits_looser", st, prob)
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/dshd/dshd/internal/agents"
 	"github.com/dshd/dshd/internal/exec"
+	"github.com/dshd/dshd/internal/limits"
 	"github.com/dshd/dshd/internal/sandbox"
 )
 
@@ -46,7 +47,7 @@ type config struct {
 		IdempotencyWindowSeconds int `yaml:"idempotencyWindowSeconds"`
 		// Containment is auto (default), cgroup or group; see exec.Containment*.
 		Containment string `yaml:"containment"`
-		// Limits are every job's default limits; see exec.Limits.
+		// Limits are every job's default limits; see package limits.
 		Limits struct {
 			Pids        int64   `yaml:"pids"`
 			MemoryBytes int64   `yaml:"memoryBytes"`
@@ -111,8 +112,8 @@ func (c *config) validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("env.inherit: %q is not all, core or none", c.Env.Inherit))
 	}
-	if l := c.Jobs.Limits; l.Pids < 0 || l.MemoryBytes < 0 || l.CPU < 0 {
-		errs = append(errs, errors.New("jobs.limits: must not be negative"))
+	if err := c.jobLimits().Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("jobs.limits: %w", err))
 	}
 	if err := c.sandboxPolicy().Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("sandbox: %w", err))
@@ -153,6 +154,11 @@ func (c *config) validate() error {
 // sandbox.Default.
 func (c *config) sandboxPolicy() sandbox.Policy {
 	return sandbox.Policy{FS: sandbox.FS(c.Sandbox.Policy), Network: sandbox.Network(c.Sandbox.Network)}.Or(sandbox.Default)
+}
+
+// jobLimits are the configured default limits of every job.
+func (c *config) jobLimits() limits.Limits {
+	return limits.Limits{Pids: c.Jobs.Limits.Pids, MemoryBytes: c.Jobs.Limits.MemoryBytes, CPU: c.Jobs.Limits.CPU}
 }
 
 func ms(v int) time.Duration { return time.Duration(v) * time.Millisecond }

@@ -322,6 +322,7 @@ func newServices(ctx context.Context, cfg config, home, token, tokenPath string,
 		Hooks:       hooks.NewRunner(hookCfg, executor, logger.With("component", "hooks")),
 		Sandbox:     policy,
 		SandboxHost: sbx,
+		Limits:      cfg.jobLimits(),
 	})
 	return &services{
 		sandbox:  sbx,
@@ -367,7 +368,7 @@ func newExecutor(cfg config, home, cwd, token string, sbx *sandbox.Host, policy 
 		RetainMax:             cfg.Jobs.RetainMax,
 		IdempotencyWindow:     time.Duration(cfg.Jobs.IdempotencyWindowSeconds) * time.Second,
 		Containment:           cfg.Jobs.Containment,
-		Limits:                exec.Limits{Pids: cfg.Jobs.Limits.Pids, MemoryBytes: cfg.Jobs.Limits.MemoryBytes, CPU: cfg.Jobs.Limits.CPU},
+		Limits:                cfg.jobLimits(),
 		Sandbox:               sbx,
 		SandboxDefault:        policy,
 		Registerer:            reg,

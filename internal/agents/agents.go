@@ -68,6 +68,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/dshd/dshd/internal/limits"
 	"github.com/dshd/dshd/internal/sandbox"
 )
 
@@ -125,6 +126,18 @@ type Agent struct {
 	// Sandbox is the sandbox policy recorded at creation; empty fields
 	// (agents recorded without one) mean the server default.
 	Sandbox sandbox.Policy `json:"sandbox"`
+	// Limits are the limits recorded at creation for the agent's jobs;
+	// zero fields mean the server default.
+	Limits limits.Limits `json:"limits"`
+}
+
+// Bounds are what the harness bounds an agent's commands by, recorded in
+// its header at creation: a sandbox policy and resource limits. The caller
+// (package run) completes them and checks a child's are within its
+// parent's.
+type Bounds struct {
+	Sandbox sandbox.Policy
+	Limits  limits.Limits
 }
 
 // Event is one transcript line after the header.

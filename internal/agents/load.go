@@ -139,6 +139,12 @@ func parseHeader(line []byte, id string) (Agent, error) {
 		}
 		a.Sandbox = *h.Sandbox
 	}
+	if h.Limits != nil {
+		if err := h.Limits.Validate(); err != nil {
+			return Agent{}, fmt.Errorf("header: %w", err)
+		}
+		a.Limits = *h.Limits
+	}
 	if h.ParentID != nil {
 		a.ParentID = *h.ParentID
 	}

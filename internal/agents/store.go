@@ -18,6 +18,7 @@ import (
 
 	"github.com/dshd/dshd/internal/atomicfile"
 	"github.com/dshd/dshd/internal/ids"
+	"github.com/dshd/dshd/internal/limits"
 	"github.com/dshd/dshd/internal/sandbox"
 )
 
@@ -82,6 +83,8 @@ type header struct {
 	Depth     int       `json:"depth"`
 	// Sandbox is the agent's sandbox policy, absent when none was recorded.
 	Sandbox *sandbox.Policy `json:"sandbox,omitempty"`
+	// Limits are the agent's limits, absent when none were recorded.
+	Limits *limits.Limits `json:"limits,omitempty"`
 }
 
 // Open prepares the store in opts.Dir, creating the directory (0700) if
@@ -223,8 +226,9 @@ func (s *Store) Path(id string) string {
 // ErrInvalidCwd if cwd is not absolute or not an existing directory, and
 // ErrClosed after Close.
 //
-// pol is the agent's sandbox policy, recorded in its header (zero: none).
-func (s *Store) Create(ctx context.Context, cwd string, pol sandbox.Policy) (Agent, error) {
+// b are the agent's sandbox policy and limits, recorded in its header
+// (zero: none).
+func (s *Store) Create(ctx context.Context, cwd string, b Bounds) (Agent, error) {
 	if err := ctx.Err(); err != nil {
 		return Agent{}, fmt.Errorf("create agent: %w", err)
 	}
@@ -235,7 +239,7 @@ func (s *Store) Create(ctx context.Context, cwd string, pol sandbox.Policy) (Age
 	if err != nil {
 		return Agent{}, fmt.Errorf("create agent: %w", err)
 	}
-	a := Agent{Cwd: cwd, Origin: OriginRoot, Sandbox: pol}
+	a := Agent{Cwd: cwd, Origin: OriginRoot, Sandbox: b.Sandbox, Limits: b.Limits}
 	return s.create(a, nil)
 }
 
@@ -294,6 +298,9 @@ func (s *Store) create(a Agent, events [][]byte) (Agent, error) {
 		Cwd: a.Cwd, Origin: a.Origin, Depth: a.Depth}
 	if a.Sandbox != (sandbox.Policy{}) {
 		h.Sandbox = &a.Sandbox
+	}
+	if !a.Limits.IsZero() {
+		h.Limits = &a.Limits
 	}
 	if a.ParentID != "" {
 		h.ParentID = &a.ParentID
@@ -448,9 +455,9 @@ func (s *Store) reload(id string) (*entry, error) {
 // It returns ErrNotFound for an unknown id and ErrInvalidBoundary when
 // *boundary is negative or beyond the last event's seq.
 //
-// pol is the child's sandbox policy; the caller checks it is within the
-// parent's.
-func (s *Store) Fork(ctx context.Context, id string, boundary *int64, pol sandbox.Policy) (Agent, error) {
+// b are the child's sandbox policy and limits; the caller checks they are
+// within the parent's.
+func (s *Store) Fork(ctx context.Context, id string, boundary *int64, b Bounds) (Agent, error) {
 	if err := ctx.Err(); err != nil {
 		return Agent{}, err
 	}
@@ -482,7 +489,7 @@ func (s *Store) Fork(ctx context.Context, id string, boundary *int64, pol sandbo
 		events = append(events, append(line, '\n'))
 	}
 	p := e.agent
-	child := Agent{ParentID: p.ID, RootID: p.RootID, Cwd: p.Cwd, Origin: OriginFork, Depth: p.Depth, Sandbox: pol}
+	child := Agent{ParentID: p.ID, RootID: p.RootID, Cwd: p.Cwd, Origin: OriginFork, Depth: p.Depth, Sandbox: b.Sandbox, Limits: b.Limits}
 	a, err := s.create(child, events)
 	if err != nil {
 		return Agent{}, fmt.Errorf("fork %s: %w", id, err)
@@ -495,9 +502,9 @@ func (s *Store) Fork(ctx context.Context, id string, boundary *int64, pol sandbo
 // returns ErrNotFound for an unknown id and ErrDepthExceeded when the child's
 // depth would exceed MaxDepth.
 //
-// pol is the child's sandbox policy; the caller checks it is within the
-// parent's.
-func (s *Store) Spawn(ctx context.Context, id string, pol sandbox.Policy) (Agent, error) {
+// b are the child's sandbox policy and limits; the caller checks they are
+// within the parent's.
+func (s *Store) Spawn(ctx context.Context, id string, b Bounds) (Agent, error) {
 	if err := ctx.Err(); err != nil {
 		return Agent{}, err
 	}
@@ -509,7 +516,7 @@ func (s *Store) Spawn(ctx context.Context, id string, pol sandbox.Policy) (Agent
 	if p.Depth+1 > s.maxDepth {
 		return Agent{}, fmt.Errorf("spawn from %s: %w: child depth %d, max %d", id, ErrDepthExceeded, p.Depth+1, s.maxDepth)
 	}
-	child := Agent{ParentID: p.ID, RootID: p.RootID, Cwd: p.Cwd, Origin: OriginSpawn, Depth: p.Depth + 1, Sandbox: pol}
+	child := Agent{ParentID: p.ID, RootID: p.RootID, Cwd: p.Cwd, Origin: OriginSpawn, Depth: p.Depth + 1, Sandbox: b.Sandbox, Limits: b.Limits}
 	a, err := s.create(child, nil)
 	if err != nil {
 		return Agent{}, fmt.Errorf("spawn from %s: %w", id, err)

@@ -21,7 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/dshd/dshd/internal/golden"
-	"github.com/dshd/dshd/internal/sandbox"
+	"github.com/dshd/dshd/internal/limits"
 )
 
 // fakeClock returns a fixed start time advanced by one second per call.
@@ -70,7 +70,7 @@ func mustOpen(tb testing.TB, opts Options) *Store {
 
 func mustCreate(tb testing.TB, s *Store, cwd string) Agent {
 	tb.Helper()
-	a, err := s.Create(context.Background(), cwd, sandbox.Policy{})
+	a, err := s.Create(context.Background(), cwd, Bounds{})
 	if err != nil {
 		tb.Fatalf("Create(%q): %v", cwd, err)
 	}
@@ -164,7 +164,7 @@ func TestCreateGetList(t *testing.T) {
 		"not a dir": file,
 	} {
 		t.Run(name, func(t *testing.T) {
-			if _, err := s.Create(ctx, cwd, sandbox.Policy{}); !errors.Is(err, ErrInvalidCwd) {
+			if _, err := s.Create(ctx, cwd, Bounds{}); !errors.Is(err, ErrInvalidCwd) {
 				t.Errorf("Create(%q) err = %v, want ErrInvalidCwd", cwd, err)
 			}
 		})
@@ -215,7 +215,7 @@ func TestCreateHeaderIsDurable(t *testing.T) {
 
 	// A failing fsync fails Create and leaves nothing behind.
 	s.syncFile = func(*os.File) error { return errors.New("disk on fire") }
-	if _, err := s.Create(context.Background(), "", sandbox.Policy{}); err == nil {
+	if _, err := s.Create(context.Background(), "", Bounds{}); err == nil {
 		t.Fatal("Create with failing fsync succeeded")
 	}
 	entries, _ = os.ReadDir(dir)
@@ -237,11 +237,12 @@ func TestResumeAcrossRestart(t *testing.T) {
 	root := mustCreate(t, s1, t.TempDir())
 	mustAppend(t, s1, root.ID, EventToolCall, map[string]any{"callId": "c1"})
 	mustAppend(t, s1, root.ID, EventToolResult, map[string]any{"callId": "c1"})
-	child, err := s1.Spawn(ctx, root.ID, sandbox.Policy{})
+	// Bounds are recorded in the header and come back after a restart.
+	child, err := s1.Spawn(ctx, root.ID, Bounds{Limits: limits.Limits{Pids: 32, MemoryBytes: 64 << 20, CPU: 0.5}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	grandchild, err := s1.Fork(ctx, child.ID, nil, sandbox.Policy{})
+	grandchild, err := s1.Fork(ctx, child.ID, nil, Bounds{Limits: limits.Limits{Pids: 16, MemoryBytes: 64 << 20, CPU: 0.5}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -308,7 +309,7 @@ func TestFork(t *testing.T) {
 	ctx := context.Background()
 	s := mustOpen(t, Options{DefaultCwd: "/"})
 	parent := mustCreate(t, s, "")
-	spawned, err := s.Spawn(ctx, parent.ID, sandbox.Policy{})
+	spawned, err := s.Spawn(ctx, parent.ID, Bounds{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -333,7 +334,7 @@ func TestFork(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			f, err := s.Fork(ctx, spawned.ID, tt.boundary, sandbox.Policy{})
+			f, err := s.Fork(ctx, spawned.ID, tt.boundary, Bounds{})
 			if !errors.Is(err, tt.err) {
 				t.Fatalf("Fork err = %v, want %v", err, tt.err)
 			}
@@ -362,7 +363,7 @@ func TestFork(t *testing.T) {
 			checkJSONL(t, s.Path(f.ID))
 		})
 	}
-	if _, err := s.Fork(ctx, "agt_nobody", nil, sandbox.Policy{}); !errors.Is(err, ErrNotFound) {
+	if _, err := s.Fork(ctx, "agt_nobody", nil, Bounds{}); !errors.Is(err, ErrNotFound) {
 		t.Errorf("Fork(unknown) err = %v, want ErrNotFound", err)
 	}
 	// The parent is untouched.
@@ -392,7 +393,7 @@ func TestSpawnDepthLimit(t *testing.T) {
 			root := mustCreate(t, s, "")
 			cur := root
 			for depth := 1; depth <= limit; depth++ {
-				next, err := s.Spawn(ctx, cur.ID, sandbox.Policy{})
+				next, err := s.Spawn(ctx, cur.ID, Bounds{})
 				if err != nil {
 					t.Fatalf("Spawn to depth %d: %v", depth, err)
 				}
@@ -404,18 +405,18 @@ func TestSpawnDepthLimit(t *testing.T) {
 				}
 				cur = next
 			}
-			if _, err := s.Spawn(ctx, cur.ID, sandbox.Policy{}); !errors.Is(err, ErrDepthExceeded) {
+			if _, err := s.Spawn(ctx, cur.ID, Bounds{}); !errors.Is(err, ErrDepthExceeded) {
 				t.Errorf("Spawn past depth %d err = %v, want ErrDepthExceeded", limit, err)
 			}
 			// A fork keeps its parent's depth, so it is allowed at the limit.
-			f, err := s.Fork(ctx, cur.ID, nil, sandbox.Policy{})
+			f, err := s.Fork(ctx, cur.ID, nil, Bounds{})
 			if err != nil || f.Depth != limit {
 				t.Errorf("Fork at max depth = %+v, %v; want depth %d", f, err, limit)
 			}
 		})
 	}
 	s := mustOpen(t, Options{DefaultCwd: "/"})
-	if _, err := s.Spawn(ctx, "agt_nobody", sandbox.Policy{}); !errors.Is(err, ErrNotFound) {
+	if _, err := s.Spawn(ctx, "agt_nobody", Bounds{}); !errors.Is(err, ErrNotFound) {
 		t.Errorf("Spawn(unknown) err = %v, want ErrNotFound", err)
 	}
 }
@@ -660,12 +661,12 @@ func TestGoldenTranscripts(t *testing.T) {
 		t.Fatal(err)
 	}
 	boundary := int64(4)
-	fork, err := s.Fork(ctx, root.ID, &boundary, sandbox.Policy{})
+	fork, err := s.Fork(ctx, root.ID, &boundary, Bounds{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	mustAppend(t, s, fork.ID, EventToolCall, map[string]any{"callId": "call_2", "name": "job_list", "arguments": map[string]any{}})
-	spawn, err := s.Spawn(ctx, fork.ID, sandbox.Policy{})
+	spawn, err := s.Spawn(ctx, fork.ID, Bounds{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -681,11 +682,11 @@ func TestRootIDWithMissingAncestor(t *testing.T) {
 	dir := t.TempDir()
 	s1 := mustOpen(t, Options{Dir: dir, DefaultCwd: "/"})
 	root := mustCreate(t, s1, "")
-	mid, err := s1.Spawn(ctx, root.ID, sandbox.Policy{})
+	mid, err := s1.Spawn(ctx, root.ID, Bounds{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	leaf, err := s1.Spawn(ctx, mid.ID, sandbox.Policy{})
+	leaf, err := s1.Spawn(ctx, mid.ID, Bounds{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -713,7 +714,7 @@ func TestConcurrentCreates(t *testing.T) {
 	var wg sync.WaitGroup
 	for range 20 {
 		wg.Go(func() {
-			if _, err := s.Spawn(ctx, root.ID, sandbox.Policy{}); err != nil {
+			if _, err := s.Spawn(ctx, root.ID, Bounds{}); err != nil {
 				t.Error(err)
 			}
 		})
@@ -739,11 +740,11 @@ func TestConcurrentCreates(t *testing.T) {
 func TestDuplicateIDRefused(t *testing.T) {
 	s := mustOpen(t, Options{DefaultCwd: "/", NewID: func() string { return "agt_same" }})
 	mustCreate(t, s, "")
-	if _, err := s.Create(context.Background(), "", sandbox.Policy{}); err == nil {
+	if _, err := s.Create(context.Background(), "", Bounds{}); err == nil {
 		t.Error("second Create with a repeated id succeeded")
 	}
 	s2 := mustOpen(t, Options{DefaultCwd: "/", NewID: func() string { return "../escape" }})
-	if _, err := s2.Create(context.Background(), "", sandbox.Policy{}); err == nil {
+	if _, err := s2.Create(context.Background(), "", Bounds{}); err == nil {
 		t.Error("Create with a path-like id succeeded")
 	}
 }

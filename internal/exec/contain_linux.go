@@ -124,9 +124,9 @@ type containSpec struct {
 }
 
 // forJob returns the containment of the job or process named name, with
-// limits.
-func (c *container) forJob(name string, limits Limits) containSpec {
-	return containSpec{c: c, mgr: c.mgr, name: name, track: c.info.Subreaper, limits: limits}
+// limits lim.
+func (c *container) forJob(name string, lim Limits) containSpec {
+	return containSpec{c: c, mgr: c.mgr, name: name, track: c.info.Subreaper, limits: lim}
 }
 
 // group creates the spawn's cgroup; nil in group mode.
@@ -134,7 +134,7 @@ func (s containSpec) group() (*cgroup.Group, error) {
 	if s.mgr == nil {
 		return nil, nil
 	}
-	g, err := s.mgr.Create(s.name, s.limits.cgroup())
+	g, err := s.mgr.Create(s.name, cgroupLimits(s.limits))
 	if err != nil {
 		return nil, fmt.Errorf("job cgroup: %w", err)
 	}

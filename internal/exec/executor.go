@@ -415,8 +415,8 @@ func validateSpec(s *Spec) error {
 	if err := s.Sandbox.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidInput, err)
 	}
-	if s.Limits.Pids < 0 || s.Limits.MemoryBytes < 0 || s.Limits.CPU < 0 {
-		return fmt.Errorf("%w: negative limit", ErrInvalidInput)
+	if err := s.Limits.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidInput, err)
 	}
 	for k, v := range s.Env {
 		if shellenv.IsManaged(k) {

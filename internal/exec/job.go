@@ -90,6 +90,11 @@ type Snapshot struct {
 	KilledBy string
 	// Sandbox is the sandbox policy the job ran under.
 	Sandbox sandbox.Policy
+	// Limits are the limits in effect for the job: Spec.Limits completed
+	// by Options.Limits.
+	Limits Limits
+	// Enforcement says how each of Limits is enforced on this host.
+	Enforcement LimitEnforcement
 }
 
 // Job is one recorded execution. Its methods are safe for concurrent use.
@@ -106,7 +111,9 @@ type Job struct {
 	idemKey    string
 	idemFP     string         // the request's fingerprint, with idemKey
 	sandbox    sandbox.Policy // complete: the policy the job runs under
-	roots      []string       // the agent's workspace roots
+	limits     Limits         // in effect: the spec's, completed by the defaults
+	enforce    LimitEnforcement
+	roots      []string // the agent's workspace roots
 	createdAt  time.Time
 	timer      *time.Timer
 	spoolBytes int64         // granted from the executor's spool budget; under e.mu
@@ -142,24 +149,26 @@ func (j *Job) Snapshot() Snapshot {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	s := Snapshot{
-		ID:         j.id,
-		Command:    j.command,
-		AgentID:    j.agentID,
-		Cwd:        j.cwd,
-		State:      j.state,
-		Background: j.background,
-		PID:        j.proc.pidNow(),
-		ExitCode:   j.exitCode,
-		Signal:     j.signal,
-		Stdout:     j.stdout.output(),
-		Stderr:     j.stderr.output(),
-		Managed:    j.managed,
-		Timeout:    j.timeout,
-		CreatedAt:  j.createdAt,
-		StartedAt:  j.startedAt,
-		Usage:      j.usage,
-		KilledBy:   j.killedBy,
-		Sandbox:    j.sandbox,
+		ID:          j.id,
+		Command:     j.command,
+		AgentID:     j.agentID,
+		Cwd:         j.cwd,
+		State:       j.state,
+		Background:  j.background,
+		PID:         j.proc.pidNow(),
+		ExitCode:    j.exitCode,
+		Signal:      j.signal,
+		Stdout:      j.stdout.output(),
+		Stderr:      j.stderr.output(),
+		Managed:     j.managed,
+		Timeout:     j.timeout,
+		CreatedAt:   j.createdAt,
+		StartedAt:   j.startedAt,
+		Usage:       j.usage,
+		KilledBy:    j.killedBy,
+		Sandbox:     j.sandbox,
+		Limits:      j.limits,
+		Enforcement: j.enforce,
 	}
 	if j.exitCode != nil {
 		c := *j.exitCode

@@ -11,11 +11,12 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/dshd/dshd/internal/cgroup"
+	"github.com/dshd/dshd/internal/limits"
 )
 
-// Limits bound what one job may use. A zero field means no limit. They are
-// set by the server's configuration and, per execution, by the harness;
-// never by a model.
+// Limits bound what one job may use (see package limits). They are set by
+// the server's configuration and by the harness (per agent, per
+// execution); never by a model.
 //
 // Enforcement, best first: the cgroup controllers delegated to dshd
 // (pids.max, memory.max, cpu.max); in cgroup mode without a controller,
@@ -24,30 +25,65 @@ import (
 // resident memory); in group mode, RLIMIT_AS on the leader for memory,
 // inherited by what it starts (a per-process bound: an allocation past it
 // fails instead of the job being killed). CPU is limited only by cpu.max.
-type Limits struct {
-	// Pids is the most processes the job may have at once.
-	Pids int64
-	// MemoryBytes is the most memory the job may use.
-	MemoryBytes int64
-	// CPU is the share of one CPU the job may use (0.5: half a CPU).
-	CPU float64
+// Snapshot.Enforcement says which applied to a job.
+type Limits = limits.Limits
+
+// How a limit is enforced (LimitEnforcement).
+const (
+	// EnforcedCgroup: by the kernel, through the job cgroup's controller
+	// (pids.max, memory.max with swap off, cpu.max).
+	EnforcedCgroup = "cgroup"
+	// EnforcedWatcher: by dshd, which checks the job's cgroup every
+	// LimitWatchInterval and kills the whole job past the limit.
+	EnforcedWatcher = "watcher"
+	// EnforcedRlimit: by RLIMIT_AS on every process of the job (group
+	// mode): an allocation past it fails; the job is not killed.
+	EnforcedRlimit = "rlimit"
+	// EnforcedNone: not enforced on this host.
+	EnforcedNone = "none"
+)
+
+// LimitEnforcement says how each limit of a job is enforced (Enforced*);
+// "" for a limit that is not set.
+type LimitEnforcement struct {
+	Pids, MemoryBytes, CPU string
 }
 
-// or returns l with its zero fields taken from def.
-func (l Limits) or(def Limits) Limits {
-	if l.Pids == 0 {
-		l.Pids = def.Pids
+// enforcement says how c enforces l.
+func (c *container) enforcement(l Limits) LimitEnforcement {
+	var e LimitEnforcement
+	has := func(ctrl string) bool { return c.mgr != nil && c.mgr.Has(ctrl) }
+	if l.Pids > 0 {
+		switch {
+		case has("pids"):
+			e.Pids = EnforcedCgroup
+		case c.mgr != nil:
+			e.Pids = EnforcedWatcher
+		default:
+			e.Pids = EnforcedNone
+		}
 	}
-	if l.MemoryBytes == 0 {
-		l.MemoryBytes = def.MemoryBytes
+	if l.MemoryBytes > 0 {
+		switch {
+		case has("memory"):
+			e.MemoryBytes = EnforcedCgroup
+		case c.mgr != nil:
+			e.MemoryBytes = EnforcedWatcher
+		default:
+			e.MemoryBytes = EnforcedRlimit
+		}
 	}
-	if l.CPU == 0 {
-		l.CPU = def.CPU
+	if l.CPU > 0 {
+		if has("cpu") {
+			e.CPU = EnforcedCgroup
+		} else {
+			e.CPU = EnforcedNone
+		}
 	}
-	return l
+	return e
 }
 
-func (l Limits) cgroup() cgroup.Limits {
+func cgroupLimits(l Limits) cgroup.Limits {
 	return cgroup.Limits{Pids: l.Pids, MemoryBytes: l.MemoryBytes, CPU: l.CPU}
 }
 

@@ -3,6 +3,7 @@ package exec
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 )
@@ -47,4 +48,48 @@ func TestNegativeLimitsRefused(t *testing.T) {
 			t.Errorf("validateSpec with limits %+v = %v, want ErrInvalidInput", l, err)
 		}
 	}
+}
+
+// TestSnapshotLimitsAndEnforcement: a job records the limits in effect
+// (its spec's, completed by the defaults) and how this host enforces each.
+func TestSnapshotLimitsAndEnforcement(t *testing.T) {
+	t.Run("group", func(t *testing.T) {
+		e := newTestExecutor(t, func(o *Options) {
+			o.Containment = ContainmentGroup
+			o.Limits = Limits{Pids: 512, CPU: 2}
+		})
+		s := mustRun(t, e, Spec{Command: "true", Limits: Limits{MemoryBytes: 1 << 30}})
+		if want := (Limits{Pids: 512, MemoryBytes: 1 << 30, CPU: 2}); s.Limits != want {
+			t.Errorf("Limits = %v, want %v", s.Limits, want)
+		}
+		want := LimitEnforcement{Pids: EnforcedNone, MemoryBytes: EnforcedRlimit, CPU: EnforcedNone}
+		if s.Enforcement != want {
+			t.Errorf("Enforcement = %+v, want %+v", s.Enforcement, want)
+		}
+		if s := mustRun(t, newTestExecutor(t, func(o *Options) { o.Containment = ContainmentGroup }), Spec{Command: "true"}); s.Enforcement != (LimitEnforcement{}) || !s.Limits.IsZero() {
+			t.Errorf("a job without limits: %v %+v, want none", s.Limits, s.Enforcement)
+		}
+	})
+	t.Run("cgroup", func(t *testing.T) {
+		e := newTestExecutor(t, func(o *Options) { o.Containment = ContainmentAuto })
+		info := e.Containment()
+		if info.Mode != ContainmentCgroup {
+			t.Skipf("no cgroup v2 subtree here: %s", info.Reason)
+		}
+		s := mustRun(t, e, Spec{Command: "true", Limits: Limits{Pids: 64, MemoryBytes: 1 << 30, CPU: 1}})
+		has := func(c string) bool { return slices.Contains(info.Controllers, c) }
+		want := LimitEnforcement{Pids: EnforcedWatcher, MemoryBytes: EnforcedWatcher, CPU: EnforcedNone}
+		if has("pids") {
+			want.Pids = EnforcedCgroup
+		}
+		if has("memory") {
+			want.MemoryBytes = EnforcedCgroup
+		}
+		if has("cpu") {
+			want.CPU = EnforcedCgroup
+		}
+		if s.Enforcement != want {
+			t.Errorf("Enforcement with controllers %v = %+v, want %+v", info.Controllers, s.Enforcement, want)
+		}
+	})
 }

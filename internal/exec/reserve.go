@@ -34,7 +34,6 @@ type Reservation struct {
 	env      map[string]string
 	stdin    []byte
 	hasStdin bool
-	limits   Limits
 
 	once sync.Once
 }
@@ -76,6 +75,7 @@ func (e *Executor) Reserve(ctx context.Context, s Spec) (*Reservation, error) {
 			timeout = e.opts.DefaultTimeout
 		}
 	}
+	limits := s.Limits.Or(e.opts.Limits)
 	j := &Job{
 		e:          e,
 		proc:       e.run.newProc(),
@@ -88,6 +88,8 @@ func (e *Executor) Reserve(ctx context.Context, s Spec) (*Reservation, error) {
 		idemKey:    s.IdempotencyKey,
 		idemFP:     s.IdempotencyFingerprint,
 		sandbox:    policy,
+		limits:     limits,
+		enforce:    e.run.cont.enforcement(limits),
 		roots:      s.WritableRoots,
 		createdAt:  e.now(),
 		state:      StateRunning,
@@ -108,7 +110,7 @@ func (e *Executor) Reserve(ctx context.Context, s Spec) (*Reservation, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Reservation{e: e, j: j, env: s.Env, stdin: s.Stdin, hasStdin: s.HasStdin, limits: s.Limits.or(e.opts.Limits)}, nil
+	return &Reservation{e: e, j: j, env: s.Env, stdin: s.Stdin, hasStdin: s.HasStdin}, nil
 }
 
 // specFingerprint hashes the fields of s that define the execution, for
@@ -247,7 +249,7 @@ func (r *Reservation) start(managed shellenv.Overlay) (*Job, error) {
 		stdout:   j.sink(&j.stdout, "stdout"),
 		stderr:   j.sink(&j.stderr, "stderr"),
 		onExit:   j.finish,
-		contain:  e.run.cont.forJob(j.id, r.limits),
+		contain:  e.run.cont.forJob(j.id, j.limits),
 		onStart:  func(pid int) { e.indexAdd(j, pid) },
 		wrap:     j.wrap(),
 	})

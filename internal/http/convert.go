@@ -11,6 +11,7 @@ import (
 	"github.com/dshd/dshd/internal/exec"
 	"github.com/dshd/dshd/internal/hooks"
 	"github.com/dshd/dshd/internal/http/api"
+	"github.com/dshd/dshd/internal/limits"
 	"github.com/dshd/dshd/internal/run"
 	"github.com/dshd/dshd/internal/sandbox"
 	"github.com/dshd/dshd/internal/shellenv"
@@ -184,6 +185,43 @@ func toAPIAgent(a agents.Agent) api.Agent {
 		Cwd:       a.Cwd,
 		CreatedAt: a.CreatedAt,
 		Sandbox:   toAPISandbox(a.Sandbox),
+		Limits:    toAPIAgentLimits(a.Limits),
+	}
+}
+
+// fromAPILimits are requested limits; nil requests none.
+func fromAPILimits(in *api.Limits) limits.Limits {
+	if in == nil {
+		return limits.Limits{}
+	}
+	return limits.Limits{Pids: deref(in.Pids), MemoryBytes: deref(in.MemoryBytes), CPU: float64(deref(in.Cpu))}
+}
+
+// toAPIAgentLimits are an agent's recorded limits; nil when none were.
+func toAPIAgentLimits(l limits.Limits) *api.AgentLimits {
+	if l.IsZero() {
+		return nil
+	}
+	return &api.AgentLimits{Pids: optional(l.Pids), MemoryBytes: optional(l.MemoryBytes), Cpu: optional(float32(l.CPU))}
+}
+
+// toAPIJobLimits are a job's limits in effect and how each is enforced;
+// nil when it has none.
+func toAPIJobLimits(l limits.Limits, e exec.LimitEnforcement) *api.JobLimits {
+	if l.IsZero() {
+		return nil
+	}
+	enf := func(s string) *api.LimitEnforcement {
+		if s == "" {
+			return nil
+		}
+		return ptr(api.LimitEnforcement(s))
+	}
+	return &api.JobLimits{
+		Pids:        optional(l.Pids),
+		MemoryBytes: optional(l.MemoryBytes),
+		Cpu:         optional(float32(l.CPU)),
+		Enforcement: api.JobLimitsEnforcement{Cpu: enf(e.CPU), MemoryBytes: enf(e.MemoryBytes), Pids: enf(e.Pids)},
 	}
 }
 
@@ -270,9 +308,7 @@ func fromAPIExecRequest(in api.ExecRequest, idempotencyKey *string) run.ExecRequ
 		r.Stdin, r.HasStdin = []byte(*in.Stdin), true
 	}
 	r.Sandbox = fromAPISandbox(in.Sandbox)
-	if l := in.Limits; l != nil {
-		r.Limits = exec.Limits{Pids: deref(l.Pids), MemoryBytes: deref(l.MemoryBytes), CPU: float64(deref(l.Cpu))}
-	}
+	r.Limits = fromAPILimits(in.Limits)
 	return r
 }
 
@@ -312,6 +348,7 @@ func toAPIJob(s exec.Snapshot) api.Job {
 		}
 	}
 	j.Sandbox = toAPISandbox(s.Sandbox)
+	j.Limits = toAPIJobLimits(s.Limits, s.Enforcement)
 	if s.KilledBy != "" {
 		j.KilledBy = ptr(api.JobKilledBy(s.KilledBy))
 	}

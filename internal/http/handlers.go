@@ -8,9 +8,9 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/dshd/dshd/internal/agents"
 	"github.com/dshd/dshd/internal/exec"
 	"github.com/dshd/dshd/internal/http/api"
-	"github.com/dshd/dshd/internal/sandbox"
 	"github.com/dshd/dshd/internal/tools"
 )
 
@@ -150,12 +150,12 @@ func (s *Server) ListAgents(ctx context.Context, _ api.ListAgentsRequestObject) 
 // CreateAgent creates a root agent.
 func (s *Server) CreateAgent(ctx context.Context, req api.CreateAgentRequestObject) (api.CreateAgentResponseObject, error) {
 	var cwd string
-	var pol sandbox.Policy
+	var b agents.Bounds
 	if req.Body != nil {
 		cwd = deref(req.Body.Cwd)
-		pol = fromAPISandbox(req.Body.Sandbox)
+		b = agents.Bounds{Sandbox: fromAPISandbox(req.Body.Sandbox), Limits: fromAPILimits(req.Body.Limits)}
 	}
-	a, err := s.pipeline.CreateAgent(ctx, cwd, pol)
+	a, err := s.pipeline.CreateAgent(ctx, cwd, b)
 	if err != nil {
 		return nil, err
 	}
@@ -183,12 +183,12 @@ func (s *Server) ResumeAgent(ctx context.Context, req api.ResumeAgentRequestObje
 // ForkAgent forks an agent.
 func (s *Server) ForkAgent(ctx context.Context, req api.ForkAgentRequestObject) (api.ForkAgentResponseObject, error) {
 	var boundary *int64
-	var pol sandbox.Policy
+	var b agents.Bounds
 	if req.Body != nil {
 		boundary = req.Body.Boundary
-		pol = fromAPISandbox(req.Body.Sandbox)
+		b = agents.Bounds{Sandbox: fromAPISandbox(req.Body.Sandbox), Limits: fromAPILimits(req.Body.Limits)}
 	}
-	a, err := s.pipeline.ForkAgent(ctx, req.Id, boundary, pol)
+	a, err := s.pipeline.ForkAgent(ctx, req.Id, boundary, b)
 	if err != nil {
 		return nil, err
 	}
@@ -197,11 +197,11 @@ func (s *Server) ForkAgent(ctx context.Context, req api.ForkAgentRequestObject) 
 
 // SpawnAgent spawns a child agent.
 func (s *Server) SpawnAgent(ctx context.Context, req api.SpawnAgentRequestObject) (api.SpawnAgentResponseObject, error) {
-	var pol sandbox.Policy
+	var b agents.Bounds
 	if req.Body != nil {
-		pol = fromAPISandbox(req.Body.Sandbox)
+		b = agents.Bounds{Sandbox: fromAPISandbox(req.Body.Sandbox), Limits: fromAPILimits(req.Body.Limits)}
 	}
-	a, err := s.pipeline.SpawnAgent(ctx, req.Id, pol)
+	a, err := s.pipeline.SpawnAgent(ctx, req.Id, b)
 	if err != nil {
 		return nil, err
 	}

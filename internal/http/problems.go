@@ -11,6 +11,7 @@ import (
 	"github.com/dshd/dshd/internal/agents"
 	"github.com/dshd/dshd/internal/exec"
 	"github.com/dshd/dshd/internal/http/api"
+	"github.com/dshd/dshd/internal/limits"
 	"github.com/dshd/dshd/internal/mcp"
 	"github.com/dshd/dshd/internal/sandbox"
 	"github.com/dshd/dshd/internal/shellenv"
@@ -41,6 +42,8 @@ var errorCodes = []struct {
 	{sandbox.ErrLooser, http.StatusUnprocessableEntity, "sandbox_looser", "Sandbox policy looser than allowed"},
 	{sandbox.ErrUnavailable, http.StatusUnprocessableEntity, "sandbox_unavailable", "Sandbox policy cannot be enforced on this host"},
 	{sandbox.ErrInvalid, http.StatusUnprocessableEntity, "invalid_sandbox", "Invalid sandbox policy"},
+	{limits.ErrLooser, http.StatusUnprocessableEntity, "limits_looser", "Limits looser than allowed"},
+	{limits.ErrInvalid, http.StatusUnprocessableEntity, "invalid_limits", "Invalid limits"},
 	{exec.ErrJobNotFound, http.StatusNotFound, "job_not_found", "Job not found"},
 	{exec.ErrTooManyJobs, http.StatusTooManyRequests, "too_many_jobs", "Too many running jobs"},
 	{exec.ErrIdempotencyKeyReused, http.StatusUnprocessableEntity, "idempotency_key_reused", "Idempotency key reused for a different request"},

@@ -22,6 +22,7 @@ import (
 	"github.com/dshd/dshd/internal/agents"
 	"github.com/dshd/dshd/internal/exec"
 	"github.com/dshd/dshd/internal/hooks"
+	"github.com/dshd/dshd/internal/limits"
 	"github.com/dshd/dshd/internal/mcp"
 	"github.com/dshd/dshd/internal/run"
 	"github.com/dshd/dshd/internal/sandbox"
@@ -65,16 +66,16 @@ func (f *failing) Exec(context.Context, run.ExecRequest) (*exec.Job, error) { re
 func (f *failing) Call(context.Context, string, string, string, json.RawMessage) (run.CallResult, error) {
 	return run.CallResult{}, f.err
 }
-func (f *failing) CreateAgent(context.Context, string, sandbox.Policy) (run.Session, error) {
+func (f *failing) CreateAgent(context.Context, string, agents.Bounds) (run.Session, error) {
 	return run.Session{}, f.err
 }
 func (f *failing) ResumeAgent(context.Context, string) (run.Session, error) {
 	return run.Session{}, f.err
 }
-func (f *failing) ForkAgent(context.Context, string, *int64, sandbox.Policy) (run.Session, error) {
+func (f *failing) ForkAgent(context.Context, string, *int64, agents.Bounds) (run.Session, error) {
 	return run.Session{}, f.err
 }
-func (f *failing) SpawnAgent(context.Context, string, sandbox.Policy) (run.Session, error) {
+func (f *failing) SpawnAgent(context.Context, string, agents.Bounds) (run.Session, error) {
 	return run.Session{}, f.err
 }
 
@@ -148,11 +149,11 @@ var routes = []route{
 	{"DELETE", "/plugins/{id}", "/plugins/plg_1", "", []error{shellenv.ErrPluginNotFound}},
 	{"POST", "/plugins/{id}/renew", "/plugins/plg_1/renew", `{}`, []error{shellenv.ErrPluginNotFound, shellenv.ErrInvalidPlugin}},
 	{"GET", "/agents", "/agents", "", nil},
-	{"POST", "/agents", "/agents", `{}`, []error{agents.ErrInvalidCwd, sandbox.ErrUnavailable, sandbox.ErrInvalid, enospc}},
+	{"POST", "/agents", "/agents", `{}`, []error{agents.ErrInvalidCwd, sandbox.ErrUnavailable, sandbox.ErrInvalid, limits.ErrInvalid, enospc}},
 	{"GET", "/agents/{id}", "/agents/agt_1", "", []error{agents.ErrNotFound}},
 	{"POST", "/agents/{id}/resume", "/agents/agt_1/resume", "", []error{agents.ErrNotFound, enospc}},
-	{"POST", "/agents/{id}/fork", "/agents/agt_1/fork", `{}`, []error{agents.ErrNotFound, agents.ErrInvalidBoundary, sandbox.ErrLooser, sandbox.ErrUnavailable, enospc}},
-	{"POST", "/agents/{id}/spawn", "/agents/agt_1/spawn", `{}`, []error{agents.ErrNotFound, agents.ErrDepthExceeded, sandbox.ErrLooser, sandbox.ErrUnavailable, enospc}},
+	{"POST", "/agents/{id}/fork", "/agents/agt_1/fork", `{}`, []error{agents.ErrNotFound, agents.ErrInvalidBoundary, sandbox.ErrLooser, sandbox.ErrUnavailable, limits.ErrLooser, limits.ErrInvalid, enospc}},
+	{"POST", "/agents/{id}/spawn", "/agents/agt_1/spawn", `{}`, []error{agents.ErrNotFound, agents.ErrDepthExceeded, sandbox.ErrLooser, sandbox.ErrUnavailable, limits.ErrLooser, limits.ErrInvalid, enospc}},
 	{"GET", "/agents/{id}/transcript", "/agents/agt_1/transcript", "", []error{agents.ErrNotFound}},
 	{"POST", "/agents/{id}/tools/{name}", "/agents/agt_1/tools/bash", `{"arguments":{"command":"true"}}`,
 		[]error{agents.ErrNotFound, tools.ErrUnknownTool, tools.ErrInvalidArguments, shellenv.ErrResolution, exec.ErrClosed, enospc}},
@@ -160,7 +161,7 @@ var routes = []route{
 	{"POST", "/exec", "/exec", `{"command":"true"}`,
 		[]error{agents.ErrNotFound, tools.ErrInvalidArguments, shellenv.ErrResolution, &exec.TooManyJobsError{Limit: "global", Max: 1, RetryAfter: time.Second},
 			exec.ErrInvalidCwd, exec.ErrManagedKeyInEnv, exec.ErrInvalidInput, exec.ErrTooLarge, exec.ErrTimeoutTooLong, exec.ErrClosed,
-			exec.ErrIdempotencyKeyReused, exec.ErrIdempotencyKeyInUse, exec.ErrIdempotencyJobGone, sandbox.ErrLooser, sandbox.ErrUnavailable, enospc}},
+			exec.ErrIdempotencyKeyReused, exec.ErrIdempotencyKeyInUse, exec.ErrIdempotencyJobGone, sandbox.ErrLooser, sandbox.ErrUnavailable, limits.ErrLooser, limits.ErrInvalid, enospc}},
 	{"GET", "/jobs", "/jobs", "", nil},
 	{"GET", "/jobs/{id}", "/jobs/job_1", "", []error{exec.ErrJobNotFound}},
 	{"DELETE", "/jobs/{id}", "/jobs/job_1", "", []error{exec.ErrJobNotFound}},

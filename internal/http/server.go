@@ -64,10 +64,10 @@ type jobService interface {
 type pipeline interface {
 	Exec(ctx context.Context, r run.ExecRequest) (*exec.Job, error)
 	Call(ctx context.Context, agentID, name, callID string, args json.RawMessage) (run.CallResult, error)
-	CreateAgent(ctx context.Context, cwd string, pol sandbox.Policy) (run.Session, error)
+	CreateAgent(ctx context.Context, cwd string, b agents.Bounds) (run.Session, error)
 	ResumeAgent(ctx context.Context, id string) (run.Session, error)
-	ForkAgent(ctx context.Context, id string, boundary *int64, pol sandbox.Policy) (run.Session, error)
-	SpawnAgent(ctx context.Context, id string, pol sandbox.Policy) (run.Session, error)
+	ForkAgent(ctx context.Context, id string, boundary *int64, b agents.Bounds) (run.Session, error)
+	SpawnAgent(ctx context.Context, id string, b agents.Bounds) (run.Session, error)
 }
 
 // agentService is what the handlers read of agent sessions.

@@ -50,7 +50,7 @@ var ErrAgentConflict = errors.New("the " + AgentHeader + " header and the " + Ag
 // bound to, so their SessionStart hooks run.
 type pipeline interface {
 	CallWith(ctx context.Context, agentID, name, callID string, args json.RawMessage, o run.CallOptions) (run.CallResult, error)
-	CreateAgent(ctx context.Context, cwd string, pol sandbox.Policy) (run.Session, error)
+	CreateAgent(ctx context.Context, cwd string, b agents.Bounds) (run.Session, error)
 	AgentPolicy(a agents.Agent) sandbox.Policy
 	ResumeAgent(ctx context.Context, id string) (run.Session, error)
 	ContextDelivered(agentID string)
@@ -211,7 +211,7 @@ func (h *Handler) bind(r *http.Request) (run.Session, error) {
 		id = q
 	}
 	if id == "" {
-		a, err := h.pipeline.CreateAgent(r.Context(), "", sandbox.Policy{})
+		a, err := h.pipeline.CreateAgent(r.Context(), "", agents.Bounds{})
 		if err != nil {
 			return a, fmt.Errorf("create an agent for the MCP session: %w", err)
 		}

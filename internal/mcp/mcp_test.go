@@ -19,7 +19,6 @@ import (
 	"github.com/dshd/dshd/internal/agents"
 	"github.com/dshd/dshd/internal/exec"
 	"github.com/dshd/dshd/internal/run"
-	"github.com/dshd/dshd/internal/sandbox"
 	"github.com/dshd/dshd/internal/shellenv"
 )
 
@@ -155,7 +154,7 @@ func bash(tb testing.TB, cs *sdk.ClientSession, command string) *sdk.CallToolRes
 
 func TestBinding(t *testing.T) {
 	w := newWorld(t, Options{})
-	named, err := w.agents.Create(context.Background(), t.TempDir(), sandbox.Policy{})
+	named, err := w.agents.Create(context.Background(), t.TempDir(), agents.Bounds{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,7 +23,6 @@ import (
 	"github.com/dshd/dshd/internal/agents"
 	"github.com/dshd/dshd/internal/exec"
 	"github.com/dshd/dshd/internal/hooks"
-	"github.com/dshd/dshd/internal/sandbox"
 	"github.com/dshd/dshd/internal/shellenv"
 	"github.com/dshd/dshd/internal/tools"
 )
@@ -124,7 +123,7 @@ func newWorldWith(tb testing.TB, adjust func(*exec.Options)) *world {
 
 func (w *world) agent(tb testing.TB) agents.Agent {
 	tb.Helper()
-	a, err := w.agents.Create(context.Background(), tb.TempDir(), sandbox.Policy{})
+	a, err := w.agents.Create(context.Background(), tb.TempDir(), agents.Bounds{})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -601,7 +600,7 @@ func TestResolutionFailureStartsNothing(t *testing.T) {
 func TestConcurrentParentAndChild(t *testing.T) {
 	w := newWorld(t)
 	parent := w.agent(t)
-	child, err := w.agents.Spawn(context.Background(), parent.ID, sandbox.Policy{})
+	child, err := w.agents.Spawn(context.Background(), parent.ID, agents.Bounds{})
 	if err != nil {
 		t.Fatal(err)
 	}

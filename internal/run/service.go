@@ -21,6 +21,7 @@ import (
 	"github.com/dshd/dshd/internal/exec"
 	"github.com/dshd/dshd/internal/hooks"
 	"github.com/dshd/dshd/internal/ids"
+	"github.com/dshd/dshd/internal/limits"
 	"github.com/dshd/dshd/internal/sandbox"
 	"github.com/dshd/dshd/internal/shellenv"
 	"github.com/dshd/dshd/internal/tools"
@@ -44,10 +45,10 @@ type jobRunner interface {
 type agentStore interface {
 	Get(ctx context.Context, id string) (agents.Agent, error)
 	Append(ctx context.Context, id, typ string, data any) (agents.Event, error)
-	Create(ctx context.Context, cwd string, pol sandbox.Policy) (agents.Agent, error)
+	Create(ctx context.Context, cwd string, b agents.Bounds) (agents.Agent, error)
 	Resume(ctx context.Context, id string) (agents.Agent, error)
-	Fork(ctx context.Context, id string, boundary *int64, pol sandbox.Policy) (agents.Agent, error)
-	Spawn(ctx context.Context, id string, pol sandbox.Policy) (agents.Agent, error)
+	Fork(ctx context.Context, id string, boundary *int64, b agents.Bounds) (agents.Agent, error)
+	Spawn(ctx context.Context, id string, b agents.Bounds) (agents.Agent, error)
 }
 
 // hookRunner is the part of *hooks.Runner the pipeline uses.
@@ -83,6 +84,9 @@ type Options struct {
 	// SandboxHost checks that an agent's policy is enforceable when the
 	// agent is made; nil checks nothing (executions are checked anyway).
 	SandboxHost *sandbox.Host
+	// Limits are the server's default limits (the executor's): what a new
+	// root agent gets unless its request sets others.
+	Limits limits.Limits
 }
 
 // Service runs executions and model tool calls. It is safe for concurrent
@@ -95,6 +99,7 @@ type Service struct {
 	hooks  hookRunner
 	home   string
 	policy sandbox.Policy // the server default, complete
+	limits limits.Limits  // the server default
 	host   *sandbox.Host
 	ids    *ids.Source
 	calls  *prometheus.CounterVec
@@ -119,6 +124,7 @@ func New(o Options) *Service {
 		hooks:  o.Hooks,
 		home:   o.Home,
 		policy: o.Sandbox.Or(sandbox.Default),
+		limits: o.Limits,
 		host:   o.SandboxHost,
 		ids:    ids.NewSource(o.Now),
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -157,8 +163,10 @@ type ExecRequest struct {
 	// IdempotencyFingerprint identifies the request for IdempotencyKey
 	// (see exec.Spec); "" lets the executor compute one.
 	IdempotencyFingerprint string
-	// Limits override the server's per-job limits (harness-facing only).
-	Limits exec.Limits
+	// Limits override the server's per-job limits (harness-facing only);
+	// with an agent, empty fields take the agent's and the others may only
+	// tighten them (limits.ErrLooser).
+	Limits limits.Limits
 	// Sandbox is the execution's sandbox policy; empty fields take the
 	// agent's (or, without agent, the server default). With an agent it may
 	// only tighten the agent's (sandbox.ErrLooser).
@@ -220,7 +228,7 @@ func (e *errBlocked) Error() string { return "blocked by hook: " + e.reason }
 // or external (resolvers, webhooks, hooks) runs for a request the job table
 // refuses. spec.Cwd "" means the agent's cwd; spec.AgentID is set here.
 func (s *Service) start(ctx context.Context, agent *agents.Agent, spec exec.Spec, pass gate) (*exec.Job, error) {
-	if err := spec.Sandbox.Validate(); err != nil {
+	if err := errors.Join(spec.Sandbox.Validate(), spec.Limits.Validate()); err != nil {
 		return nil, err
 	}
 	if agent != nil {
@@ -234,6 +242,11 @@ func (s *Service) start(ctx context.Context, agent *agents.Agent, spec exec.Spec
 			return nil, err
 		}
 		spec.WritableRoots = []string{agent.Cwd}
+		lim := s.AgentLimits(*agent)
+		spec.Limits = spec.Limits.Or(lim)
+		if err := spec.Limits.CheckWithin(lim, "agent "+agent.ID); err != nil {
+			return nil, err
+		}
 	}
 	spec.Sandbox = spec.Sandbox.Or(s.policy)
 	res, err := s.jobs.Reserve(ctx, spec)
@@ -292,6 +305,15 @@ func (s *Service) collect(ctx context.Context, res *exec.Reservation, agent *age
 // AgentPolicy is the sandbox policy a's commands run under: the one recorded
 // at its creation, completed by the server default.
 func (s *Service) AgentPolicy(a agents.Agent) sandbox.Policy { return a.Sandbox.Or(s.policy) }
+
+// AgentLimits are the limits a's commands run under: the ones recorded at
+// its creation, completed by the server default.
+func (s *Service) AgentLimits(a agents.Agent) limits.Limits { return a.Limits.Or(s.limits) }
+
+// AgentBounds are a's sandbox policy and limits (AgentPolicy, AgentLimits).
+func (s *Service) AgentBounds(a agents.Agent) agents.Bounds {
+	return agents.Bounds{Sandbox: s.AgentPolicy(a), Limits: s.AgentLimits(a)}
+}
 
 // DefaultPolicy is the server's default sandbox policy.
 func (s *Service) DefaultPolicy() sandbox.Policy { return s.policy }

@@ -2,6 +2,7 @@ package run
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/dshd/dshd/internal/agents"
@@ -33,34 +34,39 @@ const (
 // are the store's (agents.ErrInvalidCwd); hook failures are recorded in the
 // transcript and logged, never fatal: SessionStart cannot block.
 //
-// pol is the agent's sandbox policy; empty fields take the server default.
-func (s *Service) CreateAgent(ctx context.Context, cwd string, pol sandbox.Policy) (Session, error) {
-	if err := pol.Validate(); err != nil {
-		return Session{}, err
-	}
-	pol = pol.Or(s.policy)
-	if err := s.checkHost(pol); err != nil {
+// b are the agent's sandbox policy and limits; empty fields take the server
+// defaults. Errors: sandbox.ErrInvalid, sandbox.ErrUnavailable,
+// limits.ErrInvalid.
+func (s *Service) CreateAgent(ctx context.Context, cwd string, b agents.Bounds) (Session, error) {
+	if err := errors.Join(b.Sandbox.Validate(), b.Limits.Validate()); err != nil {
 		return Session{}, fmt.Errorf("create agent: %w", err)
 	}
-	return s.startSession(ctx, SourceStartup, func() (agents.Agent, error) { return s.agents.Create(ctx, cwd, pol) })
+	b.Sandbox = b.Sandbox.Or(s.policy)
+	b.Limits = b.Limits.Or(s.limits)
+	if err := s.checkHost(b.Sandbox); err != nil {
+		return Session{}, fmt.Errorf("create agent: %w", err)
+	}
+	return s.startSession(ctx, SourceStartup, func() (agents.Agent, error) { return s.agents.Create(ctx, cwd, b) })
 }
 
-// childPolicy is the sandbox policy of a child of parent asking for req:
-// req completed by the parent's, and within it (sandbox.ErrLooser).
-func (s *Service) childPolicy(ctx context.Context, parent string, req sandbox.Policy) (sandbox.Policy, error) {
-	if err := req.Validate(); err != nil {
-		return sandbox.Policy{}, err
+// childBounds are the bounds of a child of parent asking for req: req
+// completed by the parent's, and within them (sandbox.ErrLooser,
+// limits.ErrLooser).
+func (s *Service) childBounds(ctx context.Context, parent string, req agents.Bounds) (agents.Bounds, error) {
+	if err := errors.Join(req.Sandbox.Validate(), req.Limits.Validate()); err != nil {
+		return agents.Bounds{}, err
 	}
 	p, err := s.agents.Get(ctx, parent)
 	if err != nil {
-		return sandbox.Policy{}, err
+		return agents.Bounds{}, err
 	}
-	outer := s.AgentPolicy(p)
-	pol := req.Or(outer)
-	if err := pol.CheckWithin(outer, "parent agent "+parent); err != nil {
-		return sandbox.Policy{}, err
+	outer := s.AgentBounds(p)
+	b := agents.Bounds{Sandbox: req.Sandbox.Or(outer.Sandbox), Limits: req.Limits.Or(outer.Limits)}
+	what := "parent agent " + parent
+	if err := errors.Join(b.Sandbox.CheckWithin(outer.Sandbox, what), b.Limits.CheckWithin(outer.Limits, what)); err != nil {
+		return agents.Bounds{}, err
 	}
-	return pol, s.checkHost(pol)
+	return b, s.checkHost(b.Sandbox)
 }
 
 // checkHost fails with sandbox.ErrUnavailable when pol cannot be enforced
@@ -81,26 +87,26 @@ func (s *Service) ResumeAgent(ctx context.Context, id string) (Session, error) {
 // ForkAgent forks an agent and runs the new session's SessionStart hooks
 // (source startup: the fork is a new session). Returns agents.ErrNotFound
 // or agents.ErrInvalidBoundary.
-// pol may only tighten the parent's sandbox policy (sandbox.ErrLooser);
-// empty fields inherit it.
-func (s *Service) ForkAgent(ctx context.Context, id string, boundary *int64, pol sandbox.Policy) (Session, error) {
-	pol, err := s.childPolicy(ctx, id, pol)
+// b may only tighten the parent's sandbox policy (sandbox.ErrLooser) and
+// limits (limits.ErrLooser); empty fields inherit them.
+func (s *Service) ForkAgent(ctx context.Context, id string, boundary *int64, b agents.Bounds) (Session, error) {
+	b, err := s.childBounds(ctx, id, b)
 	if err != nil {
 		return Session{}, fmt.Errorf("fork: %w", err)
 	}
-	return s.startSession(ctx, SourceStartup, func() (agents.Agent, error) { return s.agents.Fork(ctx, id, boundary, pol) })
+	return s.startSession(ctx, SourceStartup, func() (agents.Agent, error) { return s.agents.Fork(ctx, id, boundary, b) })
 }
 
 // SpawnAgent spawns a child agent and runs its SessionStart hooks (source
 // startup). Returns agents.ErrNotFound or agents.ErrDepthExceeded.
-// pol may only tighten the parent's sandbox policy (sandbox.ErrLooser);
-// empty fields inherit it.
-func (s *Service) SpawnAgent(ctx context.Context, id string, pol sandbox.Policy) (Session, error) {
-	pol, err := s.childPolicy(ctx, id, pol)
+// b may only tighten the parent's sandbox policy (sandbox.ErrLooser) and
+// limits (limits.ErrLooser); empty fields inherit them.
+func (s *Service) SpawnAgent(ctx context.Context, id string, b agents.Bounds) (Session, error) {
+	b, err := s.childBounds(ctx, id, b)
 	if err != nil {
 		return Session{}, fmt.Errorf("spawn: %w", err)
 	}
-	return s.startSession(ctx, SourceStartup, func() (agents.Agent, error) { return s.agents.Spawn(ctx, id, pol) })
+	return s.startSession(ctx, SourceStartup, func() (agents.Agent, error) { return s.agents.Spawn(ctx, id, b) })
 }
 
 func (s *Service) startSession(ctx context.Context, source string, start func() (agents.Agent, error)) (Session, error) {

@@ -944,6 +944,7 @@ export interface components {
             /** @description Absolute working directory; default the server's. */
             cwd?: string;
             sandbox?: components["schemas"]["SandboxRequest"];
+            limits?: components["schemas"]["Limits"];
         };
         ForkInput: {
             /**
@@ -952,9 +953,11 @@ export interface components {
              */
             boundary?: number;
             sandbox?: components["schemas"]["SandboxRequest"];
+            limits?: components["schemas"]["Limits"];
         };
         SpawnInput: {
             sandbox?: components["schemas"]["SandboxRequest"];
+            limits?: components["schemas"]["Limits"];
         };
         /**
          * @description A sandbox policy asked for by the harness (never by a model: a tool argument naming a
@@ -1001,6 +1004,7 @@ export interface components {
             /** Format: date-time */
             createdAt: string;
             sandbox?: components["schemas"]["SandboxPolicy"];
+            limits?: components["schemas"]["AgentLimits"];
             sessionStart?: components["schemas"]["HookOutput"];
         };
         /**
@@ -1075,13 +1079,19 @@ export interface components {
             sandbox?: components["schemas"]["SandboxRequest"];
         };
         /**
-         * @description Per-job limits; each one given replaces the server's (`jobs.limits`) for this job.
+         * @description Resource limits asked for by the harness (never by a model), for every job of an
+         *     agent (`POST /agents`, fork, spawn) or for one job (`POST /exec`). A limit left out
+         *     takes the enclosing one: for a root agent and an execution without agent the
+         *     server's (`jobs.limits`), for a fork or spawn the parent's, for an execution of an
+         *     agent its agent's. A child agent, and an execution of an agent, may only tighten:
+         *     a limit above the enclosing one fails with 422 `limits_looser`. Without an agent, a
+         *     limit given replaces the server's for this job.
          *     Enforced by the job's cgroup (`pids.max`, `memory.max`, `cpu.max`) where those
          *     controllers are delegated; in cgroup mode without them dshd watches the job every
          *     50 ms and kills it past `pids` or `memoryBytes` (`killedBy`: `pids_limit`, `oom`);
          *     in group mode `memoryBytes` is each process's `RLIMIT_AS` (allocations past it
          *     fail) and `pids` and `cpu` are not enforced. `GET /healthz` lists the delegated
-         *     controllers.
+         *     controllers; each job's `limits.enforcement` says what applied to it.
          */
         Limits: {
             /**
@@ -1097,6 +1107,60 @@ export interface components {
             /** @description Share of one CPU (0.5: half a CPU). */
             cpu?: number;
         };
+        /**
+         * @description The limits recorded at the agent's creation for its jobs (the request completed by
+         *     the parent's or the server's). A limit absent here takes the server's current
+         *     `jobs.limits`.
+         */
+        AgentLimits: {
+            /**
+             * Format: int64
+             * @description Most processes at once.
+             */
+            pids?: number;
+            /**
+             * Format: int64
+             * @description Most memory.
+             */
+            memoryBytes?: number;
+            /** @description Share of one CPU (0.5: half a CPU). */
+            cpu?: number;
+        };
+        /**
+         * @description The limits in effect for the job (the request's, completed by its agent's or the
+         *     server's), and how this host enforced each one. A limit that is not set is absent.
+         */
+        JobLimits: {
+            /**
+             * Format: int64
+             * @description Most processes at once.
+             */
+            pids?: number;
+            /**
+             * Format: int64
+             * @description Most memory.
+             */
+            memoryBytes?: number;
+            /** @description Share of one CPU (0.5: half a CPU). */
+            cpu?: number;
+            enforcement: components["schemas"]["JobLimitsEnforcement"];
+        };
+        /** @description How each limit that is set was enforced. */
+        JobLimitsEnforcement: {
+            pids?: components["schemas"]["LimitEnforcement"];
+            memoryBytes?: components["schemas"]["LimitEnforcement"];
+            cpu?: components["schemas"]["LimitEnforcement"];
+        };
+        /**
+         * @description `cgroup`: by the kernel, through the job cgroup's controller (`pids.max`,
+         *     `memory.max` with swap off, `cpu.max`). `watcher`: by dshd, which checks the job's
+         *     cgroup every 50 ms and kills the whole job past the limit (`killedBy`). `rlimit`:
+         *     `RLIMIT_AS` on every process of the job (an allocation past it fails; the job is not
+         *     killed). `none`: this host cannot enforce it (no cgroup controller and no per-job
+         *     kernel limit that means the same).
+         * @enum {string}
+         */
+        LimitEnforcement: "cgroup" | "watcher" | "rlimit" | "none";
         JobUsage: {
             /**
              * Format: int64
@@ -1177,6 +1241,7 @@ export interface components {
              */
             killedBy?: "timeout" | "cancelled" | "shutdown" | "oom" | "pids_limit" | null;
             sandbox?: components["schemas"]["SandboxPolicy"];
+            limits?: components["schemas"]["JobLimits"];
         };
         /** @description An agent's transcript as JSON. */
         Transcript: {
@@ -1199,6 +1264,7 @@ export interface components {
             /** Format: int32 */
             depth: number;
             sandbox?: components["schemas"]["SandboxPolicy"];
+            limits?: components["schemas"]["AgentLimits"];
         };
         /** @description One transcript event, told apart by `type`. */
         TranscriptEvent: components["schemas"]["ToolCallEvent"] | components["schemas"]["ToolResultEvent"] | components["schemas"]["HookInvokedEvent"] | components["schemas"]["HookResultEvent"] | components["schemas"]["SessionResumeEvent"];
@@ -1545,7 +1611,7 @@ export interface components {
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
-        /** @description The request is well formed but cannot be done (`invalid_declaration` with `errors`, `reserved_key`, `invalid_cwd`, `invalid_plugin`, `invalid_boundary`, `depth_exceeded`, `invalid_arguments`, `timeout_too_long`, `idempotency_key_reused`: the `Idempotency-Key` was used for a different request). */
+        /** @description The request is well formed but cannot be done (`invalid_declaration` with `errors`, `reserved_key`, `invalid_cwd`, `invalid_plugin`, `invalid_boundary`, `depth_exceeded`, `invalid_arguments`, `timeout_too_long`, `idempotency_key_reused`: the `Idempotency-Key` was used for a different request; `limits_looser`: a limit above the enclosing agent's; `invalid_limits`). */
         R422: {
             headers: {
                 [name: string]: unknown;

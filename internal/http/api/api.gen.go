@@ -359,6 +359,30 @@ func (e JobState) Valid() bool {
 	}
 }
 
+// Defines values for LimitEnforcement.
+const (
+	LimitEnforcementCgroup  LimitEnforcement = "cgroup"
+	LimitEnforcementNone    LimitEnforcement = "none"
+	LimitEnforcementRlimit  LimitEnforcement = "rlimit"
+	LimitEnforcementWatcher LimitEnforcement = "watcher"
+)
+
+// Valid indicates whether the value is a known member of the LimitEnforcement enum.
+func (e LimitEnforcement) Valid() bool {
+	switch e {
+	case LimitEnforcementCgroup:
+		return true
+	case LimitEnforcementNone:
+		return true
+	case LimitEnforcementRlimit:
+		return true
+	case LimitEnforcementWatcher:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for OpenAIChatToolType.
 const (
 	OpenAIChatToolTypeFunction OpenAIChatToolType = "function"
@@ -685,13 +709,18 @@ func (e ListToolsParamsFormat) Valid() bool {
 
 // Agent defines model for Agent.
 type Agent struct {
-	CreatedAt time.Time   `json:"createdAt"`
-	Cwd       string      `json:"cwd"`
-	Depth     int32       `json:"depth"`
-	Id        string      `json:"id"`
-	Origin    AgentOrigin `json:"origin"`
-	ParentId  *string     `json:"parentId"`
-	RootId    string      `json:"rootId"`
+	CreatedAt time.Time `json:"createdAt"`
+	Cwd       string    `json:"cwd"`
+	Depth     int32     `json:"depth"`
+	Id        string    `json:"id"`
+
+	// Limits The limits recorded at the agent's creation for its jobs (the request completed by
+	// the parent's or the server's). A limit absent here takes the server's current
+	// `jobs.limits`.
+	Limits   *AgentLimits `json:"limits,omitempty"`
+	Origin   AgentOrigin  `json:"origin"`
+	ParentId *string      `json:"parentId"`
+	RootId   string       `json:"rootId"`
 
 	// Sandbox The sandbox policy in effect.
 	Sandbox *SandboxPolicy `json:"sandbox,omitempty"`
@@ -711,6 +740,21 @@ type AgentInput struct {
 	// Cwd Absolute working directory; default the server's.
 	Cwd *string `json:"cwd,omitempty"`
 
+	// Limits Resource limits asked for by the harness (never by a model), for every job of an
+	// agent (`POST /agents`, fork, spawn) or for one job (`POST /exec`). A limit left out
+	// takes the enclosing one: for a root agent and an execution without agent the
+	// server's (`jobs.limits`), for a fork or spawn the parent's, for an execution of an
+	// agent its agent's. A child agent, and an execution of an agent, may only tighten:
+	// a limit above the enclosing one fails with 422 `limits_looser`. Without an agent, a
+	// limit given replaces the server's for this job.
+	// Enforced by the job's cgroup (`pids.max`, `memory.max`, `cpu.max`) where those
+	// controllers are delegated; in cgroup mode without them dshd watches the job every
+	// 50 ms and kills it past `pids` or `memoryBytes` (`killedBy`: `pids_limit`, `oom`);
+	// in group mode `memoryBytes` is each process's `RLIMIT_AS` (allocations past it
+	// fail) and `pids` and `cpu` are not enforced. `GET /healthz` lists the delegated
+	// controllers; each job's `limits.enforcement` says what applied to it.
+	Limits *Limits `json:"limits,omitempty"`
+
 	// Sandbox A sandbox policy asked for by the harness (never by a model: a tool argument naming a
 	// policy is ignored and recorded as ignored). A field left out takes the enclosing
 	// policy: for a root agent the server's default (`sandbox` in config), for a fork or
@@ -719,6 +763,20 @@ type AgentInput struct {
 	// with 422 `sandbox_looser`. A policy this host cannot enforce fails with 422
 	// `sandbox_unavailable` (never runs unconfined); `GET /healthz` lists what it can.
 	Sandbox *SandboxRequest `json:"sandbox,omitempty"`
+}
+
+// AgentLimits The limits recorded at the agent's creation for its jobs (the request completed by
+// the parent's or the server's). A limit absent here takes the server's current
+// `jobs.limits`.
+type AgentLimits struct {
+	// Cpu Share of one CPU (0.5: half a CPU).
+	Cpu *float32 `json:"cpu,omitempty"`
+
+	// MemoryBytes Most memory.
+	MemoryBytes *int64 `json:"memoryBytes,omitempty"`
+
+	// Pids Most processes at once.
+	Pids *int64 `json:"pids,omitempty"`
 }
 
 // AnthropicTool An Anthropic Messages client tool.
@@ -870,13 +928,19 @@ type ExecRequest struct {
 	// `argument_too_large`, and nothing runs.
 	Env *map[string]string `json:"env,omitempty"`
 
-	// Limits Per-job limits; each one given replaces the server's (`jobs.limits`) for this job.
+	// Limits Resource limits asked for by the harness (never by a model), for every job of an
+	// agent (`POST /agents`, fork, spawn) or for one job (`POST /exec`). A limit left out
+	// takes the enclosing one: for a root agent and an execution without agent the
+	// server's (`jobs.limits`), for a fork or spawn the parent's, for an execution of an
+	// agent its agent's. A child agent, and an execution of an agent, may only tighten:
+	// a limit above the enclosing one fails with 422 `limits_looser`. Without an agent, a
+	// limit given replaces the server's for this job.
 	// Enforced by the job's cgroup (`pids.max`, `memory.max`, `cpu.max`) where those
 	// controllers are delegated; in cgroup mode without them dshd watches the job every
 	// 50 ms and kills it past `pids` or `memoryBytes` (`killedBy`: `pids_limit`, `oom`);
 	// in group mode `memoryBytes` is each process's `RLIMIT_AS` (allocations past it
 	// fail) and `pids` and `cpu` are not enforced. `GET /healthz` lists the delegated
-	// controllers.
+	// controllers; each job's `limits.enforcement` says what applied to it.
 	Limits *Limits `json:"limits,omitempty"`
 
 	// Sandbox A sandbox policy asked for by the harness (never by a model: a tool argument naming a
@@ -902,6 +966,21 @@ type ExecRequest struct {
 type ForkInput struct {
 	// Boundary Copy transcript events up to this seq.
 	Boundary *int64 `json:"boundary,omitempty"`
+
+	// Limits Resource limits asked for by the harness (never by a model), for every job of an
+	// agent (`POST /agents`, fork, spawn) or for one job (`POST /exec`). A limit left out
+	// takes the enclosing one: for a root agent and an execution without agent the
+	// server's (`jobs.limits`), for a fork or spawn the parent's, for an execution of an
+	// agent its agent's. A child agent, and an execution of an agent, may only tighten:
+	// a limit above the enclosing one fails with 422 `limits_looser`. Without an agent, a
+	// limit given replaces the server's for this job.
+	// Enforced by the job's cgroup (`pids.max`, `memory.max`, `cpu.max`) where those
+	// controllers are delegated; in cgroup mode without them dshd watches the job every
+	// 50 ms and kills it past `pids` or `memoryBytes` (`killedBy`: `pids_limit`, `oom`);
+	// in group mode `memoryBytes` is each process's `RLIMIT_AS` (allocations past it
+	// fail) and `pids` and `cpu` are not enforced. `GET /healthz` lists the delegated
+	// controllers; each job's `limits.enforcement` says what applied to it.
+	Limits *Limits `json:"limits,omitempty"`
 
 	// Sandbox A sandbox policy asked for by the harness (never by a model: a tool argument naming a
 	// policy is ignored and recorded as ignored). A field left out takes the enclosing
@@ -1054,6 +1133,10 @@ type Job struct {
 	// KilledBy Why dshd killed the job; null when it did not.
 	KilledBy *JobKilledBy `json:"killedBy,omitempty"`
 
+	// Limits The limits in effect for the job (the request's, completed by its agent's or the
+	// server's), and how this host enforced each one. A limit that is not set is absent.
+	Limits *JobLimits `json:"limits,omitempty"`
+
 	// ManagedEnv The managed snapshot the command received.
 	ManagedEnv map[string]string `json:"managedEnv"`
 	Pid        int32             `json:"pid"`
@@ -1080,6 +1163,49 @@ type Job struct {
 // JobKilledBy Why dshd killed the job; null when it did not.
 type JobKilledBy string
 
+// JobLimits The limits in effect for the job (the request's, completed by its agent's or the
+// server's), and how this host enforced each one. A limit that is not set is absent.
+type JobLimits struct {
+	// Cpu Share of one CPU (0.5: half a CPU).
+	Cpu *float32 `json:"cpu,omitempty"`
+
+	// Enforcement How each limit that is set was enforced.
+	Enforcement JobLimitsEnforcement `json:"enforcement"`
+
+	// MemoryBytes Most memory.
+	MemoryBytes *int64 `json:"memoryBytes,omitempty"`
+
+	// Pids Most processes at once.
+	Pids *int64 `json:"pids,omitempty"`
+}
+
+// JobLimitsEnforcement How each limit that is set was enforced.
+type JobLimitsEnforcement struct {
+	// Cpu `cgroup`: by the kernel, through the job cgroup's controller (`pids.max`,
+	// `memory.max` with swap off, `cpu.max`). `watcher`: by dshd, which checks the job's
+	// cgroup every 50 ms and kills the whole job past the limit (`killedBy`). `rlimit`:
+	// `RLIMIT_AS` on every process of the job (an allocation past it fails; the job is not
+	// killed). `none`: this host cannot enforce it (no cgroup controller and no per-job
+	// kernel limit that means the same).
+	Cpu *LimitEnforcement `json:"cpu,omitempty"`
+
+	// MemoryBytes `cgroup`: by the kernel, through the job cgroup's controller (`pids.max`,
+	// `memory.max` with swap off, `cpu.max`). `watcher`: by dshd, which checks the job's
+	// cgroup every 50 ms and kills the whole job past the limit (`killedBy`). `rlimit`:
+	// `RLIMIT_AS` on every process of the job (an allocation past it fails; the job is not
+	// killed). `none`: this host cannot enforce it (no cgroup controller and no per-job
+	// kernel limit that means the same).
+	MemoryBytes *LimitEnforcement `json:"memoryBytes,omitempty"`
+
+	// Pids `cgroup`: by the kernel, through the job cgroup's controller (`pids.max`,
+	// `memory.max` with swap off, `cpu.max`). `watcher`: by dshd, which checks the job's
+	// cgroup every 50 ms and kills the whole job past the limit (`killedBy`). `rlimit`:
+	// `RLIMIT_AS` on every process of the job (an allocation past it fails; the job is not
+	// killed). `none`: this host cannot enforce it (no cgroup controller and no per-job
+	// kernel limit that means the same).
+	Pids *LimitEnforcement `json:"pids,omitempty"`
+}
+
 // JobState `lost`: the job was running when a previous dshd process died (crash, `kill -9`);
 // the next start stopped its processes. Lost jobs have no exit code and no output,
 // and stay listed until retention drops them.
@@ -1102,13 +1228,27 @@ type KeySpec struct {
 	Key string `json:"key"`
 }
 
-// Limits Per-job limits; each one given replaces the server's (`jobs.limits`) for this job.
+// LimitEnforcement `cgroup`: by the kernel, through the job cgroup's controller (`pids.max`,
+// `memory.max` with swap off, `cpu.max`). `watcher`: by dshd, which checks the job's
+// cgroup every 50 ms and kills the whole job past the limit (`killedBy`). `rlimit`:
+// `RLIMIT_AS` on every process of the job (an allocation past it fails; the job is not
+// killed). `none`: this host cannot enforce it (no cgroup controller and no per-job
+// kernel limit that means the same).
+type LimitEnforcement string
+
+// Limits Resource limits asked for by the harness (never by a model), for every job of an
+// agent (`POST /agents`, fork, spawn) or for one job (`POST /exec`). A limit left out
+// takes the enclosing one: for a root agent and an execution without agent the
+// server's (`jobs.limits`), for a fork or spawn the parent's, for an execution of an
+// agent its agent's. A child agent, and an execution of an agent, may only tighten:
+// a limit above the enclosing one fails with 422 `limits_looser`. Without an agent, a
+// limit given replaces the server's for this job.
 // Enforced by the job's cgroup (`pids.max`, `memory.max`, `cpu.max`) where those
 // controllers are delegated; in cgroup mode without them dshd watches the job every
 // 50 ms and kills it past `pids` or `memoryBytes` (`killedBy`: `pids_limit`, `oom`);
 // in group mode `memoryBytes` is each process's `RLIMIT_AS` (allocations past it
 // fail) and `pids` and `cpu` are not enforced. `GET /healthz` lists the delegated
-// controllers.
+// controllers; each job's `limits.enforcement` says what applied to it.
 type Limits struct {
 	// Cpu Share of one CPU (0.5: half a CPU).
 	Cpu *float32 `json:"cpu,omitempty"`
@@ -1304,12 +1444,17 @@ type SandboxSupport struct {
 
 // SessionHeader The first line of a transcript.
 type SessionHeader struct {
-	CreatedAt time.Time           `json:"createdAt"`
-	Cwd       string              `json:"cwd"`
-	Depth     int32               `json:"depth"`
-	Id        string              `json:"id"`
-	Origin    SessionHeaderOrigin `json:"origin"`
-	ParentId  *string             `json:"parentId"`
+	CreatedAt time.Time `json:"createdAt"`
+	Cwd       string    `json:"cwd"`
+	Depth     int32     `json:"depth"`
+	Id        string    `json:"id"`
+
+	// Limits The limits recorded at the agent's creation for its jobs (the request completed by
+	// the parent's or the server's). A limit absent here takes the server's current
+	// `jobs.limits`.
+	Limits   *AgentLimits        `json:"limits,omitempty"`
+	Origin   SessionHeaderOrigin `json:"origin"`
+	ParentId *string             `json:"parentId"`
 
 	// Sandbox The sandbox policy in effect.
 	Sandbox *SandboxPolicy    `json:"sandbox,omitempty"`
@@ -1343,6 +1488,21 @@ type Skill struct {
 
 // SpawnInput defines model for SpawnInput.
 type SpawnInput struct {
+	// Limits Resource limits asked for by the harness (never by a model), for every job of an
+	// agent (`POST /agents`, fork, spawn) or for one job (`POST /exec`). A limit left out
+	// takes the enclosing one: for a root agent and an execution without agent the
+	// server's (`jobs.limits`), for a fork or spawn the parent's, for an execution of an
+	// agent its agent's. A child agent, and an execution of an agent, may only tighten:
+	// a limit above the enclosing one fails with 422 `limits_looser`. Without an agent, a
+	// limit given replaces the server's for this job.
+	// Enforced by the job's cgroup (`pids.max`, `memory.max`, `cpu.max`) where those
+	// controllers are delegated; in cgroup mode without them dshd watches the job every
+	// 50 ms and kills it past `pids` or `memoryBytes` (`killedBy`: `pids_limit`, `oom`);
+	// in group mode `memoryBytes` is each process's `RLIMIT_AS` (allocations past it
+	// fail) and `pids` and `cpu` are not enforced. `GET /healthz` lists the delegated
+	// controllers; each job's `limits.enforcement` says what applied to it.
+	Limits *Limits `json:"limits,omitempty"`
+
 	// Sandbox A sandbox policy asked for by the harness (never by a model: a tool argument naming a
 	// policy is ignored and recorded as ignored). A field left out takes the enclosing
 	// policy: for a root agent the server's default (`sandbox` in config), for a fork or
