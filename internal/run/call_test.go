@@ -955,7 +955,7 @@ func TestSessionStartContextReachesNextResult(t *testing.T) {
 			AdditionalContext: "context of " + in.Source}}}
 	}
 	ctx := context.Background()
-	sess, err := w.svc.CreateAgent(ctx, t.TempDir(), sandbox.Policy{})
+	sess, err := w.svc.CreateAgent(ctx, t.TempDir(), agents.Bounds{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -983,7 +983,7 @@ func TestSessionStartContextReachesNextResult(t *testing.T) {
 		t.Errorf("recorded tool/result additionalContext (-want +got):\n%s", diff)
 	}
 
-	fork, err := w.svc.ForkAgent(ctx, sess.ID, nil, sandbox.Policy{})
+	fork, err := w.svc.ForkAgent(ctx, sess.ID, nil, agents.Bounds{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -994,7 +994,7 @@ func TestSessionStartContextReachesNextResult(t *testing.T) {
 
 	// Context that reached the model another way (MCP instructions) is not
 	// carried again.
-	spawned, err := w.svc.SpawnAgent(ctx, sess.ID, sandbox.Policy{})
+	spawned, err := w.svc.SpawnAgent(ctx, sess.ID, agents.Bounds{})
 	if err != nil {
 		t.Fatal(err)
 	}
