@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -221,6 +222,49 @@ func TestBrowserUI(t *testing.T) {
 		t.Fatalf("call-bg: no job id in %+v", agentBg)
 	}
 	callTool(child.ID, "call-child", map[string]any{"command": "echo child-line"})
+	// An agent the harness confined and limited: its tool call's job shows
+	// the policy, the limits and how this host enforced each one. The
+	// strictest policy this host can enforce (workspace-write, network off
+	// where bubblewrap works).
+	var health struct {
+		Details struct {
+			Sandbox struct {
+				Policies []string `json:"policies"`
+				Networks []string `json:"networks"`
+			} `json:"sandbox"`
+		} `json:"details"`
+	}
+	if status := srv.doJSON(t, http.MethodGet, "/healthz", nil, &health); status != http.StatusOK {
+		t.Fatalf("GET /healthz: status %d", status)
+	}
+	policy, network := "unrestricted", "on"
+	if slices.Contains(health.Details.Sandbox.Policies, "workspace-write") {
+		policy = "workspace-write"
+	} else {
+		t.Logf("this host cannot enforce workspace-write (no usable bubblewrap): the limited job runs unrestricted")
+	}
+	if slices.Contains(health.Details.Sandbox.Networks, "off") {
+		network = "off"
+	}
+	var limitedAgent struct{ ID string }
+	if status := srv.doJSON(t, http.MethodPost, "/agents", map[string]any{
+		"sandbox": map[string]any{"policy": policy, "network": network},
+		"limits":  map[string]any{"pids": 64, "memoryBytes": 256 << 20, "cpu": 0.5},
+	}, &limitedAgent); status != http.StatusCreated {
+		t.Fatalf("POST /agents with sandbox and limits: status %d, want 201", status)
+	}
+	limited := callTool(limitedAgent.ID, "call-limited", map[string]any{"command": "echo limited-line"})
+	if limited.IsError || limited.JobID == "" {
+		t.Fatalf("call-limited: %+v", limited)
+	}
+	var limitedRec struct {
+		Limits struct {
+			Enforcement map[string]string `json:"enforcement"`
+		} `json:"limits"`
+	}
+	if status := srv.doJSON(t, http.MethodGet, "/jobs/"+limited.JobID, nil, &limitedRec); status != http.StatusOK || len(limitedRec.Limits.Enforcement) != 3 {
+		t.Fatalf("GET /jobs/%s: status %d, limits %+v; want 3 enforced limits", limited.JobID, status, limitedRec.Limits)
+	}
 
 	b.do("open the jobs view", chromedp.Click(chromedp.CSS(`[data-testid="nav-jobs"]`)))
 	b.waitText(testID("job-state-"+bg.ID), "running")
@@ -291,6 +335,28 @@ func TestBrowserUI(t *testing.T) {
 	b.waitText(`#job-facts [data-fact="Killed by dshd"]`, "no")
 	b.waitText(`#job-facts [data-fact="CPU time"]`, "ms")
 	b.waitText(`#job-facts [data-fact="Peak memory"]`, "B")
+	b.waitText(`#job-facts [data-fact="Sandbox"]`, "unrestricted, network on")
+	b.waitText("#job-limits-body", "No limits.")
+
+	// The confined, limited job: its policy, each limit with its value and
+	// how this host enforced it, as the job record says.
+	b.do("select the limited job", chromedp.Click(chromedp.CSS(testID("job-select-"+limited.JobID))))
+	b.waitText(testID("job-output"), "limited-line")
+	b.waitText(`#job-facts [data-fact="Sandbox"]`, policy+", network "+network)
+	enforcedWords := map[string]string{"cgroup": "kernel: cgroup", "watcher": "dshd watcher", "rlimit": "RLIMIT_AS", "none": "not enforced on this host"}
+	for _, l := range []struct{ key, value string }{{"pids", "64 at once"}, {"memoryBytes", "256 MiB"}, {"cpu", "0.5 of one CPU"}} {
+		row := fmt.Sprintf(`#job-limits-body tr[data-limit=%q]`, l.key)
+		b.waitText(row, l.value)
+		how := limitedRec.Limits.Enforcement[l.key]
+		if got := b.eval(`document.querySelector('` + row + `').dataset.enforcement`); got != how {
+			t.Errorf("limit %s shown as enforced by %q, the job record says %q", l.key, got, how)
+		}
+		if enforcedWords[how] == "" {
+			t.Errorf("limit %s: unknown enforcement %q in the job record", l.key, how)
+		}
+		b.waitText(row, enforcedWords[how])
+	}
+	b.waitText("#job-limits-caption", limited.JobID)
 	b.checkView("jobs")
 
 	// Agents: a root and its spawned child, nested; the parent's transcript.
@@ -391,6 +457,8 @@ func TestBrowserUI(t *testing.T) {
 			}
 			b.do("select a job narrow", chromedp.Click(chromedp.CSS(testID("job-select-"+done.ID))))
 			b.waitText(testID("job-output-exit"), "exited: 3")
+			b.do("select the limited job narrow", chromedp.Click(chromedp.CSS(testID("job-select-"+limited.JobID))))
+			b.waitText(`#job-limits-body tr[data-limit="memoryBytes"]`, "256 MiB")
 		default:
 			b.do(view+" rows rendered", chromedp.WaitVisible(chromedp.CSS(`#view-`+view+` tbody tr`)))
 		}
@@ -414,6 +482,10 @@ func TestBrowserUI(t *testing.T) {
 		if view == "agents" {
 			b.do("select the parent dark", chromedp.Click(chromedp.CSS(fmt.Sprintf(`[data-agent-button=%q]`, parent.ID))))
 			b.waitText(call("tool/result", "call-blocked"), "blocked")
+		}
+		if view == "jobs" {
+			b.do("select the limited job dark", chromedp.Click(chromedp.CSS(testID("job-select-"+limited.JobID))))
+			b.waitText(`#job-limits-body tr[data-limit="cpu"]`, "0.5 of one CPU")
 		}
 		b.checkView(view + "-narrow-dark")
 	}

@@ -30,6 +30,8 @@ export function createJobsView() {
   const envBody = $('job-env-body');
   const envCaption = $('job-env-caption');
   const facts = $('job-facts');
+  const limitsBody = $('job-limits-body');
+  const limitsCaption = $('job-limits-caption');
   const agentFilter = $('jobs-agent');
   const stateFilter = $('jobs-state');
 
@@ -275,11 +277,30 @@ export function createJobsView() {
       ['Directory', job.cwd],
       ['Process group', job.pid ? String(job.pid) : ''],
       ['Timeout', job.timeoutMs ? formatDuration(job.timeoutMs) : 'none'],
+      ['Sandbox', sandboxText(job.sandbox)],
       ['Killed by dshd', job.killedBy ? killedByText(job.killedBy) : (job.state === 'running' ? '' : 'no')],
       ['CPU time', job.usage ? formatDuration(job.usage.cpuMs) : ''],
       ['Peak memory', job.usage?.peakMemoryBytes ? formatBytes(job.usage.peakMemoryBytes) : ''],
     ].filter(([, v]) => v);
     facts.replaceChildren(...items.map(([k, v]) => h('div', { 'data-fact': k }, h('dt', {}, k), h('dd', {}, v))));
+    renderLimits(job);
+  }
+
+  // The limits in effect (the request's, completed by the agent's or the
+  // server's) and how this host enforced each one.
+  function renderLimits(job) {
+    const limits = job.limits ?? {};
+    const set = LIMITS.filter(({ key }) => limits[key] !== undefined && limits[key] !== null);
+    limitsBody.replaceChildren(...(set.length === 0
+      ? [h('tr', {}, h('td', { colspan: 3, class: 'empty' }, job.state === 'lost' ? 'Not recorded for a lost job.' : 'No limits.'))]
+      : set.map(({ key, label, format }) => {
+        const how = limits.enforcement?.[key] ?? 'none';
+        return h('tr', { 'data-limit': key, 'data-enforcement': how },
+          h('th', { scope: 'row' }, label),
+          h('td', { 'data-label': 'Value', class: 'num' }, format(limits[key])),
+          h('td', { 'data-label': 'Enforced by', class: how === 'none' ? 'unenforced' : '' }, enforcementText(key, how)));
+      })));
+    setText(limitsCaption, `Limits of job ${job.id} and how this host enforced them: ${set.length === 0 ? 'none' : set.length}`);
   }
 
   function renderEnv(job) {
@@ -389,6 +410,42 @@ const KILLED_BY = {
 
 function killedByText(reason) {
   return KILLED_BY[reason] ?? reason;
+}
+
+const LIMITS = [
+  { key: 'pids', label: 'Processes', format: (n) => `${n} at once`, file: 'pids.max' },
+  { key: 'memoryBytes', label: 'Memory', format: (n) => formatBytes(n), file: 'memory.max' },
+  { key: 'cpu', label: 'CPU', format: (n) => `${n} of one CPU`, file: 'cpu.max' },
+];
+
+// How a limit was enforced, in words (LimitEnforcement in the contract).
+function enforcementText(key, how) {
+  switch (how) {
+    case 'cgroup':
+      return `kernel: cgroup ${LIMITS.find((l) => l.key === key)?.file ?? 'controller'}`;
+    case 'watcher':
+      return 'dshd watcher: checked every 50 ms, the whole job killed past it';
+    case 'rlimit':
+      return 'RLIMIT_AS on each process: allocations past it fail';
+    case 'none':
+      return 'not enforced on this host';
+    default:
+      return how;
+  }
+}
+
+const SANDBOX = {
+  unrestricted: 'no confinement',
+  'workspace-write': 'writes only in its directory, the agent\'s and a private /tmp',
+  'read-only': 'writes only in a private /tmp',
+};
+
+// The sandbox policy a job ran under, with what it means; '' when unknown
+// (a lost job, or a server older than policies).
+function sandboxText(sandbox) {
+  if (!sandbox?.policy) return '';
+  const net = sandbox.network === 'off' ? 'network off' : 'network on';
+  return `${sandbox.policy}, ${net} (${SANDBOX[sandbox.policy] ?? sandbox.policy}${sandbox.network === 'off' ? '; no network' : ''})`;
 }
 
 function formatBytes(n) {
