@@ -42,6 +42,14 @@ func TerminalEnv() []string {
 	return []string{"NO_COLOR=1", "TERM=dumb", "PAGER=cat", "GIT_PAGER=cat", "GIT_TERMINAL_PROMPT=0"}
 }
 
+// TTYEnv returns the terminal variables of a job that runs in a
+// pseudo-terminal (Spec.TTY): TERM is term, a real terminal type, and
+// NO_COLOR is not set, so colours reach the terminal; pagers and git's
+// prompts stay off, as they would hang an agent that cannot answer them.
+func TTYEnv(term string) []string {
+	return []string{"TERM=" + term, "PAGER=cat", "GIT_PAGER=cat", "GIT_TERMINAL_PROMPT=0"}
+}
+
 // EnvPolicy is the configured environment policy (DESIGN §3).
 type EnvPolicy struct {
 	// Inherit selects the starting set; "" means InheritAll. Unknown values
@@ -82,7 +90,7 @@ func isCoreName(name string) bool {
 // BuildEnv is pure. The Executor computes the first four steps once in New and
 // applies only explicit and managed per execution.
 func BuildEnv(p EnvPolicy, environ []string, explicit map[string]string, managed []string) []string {
-	base := newBaseEnv(p, environ)
+	base := newBaseEnv(p, environ, TerminalEnv())
 	return base.with(explicit, managed)
 }
 
@@ -107,10 +115,12 @@ func (b *baseEnv) secret(v string) bool {
 	return false
 }
 
-func newBaseEnv(p EnvPolicy, environ []string) *baseEnv {
+// newBaseEnv computes steps 1-4a of DESIGN §3 with term as the terminal
+// environment (TerminalEnv, or TTYEnv for terminal jobs).
+func newBaseEnv(p EnvPolicy, environ, term []string) *baseEnv {
 	b := &baseEnv{
-		env: make([]string, 0, len(environ)+len(TerminalEnv())+len(p.Set)),
-		idx: make(map[string]int, len(environ)+len(TerminalEnv())+len(p.Set)),
+		env: make([]string, 0, len(environ)+len(term)+len(p.Set)),
+		idx: make(map[string]int, len(environ)+len(term)+len(p.Set)),
 	}
 	for _, sec := range p.Secrets {
 		if sec = strings.TrimSpace(sec); sec != "" {
@@ -140,7 +150,7 @@ func newBaseEnv(p EnvPolicy, environ []string) *baseEnv {
 			b.put(name, kv)
 		}
 	}
-	for _, kv := range TerminalEnv() {
+	for _, kv := range term {
 		b.put(envName(kv), kv)
 	}
 	for _, k := range sortedKeys(p.Set) {

@@ -61,6 +61,29 @@ var (
 	// a restart): the command is not run again.
 	ErrIdempotencyJobGone = errors.New("job of the idempotency key is no longer recorded")
 
+	// ErrInputNotOpen is returned by Executor.WriteInput when the job has
+	// no input held open (it was started neither with a terminal nor with
+	// OpenStdin, or its input was closed).
+	ErrInputNotOpen = errors.New("job input not open")
+
+	// ErrNotTerminal is returned by Executor.Resize for a job that does not
+	// run in a terminal.
+	ErrNotTerminal = errors.New("job has no terminal")
+
+	// ErrJobEnded is returned by Executor.WriteInput, Resize and Signal
+	// when the job's leader has already exited.
+	ErrJobEnded = errors.New("job is not running")
+
+	// ErrInputBlocked is returned by Executor.WriteInput when the program
+	// did not take the bytes before the deadline (it is not reading, and
+	// the pipe or terminal buffer is full). The error says how many of the
+	// bytes were taken; those cannot be taken back.
+	ErrInputBlocked = errors.New("job input blocked: the program is not reading")
+
+	// ErrSignalNotAllowed is returned by Executor.Signal for a signal
+	// outside AllowedSignals.
+	ErrSignalNotAllowed = errors.New("signal not allowed")
+
 	// ErrInvalidOptions is returned by New when Options are inconsistent
 	// (an unknown inherit policy, a malformed Set name, a relative Home).
 	ErrInvalidOptions = errors.New("invalid executor options")

@@ -101,6 +101,11 @@ type Options struct {
 	// SandboxDefault fills what Spec.Sandbox leaves empty; its own empty
 	// fields mean sandbox.Default.
 	SandboxDefault sandbox.Policy
+	// Term is TERM for terminal jobs (Spec.TTY); "" means DefaultTerm.
+	Term string
+	// RecordInput keeps the first CaptureBytes bytes written to each job's
+	// input (InputRecord.Text); otherwise only sizes and times are kept.
+	RecordInput bool
 }
 
 // Executor is the job table: it decides what may run (caps, idempotency),
@@ -247,6 +252,12 @@ func normalize(o *Options) error {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	if o.Term == "" {
+		o.Term = DefaultTerm
+	}
+	if !validTerm(o.Term) {
+		return fmt.Errorf("%w: term %q: want letters, digits, '-', '.', '_' or '+'", ErrInvalidOptions, o.Term)
+	}
 	o.SandboxDefault = o.SandboxDefault.Or(sandbox.Default)
 	if err := o.SandboxDefault.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidOptions, err)
@@ -333,6 +344,16 @@ type Spec struct {
 	// WritableRoots are the agent's workspace roots, writable besides the
 	// cwd under sandbox.WorkspaceWrite.
 	WritableRoots []string
+	// TTY runs the command in a new pseudo-terminal of Cols×Rows cells (0:
+	// DefaultCols, DefaultRows; at most MaxTerminalSize), with TERM set to
+	// Options.Term and without NO_COLOR. Its output is one stream, Stdout;
+	// its input stays open for WriteInput; Stdin, if given, is written to
+	// the terminal first.
+	TTY        bool
+	Cols, Rows int
+	// OpenStdin keeps a pipe job's stdin open after Stdin is written, for
+	// WriteInput, until CloseInput or the job's end.
+	OpenStdin bool
 }
 
 // Lookup returns the recorded job that agentID started with
@@ -418,6 +439,12 @@ func validateSpec(s *Spec) error {
 	if err := s.Limits.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidInput, err)
 	}
+	if !s.TTY && (s.Cols != 0 || s.Rows != 0) {
+		return fmt.Errorf("%w: cols and rows need tty", ErrInvalidInput)
+	}
+	if s.Cols < 0 || s.Cols > MaxTerminalSize || s.Rows < 0 || s.Rows > MaxTerminalSize {
+		return fmt.Errorf("%w: cols and rows must be within 1 and %d", ErrInvalidInput, MaxTerminalSize)
+	}
 	for k, v := range s.Env {
 		if shellenv.IsManaged(k) {
 			return fmt.Errorf("%w: %s (names starting with %s are set by dshd only)", ErrManagedKeyInEnv, k, shellenv.Prefix)
@@ -442,6 +469,20 @@ func validateManaged(managed shellenv.Overlay) error {
 }
 
 func hasNUL(s string) bool { return strings.IndexByte(s, 0) >= 0 }
+
+// validTerm reports whether t can be a terminal type name.
+func validTerm(t string) bool {
+	if len(t) > 64 {
+		return false
+	}
+	for _, c := range t {
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("-._+", c)
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
 
 // ResolveCwd returns the directory a job asking for cwd runs in: the
 // default directory for "", cwd itself when absolute, else cwd under the

@@ -95,6 +95,12 @@ type Snapshot struct {
 	Limits Limits
 	// Enforcement says how each of Limits is enforced on this host.
 	Enforcement LimitEnforcement
+	// Terminal is the job's pseudo-terminal; nil for a job with pipes.
+	// A terminal job's output is all in Stdout.
+	Terminal *Terminal
+	// Input records writes to the job's input; nil for a job whose input
+	// is not held open (neither a terminal nor OpenStdin).
+	Input *InputRecord
 }
 
 // Job is one recorded execution. Its methods are safe for concurrent use.
@@ -132,6 +138,9 @@ type Job struct {
 	stderr    capture
 	changed   chan struct{} // closed on the next output or the end; nil until asked
 	removed   bool
+	terminal  *Terminal   // nil without a pty; replaced (never changed in place) by Resize
+	openInput bool        // started with a terminal or OpenStdin
+	input     InputRecord // writes through WriteInput
 }
 
 // ID returns the job id ("job_…").
@@ -169,6 +178,14 @@ func (j *Job) Snapshot() Snapshot {
 		Sandbox:     j.sandbox,
 		Limits:      j.limits,
 		Enforcement: j.enforce,
+		Terminal:    j.terminal,
+	}
+	if j.openInput {
+		in := j.input
+		j.proc.mu.Lock()
+		in.Open = !j.proc.exited && !j.proc.inClosed
+		j.proc.mu.Unlock()
+		s.Input = &in
 	}
 	if j.exitCode != nil {
 		c := *j.exitCode
@@ -386,3 +403,11 @@ func (j *Job) wrap() func(argv []string) (string, []string) {
 
 // Sandbox returns the sandbox policy the job runs under.
 func (j *Job) Sandbox() sandbox.Policy { return j.sandbox }
+
+// winsize is the size the job's terminal starts with; nil without one.
+func (j *Job) winsize() *winsize {
+	if j.terminal == nil {
+		return nil
+	}
+	return &winsize{cols: uint16(j.terminal.Cols), rows: uint16(j.terminal.Rows)}
+}

@@ -49,6 +49,14 @@ type proc struct {
 	used       Usage         // set when the leader is reaped
 	killedBy   string        // why the job was killed (KilledBy*), "" if it was not
 	watch      *limitWatch   // enforcing limits the cgroup lacks; nil if none
+
+	// Interactive input (see input_linux.go): the pty master of a terminal
+	// job, or the write end of a stdin pipe held open. nil for jobs whose
+	// stdin is /dev/null or given whole at start.
+	in       *os.File
+	inTTY    bool          // in is a pty master
+	inClosed bool          // CloseInput ran (pipes), or the job ended
+	inSem    chan struct{} // one writer at a time; nil without in
 }
 
 func newProc(grace time.Duration) *proc {
@@ -65,8 +73,16 @@ type spawnSpec struct {
 	devNull  *os.File
 	stdin    []byte
 	hasStdin bool
-	stdout   func([]byte)
-	stderr   func([]byte)
+	// openStdin keeps the stdin pipe open after stdin is written, for
+	// writeInput; ignored with tty (a terminal's input is always open).
+	openStdin bool
+	// tty, if set, runs the command in a new pseudo-terminal of that size:
+	// its stdin, stdout and stderr are the terminal, which is the
+	// controlling terminal of the command's own session. Its output is one
+	// stream, fed to stdout; stderr gets nothing.
+	tty    *winsize
+	stdout func([]byte)
+	stderr func([]byte)
 	// onExit runs in the waiter goroutine after the streams are drained and
 	// before done is closed.
 	onExit func(ws syscall.WaitStatus, err error)
@@ -100,35 +116,10 @@ func (p *proc) spawn(s *spawnSpec) error {
 	if err != nil {
 		return err
 	}
-	// We create the pipes ourselves and hand os/exec *os.File values, so it
-	// starts no copying goroutines and Wait never waits for pipe EOF; the
-	// child ends are blocking (as children expect), our ends are in the
-	// runtime poller so reads honour deadlines.
-	outR, outW, err := pipe(true)
+	st, err := openStreams(s)
 	if err != nil {
 		removeGroup(cg)
 		return err
-	}
-	errR, errW, err := pipe(true)
-	if err != nil {
-		outR.Close()
-		outW.Close()
-		removeGroup(cg)
-		return err
-	}
-	stdin := s.devNull
-	var inW *os.File
-	if s.hasStdin {
-		var inR *os.File
-		if inR, inW, err = pipe(false); err != nil {
-			outR.Close()
-			outW.Close()
-			errR.Close()
-			errW.Close()
-			removeGroup(cg)
-			return err
-		}
-		stdin = inR
 	}
 	path, args := s.bash, []string{"bash", "-c", s.command}
 	if s.wrap != nil {
@@ -139,11 +130,17 @@ func (p *proc) spawn(s *spawnSpec) error {
 		Args:   args,
 		Env:    s.env,
 		Dir:    s.dir,
-		Stdin:  stdin,
-		Stdout: outW,
-		Stderr: errW,
+		Stdin:  st.childIn,
+		Stdout: st.childOut,
+		Stderr: st.childErr,
 		// Own process group, so the whole tree is signalled as -pgid.
 		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
+	}
+	if s.tty != nil {
+		// A session of its own (so also a process group led by the
+		// leader: -pgid still reaches the tree) whose controlling
+		// terminal is the new pty, child fd 0.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
 	}
 	var pidfd int
 	withPidfd(cmd.SysProcAttr, &pidfd)
@@ -163,19 +160,11 @@ func (p *proc) spawn(s *spawnSpec) error {
 			syscall.Close(pidfd)
 		}
 	}
-	// The child has its copies now (or never will): our write ends must go,
-	// or we would never see EOF.
-	outW.Close()
-	errW.Close()
-	if s.hasStdin {
-		stdin.Close()
-	}
+	// The child has its copies now (or never will): our copies of its ends
+	// must go, or we would never see EOF.
+	st.closeChildEnds(s.devNull)
 	if err != nil {
-		outR.Close()
-		errR.Close()
-		if inW != nil {
-			inW.Close()
-		}
+		st.closeParentEnds()
 		removeGroup(cg)
 		return spawnError(err, s.dir)
 	}
@@ -194,6 +183,11 @@ func (p *proc) spawn(s *spawnSpec) error {
 	if stop {
 		p.killDone = make(chan struct{})
 	}
+	interactive := st.inW != nil && (s.tty != nil || s.openStdin)
+	if interactive {
+		p.in, p.inTTY = st.inW, s.tty != nil
+		p.inSem = make(chan struct{}, 1)
+	}
 	p.mu.Unlock()
 	if stop {
 		go p.kill()
@@ -208,19 +202,99 @@ func (p *proc) spawn(s *spawnSpec) error {
 		// call: one descriptor per job is enough.
 		cmd.Process.Release()
 	}
-	if inW != nil {
-		go writeStdin(inW, s.stdin)
+	switch {
+	case interactive && len(s.stdin) > 0:
+		// The first bytes go in before any writeInput: it waits for the
+		// semaphore this writer holds.
+		p.inSem <- struct{}{}
+		go func() {
+			defer func() { <-p.inSem }()
+			st.inW.Write(s.stdin)
+		}()
+	case !interactive && st.inW != nil:
+		go writeStdin(st.inW, s.stdin)
 	}
 	var readers sync.WaitGroup
-	readers.Add(2)
-	go readStream(outR, s.stdout, &readers)
-	go readStream(errR, s.stderr, &readers)
-	go p.wait(cmd, pid, pidfd, outR, errR, inW, &readers, s.onExit)
+	readers.Add(1)
+	go readStream(st.outR, s.stdout, &readers)
+	if st.errR != nil {
+		readers.Add(1)
+		go readStream(st.errR, s.stderr, &readers)
+	}
+	go p.wait(cmd, pid, pidfd, st, &readers, s.onExit)
 	return nil
 }
 
+// streams are the descriptors of one spawn: the child's ends, handed to
+// os/exec, and the parent's. With a terminal, outR and inW are the same
+// pty master and errR is nil.
+type streams struct {
+	childIn, childOut, childErr *os.File
+	outR, errR, inW             *os.File
+	tty                         bool
+}
+
+// openStreams creates the pipes (or the pty) of s. We create them ourselves
+// and hand os/exec *os.File values, so it starts no copying goroutines and
+// Wait never waits for EOF; the child ends are blocking (as children
+// expect), our ends are in the runtime poller so reads honour deadlines.
+func openStreams(s *spawnSpec) (*streams, error) {
+	if s.tty != nil {
+		master, slave, err := openPTY(*s.tty)
+		if err != nil {
+			return nil, err
+		}
+		return &streams{childIn: slave, childOut: slave, childErr: slave, outR: master, inW: master, tty: true}, nil
+	}
+	st := &streams{childIn: s.devNull}
+	var err error
+	if st.outR, st.childOut, err = pipe(true); err != nil {
+		return nil, err
+	}
+	if st.errR, st.childErr, err = pipe(true); err != nil {
+		st.outR.Close()
+		st.childOut.Close()
+		return nil, err
+	}
+	if s.hasStdin || s.openStdin {
+		if st.childIn, st.inW, err = pipe(false); err != nil {
+			st.outR.Close()
+			st.childOut.Close()
+			st.errR.Close()
+			st.childErr.Close()
+			return nil, err
+		}
+	}
+	return st, nil
+}
+
+// closeChildEnds closes our copies of the child's descriptors (never the
+// shared /dev/null).
+func (st *streams) closeChildEnds(devNull *os.File) {
+	if st.tty {
+		st.childIn.Close()
+		return
+	}
+	st.childOut.Close()
+	st.childErr.Close()
+	if st.childIn != devNull {
+		st.childIn.Close()
+	}
+}
+
+// closeParentEnds closes our ends after a failed spawn.
+func (st *streams) closeParentEnds() {
+	st.outR.Close()
+	if st.errR != nil {
+		st.errR.Close()
+	}
+	if st.inW != nil && !st.tty {
+		st.inW.Close()
+	}
+}
+
 // wait is the one goroutine that reaps the leader (waitLeader).
-func (p *proc) wait(cmd *osexec.Cmd, pid, pidfd int, outR, errR, inW *os.File, readers *sync.WaitGroup, onExit func(syscall.WaitStatus, error)) {
+func (p *proc) wait(cmd *osexec.Cmd, pid, pidfd int, st *streams, readers *sync.WaitGroup, onExit func(syscall.WaitStatus, error)) {
 	ws, ru, err := waitLeader(cmd, pidfd)
 	reaperOf.reaped(pid)
 	// The leader is reaped, but its pid stays reserved as our pgid while any
@@ -235,18 +309,27 @@ func (p *proc) wait(cmd *osexec.Cmd, pid, pidfd int, outR, errR, inW *os.File, r
 	p.mu.Lock()
 	p.exited = true
 	p.groupAlive = alive
+	p.inClosed = true
 	p.mu.Unlock()
 
-	if inW != nil {
-		// Unblock a stdin writer stuck on a pipe nobody reads any more.
-		inW.SetWriteDeadline(time.Now())
+	if st.inW != nil {
+		// Unblock a stdin writer stuck on a pipe (or terminal) nobody reads
+		// any more.
+		st.inW.SetWriteDeadline(time.Now())
 	}
 	deadline := time.Now().Add(drainTimeout)
-	outR.SetReadDeadline(deadline)
-	errR.SetReadDeadline(deadline)
+	st.outR.SetReadDeadline(deadline)
+	if st.errR != nil {
+		st.errR.SetReadDeadline(deadline)
+	}
 	readers.Wait()
-	outR.Close()
-	errR.Close()
+	st.outR.Close()
+	if st.errR != nil {
+		st.errR.Close()
+	}
+	if p.in != nil && !st.tty {
+		p.in.Close() // a held-open pipe; the terminal is outR
+	}
 	exitWork <- struct{}{}
 	onExit(ws, err)
 	<-exitWork

@@ -1,6 +1,7 @@
 package exec
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -34,6 +35,7 @@ type Reservation struct {
 	env      map[string]string
 	stdin    []byte
 	hasStdin bool
+	openIn   bool
 
 	once sync.Once
 }
@@ -93,6 +95,10 @@ func (e *Executor) Reserve(ctx context.Context, s Spec) (*Reservation, error) {
 		roots:      s.WritableRoots,
 		createdAt:  e.now(),
 		state:      StateRunning,
+		openInput:  s.TTY || s.OpenStdin,
+	}
+	if s.TTY {
+		j.terminal = &Terminal{Cols: cmp.Or(s.Cols, DefaultCols), Rows: cmp.Or(s.Rows, DefaultRows), Term: e.opts.Term}
 	}
 	if j.idemKey != "" {
 		j.started = make(chan struct{})
@@ -110,7 +116,7 @@ func (e *Executor) Reserve(ctx context.Context, s Spec) (*Reservation, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Reservation{e: e, j: j, env: s.Env, stdin: s.Stdin, hasStdin: s.HasStdin}, nil
+	return &Reservation{e: e, j: j, env: s.Env, stdin: s.Stdin, hasStdin: s.HasStdin, openIn: s.OpenStdin}, nil
 }
 
 // specFingerprint hashes the fields of s that define the execution, for
@@ -127,7 +133,10 @@ func specFingerprint(s *Spec, policy sandbox.Policy) string {
 		Background bool
 		Limits     Limits
 		Sandbox    sandbox.Policy
-	}{s.Command, s.Cwd, s.Env, s.Stdin, s.HasStdin, s.Timeout, s.Background, s.Limits, policy})
+		TTY        bool
+		Cols, Rows int
+		OpenStdin  bool
+	}{s.Command, s.Cwd, s.Env, s.Stdin, s.HasStdin, s.Timeout, s.Background, s.Limits, policy, s.TTY, s.Cols, s.Rows, s.OpenStdin})
 	sum := sha256.Sum256(b)
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
@@ -215,7 +224,11 @@ func (r *Reservation) start(managed shellenv.Overlay) (*Job, error) {
 		}
 	}
 	j.managed = managed
-	env := e.run.base.with(r.env, managed.AppendEnv(nil))
+	base := e.run.base
+	if j.terminal != nil {
+		base = e.run.ttyBase
+	}
+	env := base.with(r.env, managed.AppendEnv(nil))
 	if err := checkArgSize(j.command, env); err != nil {
 		return fail(err)
 	}
@@ -241,17 +254,19 @@ func (r *Reservation) start(managed shellenv.Overlay) (*Job, error) {
 	j.startedAt = e.now() // before the spawn: the job may end before start returns
 	j.mu.Unlock()
 	err := e.run.launch(j.proc, &spawnSpec{
-		command:  j.command,
-		dir:      j.cwd,
-		env:      env,
-		stdin:    r.stdin,
-		hasStdin: r.hasStdin,
-		stdout:   j.sink(&j.stdout, "stdout"),
-		stderr:   j.sink(&j.stderr, "stderr"),
-		onExit:   j.finish,
-		contain:  e.run.cont.forJob(j.id, j.limits),
-		onStart:  func(pid int) { e.indexAdd(j, pid) },
-		wrap:     j.wrap(),
+		command:   j.command,
+		dir:       j.cwd,
+		env:       env,
+		stdin:     r.stdin,
+		hasStdin:  r.hasStdin,
+		openStdin: r.openIn,
+		tty:       j.winsize(),
+		stdout:    j.sink(&j.stdout, "stdout"),
+		stderr:    j.sink(&j.stderr, "stderr"),
+		onExit:    j.finish,
+		contain:   e.run.cont.forJob(j.id, j.limits),
+		onStart:   func(pid int) { e.indexAdd(j, pid) },
+		wrap:      j.wrap(),
 	})
 	if err != nil {
 		return fail(err)

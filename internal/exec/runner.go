@@ -23,6 +23,7 @@ type runner struct {
 	log     *slog.Logger
 	bash    string
 	base    *baseEnv
+	ttyBase *baseEnv // base for terminal jobs: TERM from Options.Term, no NO_COLOR
 	devNull *os.File
 	grace   time.Duration
 	m       *metrics
@@ -48,7 +49,8 @@ func newRunner(log *slog.Logger, opts Options, m *metrics) (*runner, error) {
 	r := &runner{
 		log:       log,
 		bash:      bash,
-		base:      newBaseEnv(opts.Policy, opts.Environ),
+		base:      newBaseEnv(opts.Policy, opts.Environ, TerminalEnv()),
+		ttyBase:   newBaseEnv(opts.Policy, opts.Environ, TTYEnv(opts.Term)),
 		grace:     opts.Grace,
 		m:         m,
 		live:      make(map[*proc]struct{}),
