@@ -53,6 +53,14 @@ type config struct {
 			MemoryBytes int64   `yaml:"memoryBytes"`
 			CPU         float64 `yaml:"cpu"`
 		} `yaml:"limits"`
+		// Terminal configures terminal jobs (tty).
+		Terminal struct {
+			// Term is TERM for terminal jobs (default xterm-256color).
+			Term string `yaml:"term"`
+		} `yaml:"terminal"`
+		// RecordInput keeps the bytes written to jobs' input, not only
+		// their size and time.
+		RecordInput bool `yaml:"recordInput"`
 	} `yaml:"jobs"`
 	Agents struct {
 		MaxDepth       int    `yaml:"maxDepth"`

@@ -372,6 +372,8 @@ func newExecutor(cfg config, home, cwd, token string, sbx *sandbox.Host, policy 
 		Sandbox:               sbx,
 		SandboxDefault:        policy,
 		Registerer:            reg,
+		Term:                  cfg.Jobs.Terminal.Term,
+		RecordInput:           cfg.Jobs.RecordInput,
 	})
 }
 

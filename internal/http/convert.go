@@ -308,8 +308,24 @@ func fromAPIExecRequest(in api.ExecRequest, idempotencyKey *string) run.ExecRequ
 		r.Stdin, r.HasStdin = []byte(*in.Stdin), true
 	}
 	r.Sandbox = fromAPISandbox(in.Sandbox)
+	r.TTY, r.OpenStdin = deref(in.Tty), deref(in.OpenStdin)
+	r.Cols, r.Rows = int(deref(in.Cols)), int(deref(in.Rows))
 	r.Limits = fromAPILimits(in.Limits)
 	return r
+}
+
+// fromAPIJobInput returns the bytes a write carries: data or base64, at
+// most one of them (errBadRequest for both).
+func fromAPIJobInput(in api.JobInputRequest) ([]byte, error) {
+	switch {
+	case in.Data != nil && in.Base64 != nil:
+		return nil, fmt.Errorf("%w: give data or base64, not both", errBadRequest)
+	case in.Data != nil:
+		return []byte(*in.Data), nil
+	case in.Base64 != nil:
+		return *in.Base64, nil
+	}
+	return nil, nil
 }
 
 func toAPIOutput(o exec.Output) api.Output {
@@ -349,6 +365,18 @@ func toAPIJob(s exec.Snapshot) api.Job {
 	}
 	j.Sandbox = toAPISandbox(s.Sandbox)
 	j.Limits = toAPIJobLimits(s.Limits, s.Enforcement)
+	if t := s.Terminal; t != nil {
+		j.Terminal = &api.JobTerminal{Cols: int32(t.Cols), Rows: int32(t.Rows), Term: t.Term}
+	}
+	if in := s.Input; in != nil {
+		j.Input = &api.JobInput{Open: in.Open, Bytes: in.Bytes, Writes: in.Writes, Closed: in.Closed}
+		if !in.LastWriteAt.IsZero() {
+			j.Input.LastWriteAt = ptr(in.LastWriteAt)
+		}
+		if in.Text != "" || in.Truncated {
+			j.Input.Text, j.Input.Truncated = ptr(in.Text), ptr(in.Truncated)
+		}
+	}
 	if s.KilledBy != "" {
 		j.KilledBy = ptr(api.JobKilledBy(s.KilledBy))
 	}

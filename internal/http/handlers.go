@@ -372,6 +372,42 @@ func (s *Server) CancelJob(ctx context.Context, req api.CancelJobRequestObject) 
 	return api.CancelJob200JSONResponse(toAPIJob(snap)), nil
 }
 
+// WriteJobInput writes to a running job's input and optionally closes it.
+func (s *Server) WriteJobInput(ctx context.Context, req api.WriteJobInputRequestObject) (api.WriteJobInputResponseObject, error) {
+	data, err := fromAPIJobInput(*req.Body)
+	if err != nil {
+		return nil, err
+	}
+	if req.Body.TimeoutMs != nil {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, millis(req.Body.TimeoutMs))
+		defer cancel()
+	}
+	snap, err := s.jobs.WriteInput(ctx, req.Id, data, deref(req.Body.Close))
+	if err != nil {
+		return nil, err
+	}
+	return api.WriteJobInput200JSONResponse(toAPIJob(snap)), nil
+}
+
+// ResizeJob resizes a running job's terminal.
+func (s *Server) ResizeJob(_ context.Context, req api.ResizeJobRequestObject) (api.ResizeJobResponseObject, error) {
+	snap, err := s.jobs.Resize(req.Id, int(req.Body.Cols), int(req.Body.Rows))
+	if err != nil {
+		return nil, err
+	}
+	return api.ResizeJob200JSONResponse(toAPIJob(snap)), nil
+}
+
+// SignalJob sends an allowlisted signal to a running job's process group.
+func (s *Server) SignalJob(_ context.Context, req api.SignalJobRequestObject) (api.SignalJobResponseObject, error) {
+	snap, err := s.jobs.Signal(req.Id, string(req.Body.Signal))
+	if err != nil {
+		return nil, err
+	}
+	return api.SignalJob200JSONResponse(toAPIJob(snap)), nil
+}
+
 // ListSkills lists local skills.
 func (s *Server) ListSkills(ctx context.Context, _ api.ListSkillsRequestObject) (api.ListSkillsResponseObject, error) {
 	ss, err := s.skills.List(ctx)

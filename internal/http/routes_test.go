@@ -62,6 +62,12 @@ func (f *failing) Cancel(context.Context, string) (exec.Snapshot, error) {
 	return exec.Snapshot{}, f.err
 }
 
+func (f *failing) WriteInput(context.Context, string, []byte, bool) (exec.Snapshot, error) {
+	return exec.Snapshot{}, f.err
+}
+func (f *failing) Resize(string, int, int) (exec.Snapshot, error) { return exec.Snapshot{}, f.err }
+func (f *failing) Signal(string, string) (exec.Snapshot, error)   { return exec.Snapshot{}, f.err }
+
 func (f *failing) Exec(context.Context, run.ExecRequest) (*exec.Job, error) { return nil, f.err }
 func (f *failing) Call(context.Context, string, string, string, json.RawMessage) (run.CallResult, error) {
 	return run.CallResult{}, f.err
@@ -166,6 +172,12 @@ var routes = []route{
 	{"GET", "/jobs/{id}", "/jobs/job_1", "", []error{exec.ErrJobNotFound}},
 	{"DELETE", "/jobs/{id}", "/jobs/job_1", "", []error{exec.ErrJobNotFound}},
 	{"GET", "/jobs/{id}/output", "/jobs/job_1/output", "", []error{exec.ErrJobNotFound}},
+	{"POST", "/jobs/{id}/stdin", "/jobs/job_1/stdin", `{"data":"x"}`,
+		[]error{exec.ErrJobNotFound, exec.ErrJobEnded, exec.ErrInputNotOpen, exec.ErrInputBlocked}},
+	{"POST", "/jobs/{id}/resize", "/jobs/job_1/resize", `{"cols":80,"rows":24}`,
+		[]error{exec.ErrJobNotFound, exec.ErrJobEnded, exec.ErrNotTerminal, exec.ErrInvalidInput}},
+	{"POST", "/jobs/{id}/signal", "/jobs/job_1/signal", `{"signal":"SIGINT"}`,
+		[]error{exec.ErrJobNotFound, exec.ErrJobEnded, exec.ErrSignalNotAllowed}},
 	{"GET", "/skills", "/skills", "", nil},
 	{"GET", "/hooks", "/hooks", "", nil},
 }

@@ -57,6 +57,9 @@ type jobService interface {
 	Job(id string) (*exec.Job, error)
 	Jobs(agentID string, state exec.State) []exec.Snapshot
 	Cancel(ctx context.Context, id string) (exec.Snapshot, error)
+	WriteInput(ctx context.Context, id string, data []byte, closeInput bool) (exec.Snapshot, error)
+	Resize(id string, cols, rows int) (exec.Snapshot, error)
+	Signal(id, name string) (exec.Snapshot, error)
 }
 
 // pipeline runs executions (harness commands and model tool calls) and

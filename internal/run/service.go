@@ -171,6 +171,11 @@ type ExecRequest struct {
 	// agent's (or, without agent, the server default). With an agent it may
 	// only tighten the agent's (sandbox.ErrLooser).
 	Sandbox sandbox.Policy
+	// TTY runs the command in a pseudo-terminal of Cols×Rows (see
+	// exec.Spec); OpenStdin keeps a pipe stdin open for later writes.
+	TTY        bool
+	Cols, Rows int
+	OpenStdin  bool
 }
 
 // Exec starts one harness-facing execution and returns its job, running or
@@ -209,6 +214,10 @@ func (s *Service) Exec(ctx context.Context, r ExecRequest) (*exec.Job, error) {
 		IdempotencyFingerprint: r.IdempotencyFingerprint,
 		Limits:                 r.Limits,
 		Sandbox:                r.Sandbox,
+		TTY:                    r.TTY,
+		Cols:                   r.Cols,
+		Rows:                   r.Rows,
+		OpenStdin:              r.OpenStdin,
 	}, nil)
 }
 

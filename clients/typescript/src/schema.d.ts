@@ -518,6 +518,86 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/jobs/{id}/stdin": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Write to a running job's input, and optionally close it.
+         * @description Writes `data` (text) or `base64` (any bytes) to the input of a running job
+         *     started with `tty` (the terminal) or `openStdin` (a pipe held open), then,
+         *     with `close`, closes it: a pipe is closed, so the program reads end-of-file
+         *     after what was written; a terminal cannot be closed, so `close` writes ^D,
+         *     its end-of-file character, and the terminal stays open. The write waits up
+         *     to `timeoutMs` for the program to take the bytes; a program that does not
+         *     read fills the pipe (64 KiB) or terminal (4 KiB) buffer and the answer is
+         *     409 `input_blocked`, whose `detail` says how many bytes it took (those
+         *     cannot be taken back). Writes are recorded on the job's `input` (size and
+         *     time; the bytes themselves only with `jobs.recordInput`). The answer is the
+         *     job after the write.
+         */
+        post: operations["writeJobInput"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/jobs/{id}/resize": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Resize a running terminal job's terminal.
+         * @description Sets the terminal's size in character cells; the program gets `SIGWINCH`. A job without a terminal is 409 `not_a_terminal`.
+         */
+        post: operations["resizeJob"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/jobs/{id}/signal": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Send a signal to a running job's process group.
+         * @description Sends one signal of the allowlist to the job's process group, as a terminal
+         *     sends ^C to its foreground group: processes that left the group (`setsid`)
+         *     do not get it. To stop the whole job, cancel it (`DELETE /jobs/{id}`), which
+         *     goes through the kill path. The signal's effect is up to the program; the
+         *     answer is the job right after sending it.
+         */
+        post: operations["signalJob"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/skills": {
         parameters: {
             query?: never;
@@ -1077,6 +1157,89 @@ export interface components {
             yieldMs?: number;
             limits?: components["schemas"]["Limits"];
             sandbox?: components["schemas"]["SandboxRequest"];
+            /**
+             * @description Run the command in a new pseudo-terminal of `cols`×`rows` cells, the
+             *     controlling terminal of the command's own session. `TERM` is
+             *     `jobs.terminal.term` (default `xterm-256color`) and `NO_COLOR` is not set.
+             *     The output is one stream (`stdout`; `stderr` stays empty), byte for byte as
+             *     the terminal gave it (`\r\n` line ends, escape sequences). The job takes
+             *     input while it runs (`POST /jobs/{id}/stdin`); `stdin`, if given, is typed
+             *     into the terminal first.
+             */
+            tty?: boolean;
+            /**
+             * Format: int32
+             * @description Terminal width with `tty` (default 80).
+             */
+            cols?: number;
+            /**
+             * Format: int32
+             * @description Terminal height with `tty` (default 24).
+             */
+            rows?: number;
+            /**
+             * @description Keep the command's stdin pipe open after `stdin` is written, so that
+             *     `POST /jobs/{id}/stdin` can write more and close it. Without it (and without
+             *     `tty`) stdin is `stdin` then end-of-file, or `/dev/null`.
+             */
+            openStdin?: boolean;
+        };
+        TerminalSize: {
+            /** Format: int32 */
+            cols: number;
+            /** Format: int32 */
+            rows: number;
+        };
+        /** @description At most one of `data` and `base64`; with neither, only `close` acts (or nothing: a check that the input is open). */
+        JobInputRequest: {
+            /** @description Text to write, as UTF-8. */
+            data?: string;
+            /**
+             * Format: byte
+             * @description Bytes to write, standard base64.
+             */
+            base64?: string;
+            /** @description Close the input after the write (for a terminal: write ^D). */
+            close?: boolean;
+            /**
+             * Format: int64
+             * @description How long to wait for the program to take the bytes (default 5000).
+             */
+            timeoutMs?: number;
+        };
+        JobSignalRequest: {
+            /**
+             * @description The signals a person at a terminal can send (^C, ^\, ^Z, a hang-up, a resize), the two user signals, and TERM, KILL, STOP and CONT.
+             * @enum {string}
+             */
+            signal: "SIGHUP" | "SIGINT" | "SIGQUIT" | "SIGKILL" | "SIGUSR1" | "SIGUSR2" | "SIGTERM" | "SIGCONT" | "SIGSTOP" | "SIGTSTP" | "SIGWINCH";
+        };
+        JobTerminal: {
+            /** Format: int32 */
+            cols: number;
+            /** Format: int32 */
+            rows: number;
+            /** @description The `TERM` the job got. */
+            term: string;
+        };
+        JobInput: {
+            /** @description Writes are taken now (the job runs and its input was not closed). */
+            open: boolean;
+            /**
+             * Format: int64
+             * @description Bytes written through `POST /jobs/{id}/stdin` and taken by the program.
+             */
+            bytes: number;
+            /** Format: int64 */
+            writes: number;
+            /** Format: date-time */
+            lastWriteAt?: string | null;
+            /** @description The input was closed (for a terminal: ^D was sent). */
+            closed: boolean;
+            /** @description The first `jobs.captureBytes` bytes written; only with `jobs.recordInput: true`. */
+            text?: string | null;
+            /** @description With `text`: more was written than it holds. */
+            truncated?: boolean;
         };
         /**
          * @description Resource limits asked for by the harness (never by a model), for every job of an
@@ -1235,6 +1398,10 @@ export interface components {
             durationMs: number | null;
             /** @description What the job used; null while it runs and for lost jobs. */
             usage?: components["schemas"]["JobUsage"] | null;
+            /** @description The job's pseudo-terminal (`tty`); null for a job with pipes. */
+            terminal?: components["schemas"]["JobTerminal"] | null;
+            /** @description Writes to the job's input; null for a job started without `tty` or `openStdin`. */
+            input?: components["schemas"]["JobInput"] | null;
             /**
              * @description Why dshd killed the job; null when it did not.
              * @enum {string|null}
@@ -1537,7 +1704,7 @@ export interface components {
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
-        /** @description The request conflicts with what exists (`duplicate_contributor`, `key_owned` with `key` and `owner`, `builtin_contributor`, `idempotency_key_in_use`: the first request with this `Idempotency-Key` is still being started). */
+        /** @description The request conflicts with what exists (`duplicate_contributor`, `key_owned` with `key` and `owner`, `builtin_contributor`, `idempotency_key_in_use`: the first request with this `Idempotency-Key` is still being started; `job_not_running`: the job has ended; `input_not_open`: the job was started without `tty` or `openStdin`, or its input was closed; `input_blocked`: the program did not take the bytes in time; `not_a_terminal`: the job has no terminal to resize). */
         R409: {
             headers: {
                 [name: string]: unknown;
@@ -1611,7 +1778,7 @@ export interface components {
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
-        /** @description The request is well formed but cannot be done (`invalid_declaration` with `errors`, `reserved_key`, `invalid_cwd`, `invalid_plugin`, `invalid_boundary`, `depth_exceeded`, `invalid_arguments`, `timeout_too_long`, `idempotency_key_reused`: the `Idempotency-Key` was used for a different request; `limits_looser`: a limit above the enclosing agent's; `invalid_limits`). */
+        /** @description The request is well formed but cannot be done (`invalid_declaration` with `errors`, `reserved_key`, `invalid_cwd`, `invalid_plugin`, `invalid_boundary`, `depth_exceeded`, `invalid_arguments`, `timeout_too_long`, `idempotency_key_reused`: the `Idempotency-Key` was used for a different request; `limits_looser`: a limit above the enclosing agent's; `invalid_limits`; `signal_not_allowed`). */
         R422: {
             headers: {
                 [name: string]: unknown;
@@ -3127,6 +3294,257 @@ export interface operations {
             401: components["responses"]["R401"];
             404: components["responses"]["R404"];
             421: components["responses"]["R421"];
+            default: components["responses"]["Problem"];
+        };
+    };
+    writeJobInput: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "data": "x = 42\n"
+                 *     }
+                 */
+                "application/json": components["schemas"]["JobInputRequest"];
+            };
+        };
+        responses: {
+            /** @description The bytes were taken (and the input closed, with `close`). */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "job_01m8rk376pjskv3s1e9p4ddttn",
+                     *       "state": "running",
+                     *       "command": "python3 -i",
+                     *       "agentId": null,
+                     *       "background": true,
+                     *       "cwd": "/home/me/project",
+                     *       "pid": 11279,
+                     *       "exitCode": null,
+                     *       "signal": null,
+                     *       "stdout": {
+                     *         "text": ">>> ",
+                     *         "totalBytes": 4,
+                     *         "truncated": false
+                     *       },
+                     *       "stderr": {
+                     *         "text": "",
+                     *         "totalBytes": 0,
+                     *         "truncated": false
+                     *       },
+                     *       "managedEnv": {
+                     *         "DSH_HOME": "/home/me/.dsh",
+                     *         "DSH_SHELL": "1"
+                     *       },
+                     *       "timeoutMs": null,
+                     *       "createdAt": "2026-12-01T10:41:04.562Z",
+                     *       "startedAt": "2026-12-01T10:41:04.562Z",
+                     *       "endedAt": null,
+                     *       "durationMs": null,
+                     *       "terminal": {
+                     *         "cols": 120,
+                     *         "rows": 40,
+                     *         "term": "xterm-256color"
+                     *       },
+                     *       "input": {
+                     *         "open": true,
+                     *         "bytes": 6,
+                     *         "writes": 1,
+                     *         "lastWriteAt": "2026-12-01T10:41:05.100Z",
+                     *         "closed": false
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Job"];
+                };
+            };
+            400: components["responses"]["R400"];
+            401: components["responses"]["R401"];
+            404: components["responses"]["R404"];
+            408: components["responses"]["R408"];
+            409: components["responses"]["R409"];
+            413: components["responses"]["R413"];
+            421: components["responses"]["R421"];
+            default: components["responses"]["Problem"];
+        };
+    };
+    resizeJob: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "cols": 120,
+                 *       "rows": 40
+                 *     }
+                 */
+                "application/json": components["schemas"]["TerminalSize"];
+            };
+        };
+        responses: {
+            /** @description The job, with its new size. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "job_01m8rk376pjskv3s1e9p4ddttn",
+                     *       "state": "running",
+                     *       "command": "python3 -i",
+                     *       "agentId": null,
+                     *       "background": true,
+                     *       "cwd": "/home/me/project",
+                     *       "pid": 11279,
+                     *       "exitCode": null,
+                     *       "signal": null,
+                     *       "stdout": {
+                     *         "text": ">>> ",
+                     *         "totalBytes": 4,
+                     *         "truncated": false
+                     *       },
+                     *       "stderr": {
+                     *         "text": "",
+                     *         "totalBytes": 0,
+                     *         "truncated": false
+                     *       },
+                     *       "managedEnv": {
+                     *         "DSH_HOME": "/home/me/.dsh",
+                     *         "DSH_SHELL": "1"
+                     *       },
+                     *       "timeoutMs": null,
+                     *       "createdAt": "2026-12-01T10:41:04.562Z",
+                     *       "startedAt": "2026-12-01T10:41:04.562Z",
+                     *       "endedAt": null,
+                     *       "durationMs": null,
+                     *       "terminal": {
+                     *         "cols": 120,
+                     *         "rows": 40,
+                     *         "term": "xterm-256color"
+                     *       },
+                     *       "input": {
+                     *         "open": true,
+                     *         "bytes": 6,
+                     *         "writes": 1,
+                     *         "lastWriteAt": "2026-12-01T10:41:05.100Z",
+                     *         "closed": false
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Job"];
+                };
+            };
+            400: components["responses"]["R400"];
+            401: components["responses"]["R401"];
+            404: components["responses"]["R404"];
+            408: components["responses"]["R408"];
+            409: components["responses"]["R409"];
+            413: components["responses"]["R413"];
+            421: components["responses"]["R421"];
+            default: components["responses"]["Problem"];
+        };
+    };
+    signalJob: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "signal": "SIGINT"
+                 *     }
+                 */
+                "application/json": components["schemas"]["JobSignalRequest"];
+            };
+        };
+        responses: {
+            /** @description The signal was sent. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "id": "job_01m8rk376pjskv3s1e9p4ddttn",
+                     *       "state": "running",
+                     *       "command": "python3 -i",
+                     *       "agentId": null,
+                     *       "background": true,
+                     *       "cwd": "/home/me/project",
+                     *       "pid": 11279,
+                     *       "exitCode": null,
+                     *       "signal": null,
+                     *       "stdout": {
+                     *         "text": ">>> ",
+                     *         "totalBytes": 4,
+                     *         "truncated": false
+                     *       },
+                     *       "stderr": {
+                     *         "text": "",
+                     *         "totalBytes": 0,
+                     *         "truncated": false
+                     *       },
+                     *       "managedEnv": {
+                     *         "DSH_HOME": "/home/me/.dsh",
+                     *         "DSH_SHELL": "1"
+                     *       },
+                     *       "timeoutMs": null,
+                     *       "createdAt": "2026-12-01T10:41:04.562Z",
+                     *       "startedAt": "2026-12-01T10:41:04.562Z",
+                     *       "endedAt": null,
+                     *       "durationMs": null,
+                     *       "terminal": {
+                     *         "cols": 120,
+                     *         "rows": 40,
+                     *         "term": "xterm-256color"
+                     *       },
+                     *       "input": {
+                     *         "open": true,
+                     *         "bytes": 6,
+                     *         "writes": 1,
+                     *         "lastWriteAt": "2026-12-01T10:41:05.100Z",
+                     *         "closed": false
+                     *       }
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Job"];
+                };
+            };
+            400: components["responses"]["R400"];
+            401: components["responses"]["R401"];
+            404: components["responses"]["R404"];
+            408: components["responses"]["R408"];
+            409: components["responses"]["R409"];
+            413: components["responses"]["R413"];
+            421: components["responses"]["R421"];
+            422: components["responses"]["R422"];
             default: components["responses"]["Problem"];
         };
     };

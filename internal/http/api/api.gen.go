@@ -332,6 +332,51 @@ func (e JobKilledBy) Valid() bool {
 	}
 }
 
+// Defines values for JobSignalRequestSignal.
+const (
+	SIGCONT  JobSignalRequestSignal = "SIGCONT"
+	SIGHUP   JobSignalRequestSignal = "SIGHUP"
+	SIGINT   JobSignalRequestSignal = "SIGINT"
+	SIGKILL  JobSignalRequestSignal = "SIGKILL"
+	SIGQUIT  JobSignalRequestSignal = "SIGQUIT"
+	SIGSTOP  JobSignalRequestSignal = "SIGSTOP"
+	SIGTERM  JobSignalRequestSignal = "SIGTERM"
+	SIGTSTP  JobSignalRequestSignal = "SIGTSTP"
+	SIGUSR1  JobSignalRequestSignal = "SIGUSR1"
+	SIGUSR2  JobSignalRequestSignal = "SIGUSR2"
+	SIGWINCH JobSignalRequestSignal = "SIGWINCH"
+)
+
+// Valid indicates whether the value is a known member of the JobSignalRequestSignal enum.
+func (e JobSignalRequestSignal) Valid() bool {
+	switch e {
+	case SIGCONT:
+		return true
+	case SIGHUP:
+		return true
+	case SIGINT:
+		return true
+	case SIGKILL:
+		return true
+	case SIGQUIT:
+		return true
+	case SIGSTOP:
+		return true
+	case SIGTERM:
+		return true
+	case SIGTSTP:
+		return true
+	case SIGUSR1:
+		return true
+	case SIGUSR2:
+		return true
+	case SIGWINCH:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for JobState.
 const (
 	JobStateCancelled JobState = "cancelled"
@@ -917,6 +962,9 @@ type ExecRequest struct {
 	AgentId    *string `json:"agentId,omitempty"`
 	Background *bool   `json:"background,omitempty"`
 
+	// Cols Terminal width with `tty` (default 80).
+	Cols *int32 `json:"cols,omitempty"`
+
 	// Command Run as `bash -c <command>`. At most 131,071 bytes (the kernel's limit on one
 	// argument); longer commands are refused with 413 `argument_too_large`.
 	Command string  `json:"command"`
@@ -943,6 +991,14 @@ type ExecRequest struct {
 	// controllers; each job's `limits.enforcement` says what applied to it.
 	Limits *Limits `json:"limits,omitempty"`
 
+	// OpenStdin Keep the command's stdin pipe open after `stdin` is written, so that
+	// `POST /jobs/{id}/stdin` can write more and close it. Without it (and without
+	// `tty`) stdin is `stdin` then end-of-file, or `/dev/null`.
+	OpenStdin *bool `json:"openStdin,omitempty"`
+
+	// Rows Terminal height with `tty` (default 24).
+	Rows *int32 `json:"rows,omitempty"`
+
 	// Sandbox A sandbox policy asked for by the harness (never by a model: a tool argument naming a
 	// policy is ignored and recorded as ignored). A field left out takes the enclosing
 	// policy: for a root agent the server's default (`sandbox` in config), for a fork or
@@ -959,7 +1015,16 @@ type ExecRequest struct {
 	// (600 s) is refused with 422 `timeout_too_long`, never shortened silently.
 	// Background: no timeout unless given.
 	TimeoutMs *int64 `json:"timeoutMs,omitempty"`
-	YieldMs   *int64 `json:"yieldMs,omitempty"`
+
+	// Tty Run the command in a new pseudo-terminal of `cols`×`rows` cells, the
+	// controlling terminal of the command's own session. `TERM` is
+	// `jobs.terminal.term` (default `xterm-256color`) and `NO_COLOR` is not set.
+	// The output is one stream (`stdout`; `stderr` stays empty), byte for byte as
+	// the terminal gave it (`\r\n` line ends, escape sequences). The job takes
+	// input while it runs (`POST /jobs/{id}/stdin`); `stdin`, if given, is typed
+	// into the terminal first.
+	Tty     *bool  `json:"tty,omitempty"`
+	YieldMs *int64 `json:"yieldMs,omitempty"`
 }
 
 // ForkInput defines model for ForkInput.
@@ -1130,6 +1195,9 @@ type Job struct {
 	ExitCode   *int32     `json:"exitCode"`
 	Id         string     `json:"id"`
 
+	// Input Writes to the job's input; null for a job started without `tty` or `openStdin`.
+	Input *JobInput `json:"input,omitempty"`
+
 	// KilledBy Why dshd killed the job; null when it did not.
 	KilledBy *JobKilledBy `json:"killedBy,omitempty"`
 
@@ -1151,10 +1219,13 @@ type Job struct {
 	// State `lost`: the job was running when a previous dshd process died (crash, `kill -9`);
 	// the next start stopped its processes. Lost jobs have no exit code and no output,
 	// and stay listed until retention drops them.
-	State     JobState `json:"state"`
-	Stderr    Output   `json:"stderr"`
-	Stdout    Output   `json:"stdout"`
-	TimeoutMs *int64   `json:"timeoutMs"`
+	State  JobState `json:"state"`
+	Stderr Output   `json:"stderr"`
+	Stdout Output   `json:"stdout"`
+
+	// Terminal The job's pseudo-terminal (`tty`); null for a job with pipes.
+	Terminal  *JobTerminal `json:"terminal,omitempty"`
+	TimeoutMs *int64       `json:"timeoutMs"`
 
 	// Usage What the job used; null while it runs and for lost jobs.
 	Usage *JobUsage `json:"usage,omitempty"`
@@ -1162,6 +1233,41 @@ type Job struct {
 
 // JobKilledBy Why dshd killed the job; null when it did not.
 type JobKilledBy string
+
+// JobInput defines model for JobInput.
+type JobInput struct {
+	// Bytes Bytes written through `POST /jobs/{id}/stdin` and taken by the program.
+	Bytes int64 `json:"bytes"`
+
+	// Closed The input was closed (for a terminal: ^D was sent).
+	Closed      bool       `json:"closed"`
+	LastWriteAt *time.Time `json:"lastWriteAt,omitempty"`
+
+	// Open Writes are taken now (the job runs and its input was not closed).
+	Open bool `json:"open"`
+
+	// Text The first `jobs.captureBytes` bytes written; only with `jobs.recordInput: true`.
+	Text *string `json:"text,omitempty"`
+
+	// Truncated With `text`: more was written than it holds.
+	Truncated *bool `json:"truncated,omitempty"`
+	Writes    int64 `json:"writes"`
+}
+
+// JobInputRequest At most one of `data` and `base64`; with neither, only `close` acts (or nothing: a check that the input is open).
+type JobInputRequest struct {
+	// Base64 Bytes to write, standard base64.
+	Base64 *[]byte `json:"base64,omitempty"`
+
+	// Close Close the input after the write (for a terminal: write ^D).
+	Close *bool `json:"close,omitempty"`
+
+	// Data Text to write, as UTF-8.
+	Data *string `json:"data,omitempty"`
+
+	// TimeoutMs How long to wait for the program to take the bytes (default 5000).
+	TimeoutMs *int64 `json:"timeoutMs,omitempty"`
+}
 
 // JobLimits The limits in effect for the job (the request's, completed by its agent's or the
 // server's), and how this host enforced each one. A limit that is not set is absent.
@@ -1206,10 +1312,28 @@ type JobLimitsEnforcement struct {
 	Pids *LimitEnforcement `json:"pids,omitempty"`
 }
 
+// JobSignalRequest defines model for JobSignalRequest.
+type JobSignalRequest struct {
+	// Signal The signals a person at a terminal can send (^C, ^\, ^Z, a hang-up, a resize), the two user signals, and TERM, KILL, STOP and CONT.
+	Signal JobSignalRequestSignal `json:"signal"`
+}
+
+// JobSignalRequestSignal The signals a person at a terminal can send (^C, ^\, ^Z, a hang-up, a resize), the two user signals, and TERM, KILL, STOP and CONT.
+type JobSignalRequestSignal string
+
 // JobState `lost`: the job was running when a previous dshd process died (crash, `kill -9`);
 // the next start stopped its processes. Lost jobs have no exit code and no output,
 // and stay listed until retention drops them.
 type JobState string
+
+// JobTerminal defines model for JobTerminal.
+type JobTerminal struct {
+	Cols int32 `json:"cols"`
+	Rows int32 `json:"rows"`
+
+	// Term The `TERM` the job got.
+	Term string `json:"term"`
+}
 
 // JobUsage defines model for JobUsage.
 type JobUsage struct {
@@ -1592,6 +1716,12 @@ type TemplateResolver struct {
 // TemplateResolverKind defines model for TemplateResolver.Kind.
 type TemplateResolverKind string
 
+// TerminalSize defines model for TerminalSize.
+type TerminalSize struct {
+	Cols int32 `json:"cols"`
+	Rows int32 `json:"rows"`
+}
+
 // ToolCall defines model for ToolCall.
 type ToolCall struct {
 	Arguments map[string]interface{} `json:"arguments"`
@@ -1823,6 +1953,15 @@ type RegisterContributorJSONRequestBody = ContributorInput
 
 // ExecJSONRequestBody defines body for Exec for application/json ContentType.
 type ExecJSONRequestBody = ExecRequest
+
+// ResizeJobJSONRequestBody defines body for ResizeJob for application/json ContentType.
+type ResizeJobJSONRequestBody = TerminalSize
+
+// SignalJobJSONRequestBody defines body for SignalJob for application/json ContentType.
+type SignalJobJSONRequestBody = JobSignalRequest
+
+// WriteJobInputJSONRequestBody defines body for WriteJobInput for application/json ContentType.
+type WriteJobInputJSONRequestBody = JobInputRequest
 
 // OpenPluginJSONRequestBody defines body for OpenPlugin for application/json ContentType.
 type OpenPluginJSONRequestBody = PluginInput
@@ -2636,6 +2775,15 @@ type ServerInterface interface {
 	// GetJobOutput The job's output, as an SSE stream or as raw bytes of one stream.
 	// (GET /jobs/{id}/output)
 	GetJobOutput(w http.ResponseWriter, r *http.Request, id string, params GetJobOutputParams)
+	// ResizeJob Resize a running terminal job's terminal.
+	// (POST /jobs/{id}/resize)
+	ResizeJob(w http.ResponseWriter, r *http.Request, id string)
+	// SignalJob Send a signal to a running job's process group.
+	// (POST /jobs/{id}/signal)
+	SignalJob(w http.ResponseWriter, r *http.Request, id string)
+	// WriteJobInput Write to a running job's input, and optionally close it.
+	// (POST /jobs/{id}/stdin)
+	WriteJobInput(w http.ResponseWriter, r *http.Request, id string)
 	// ListPlugins Open plugins.
 	// (GET /plugins)
 	ListPlugins(w http.ResponseWriter, r *http.Request)
@@ -2780,6 +2928,24 @@ func (_ Unimplemented) GetJob(w http.ResponseWriter, r *http.Request, id string,
 // GetJobOutput The job's output, as an SSE stream or as raw bytes of one stream.
 // (GET /jobs/{id}/output)
 func (_ Unimplemented) GetJobOutput(w http.ResponseWriter, r *http.Request, id string, params GetJobOutputParams) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// ResizeJob Resize a running terminal job's terminal.
+// (POST /jobs/{id}/resize)
+func (_ Unimplemented) ResizeJob(w http.ResponseWriter, r *http.Request, id string) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// SignalJob Send a signal to a running job's process group.
+// (POST /jobs/{id}/signal)
+func (_ Unimplemented) SignalJob(w http.ResponseWriter, r *http.Request, id string) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// WriteJobInput Write to a running job's input, and optionally close it.
+// (POST /jobs/{id}/stdin)
+func (_ Unimplemented) WriteJobInput(w http.ResponseWriter, r *http.Request, id string) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
@@ -3380,6 +3546,84 @@ func (siw *ServerInterfaceWrapper) GetJobOutput(w http.ResponseWriter, r *http.R
 	handler.ServeHTTP(w, r)
 }
 
+// ResizeJob operation middleware
+func (siw *ServerInterfaceWrapper) ResizeJob(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "id" -------------
+	var id string
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", chi.URLParam(r, "id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ResizeJob(w, r, id)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// SignalJob operation middleware
+func (siw *ServerInterfaceWrapper) SignalJob(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "id" -------------
+	var id string
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", chi.URLParam(r, "id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.SignalJob(w, r, id)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// WriteJobInput operation middleware
+func (siw *ServerInterfaceWrapper) WriteJobInput(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "id" -------------
+	var id string
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", chi.URLParam(r, "id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.WriteJobInput(w, r, id)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // ListPlugins operation middleware
 func (siw *ServerInterfaceWrapper) ListPlugins(w http.ResponseWriter, r *http.Request) {
 
@@ -3720,6 +3964,15 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 	})
 	r.Group(func(r chi.Router) {
 		r.Get(options.BaseURL+"/jobs/{id}/output", wrapper.GetJobOutput)
+	})
+	r.Group(func(r chi.Router) {
+		r.Post(options.BaseURL+"/jobs/{id}/stdin", wrapper.WriteJobInput)
+	})
+	r.Group(func(r chi.Router) {
+		r.Post(options.BaseURL+"/jobs/{id}/resize", wrapper.ResizeJob)
+	})
+	r.Group(func(r chi.Router) {
+		r.Post(options.BaseURL+"/jobs/{id}/signal", wrapper.SignalJob)
 	})
 	r.Group(func(r chi.Router) {
 		r.Get(options.BaseURL+"/skills", wrapper.ListSkills)
@@ -6331,6 +6584,478 @@ func (response GetJobOutputdefaultApplicationProblemPlusJSONResponse) VisitGetJo
 	return err
 }
 
+type ResizeJobRequestObject struct {
+	Id   string `json:"id"`
+	Body *ResizeJobJSONRequestBody
+}
+
+type ResizeJobResponseObject interface {
+	VisitResizeJobResponse(w http.ResponseWriter) error
+}
+
+type ResizeJob200JSONResponse Job
+
+func (response ResizeJob200JSONResponse) VisitResizeJobResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ResizeJob400ApplicationProblemPlusJSONResponse struct {
+	R400ApplicationProblemPlusJSONResponse
+}
+
+func (response ResizeJob400ApplicationProblemPlusJSONResponse) VisitResizeJobResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ResizeJob401ApplicationProblemPlusJSONResponse struct {
+	R401ApplicationProblemPlusJSONResponse
+}
+
+func (response ResizeJob401ApplicationProblemPlusJSONResponse) VisitResizeJobResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ResizeJob404ApplicationProblemPlusJSONResponse struct {
+	R404ApplicationProblemPlusJSONResponse
+}
+
+func (response ResizeJob404ApplicationProblemPlusJSONResponse) VisitResizeJobResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ResizeJob408ApplicationProblemPlusJSONResponse struct {
+	R408ApplicationProblemPlusJSONResponse
+}
+
+func (response ResizeJob408ApplicationProblemPlusJSONResponse) VisitResizeJobResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(408)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ResizeJob409ApplicationProblemPlusJSONResponse struct {
+	R409ApplicationProblemPlusJSONResponse
+}
+
+func (response ResizeJob409ApplicationProblemPlusJSONResponse) VisitResizeJobResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ResizeJob413ApplicationProblemPlusJSONResponse struct {
+	R413ApplicationProblemPlusJSONResponse
+}
+
+func (response ResizeJob413ApplicationProblemPlusJSONResponse) VisitResizeJobResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ResizeJob421ApplicationProblemPlusJSONResponse struct {
+	R421ApplicationProblemPlusJSONResponse
+}
+
+func (response ResizeJob421ApplicationProblemPlusJSONResponse) VisitResizeJobResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(421)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ResizeJobdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ResizeJobdefaultApplicationProblemPlusJSONResponse) VisitResizeJobResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SignalJobRequestObject struct {
+	Id   string `json:"id"`
+	Body *SignalJobJSONRequestBody
+}
+
+type SignalJobResponseObject interface {
+	VisitSignalJobResponse(w http.ResponseWriter) error
+}
+
+type SignalJob200JSONResponse Job
+
+func (response SignalJob200JSONResponse) VisitSignalJobResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SignalJob400ApplicationProblemPlusJSONResponse struct {
+	R400ApplicationProblemPlusJSONResponse
+}
+
+func (response SignalJob400ApplicationProblemPlusJSONResponse) VisitSignalJobResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SignalJob401ApplicationProblemPlusJSONResponse struct {
+	R401ApplicationProblemPlusJSONResponse
+}
+
+func (response SignalJob401ApplicationProblemPlusJSONResponse) VisitSignalJobResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SignalJob404ApplicationProblemPlusJSONResponse struct {
+	R404ApplicationProblemPlusJSONResponse
+}
+
+func (response SignalJob404ApplicationProblemPlusJSONResponse) VisitSignalJobResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SignalJob408ApplicationProblemPlusJSONResponse struct {
+	R408ApplicationProblemPlusJSONResponse
+}
+
+func (response SignalJob408ApplicationProblemPlusJSONResponse) VisitSignalJobResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(408)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SignalJob409ApplicationProblemPlusJSONResponse struct {
+	R409ApplicationProblemPlusJSONResponse
+}
+
+func (response SignalJob409ApplicationProblemPlusJSONResponse) VisitSignalJobResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SignalJob413ApplicationProblemPlusJSONResponse struct {
+	R413ApplicationProblemPlusJSONResponse
+}
+
+func (response SignalJob413ApplicationProblemPlusJSONResponse) VisitSignalJobResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SignalJob421ApplicationProblemPlusJSONResponse struct {
+	R421ApplicationProblemPlusJSONResponse
+}
+
+func (response SignalJob421ApplicationProblemPlusJSONResponse) VisitSignalJobResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(421)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SignalJob422ApplicationProblemPlusJSONResponse struct {
+	R422ApplicationProblemPlusJSONResponse
+}
+
+func (response SignalJob422ApplicationProblemPlusJSONResponse) VisitSignalJobResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SignalJobdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response SignalJobdefaultApplicationProblemPlusJSONResponse) VisitSignalJobResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type WriteJobInputRequestObject struct {
+	Id   string `json:"id"`
+	Body *WriteJobInputJSONRequestBody
+}
+
+type WriteJobInputResponseObject interface {
+	VisitWriteJobInputResponse(w http.ResponseWriter) error
+}
+
+type WriteJobInput200JSONResponse Job
+
+func (response WriteJobInput200JSONResponse) VisitWriteJobInputResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type WriteJobInput400ApplicationProblemPlusJSONResponse struct {
+	R400ApplicationProblemPlusJSONResponse
+}
+
+func (response WriteJobInput400ApplicationProblemPlusJSONResponse) VisitWriteJobInputResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type WriteJobInput401ApplicationProblemPlusJSONResponse struct {
+	R401ApplicationProblemPlusJSONResponse
+}
+
+func (response WriteJobInput401ApplicationProblemPlusJSONResponse) VisitWriteJobInputResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type WriteJobInput404ApplicationProblemPlusJSONResponse struct {
+	R404ApplicationProblemPlusJSONResponse
+}
+
+func (response WriteJobInput404ApplicationProblemPlusJSONResponse) VisitWriteJobInputResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type WriteJobInput408ApplicationProblemPlusJSONResponse struct {
+	R408ApplicationProblemPlusJSONResponse
+}
+
+func (response WriteJobInput408ApplicationProblemPlusJSONResponse) VisitWriteJobInputResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(408)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type WriteJobInput409ApplicationProblemPlusJSONResponse struct {
+	R409ApplicationProblemPlusJSONResponse
+}
+
+func (response WriteJobInput409ApplicationProblemPlusJSONResponse) VisitWriteJobInputResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type WriteJobInput413ApplicationProblemPlusJSONResponse struct {
+	R413ApplicationProblemPlusJSONResponse
+}
+
+func (response WriteJobInput413ApplicationProblemPlusJSONResponse) VisitWriteJobInputResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type WriteJobInput421ApplicationProblemPlusJSONResponse struct {
+	R421ApplicationProblemPlusJSONResponse
+}
+
+func (response WriteJobInput421ApplicationProblemPlusJSONResponse) VisitWriteJobInputResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(421)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type WriteJobInputdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response WriteJobInputdefaultApplicationProblemPlusJSONResponse) VisitWriteJobInputResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListPluginsRequestObject struct {
 }
 
@@ -7115,6 +7840,15 @@ type StrictServerInterface interface {
 	// GetJobOutput The job's output, as an SSE stream or as raw bytes of one stream.
 	// (GET /jobs/{id}/output)
 	GetJobOutput(ctx context.Context, request GetJobOutputRequestObject) (GetJobOutputResponseObject, error)
+	// ResizeJob Resize a running terminal job's terminal.
+	// (POST /jobs/{id}/resize)
+	ResizeJob(ctx context.Context, request ResizeJobRequestObject) (ResizeJobResponseObject, error)
+	// SignalJob Send a signal to a running job's process group.
+	// (POST /jobs/{id}/signal)
+	SignalJob(ctx context.Context, request SignalJobRequestObject) (SignalJobResponseObject, error)
+	// WriteJobInput Write to a running job's input, and optionally close it.
+	// (POST /jobs/{id}/stdin)
+	WriteJobInput(ctx context.Context, request WriteJobInputRequestObject) (WriteJobInputResponseObject, error)
 	// ListPlugins Open plugins.
 	// (GET /plugins)
 	ListPlugins(ctx context.Context, request ListPluginsRequestObject) (ListPluginsResponseObject, error)
@@ -7730,6 +8464,105 @@ func (sh *strictHandler) GetJobOutput(w http.ResponseWriter, r *http.Request, id
 		sh.options.ResponseErrorHandlerFunc(w, r, err)
 	} else if validResponse, ok := response.(GetJobOutputResponseObject); ok {
 		if err := validResponse.VisitGetJobOutputResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// ResizeJob operation middleware
+func (sh *strictHandler) ResizeJob(w http.ResponseWriter, r *http.Request, id string) {
+	var request ResizeJobRequestObject
+
+	request.Id = id
+
+	var body ResizeJobJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ResizeJob(ctx, request.(ResizeJobRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ResizeJob")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ResizeJobResponseObject); ok {
+		if err := validResponse.VisitResizeJobResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// SignalJob operation middleware
+func (sh *strictHandler) SignalJob(w http.ResponseWriter, r *http.Request, id string) {
+	var request SignalJobRequestObject
+
+	request.Id = id
+
+	var body SignalJobJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.SignalJob(ctx, request.(SignalJobRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "SignalJob")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(SignalJobResponseObject); ok {
+		if err := validResponse.VisitSignalJobResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// WriteJobInput operation middleware
+func (sh *strictHandler) WriteJobInput(w http.ResponseWriter, r *http.Request, id string) {
+	var request WriteJobInputRequestObject
+
+	request.Id = id
+
+	var body WriteJobInputJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.WriteJobInput(ctx, request.(WriteJobInputRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "WriteJobInput")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(WriteJobInputResponseObject); ok {
+		if err := validResponse.VisitWriteJobInputResponse(w); err != nil {
 			sh.options.ResponseErrorHandlerFunc(w, r, err)
 		}
 	} else if response != nil {

@@ -1,0 +1,186 @@
+package tests
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+)
+
+// interactiveJob is the part of a terminal job these tests read.
+type interactiveJob struct {
+	job
+	Terminal *struct {
+		Cols, Rows int
+		Term       string
+	} `json:"terminal"`
+	Input *struct {
+		Open   bool    `json:"open"`
+		Bytes  int64   `json:"bytes"`
+		Writes int64   `json:"writes"`
+		Closed bool    `json:"closed"`
+		Text   *string `json:"text"`
+	} `json:"input"`
+}
+
+// startInteractive starts a background job with the given extra fields.
+func (s *testServer) startInteractive(t *testing.T, body map[string]any) interactiveJob {
+	t.Helper()
+	body["background"] = true
+	var j interactiveJob
+	if st := s.doJSON(t, "POST", "/exec", body, &j); st != 202 {
+		t.Fatalf("POST /exec %v = %d", body, st)
+	}
+	return j
+}
+
+// waitStdout polls a job's raw stdout until it contains want, after byte
+// offset from, and returns the whole stdout.
+func (s *testServer) waitStdout(t *testing.T, id string, from int, want string) []byte {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		out := s.rawOutput(t, id)
+		if len(out) >= from && bytes.Contains(out[from:], []byte(want)) {
+			return out
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("job %s: stdout never showed %q after byte %d; got %q", id, want, from, out)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// control posts to one of a job's control routes and returns the job.
+func (s *testServer) control(t *testing.T, id, route string, body map[string]any) interactiveJob {
+	t.Helper()
+	var j interactiveJob
+	if st := s.doJSON(t, "POST", "/jobs/"+id+"/"+route, body, &j); st != 200 {
+		t.Fatalf("POST /jobs/%s/%s %v = %d", id, route, body, st)
+	}
+	return j
+}
+
+// TestInteractiveTerminalJob is the harness's side of interactive jobs,
+// on a real server with real bash: a `read -p` prompt answered through
+// the stdin route, a resize that `tput cols` sees, and SIGINT caught by a
+// trap. The SSE stream carries the terminal's bytes exactly as the raw
+// route does.
+func TestInteractiveTerminalJob(t *testing.T) {
+	s := startServer(t)
+	j := s.startInteractive(t, map[string]any{
+		"tty": true, "cols": 100, "rows": 30,
+		"command": `trap 'echo TRAPPED; exit 5' INT
+read -p 'Continue? [y/N] ' answer
+echo "answer=$answer"
+tput cols
+read -r _
+tput cols
+echo ready
+while :; do sleep 0.05; done`,
+	})
+	if j.Terminal == nil || j.Terminal.Cols != 100 || j.Terminal.Rows != 30 || j.Terminal.Term != "xterm-256color" {
+		t.Fatalf("terminal = %+v", j.Terminal)
+	}
+	// Follow the job over SSE from the start, to compare at the end.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp := s.openEvents(t, ctx, j.ID, "")
+	defer resp.Body.Close()
+	streamed := make(chan *decodedStream, 1)
+	go func() {
+		d, _ := readStream(t, resp.Body, [2]int64{}, -1)
+		streamed <- d
+	}()
+
+	s.waitStdout(t, j.ID, 0, "Continue? [y/N] ")
+	got := s.control(t, j.ID, "stdin", map[string]any{"data": "y\r"})
+	if got.Input == nil || got.Input.Bytes != 2 || got.Input.Writes != 1 || !got.Input.Open || got.Input.Text != nil {
+		t.Errorf("input after one write = %+v; want 2 bytes, 1 write, open, no text (not configured)", got.Input)
+	}
+	out := s.waitStdout(t, j.ID, 0, "answer=y\r\n100\r\n")
+
+	got = s.control(t, j.ID, "resize", map[string]any{"cols": 132, "rows": 43})
+	if got.Terminal == nil || got.Terminal.Cols != 132 || got.Terminal.Rows != 43 {
+		t.Errorf("terminal after resize = %+v", got.Terminal)
+	}
+	s.control(t, j.ID, "stdin", map[string]any{"base64": "DQ=="}) // "\r" as bytes
+	s.waitStdout(t, j.ID, len(out), "132\r\nready\r\n")
+
+	got = s.control(t, j.ID, "signal", map[string]any{"signal": "SIGINT"})
+	final := s.waitJob(t, j.ID)
+	if final.ExitCode == nil || *final.ExitCode != 5 {
+		t.Fatalf("after SIGINT: exit %v signal %v, want the trap's exit 5; stdout %q", final.ExitCode, final.Signal, final.Stdout.Text)
+	}
+	raw := s.rawOutput(t, j.ID)
+	if !bytes.HasSuffix(raw, []byte("TRAPPED\r\n")) {
+		t.Errorf("stdout does not end with the trap's line: %q", raw)
+	}
+	if final.Stderr.TotalBytes != 0 {
+		t.Errorf("stderr has %d bytes; a terminal job has one stream", final.Stderr.TotalBytes)
+	}
+	select {
+	case d := <-streamed:
+		if d == nil || d.exit == nil {
+			t.Fatal("the SSE stream ended without an exit event")
+		}
+		if !bytes.Equal(d.out.Bytes(), raw) || d.err.Len() != 0 {
+			t.Errorf("SSE carried %q (stderr %q), raw route %q", d.out.Bytes(), d.err.Bytes(), raw)
+		}
+	case <-ctx.Done():
+		t.Fatal("SSE stream did not end")
+	}
+
+	// The job has ended: every control route says so, and changes nothing.
+	for route, body := range map[string]map[string]any{
+		"stdin":  {"data": "late"},
+		"resize": {"cols": 80, "rows": 24},
+		"signal": {"signal": "SIGINT"},
+	} {
+		var p problem
+		if st := s.doJSON(t, "POST", "/jobs/"+j.ID+"/"+route, body, &p); st != 409 || p.Code != "job_not_running" {
+			t.Errorf("%s after the end = %d %q, want 409 job_not_running", route, st, p.Code)
+		}
+	}
+	var after interactiveJob
+	s.doJSON(t, "GET", "/jobs/"+j.ID, nil, &after)
+	if after.Input == nil || after.Input.Bytes != 3 || after.Input.Writes != 2 || after.Input.Open {
+		t.Errorf("input record at the end = %+v; want 3 bytes in 2 writes, not open", after.Input)
+	}
+}
+
+// TestInteractivePipeStdin: a job without a terminal gets a held-open
+// stdin with openStdin; what is written reaches it, closing gives it
+// end-of-file, and with jobs.recordInput the bytes are kept on the job.
+func TestInteractivePipeStdin(t *testing.T) {
+	s := startServer(t, withConfig("jobs:\n  recordInput: true\n"))
+	j := s.startInteractive(t, map[string]any{"command": `while read -r l; do echo "got $l"; done; echo eof`, "openStdin": true, "stdin": "first\n"})
+	s.waitStdout(t, j.ID, 0, "got first\n")
+	s.control(t, j.ID, "stdin", map[string]any{"data": "second\n"})
+	got := s.control(t, j.ID, "stdin", map[string]any{"data": "third\n", "close": true})
+	if got.Input == nil || !got.Input.Closed || got.Input.Text == nil || *got.Input.Text != "second\nthird\n" {
+		t.Errorf("input = %+v; want closed, with the recorded text", got.Input)
+	}
+	final := s.waitJob(t, j.ID)
+	if want := "got first\ngot second\ngot third\neof\n"; final.Stdout.Text != want {
+		t.Errorf("stdout %q, want %q", final.Stdout.Text, want)
+	}
+
+	// A job started without openStdin or tty has no input to write to.
+	plain := s.startInteractive(t, map[string]any{"command": "sleep 10"})
+	defer s.do(t, "DELETE", "/jobs/"+plain.ID, nil).Body.Close()
+	var p problem
+	if st := s.doJSON(t, "POST", "/jobs/"+plain.ID+"/stdin", map[string]any{"data": "x"}, &p); st != 409 || p.Code != "input_not_open" {
+		t.Errorf("write to a plain job = %d %q, want 409 input_not_open", st, p.Code)
+	}
+	if st := s.doJSON(t, "POST", "/jobs/"+plain.ID+"/resize", map[string]any{"cols": 80, "rows": 24}, &p); st != 409 || p.Code != "not_a_terminal" {
+		t.Errorf("resize a plain job = %d %q, want 409 not_a_terminal", st, p.Code)
+	}
+	if st := s.doJSON(t, "POST", "/exec", map[string]any{"command": "true", "cols": 80}, &p); st != 400 || p.Code != "invalid_input" {
+		t.Errorf("cols without tty = %d %q, want 400 invalid_input", st, p.Code)
+	}
+	if !strings.Contains(p.Detail, "tty") {
+		t.Errorf("detail %q does not name tty", p.Detail)
+	}
+}
