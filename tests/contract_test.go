@@ -3,7 +3,9 @@ package tests
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"io"
 	"mime"
 	"net/http"
@@ -80,6 +82,7 @@ func TestEveryOperationDeclaresWhatAuthAnswers(t *testing.T) {
 // and a JSON body must match its schema.
 type conformingClient struct {
 	t      *testing.T
+	doc    *openapi3.T
 	router routers.Router
 	mu     sync.Mutex
 	seen   map[string]bool // "METHOD /path/template status"
@@ -92,7 +95,7 @@ func newConformingClient(t *testing.T, baseURL string) *conformingClient {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &conformingClient{t: t, router: r, seen: map[string]bool{}}
+	return &conformingClient{t: t, doc: doc, router: r, seen: map[string]bool{}}
 }
 
 // RoundTrip sends req and checks its response against the contract.
@@ -129,6 +132,13 @@ func (c *conformingClient) RoundTrip(req *http.Request) (*http.Response, error) 
 	}
 	if err := openapi3filter.ValidateResponse(req.Context(), in); err != nil {
 		c.t.Errorf("%s %s → %d does not conform to the contract: %v\nbody: %.500s", req.Method, req.URL.Path, resp.StatusCode, err, body)
+	}
+	if ct == "text/event-stream" {
+		// The contract's schema of an event stream describes one event.
+		schema := eventSchema(c.t, route.Operation, resp.StatusCode)
+		for _, err := range checkEvents(schema, body) {
+			c.t.Errorf("%s %s: %v", req.Method, req.URL.Path, err)
+		}
 	}
 	c.mu.Lock()
 	c.seen[route.Method+" "+route.Path+" "+strconv.Itoa(resp.StatusCode)] = true
@@ -349,5 +359,156 @@ func TestResponsesConformToContract(t *testing.T) {
 
 	if len(cc.seen) < 40 {
 		t.Errorf("only %d operation/status pairs exercised", len(cc.seen))
+	}
+}
+
+// eventSchema returns the schema the contract gives op's text/event-stream
+// answer with status.
+func eventSchema(t *testing.T, op *openapi3.Operation, status int) *openapi3.Schema {
+	t.Helper()
+	r := op.Responses.Status(status)
+	if r == nil || r.Value == nil || r.Value.Content.Get("text/event-stream") == nil {
+		t.Fatalf("%s declares no text/event-stream answer for %d", op.OperationID, status)
+	}
+	return r.Value.Content.Get("text/event-stream").Schema.Value
+}
+
+// contractEvent is one event of a stream as the contract's event schemas
+// describe it: its id and event lines, and its data line decoded as JSON.
+type contractEvent struct {
+	ID    string `json:"id"`
+	Event string `json:"event"`
+	Data  any    `json:"data"`
+}
+
+// parseEvents decodes every event of an SSE body (see sseClient).
+func parseEvents(body []byte) ([]contractEvent, error) {
+	c := newSSEClient(bytes.NewReader(body))
+	var out []contractEvent
+	for {
+		ev, err := c.Next()
+		if err == io.EOF {
+			return out, nil
+		}
+		if err != nil {
+			return out, err
+		}
+		var data any
+		if err := json.Unmarshal(ev.Data, &data); err != nil {
+			return out, fmt.Errorf("event %s %s: data is not JSON: %v: %.200s", ev.ID, ev.Name, err, ev.Data)
+		}
+		out = append(out, contractEvent{ID: ev.ID, Event: ev.Name, Data: data})
+	}
+}
+
+// checkEvents checks every event of an SSE body against schema.
+func checkEvents(schema *openapi3.Schema, body []byte) []error {
+	events, err := parseEvents(body)
+	if err != nil {
+		return []error{err}
+	}
+	var errs []error
+	for _, ev := range events {
+		if err := checkEvent(schema, ev); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errs
+}
+
+func checkEvent(schema *openapi3.Schema, ev contractEvent) error {
+	// VisitJSON takes what encoding/json decodes into any.
+	b, err := json.Marshal(ev)
+	if err != nil {
+		return err
+	}
+	var v any
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	if err := schema.VisitJSON(v, openapi3.MultiErrors()); err != nil {
+		return fmt.Errorf("event %s %s does not match the contract: %v", ev.ID, ev.Event, err)
+	}
+	return nil
+}
+
+// TestOutputEventsMatchContract follows a job's output whose events take
+// every form the contract describes (a text chunk, a chunk that is not
+// UTF-8, output ending inside a character, the exit event) and checks each
+// streamed event against the contract's event schema. It also checks that
+// the schema refuses events that break it, so the check can fail.
+func TestOutputEventsMatchContract(t *testing.T) {
+	s := startServer(t)
+	var job struct{ ID string }
+	// stdout: text, then (after stderr's binary) a last byte that starts a
+	// two-byte character the job never finishes.
+	cmd := `printf 'h\303\251llo\n'; sleep 0.2; printf '\377\000bin' >&2; sleep 0.2; printf 'end \303'`
+	if st := s.doJSON(t, "POST", "/exec", map[string]any{"command": cmd, "background": true}, &job); st != 202 {
+		t.Fatalf("POST /exec = %d", st)
+	}
+	cc := newConformingClient(t, s.URL)
+	req, err := http.NewRequest("GET", s.URL+"/jobs/"+job.ID+"/output", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+s.Token)
+	req.Header.Set("Accept", "text/event-stream")
+	// The conforming client checks every event against the schema.
+	resp, err := (&http.Client{Transport: cc}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("GET output = %d, %v", resp.StatusCode, err)
+	}
+	events, err := parseEvents(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every form was streamed, so every branch of the schema was checked.
+	var sawText, sawBinary, sawCutChar, sawExit bool
+	var stdout []byte
+	for _, ev := range events {
+		switch d := ev.Data.(type) {
+		case string:
+			sawText = sawText || ev.Event == "stdout"
+			stdout = append(stdout, d...)
+		case map[string]any:
+			if b64, ok := d["base64"].(string); ok {
+				raw, err := base64.StdEncoding.DecodeString(b64)
+				if err != nil {
+					t.Errorf("event %s: base64 %q: %v", ev.ID, b64, err)
+				}
+				sawBinary = sawBinary || (ev.Event == "stderr" && bytes.Equal(raw, []byte("\xff\x00bin")))
+				if ev.Event == "stdout" {
+					sawCutChar = sawCutChar || bytes.HasSuffix(raw, []byte{0xc3})
+					stdout = append(stdout, raw...)
+				}
+			}
+			sawExit = sawExit || (ev.Event == "exit" && d["state"] == "exited")
+		}
+	}
+	if !sawText || !sawBinary || !sawCutChar || !sawExit {
+		t.Errorf("streamed text %v, binary %v, cut character %v, exit %v; want every form: %q", sawText, sawBinary, sawCutChar, sawExit, body)
+	}
+	if want := "h\u00e9llo\nend \xc3"; string(stdout) != want {
+		t.Errorf("stdout over SSE = %q, want %q", stdout, want)
+	}
+
+	schema := eventSchema(t, cc.doc.Paths.Find("/jobs/{id}/output").Get, 200)
+	for _, bad := range []contractEvent{
+		{ID: "7", Event: "stdout", Data: "x"},                                    // id without stderr offset
+		{ID: "7.0", Event: "stdout", Data: 42.0},                                 // data neither string nor base64
+		{ID: "7.0", Event: "stderr", Data: map[string]any{"b64": "AA=="}},        // wrong member
+		{ID: "7.0.exit", Event: "exit", Data: "done"},                            // exit without the job
+		{ID: "7.0", Event: "exit", Data: map[string]any{}},                       // exit id without .exit
+		{ID: "7.0", Event: "stdin", Data: "x"},                                   // no such event
+		{ID: "7.0", Event: "stdout", Data: map[string]any{"base64": "not b64!"}}, // not base64
+	} {
+		if err := checkEvent(schema, bad); err == nil {
+			t.Errorf("event %+v passes the contract's schema; it must not", bad)
+		}
 	}
 }

@@ -173,10 +173,13 @@ export function createDshdClient(baseUrl: string, token: string): DshdClient {
   return { api, transcript, followOutput, output };
 }
 
+/** One event of the output stream as the contract describes it (data decoded as JSON). */
+export type JobOutputEvent = Schemas["JobOutputEvent"];
+
 function toEvent(id: string | undefined, name: string | undefined, data: string): OutputEvent | undefined {
-  if (name === "exit") return { id: id ?? "", event: "exit", job: JSON.parse(data) as Job };
+  if (name === "exit") return { id: id ?? "", event: "exit", job: JSON.parse(data) as Schemas["OutputExitEvent"]["data"] };
   if (name !== "stdout" && name !== "stderr") return undefined;
-  const v = JSON.parse(data) as string | { base64: string };
+  const v = JSON.parse(data) as Schemas["OutputChunkEvent"]["data"];
   const bytes = typeof v === "string" ? new TextEncoder().encode(v) : Uint8Array.from(Buffer.from(v.base64, "base64"));
   return { id: id ?? "", event: name, data: bytes };
 }

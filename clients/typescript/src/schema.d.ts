@@ -492,7 +492,8 @@ export interface paths {
         /**
          * The job's output, as an SSE stream or as raw bytes of one stream.
          * @description Without `stream`: a `text/event-stream` of `stdout` and `stderr` events, then
-         *     one `exit` event whose data is the job. The data of an output event is the
+         *     one `exit` event whose data is the job (each event's fields are described by
+         *     the `JobOutputEvent` schema). The data of an output event is the
          *     chunk as a JSON string when the chunk is valid UTF-8, and otherwise a JSON
          *     object `{"base64": "<the chunk's bytes, standard base64>"}`, so every byte
          *     arrives exactly as written (a character split across reads is never split
@@ -1366,6 +1367,69 @@ export interface components {
              * @enum {string}
              */
             droppedReason?: "spool_limit" | "spool_budget" | "disk_full" | "spool_error" | "no_spool";
+        };
+        /**
+         * @description One event of `GET /jobs/{id}/output` (a `text/event-stream`), as its fields:
+         *     `id` and `event` are the event's `id:` and `event:` lines, and `data` is its
+         *     one `data:` line decoded as JSON. The schema describes one event, not the
+         *     whole stream: the stream is `retry: 1000` first (no event), then output
+         *     events, then one `exit` event, with `: keep-alive` comment lines while idle.
+         *     The events are told apart by `event`.
+         * @example {
+         *       "id": "7.0",
+         *       "event": "stdout",
+         *       "data": "tick 1\n"
+         *     }
+         */
+        JobOutputEvent: components["schemas"]["OutputChunkEvent"] | components["schemas"]["OutputExitEvent"];
+        /**
+         * @description Bytes the job wrote to one of its streams, in order, each byte once.
+         * @example {
+         *       "id": "7.0",
+         *       "event": "stdout",
+         *       "data": "tick 1\n"
+         *     }
+         */
+        OutputChunkEvent: {
+            /**
+             * @description `<stdoutOffset>.<stderrOffset>`: the byte offsets in each stream after this event; send it as `Last-Event-ID` to resume after it.
+             * @example 7.0
+             */
+            id: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            event: "stdout" | "stderr";
+            /** @description The chunk as a string when its bytes are valid UTF-8, else as base64. */
+            data: string | components["schemas"]["Base64Chunk"];
+        };
+        /**
+         * @description A chunk that is not valid UTF-8 (binary output, or text ending inside a character when the stream ends).
+         * @example {
+         *       "base64": "/wA="
+         *     }
+         */
+        Base64Chunk: {
+            /**
+             * Format: byte
+             * @description The chunk's bytes, standard base64 with padding.
+             */
+            base64: string;
+        };
+        /** @description The last event of the stream; `data` is the finished job. */
+        OutputExitEvent: {
+            /**
+             * @description `<stdoutOffset>.<stderrOffset>.exit`; a reconnect with it is answered 204.
+             * @example 7.0.exit
+             */
+            id: string;
+            /**
+             * @description discriminator enum property added by openapi-typescript
+             * @enum {string}
+             */
+            event: "exit";
+            data: components["schemas"]["Job"];
         };
         Job: {
             id: string;
@@ -3273,12 +3337,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    /**
-                     * @example id: 7.0
-                     *     event: stdout
-                     *     data: "tick 1\n"
-                     */
-                    "text/event-stream": string;
+                    "text/event-stream": components["schemas"]["JobOutputEvent"];
                     /** @example tick 1 */
                     "application/octet-stream": string;
                 };

@@ -500,6 +500,39 @@ func (e OutputDroppedReason) Valid() bool {
 	}
 }
 
+// Defines values for OutputChunkEventEvent.
+const (
+	OutputChunkEventEventStderr OutputChunkEventEvent = "stderr"
+	OutputChunkEventEventStdout OutputChunkEventEvent = "stdout"
+)
+
+// Valid indicates whether the value is a known member of the OutputChunkEventEvent enum.
+func (e OutputChunkEventEvent) Valid() bool {
+	switch e {
+	case OutputChunkEventEventStderr:
+		return true
+	case OutputChunkEventEventStdout:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for OutputExitEventEvent.
+const (
+	Exit OutputExitEventEvent = "exit"
+)
+
+// Valid indicates whether the value is a known member of the OutputExitEventEvent enum.
+func (e OutputExitEventEvent) Valid() bool {
+	switch e {
+	case Exit:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for SandboxFS.
 const (
 	ReadOnly       SandboxFS = "read-only"
@@ -712,16 +745,16 @@ func (e WebhookResolverKind) Valid() bool {
 
 // Defines values for GetJobOutputParamsStream.
 const (
-	Stderr GetJobOutputParamsStream = "stderr"
-	Stdout GetJobOutputParamsStream = "stdout"
+	GetJobOutputParamsStreamStderr GetJobOutputParamsStream = "stderr"
+	GetJobOutputParamsStreamStdout GetJobOutputParamsStream = "stdout"
 )
 
 // Valid indicates whether the value is a known member of the GetJobOutputParamsStream enum.
 func (e GetJobOutputParamsStream) Valid() bool {
 	switch e {
-	case Stderr:
+	case GetJobOutputParamsStreamStderr:
 		return true
-	case Stdout:
+	case GetJobOutputParamsStreamStdout:
 		return true
 	default:
 		return false
@@ -831,6 +864,14 @@ type AnthropicTool struct {
 	// InputSchema The JSON Schema of a tool's arguments, always an object schema.
 	InputSchema JSONSchema `json:"input_schema"`
 	Name        string     `json:"name"`
+}
+
+// Base64Chunk A chunk that is not valid UTF-8 (binary output, or text ending inside a character when the stream ends).
+//
+// Example: {"base64":"/wA="}
+type Base64Chunk struct {
+	// Base64 The chunk's bytes, standard base64 with padding.
+	Base64 []byte `json:"base64"`
 }
 
 // BuiltinContributor A contributor built into dshd (`DSH_HOME`, `DSH_SHELL`, `DSH_SESSION_ID`); it has no resolver and cannot be removed.
@@ -1312,6 +1353,18 @@ type JobLimitsEnforcement struct {
 	Pids *LimitEnforcement `json:"pids,omitempty"`
 }
 
+// JobOutputEvent One event of `GET /jobs/{id}/output` (a `text/event-stream`), as its fields:
+// `id` and `event` are the event's `id:` and `event:` lines, and `data` is its
+// one `data:` line decoded as JSON. The schema describes one event, not the
+// whole stream: the stream is `retry: 1000` first (no event), then output
+// events, then one `exit` event, with `: keep-alive` comment lines while idle.
+// The events are told apart by `event`.
+//
+// Example: {"data":"tick 1\n","event":"stdout","id":"7.0"}
+type JobOutputEvent struct {
+	union json.RawMessage
+}
+
 // JobSignalRequest defines model for JobSignalRequest.
 type JobSignalRequest struct {
 	// Signal The signals a person at a terminal can send (^C, ^\, ^Z, a hang-up, a resize), the two user signals, and TERM, KILL, STOP and CONT.
@@ -1444,6 +1497,45 @@ type Output struct {
 // to evict. `disk_full`: the file system had no room (ENOSPC). `spool_error`:
 // another write error. `no_spool`: spooling is off.
 type OutputDroppedReason string
+
+// OutputChunkEvent Bytes the job wrote to one of its streams, in order, each byte once.
+//
+// Example: {"data":"tick 1\n","event":"stdout","id":"7.0"}
+type OutputChunkEvent struct {
+	// Data The chunk as a string when its bytes are valid UTF-8, else as base64.
+	Data  OutputChunkEvent_Data `json:"data"`
+	Event OutputChunkEventEvent `json:"event"`
+
+	// Id `<stdoutOffset>.<stderrOffset>`: the byte offsets in each stream after this event; send it as `Last-Event-ID` to resume after it.
+	//
+	// Example: 7.0
+	Id string `json:"id"`
+}
+
+// OutputChunkEventData0 The chunk, valid UTF-8.
+type OutputChunkEventData0 = string
+
+// OutputChunkEvent_Data The chunk as a string when its bytes are valid UTF-8, else as base64.
+type OutputChunkEvent_Data struct {
+	union json.RawMessage
+}
+
+// OutputChunkEventEvent defines model for OutputChunkEvent.Event.
+type OutputChunkEventEvent string
+
+// OutputExitEvent The last event of the stream; `data` is the finished job.
+type OutputExitEvent struct {
+	Data  Job                  `json:"data"`
+	Event OutputExitEventEvent `json:"event"`
+
+	// Id `<stdoutOffset>.<stderrOffset>.exit`; a reconnect with it is answered 204.
+	//
+	// Example: 7.0.exit
+	Id string `json:"id"`
+}
+
+// OutputExitEventEvent defines model for OutputExitEvent.Event.
+type OutputExitEventEvent string
 
 // Plugin defines model for Plugin.
 type Plugin struct {
@@ -2249,6 +2341,155 @@ func (t Contributor) MarshalJSON() ([]byte, error) {
 }
 
 func (t *Contributor) UnmarshalJSON(b []byte) error {
+	err := t.union.UnmarshalJSON(b)
+	return err
+}
+
+// AsOutputChunkEvent returns the union data inside the JobOutputEvent as a OutputChunkEvent
+func (t JobOutputEvent) AsOutputChunkEvent() (OutputChunkEvent, error) {
+	var body OutputChunkEvent
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromOutputChunkEvent overwrites any union data inside the JobOutputEvent as the provided OutputChunkEvent
+func (t *JobOutputEvent) FromOutputChunkEvent(v OutputChunkEvent) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeOutputChunkEvent performs a merge with any union data inside the JobOutputEvent, using the provided OutputChunkEvent
+func (t *JobOutputEvent) MergeOutputChunkEvent(v OutputChunkEvent) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsOutputExitEvent returns the union data inside the JobOutputEvent as a OutputExitEvent
+func (t JobOutputEvent) AsOutputExitEvent() (OutputExitEvent, error) {
+	var body OutputExitEvent
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromOutputExitEvent overwrites any union data inside the JobOutputEvent as the provided OutputExitEvent
+func (t *JobOutputEvent) FromOutputExitEvent(v OutputExitEvent) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeOutputExitEvent performs a merge with any union data inside the JobOutputEvent, using the provided OutputExitEvent
+func (t *JobOutputEvent) MergeOutputExitEvent(v OutputExitEvent) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+func (t JobOutputEvent) Discriminator() (string, error) {
+	var discriminator struct {
+		Discriminator string `json:"event"`
+	}
+	err := json.Unmarshal(t.union, &discriminator)
+	return discriminator.Discriminator, err
+}
+
+func (t JobOutputEvent) ValueByDiscriminator() (interface{}, error) {
+	discriminator, err := t.Discriminator()
+	if err != nil {
+		return nil, err
+	}
+	switch discriminator {
+	case "exit":
+		return t.AsOutputExitEvent()
+	case "stderr":
+		return t.AsOutputChunkEvent()
+	case "stdout":
+		return t.AsOutputChunkEvent()
+	default:
+		return nil, errors.New("unknown discriminator value: " + discriminator)
+	}
+}
+
+func (t JobOutputEvent) MarshalJSON() ([]byte, error) {
+	b, err := t.union.MarshalJSON()
+	return b, err
+}
+
+func (t *JobOutputEvent) UnmarshalJSON(b []byte) error {
+	err := t.union.UnmarshalJSON(b)
+	return err
+}
+
+// AsOutputChunkEventData0 returns the union data inside the OutputChunkEvent_Data as a OutputChunkEventData0
+func (t OutputChunkEvent_Data) AsOutputChunkEventData0() (OutputChunkEventData0, error) {
+	var body OutputChunkEventData0
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromOutputChunkEventData0 overwrites any union data inside the OutputChunkEvent_Data as the provided OutputChunkEventData0
+func (t *OutputChunkEvent_Data) FromOutputChunkEventData0(v OutputChunkEventData0) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeOutputChunkEventData0 performs a merge with any union data inside the OutputChunkEvent_Data, using the provided OutputChunkEventData0
+func (t *OutputChunkEvent_Data) MergeOutputChunkEventData0(v OutputChunkEventData0) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsBase64Chunk returns the union data inside the OutputChunkEvent_Data as a Base64Chunk
+func (t OutputChunkEvent_Data) AsBase64Chunk() (Base64Chunk, error) {
+	var body Base64Chunk
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromBase64Chunk overwrites any union data inside the OutputChunkEvent_Data as the provided Base64Chunk
+func (t *OutputChunkEvent_Data) FromBase64Chunk(v Base64Chunk) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeBase64Chunk performs a merge with any union data inside the OutputChunkEvent_Data, using the provided Base64Chunk
+func (t *OutputChunkEvent_Data) MergeBase64Chunk(v Base64Chunk) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+func (t OutputChunkEvent_Data) MarshalJSON() ([]byte, error) {
+	b, err := t.union.MarshalJSON()
+	return b, err
+}
+
+func (t *OutputChunkEvent_Data) UnmarshalJSON(b []byte) error {
 	err := t.union.UnmarshalJSON(b)
 	return err
 }
