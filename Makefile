@@ -2,22 +2,27 @@
 # prints the performance figures beside their baselines.
 GO ?= go
 
-.PHONY: test check generate generate-check vet fmt-check unit bench fuzz run deps lint-contract
+.PHONY: test check generate generate-check vet fmt-check unit bench fuzz run deps lint-contract python-install-check
 
-test: deps generate-check fmt-check vet lint-contract unit
+test: deps generate-check fmt-check vet lint-contract python-install-check unit
 
 # npm packages are pinned by each directory's package-lock.json.
 NODE_DIRS = api/lint clients/typescript tests tests/mcp
 
 deps:
 	$(GO) mod download
-	./scripts/ensure-debian-packages.sh chromium=chromium,chromium-driver bwrap=bubblewrap
+	./scripts/ensure-debian-packages.sh chromium=chromium,chromium-driver bwrap=bubblewrap python3=python3 py:ensurepip=python3-venv
 	./scripts/ensure-node-deps.sh $(NODE_DIRS)
 
 # The contract passes Spectral's spectral:oas with no finding at all and
 # Redocly's recommended ruleset with no error and no warning.
 lint-contract:
 	cd api/lint && node lint.mjs
+
+# `pip install ./clients/python` works with no package index: into a fresh
+# venv with --no-index, then the client is imported from outside the tree.
+python-install-check:
+	./scripts/check-python-install.sh
 
 # The Go server code and the TypeScript client's types are both generated
 # from api/openapi.yaml (the latter needs make deps first).
