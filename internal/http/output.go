@@ -143,6 +143,7 @@ type eventStream struct {
 	pos       [2]int64 // next offset of stdout, stderr
 	keepAlive time.Duration
 	logger    *slog.Logger
+	idle      *time.Timer // keep-alive timer, made on the first wait
 }
 
 var streamNames = [2]string{"stdout", "stderr"}
@@ -169,70 +170,42 @@ func (e *eventStream) VisitGetJobOutputResponse(w http.ResponseWriter) error {
 // errClientGone marks a failed write or a cancelled request.
 var errClientGone = errors.New("client gone")
 
+// serve writes the stream: the reconnection delay at once, then batches of
+// events as the job writes, flushed whenever the stream catches up, a
+// keep-alive comment when idle, and the exit event last.
 func (e *eventStream) serve(w http.ResponseWriter) error {
-	rc := http.NewResponseController(w)
 	bufs := eventPool.Get().(*eventBuffers)
-	out := bufs.out[:0]
+	ew := &eventWriter{w: w, rc: http.NewResponseController(w), out: bufs.out[:0]}
 	defer func() {
-		bufs.out = out[:0]
+		bufs.out = ew.out[:0]
 		eventPool.Put(bufs)
+		if e.idle != nil {
+			e.idle.Stop()
+		}
 	}()
-	send := func(flush bool) error {
-		if len(out) > 0 {
-			if _, err := w.Write(out); err != nil {
-				return fmt.Errorf("%w: %v", errClientGone, err)
-			}
-			out = out[:0]
-		}
-		if flush {
-			if err := rc.Flush(); err != nil {
-				return fmt.Errorf("%w: %v", errClientGone, err)
-			}
-		}
-		return nil
-	}
 	// The first bytes go out at once, so the client has the response
 	// headers before any output exists; they also set the reconnection delay.
-	out = append(out, "retry: 1000\n\n"...)
-	if err := send(true); err != nil {
+	ew.out = append(ew.out, "retry: 1000\n\n"...)
+	if err := ew.send(true); err != nil {
 		return err
 	}
-	var timer *time.Timer
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-	}()
 	for {
 		// Take the change channel before reading, so output written between
 		// the read and the wait still wakes us.
 		changed := e.job.OutputChanged()
-		var (
-			added    bool
-			finished bool
-			err      error
-		)
-		for len(out) < batchSize {
-			var more bool
-			out, more, finished, err = e.appendEvents(out, bufs.chunk)
-			if err != nil {
+		added, finished, err := e.fill(ew, bufs.chunk)
+		switch {
+		case err != nil:
+			return err
+		case finished:
+			if ew.out, err = e.appendExit(ew.out); err != nil {
 				return err
 			}
-			added = added || more
-			if !more {
-				break
-			}
-		}
-		if finished {
-			if out, err = e.appendExit(out); err != nil {
-				return err
-			}
-			return send(true)
-		}
-		if added {
+			return ew.send(true)
+		case added:
 			// More may be there already: write without flushing, and look
 			// (unless the request is over: shutdown ends streams too).
-			if err := send(false); err != nil {
+			if err := ew.send(false); err != nil {
 				return err
 			}
 			if err := e.ctx.Err(); err != nil {
@@ -241,22 +214,74 @@ func (e *eventStream) serve(w http.ResponseWriter) error {
 			continue
 		}
 		// Caught up: everything written goes to the client now.
-		if err := send(true); err != nil {
+		if err := ew.send(true); err != nil {
 			return err
 		}
-		if timer == nil {
-			timer = time.NewTimer(e.keepAlive)
-		} else {
-			timer.Reset(e.keepAlive)
-		}
-		select {
-		case <-changed:
-		case <-e.ctx.Done():
-			return fmt.Errorf("%w: %v", errClientGone, context.Cause(e.ctx))
-		case <-timer.C:
-			out = append(out, ": keep-alive\n\n"...)
+		if err := e.wait(ew, changed); err != nil {
+			return err
 		}
 	}
+}
+
+// fill appends the events readable now to ew's batch, until the batch is
+// full or nothing more is readable. It reports whether it appended any, and
+// whether the job is finished and all of its output is in the batch.
+func (e *eventStream) fill(ew *eventWriter, chunk []byte) (added, finished bool, err error) {
+	for len(ew.out) < batchSize {
+		var more bool
+		ew.out, more, finished, err = e.appendEvents(ew.out, chunk)
+		if err != nil {
+			return added, false, err
+		}
+		added = added || more
+		if !more {
+			break
+		}
+	}
+	return added, finished, nil
+}
+
+// wait returns when the job's output changes (changed is closed), or after
+// keepAlive with nothing new, having queued a keep-alive comment. It fails
+// with errClientGone when the request ends.
+func (e *eventStream) wait(ew *eventWriter, changed <-chan struct{}) error {
+	if e.idle == nil {
+		e.idle = time.NewTimer(e.keepAlive)
+	} else {
+		e.idle.Reset(e.keepAlive)
+	}
+	select {
+	case <-changed:
+	case <-e.ctx.Done():
+		return fmt.Errorf("%w: %v", errClientGone, context.Cause(e.ctx))
+	case <-e.idle.C:
+		ew.out = append(ew.out, ": keep-alive\n\n"...)
+	}
+	return nil
+}
+
+// eventWriter batches encoded events and writes them to the client.
+type eventWriter struct {
+	w   http.ResponseWriter
+	rc  *http.ResponseController
+	out []byte // the batch not written yet
+}
+
+// send writes the batch, and with flush pushes everything written to the
+// client. A failure means the client is gone (errClientGone).
+func (ew *eventWriter) send(flush bool) error {
+	if len(ew.out) > 0 {
+		if _, err := ew.w.Write(ew.out); err != nil {
+			return fmt.Errorf("%w: %v", errClientGone, err)
+		}
+		ew.out = ew.out[:0]
+	}
+	if flush {
+		if err := ew.rc.Flush(); err != nil {
+			return fmt.Errorf("%w: %v", errClientGone, err)
+		}
+	}
+	return nil
 }
 
 // appendEvents appends at most one event per stream, each of the bytes

@@ -1,11 +1,18 @@
 package httpapi
 
 import (
+	"context"
 	"encoding/json"
+	"io"
 	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
+
+	"github.com/dshd/dshd/internal/exec"
 )
 
 // TestAppendJSONString checks the event encoder against encoding/json: every
@@ -43,5 +50,54 @@ func TestAppendJSONString(t *testing.T) {
 		if strings.ContainsAny(string(enc), "\n\r") {
 			t.Errorf("appendJSONString(%q) = %q holds a line break, which would end the data line", in, enc)
 		}
+	}
+}
+
+// TestEventStreamKeepAlive serves a real job's output while the job is
+// silent for a while: the stream starts with the reconnection delay at once,
+// sends keep-alive comments while idle, then the output and the exit event.
+func TestEventStreamKeepAlive(t *testing.T) {
+	x, err := exec.New(exec.Options{Home: t.TempDir(), DefaultCwd: t.TempDir(), Grace: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := x.Close(ctx); err != nil {
+			t.Errorf("close executor: %v", err)
+		}
+	})
+	job, err := x.Start(context.Background(), exec.Spec{Command: "sleep 0.4; echo done", Background: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s := &eventStream{ctx: r.Context(), job: job, keepAlive: 50 * time.Millisecond, logger: discardLogger()}
+		if err := s.VisitGetJobOutputResponse(w); err != nil {
+			t.Errorf("visit: %v", err)
+		}
+	}))
+	defer srv.Close()
+	resp, err := http.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := string(body)
+	if !strings.HasPrefix(got, "retry: 1000\n\n: keep-alive\n\n") {
+		t.Errorf("stream does not start with the delay then a keep-alive: %q", got)
+	}
+	out := strings.Index(got, "id: 5.0\nevent: stdout\ndata: \"done\\n\"\n\n")
+	exit := strings.Index(got, "id: 5.0.exit\nevent: exit\ndata: {")
+	if out < 0 || exit < out || !strings.HasSuffix(got, "}\n\n") {
+		t.Errorf("stream lacks the output event then the exit event, last: %q", got)
+	}
+	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
+		t.Errorf("Content-Type = %q", ct)
 	}
 }
