@@ -12,6 +12,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/dshd/dshd/internal/agents"
+	"github.com/dshd/dshd/internal/cluster"
 	"github.com/dshd/dshd/internal/exec"
 	"github.com/dshd/dshd/internal/limits"
 	"github.com/dshd/dshd/internal/sandbox"
@@ -81,11 +82,32 @@ type config struct {
 		// ProtectedPaths stay read-only inside writable roots.
 		ProtectedPaths []string `yaml:"protectedPaths"`
 	} `yaml:"sandbox"`
-	HTTP struct {
+	// Cluster turns on cluster mode (see package cluster). Without it dshd
+	// runs alone and never connects to NATS.
+	Cluster *clusterConfig `yaml:"cluster"`
+	HTTP    struct {
 		MaxBodyBytes    int64 `yaml:"maxBodyBytes"`
 		HeaderTimeoutMs int   `yaml:"headerTimeoutMs"`
 		BodyTimeoutMs   int   `yaml:"bodyTimeoutMs"`
 	} `yaml:"http"`
+}
+
+// clusterConfig is the cluster section. Settings come from the file only,
+// never from environment variables a child could inherit.
+type clusterConfig struct {
+	URLs            []string `yaml:"urls"`
+	CredentialsFile string   `yaml:"credentialsFile"`
+	ReplicaID       string   `yaml:"replicaId"`
+	AdvertiseURL    string   `yaml:"advertiseUrl"`
+	StoreReplicas   int      `yaml:"storeReplicas"`
+}
+
+// clusterSettings is the cluster package's form of the section.
+func (c *clusterConfig) clusterSettings() cluster.Config {
+	return cluster.Config{
+		URLs: c.URLs, CredentialsFile: c.CredentialsFile, ReplicaID: c.ReplicaID,
+		AdvertiseURL: c.AdvertiseURL, StoreReplicas: c.StoreReplicas,
+	}
 }
 
 // loadConfig reads path; "" is the empty configuration. Unknown keys are
@@ -129,6 +151,14 @@ func (c *config) validate() error {
 	for _, p := range append(append([]string(nil), c.Sandbox.WritableRoots...), c.Sandbox.ProtectedPaths...) {
 		if !filepath.IsAbs(p) {
 			errs = append(errs, fmt.Errorf("sandbox: %q is not an absolute path", p))
+		}
+	}
+	if c.Cluster != nil {
+		if err := c.Cluster.clusterSettings().Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("cluster: %w", err))
+		}
+		if f := c.Cluster.CredentialsFile; f != "" && !filepath.IsAbs(f) {
+			errs = append(errs, fmt.Errorf("cluster.credentialsFile: %q is not an absolute path", f))
 		}
 	}
 	switch c.Jobs.Containment {

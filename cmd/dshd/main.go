@@ -28,6 +28,7 @@ import (
 	contract "github.com/dshd/dshd/api"
 	"github.com/dshd/dshd/internal/agents"
 	"github.com/dshd/dshd/internal/atomicfile"
+	"github.com/dshd/dshd/internal/cluster"
 	"github.com/dshd/dshd/internal/exec"
 	"github.com/dshd/dshd/internal/homefs"
 	"github.com/dshd/dshd/internal/hooks"
@@ -198,6 +199,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Re
 		return err
 	}
 	defer svc.sessions.Close()
+	defer svc.leaveCluster()
 	handler, err := httpapi.NewServer(httpapi.Deps{
 		Logger:       logger.With("component", "http"),
 		Token:        token,
@@ -262,12 +264,77 @@ type services struct {
 	mcp      *mcp.Handler
 	sandbox  *sandbox.Host
 	policy   sandbox.Policy // the default sandbox policy
+
+	// Cluster mode only (nil otherwise): the NATS connection, and what
+	// stops following the shared registry.
+	node        *cluster.Node
+	stopCluster context.CancelFunc
+}
+
+// leaveCluster stops following the cluster and closes the NATS
+// connection; it does nothing when dshd runs alone, or the second time.
+func (s *services) leaveCluster() {
+	if s.node == nil {
+		return
+	}
+	s.stopCluster()
+	s.node.Close()
+	s.node = nil
+}
+
+// clusterReadyTimeout bounds the first read of the shared registry.
+const clusterReadyTimeout = time.Minute
+
+// newRegistry builds the registry: kept in <home>/contributors.json when
+// dshd runs alone, or, when the configuration has a cluster section,
+// shared through the cluster's registry bucket, followed until
+// stopCluster and read once before it returns (node is nil when dshd
+// runs alone: no connection is made then).
+func newRegistry(ctx context.Context, cfg config, home string, logger *slog.Logger, reg prometheus.Registerer) (env *shellenv.Registry, node *cluster.Node, stopCluster context.CancelFunc, err error) {
+	opts := shellenv.Options{
+		Home:           home,
+		StatePath:      filepath.Join(home, "contributors.json"),
+		WebhookTimeout: ms(cfg.Webhooks.TimeoutMs),
+		Logger:         logger.With("component", "shellenv"),
+		Registerer:     reg,
+	}
+	if cfg.Cluster == nil {
+		env, err = shellenv.New(opts)
+		return env, nil, func() {}, err
+	}
+	cc := cfg.Cluster.clusterSettings()
+	cc.Logger = logger.With("component", "cluster")
+	if node, err = cluster.Connect(ctx, cc); err != nil {
+		return nil, nil, nil, err
+	}
+	opts.Store = node.RegistryStore()
+	if env, err = shellenv.New(opts); err != nil {
+		node.Close()
+		return nil, nil, nil, err
+	}
+	followCtx, stop := context.WithCancel(context.Background())
+	fail := func(err error) (*shellenv.Registry, *cluster.Node, context.CancelFunc, error) {
+		stop()
+		node.Close()
+		return nil, nil, nil, err
+	}
+	if err := node.FollowRegistry(followCtx, env); err != nil {
+		return fail(err)
+	}
+	select {
+	case <-env.Ready():
+		return env, node, stop, nil
+	case <-ctx.Done():
+		return fail(ctx.Err())
+	case <-time.After(clusterReadyTimeout):
+		return fail(fmt.Errorf("cluster: the shared registry was not read within %s", clusterReadyTimeout))
+	}
 }
 
 // newServices builds the executor first (it stops what a crashed run left,
 // as early as it can), then the registry, the agent store, the hooks, the
 // pipeline over them and the MCP endpoint over the pipeline.
-func newServices(ctx context.Context, cfg config, home, token, tokenPath string, logger *slog.Logger, reg prometheus.Registerer) (*services, error) {
+func newServices(ctx context.Context, cfg config, home, token, tokenPath string, logger *slog.Logger, reg prometheus.Registerer) (_ *services, err error) {
 	cwd, err := os.Getwd()
 	if err != nil {
 		return nil, fmt.Errorf("working directory: %w", err)
@@ -287,17 +354,18 @@ func newServices(ctx context.Context, cfg config, home, token, tokenPath string,
 	if err != nil {
 		return nil, err
 	}
-	env, err := shellenv.New(shellenv.Options{
-		Home:           home,
-		StatePath:      filepath.Join(home, "contributors.json"),
-		WebhookTimeout: ms(cfg.Webhooks.TimeoutMs),
-		Logger:         logger.With("component", "shellenv"),
-		Registerer:     reg,
-	})
+	env, node, stopCluster, err := newRegistry(ctx, cfg, home, logger, reg)
 	if err != nil {
 		return nil, err
 	}
-	sessions, err := agents.Open(ctx, agents.Options{
+	defer func() {
+		if err != nil && node != nil {
+			stopCluster()
+			node.Close()
+		}
+	}()
+	var sessions *agents.Store
+	sessions, err = agents.Open(ctx, agents.Options{
 		Dir:        filepath.Join(home, "sessions"),
 		DefaultCwd: cwd,
 		MaxDepth:   cfg.Agents.MaxDepth,
@@ -325,13 +393,15 @@ func newServices(ctx context.Context, cfg config, home, token, tokenPath string,
 		Limits:      cfg.jobLimits(),
 	})
 	return &services{
-		sandbox:  sbx,
-		policy:   policy,
-		executor: executor,
-		env:      env,
-		sessions: sessions,
-		hooks:    hookCfg,
-		pipeline: pipeline,
+		node:        node,
+		stopCluster: stopCluster,
+		sandbox:     sbx,
+		policy:      policy,
+		executor:    executor,
+		env:         env,
+		sessions:    sessions,
+		hooks:       hookCfg,
+		pipeline:    pipeline,
 		mcp: mcp.New(mcp.Options{
 			Logger:         logger.With("component", "mcp"),
 			Pipeline:       pipeline,
@@ -413,6 +483,7 @@ func shutdown(srv *http.Server, svc *services, budget time.Duration, cancelReque
 		errs = append(errs, fmt.Errorf("http shutdown: %w", err))
 	}
 	stopLeases()
+	svc.leaveCluster()
 	if err := svc.sessions.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("close sessions: %w", err))
 	}

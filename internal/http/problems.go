@@ -38,6 +38,7 @@ var errorCodes = []struct {
 	{shellenv.ErrContributorNotFound, http.StatusNotFound, "contributor_not_found", "Contributor not found"},
 	{shellenv.ErrBuiltinContributor, http.StatusConflict, "builtin_contributor", "Built-in contributors cannot be removed"},
 	{shellenv.ErrInvalidPlugin, http.StatusUnprocessableEntity, "invalid_plugin", "Invalid plugin"},
+	{shellenv.ErrStoreUnavailable, http.StatusServiceUnavailable, "cluster_unavailable", "The cluster's shared registry could not store the change"},
 	{shellenv.ErrResolution, http.StatusBadGateway, "env_resolution_failed", "Managed environment could not be collected"},
 	{sandbox.ErrLooser, http.StatusUnprocessableEntity, "sandbox_looser", "Sandbox policy looser than allowed"},
 	{sandbox.ErrUnavailable, http.StatusUnprocessableEntity, "sandbox_unavailable", "Sandbox policy cannot be enforced on this host"},

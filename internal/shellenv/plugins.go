@@ -70,6 +70,9 @@ func (r *Registry) OpenPlugin(ctx context.Context, name string, lease time.Durat
 	if err != nil {
 		return Plugin{}, fmt.Errorf("open plugin %q: %w", name, err)
 	}
+	if r.store != nil {
+		return r.sharedOpenPlugin(ctx, name, lease)
+	}
 
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -126,6 +129,9 @@ func (r *Registry) RenewPlugin(ctx context.Context, id string, lease time.Durati
 	if err := ctx.Err(); err != nil {
 		return Plugin{}, err
 	}
+	if r.store != nil {
+		return r.sharedRenewPlugin(ctx, id, lease)
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	now := r.now()
@@ -171,6 +177,9 @@ func (r *Registry) ClosePlugin(ctx context.Context, id string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	if r.store != nil {
+		return r.sharedClosePlugin(ctx, id)
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	cur := r.expireLocked(r.now())
@@ -204,7 +213,12 @@ func (r *Registry) dropPlugins(cur *snapshot, ids map[string]bool) *snapshot {
 // ExpireLeases disposes every plugin whose lease has passed, with all its
 // contributors, in one snapshot swap. Readers already ignore expired plugins;
 // this frees their names and keys. Writers call it too before every change.
+// A shared registry leaves expiry to its store, which removes a plugin
+// record when its time to live passes; ExpireLeases does nothing then.
 func (r *Registry) ExpireLeases() {
+	if r.store != nil {
+		return
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.expireLocked(r.now())

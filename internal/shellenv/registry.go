@@ -22,6 +22,8 @@ const (
 	DefaultWebhookTimeout = 2 * time.Second
 	// DefaultExpiryInterval is how often Run disposes expired plugins.
 	DefaultExpiryInterval = time.Second
+	// DefaultStoreTimeout bounds one change of a shared registry.
+	DefaultStoreTimeout = 10 * time.Second
 	// MaxWebhookResponse is the largest webhook response body accepted.
 	MaxWebhookResponse = 1 << 20
 )
@@ -36,6 +38,13 @@ type Options struct {
 	Logger         *slog.Logger     // nil = discard
 	Registerer     prometheus.Registerer
 	ExpiryInterval time.Duration // how often Run disposes expired plugins; default 1s
+	// Store, when set, makes the registry shared (cluster mode): its
+	// contributors and plugins live in the store, StatePath is not used,
+	// and snapshots are built by Load and Apply from the store's changes.
+	Store Store
+	// StoreTimeout bounds one change of a shared registry, catching up
+	// with the store included; default 10s.
+	StoreTimeout time.Duration
 }
 
 // Registry is the registry of environment contributors and plugins. It is
@@ -43,6 +52,14 @@ type Options struct {
 type Registry struct {
 	mu   sync.Mutex // serialises writers; readers never take it
 	snap atomic.Pointer[snapshot]
+
+	// Shared registries only (see shared.go).
+	store        Store
+	applyMu      sync.Mutex    // serialises Load and Apply
+	applied      chan struct{} // closed and replaced at every applied change
+	ready        chan struct{} // closed by Load
+	readyOnce    sync.Once
+	storeTimeout time.Duration
 
 	home           string
 	statePath      string
@@ -72,6 +89,18 @@ func New(opts Options) (*Registry, error) {
 		expiryInterval: opts.ExpiryInterval,
 		client:         opts.HTTPClient,
 		logger:         opts.Logger,
+		store:          opts.Store,
+		storeTimeout:   opts.StoreTimeout,
+		applied:        make(chan struct{}),
+		ready:          make(chan struct{}),
+	}
+	if r.storeTimeout <= 0 {
+		r.storeTimeout = DefaultStoreTimeout
+	}
+	if r.store != nil {
+		r.statePath = "" // the store holds the durable contributors
+	} else {
+		close(r.ready)
 	}
 	if r.now == nil {
 		r.now = time.Now
@@ -149,6 +178,9 @@ func (r *Registry) Register(ctx context.Context, s Spec) (Contributor, error) {
 		}
 		return Contributor{}, fmt.Errorf("register contributor %q: %w", s.Name, de)
 	}
+	if r.store != nil {
+		return r.sharedRegister(ctx, s, cp)
+	}
 
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -217,6 +249,9 @@ func (r *Registry) persist(s *snapshot) error {
 func (r *Registry) Unregister(ctx context.Context, name string) error {
 	if err := ctx.Err(); err != nil {
 		return err
+	}
+	if r.store != nil {
+		return r.sharedUnregister(ctx, name)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()

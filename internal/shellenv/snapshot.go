@@ -127,6 +127,8 @@ type snapshot struct {
 	// then, readers need not check expiry per item.
 	earliestNano int64
 	kinds        map[string]int // contributor count by kind
+	// rev is the store revision a shared registry's snapshot reflects.
+	rev uint64
 }
 
 func cmpEntry(a, b *entry) int { return strings.Compare(a.pub.Name, b.pub.Name) }

@@ -1920,6 +1920,24 @@ export interface components {
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
+        /** @description `cluster_unavailable` (cluster mode only): the shared registry could not store the change within 10 s — NATS is unreachable from this replica, the bucket has no quorum, or the change was stored but this replica could not catch up with it in time; read the registry before retrying. Nothing else changed. */
+        R503Cluster: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                /**
+                 * @example {
+                 *       "type": "about:blank",
+                 *       "title": "The cluster's shared registry could not store the change",
+                 *       "status": 503,
+                 *       "code": "cluster_unavailable",
+                 *       "instance": "/contributors"
+                 *     }
+                 */
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
         /** @description `insufficient_storage`: the disk (or the quota) is full, so what the request must store (an agent, a transcript event, a durable contributor, an idempotency key) could not be written. Nothing changed. */
         R507: {
             headers: {
@@ -2195,6 +2213,7 @@ export interface operations {
             413: components["responses"]["R413"];
             421: components["responses"]["R421"];
             422: components["responses"]["R422"];
+            503: components["responses"]["R503Cluster"];
             507: components["responses"]["R507"];
             default: components["responses"]["Problem"];
         };
@@ -2271,6 +2290,7 @@ export interface operations {
             404: components["responses"]["R404"];
             409: components["responses"]["R409"];
             421: components["responses"]["R421"];
+            503: components["responses"]["R503Cluster"];
             507: components["responses"]["R507"];
             default: components["responses"]["Problem"];
         };
@@ -2356,6 +2376,7 @@ export interface operations {
             413: components["responses"]["R413"];
             421: components["responses"]["R421"];
             422: components["responses"]["R422"];
+            503: components["responses"]["R503Cluster"];
             default: components["responses"]["Problem"];
         };
     };
@@ -2420,6 +2441,7 @@ export interface operations {
             401: components["responses"]["R401"];
             404: components["responses"]["R404"];
             421: components["responses"]["R421"];
+            503: components["responses"]["R503Cluster"];
             default: components["responses"]["Problem"];
         };
     };
@@ -2466,6 +2488,7 @@ export interface operations {
             413: components["responses"]["R413"];
             421: components["responses"]["R421"];
             422: components["responses"]["R422"];
+            503: components["responses"]["R503Cluster"];
             default: components["responses"]["Problem"];
         };
     };

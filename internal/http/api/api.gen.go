@@ -1985,6 +1985,9 @@ type R502 = Problem
 // R503 defines model for R503.
 type R503 = Problem
 
+// R503Cluster defines model for R503Cluster.
+type R503Cluster = Problem
+
 // R507 defines model for R507.
 type R507 = Problem
 
@@ -4258,6 +4261,8 @@ type R502ApplicationProblemPlusJSONResponse Problem
 
 type R503ApplicationProblemPlusJSONResponse Problem
 
+type R503ClusterApplicationProblemPlusJSONResponse Problem
+
 type R507ApplicationProblemPlusJSONResponse Problem
 
 type ListAgentsRequestObject struct {
@@ -5633,6 +5638,22 @@ func (response RegisterContributor422ApplicationProblemPlusJSONResponse) VisitRe
 	return err
 }
 
+type RegisterContributor503ApplicationProblemPlusJSONResponse struct {
+	R503ClusterApplicationProblemPlusJSONResponse
+}
+
+func (response RegisterContributor503ApplicationProblemPlusJSONResponse) VisitRegisterContributorResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type RegisterContributor507ApplicationProblemPlusJSONResponse struct {
 	R507ApplicationProblemPlusJSONResponse
 }
@@ -5758,6 +5779,22 @@ func (response DeleteContributor421ApplicationProblemPlusJSONResponse) VisitDele
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(421)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteContributor503ApplicationProblemPlusJSONResponse struct {
+	R503ClusterApplicationProblemPlusJSONResponse
+}
+
+func (response DeleteContributor503ApplicationProblemPlusJSONResponse) VisitDeleteContributorResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -7485,6 +7522,22 @@ func (response OpenPlugin422ApplicationProblemPlusJSONResponse) VisitOpenPluginR
 	return err
 }
 
+type OpenPlugin503ApplicationProblemPlusJSONResponse struct {
+	R503ClusterApplicationProblemPlusJSONResponse
+}
+
+func (response OpenPlugin503ApplicationProblemPlusJSONResponse) VisitOpenPluginResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type OpenPlugindefaultApplicationProblemPlusJSONResponse struct {
 	Body       Problem
 	StatusCode int
@@ -7578,6 +7631,22 @@ func (response ClosePlugin421ApplicationProblemPlusJSONResponse) VisitClosePlugi
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(421)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ClosePlugin503ApplicationProblemPlusJSONResponse struct {
+	R503ClusterApplicationProblemPlusJSONResponse
+}
+
+func (response ClosePlugin503ApplicationProblemPlusJSONResponse) VisitClosePluginResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -7833,6 +7902,22 @@ func (response RenewPlugin422ApplicationProblemPlusJSONResponse) VisitRenewPlugi
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RenewPlugin503ApplicationProblemPlusJSONResponse struct {
+	R503ClusterApplicationProblemPlusJSONResponse
+}
+
+func (response RenewPlugin503ApplicationProblemPlusJSONResponse) VisitRenewPluginResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }

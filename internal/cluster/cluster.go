@@ -1,0 +1,178 @@
+// Package cluster runs dshd in cluster mode: several replicas share, through
+// NATS JetStream, the registry of contributors and plugins (a key-value
+// bucket every replica follows) and announce themselves with heartbeats.
+// It owns the NATS connection; nothing else in dshd imports NATS, and
+// nothing here runs unless the configuration file has a cluster section.
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Bucket names. Every replica of one cluster uses the same ones.
+const (
+	RegistryBucket = "dshd_registry"
+)
+
+// Defaults applied by Connect.
+const (
+	DefaultStoreReplicas  = 3
+	DefaultConnectTimeout = 10 * time.Second
+	// markerTTL is how long the registry bucket keeps the marker the
+	// server writes when a record's time to live passes. A replica that
+	// is cut off longer than this misses the marker and keeps hiding the
+	// plugin by its lease on its own clock (see shellenv).
+	markerTTL = time.Hour
+)
+
+// ErrInvalidConfig is wrapped by Config.Validate.
+var ErrInvalidConfig = errors.New("cluster: invalid configuration")
+
+// replicaIDRe is what a replica id may be: it names keys and subjects.
+var replicaIDRe = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// Config is the cluster section of the configuration file.
+type Config struct {
+	URLs            []string // NATS server URLs, nats://host:port
+	CredentialsFile string   // NATS credentials (.creds) file; "" = none
+	ReplicaID       string   // this replica's id, unique in the cluster
+	AdvertiseURL    string   // where other replicas reach this one; "" = the listen address
+	StoreReplicas   int      // JetStream replicas of the buckets; 0 = DefaultStoreReplicas
+	ConnectTimeout  time.Duration
+	Logger          *slog.Logger
+}
+
+// Validate reports every problem of c, wrapping ErrInvalidConfig.
+func (c Config) Validate() error {
+	var problems []string
+	if len(c.URLs) == 0 {
+		problems = append(problems, "urls: at least one NATS URL is required")
+	}
+	for _, u := range c.URLs {
+		if strings.TrimSpace(u) == "" || strings.ContainsAny(u, ", ") {
+			problems = append(problems, fmt.Sprintf("urls: %q is not one URL", u))
+		}
+	}
+	if !replicaIDRe.MatchString(c.ReplicaID) {
+		problems = append(problems, fmt.Sprintf("replicaId: %q must be 1-64 letters, digits, '-' or '_'", c.ReplicaID))
+	}
+	if c.StoreReplicas < 0 || c.StoreReplicas > 5 {
+		problems = append(problems, fmt.Sprintf("storeReplicas: %d is outside 1-5", c.StoreReplicas))
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("%w: %s", ErrInvalidConfig, strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+// Node is this replica's connection to the cluster.
+type Node struct {
+	cfg      Config
+	logger   *slog.Logger
+	nc       *nats.Conn
+	js       jetstream.JetStream
+	registry jetstream.KeyValue
+	regStrm  jetstream.Stream
+}
+
+// Connect connects to NATS and makes sure the buckets exist (creating
+// them with cfg.StoreReplicas replicas when they do not). It fails when
+// no server answers within cfg.ConnectTimeout, or JetStream is not
+// enabled there.
+func Connect(ctx context.Context, cfg Config) (*Node, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.StoreReplicas == 0 {
+		cfg.StoreReplicas = DefaultStoreReplicas
+	}
+	if cfg.ConnectTimeout <= 0 {
+		cfg.ConnectTimeout = DefaultConnectTimeout
+	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	opts := []nats.Option{
+		nats.Name("dshd " + cfg.ReplicaID),
+		nats.Timeout(cfg.ConnectTimeout),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(250 * time.Millisecond),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			logger.Warn("disconnected from NATS", "err", err)
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			logger.Info("reconnected to NATS", "server", nc.ConnectedUrlRedacted())
+		}),
+	}
+	if cfg.CredentialsFile != "" {
+		opts = append(opts, nats.UserCredentials(cfg.CredentialsFile))
+	}
+	nc, err := nats.Connect(strings.Join(cfg.URLs, ","), opts...)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: connect to NATS: %w", err)
+	}
+	n := &Node{cfg: cfg, logger: logger, nc: nc}
+	if err := n.setup(ctx); err != nil {
+		nc.Close()
+		return nil, err
+	}
+	logger.Info("joined cluster", "replica", cfg.ReplicaID, "server", nc.ConnectedUrlRedacted())
+	return n, nil
+}
+
+func (n *Node) setup(ctx context.Context) error {
+	js, err := jetstream.New(n.nc)
+	if err != nil {
+		return fmt.Errorf("cluster: JetStream: %w", err)
+	}
+	n.js = js
+	ctx, cancel := context.WithTimeout(ctx, n.cfg.ConnectTimeout)
+	defer cancel()
+	// Several replicas may start at once: creating a bucket with the same
+	// configuration is idempotent, so a retry after a collision succeeds.
+	var lastErr error
+	for attempt := 0; attempt < 20; attempt++ {
+		n.registry, lastErr = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket:         RegistryBucket,
+			Description:    "dshd registry: durable contributors (c.<name>) and plugins with their contributors (p.<id>)",
+			History:        1,
+			Storage:        jetstream.FileStorage,
+			Replicas:       n.cfg.StoreReplicas,
+			LimitMarkerTTL: markerTTL,
+		})
+		if lastErr == nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("cluster: registry bucket: %w", lastErr)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	if lastErr != nil {
+		return fmt.Errorf("cluster: registry bucket: %w", lastErr)
+	}
+	n.regStrm, err = js.Stream(ctx, "KV_"+RegistryBucket)
+	if err != nil {
+		return fmt.Errorf("cluster: registry stream: %w", err)
+	}
+	return nil
+}
+
+// ReplicaID returns this replica's id.
+func (n *Node) ReplicaID() string { return n.cfg.ReplicaID }
+
+// Close closes the NATS connection.
+func (n *Node) Close() {
+	n.nc.Close()
+}

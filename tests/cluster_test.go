@@ -1,0 +1,209 @@
+package tests
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dshd/dshd/internal/cluster/natstest"
+)
+
+// startCluster starts a three-node NATS JetStream cluster in this process
+// and three dshd replicas (the real binary) against it, sharing one token.
+// Replica i connects to NATS node i first.
+func startCluster(t *testing.T) (*natstest.Cluster, []*testServer) {
+	t.Helper()
+	nc := natstest.Start(t, 3)
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte(strings.Repeat("c", 64)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var rs []*testServer
+	for i := range 3 {
+		urls := append([]string{nc.URLs[i]}, append(append([]string(nil), nc.URLs[:i]...), nc.URLs[i+1:]...)...)
+		cfg := fmt.Sprintf("cluster:\n  replicaId: replica-%d\n  urls: [%s]\n", i, strings.Join(urls, ", "))
+		rs = append(rs, startServer(t, withConfig(cfg), withArgs("--token-file", tokenFile)))
+	}
+	return nc, rs
+}
+
+type declarationList struct {
+	Declarations []struct {
+		Key         string  `json:"key"`
+		Contributor string  `json:"contributor"`
+		Plugin      *string `json:"plugin"`
+	} `json:"declarations"`
+}
+
+// declaredBy returns the contributor declaring key on s, or "".
+func (s *testServer) declaredBy(t *testing.T, key string) string {
+	t.Helper()
+	var d declarationList
+	if st := s.doJSON(t, "GET", "/env/declarations", nil, &d); st != 200 {
+		t.Fatalf("declarations: %d", st)
+	}
+	for _, x := range d.Declarations {
+		if x.Key == key {
+			return x.Contributor
+		}
+	}
+	return ""
+}
+
+func staticContributor(name, key, value string) map[string]any {
+	return map[string]any{
+		"name":     name,
+		"keys":     []map[string]string{{"key": key, "description": "A fact shared by the cluster."}},
+		"resolver": map[string]any{"kind": "static", "values": map[string]string{key: value}},
+	}
+}
+
+// TestClusterRegistry: a contributor registered on one replica is in the
+// declarations and in children's environment on all three; of concurrent
+// registrations of one name (or one key) on all three, exactly one wins;
+// a plugin's lease expires through the store after its replica is killed.
+func TestClusterRegistry(t *testing.T) {
+	_, rs := startCluster(t)
+
+	start := time.Now()
+	if st := rs[0].doJSON(t, "POST", "/contributors", staticContributor("team.repo", "DSH_REPO", "acme/widgets"), nil); st != 201 {
+		t.Fatalf("register: %d", st)
+	}
+	written := time.Since(start)
+	for i, s := range rs {
+		for s.declaredBy(t, "DSH_REPO") != "team.repo" {
+			if time.Since(start) > 10*time.Second {
+				t.Fatalf("replica %d does not declare DSH_REPO 10s after it was registered", i)
+			}
+			time.Sleep(time.Millisecond)
+		}
+		t.Logf("replica %d declares DSH_REPO %s after the POST began (the POST took %s)", i, time.Since(start).Round(time.Microsecond), written.Round(time.Microsecond))
+	}
+	for i, s := range rs {
+		var j job
+		if st := s.doJSON(t, "POST", "/exec", map[string]any{"command": `printf %s "$DSH_REPO"`}, &j); st != 200 {
+			t.Fatalf("replica %d exec: %d", i, st)
+		}
+		if j.Stdout.Text != "acme/widgets" || j.ManagedEnv["DSH_REPO"] != "acme/widgets" {
+			t.Fatalf("replica %d child saw DSH_REPO=%q (managedEnv %v)", i, j.Stdout.Text, j.ManagedEnv)
+		}
+	}
+
+	for round, sameName := range []bool{true, false, true, false} {
+		key := fmt.Sprintf("DSH_RACE_%d", round)
+		codes := make([]int, len(rs))
+		probs := make([]problem, len(rs))
+		var wg sync.WaitGroup
+		gate := make(chan struct{})
+		for i, s := range rs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				name := fmt.Sprintf("race.%d", round)
+				if !sameName {
+					name = fmt.Sprintf("race.%d.replica%d", round, i)
+				}
+				<-gate
+				codes[i] = s.doJSON(t, "POST", "/contributors", staticContributor(name, key, fmt.Sprint(i)), &probs[i])
+			}()
+		}
+		close(gate)
+		wg.Wait()
+		wins := 0
+		for i, c := range codes {
+			switch {
+			case c == 201:
+				wins++
+			case c == 409 && sameName && probs[i].Code == "duplicate_contributor":
+			case c == 409 && !sameName && probs[i].Code == "key_owned":
+			default:
+				t.Fatalf("round %d (same name %v): replica %d answered %d %+v", round, sameName, i, c, probs[i])
+			}
+		}
+		if wins != 1 {
+			t.Fatalf("round %d (same name %v): %d registrations succeeded (%v), want exactly one", round, sameName, wins, codes)
+		}
+		owner := rs[0].declaredBy(t, key)
+		for i, s := range rs {
+			deadline := time.Now().Add(10 * time.Second)
+			for s.declaredBy(t, key) != owner && time.Now().Before(deadline) {
+				time.Sleep(5 * time.Millisecond)
+			}
+			if got := s.declaredBy(t, key); got != owner || owner == "" {
+				t.Fatalf("round %d: replica %d says %s is declared by %q, replica 0 by %q", round, i, key, got, owner)
+			}
+		}
+	}
+
+	// A plugin opened on replica 0, which then dies: its lease ends on the
+	// store's clock, not that replica's.
+	var p struct {
+		ID string `json:"id"`
+	}
+	if st := rs[0].doJSON(t, "POST", "/plugins", map[string]any{"name": "doomed", "leaseSeconds": 2}, &p); st != 201 {
+		t.Fatalf("open plugin: %d", st)
+	}
+	c := staticContributor("doomed.fact", "DSH_DOOMED", "x")
+	c["plugin"] = p.ID
+	if st := rs[0].doJSON(t, "POST", "/contributors", c, nil); st != 201 {
+		t.Fatalf("register under plugin: %d", st)
+	}
+	rs[0].crash(t)
+	killed := time.Now()
+	var pr problem
+	for i, s := range rs[1:] {
+		if by := s.declaredBy(t, "DSH_DOOMED"); by != "doomed.fact" && time.Since(killed) < time.Second {
+			t.Fatalf("replica %d: DSH_DOOMED declared by %q before the lease passed", i+1, by)
+		}
+	}
+	// The key is free for registration once the store removed the plugin.
+	for {
+		st := rs[1].doJSON(t, "POST", "/contributors", staticContributor("durable.fact", "DSH_DOOMED", "y"), &pr)
+		if st == 201 {
+			break
+		}
+		if st != 409 || pr.Code != "key_owned" || time.Since(killed) > 15*time.Second {
+			t.Fatalf("register the expired plugin's key %s after the replica died: %d %+v", time.Since(killed), st, pr)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("the dead replica's plugin was removed by the store %s after the kill (lease 2s)", time.Since(killed).Round(time.Millisecond))
+	for i, s := range rs[1:] {
+		deadline := time.Now().Add(10 * time.Second)
+		for s.declaredBy(t, "DSH_DOOMED") != "durable.fact" && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		if got := s.declaredBy(t, "DSH_DOOMED"); got != "durable.fact" {
+			t.Fatalf("replica %d: DSH_DOOMED declared by %q, want durable.fact", i+1, got)
+		}
+		if st := s.doJSON(t, "GET", "/plugins/"+p.ID, nil, nil); st != 404 {
+			t.Fatalf("replica %d: expired plugin answers %d", i+1, st)
+		}
+	}
+}
+
+// TestClusterConfigRefused: a cluster section that cannot work stops dshd
+// at start, naming the problem, and never falls back to running alone.
+func TestClusterConfigRefused(t *testing.T) {
+	for name, cfg := range map[string]string{
+		"no urls":        "cluster:\n  replicaId: a\n",
+		"bad replica":    "cluster:\n  replicaId: 'a b'\n  urls: [nats://127.0.0.1:1]\n",
+		"relative creds": "cluster:\n  replicaId: a\n  urls: [nats://127.0.0.1:1]\n  credentialsFile: user.creds\n",
+		"no NATS":        "cluster:\n  replicaId: a\n  urls: [nats://127.0.0.1:1]\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			p := filepath.Join(t.TempDir(), "config.yaml")
+			if err := os.WriteFile(p, []byte(cfg), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			out := refuseToStart(t, t.TempDir(), "--config", p)
+			if !strings.Contains(out, "cluster") {
+				t.Fatalf("refusal does not name the cluster section: %s", out)
+			}
+		})
+	}
+}
