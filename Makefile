@@ -63,7 +63,7 @@ bench:
 FUZZ_COUNT ?= 20000
 FUZZ_SEED ?= $(shell date +%s)
 fuzz:
-	$(GO) test -race -count=1 -timeout 60m -v -run '^TestContractFuzz$$' ./tests -args -contract.count=$(FUZZ_COUNT) -contract.seed=$(FUZZ_SEED)
+	$(GO) test -race -count=1 -timeout 60m -v -run '^TestContractFuzz$$' ./cmd/dshd -args -contract.count=$(FUZZ_COUNT) -contract.seed=$(FUZZ_SEED)
 
 run:
 	$(GO) run ./cmd/dshd

@@ -1,10 +1,11 @@
-package tests
+package main
 
 import (
 	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"mime"
@@ -14,6 +15,7 @@ import (
 	"regexp"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 
@@ -26,7 +28,7 @@ import (
 // loadContract loads and validates api/openapi.yaml.
 func loadContract(t testing.TB) *openapi3.T {
 	t.Helper()
-	b, err := os.ReadFile("../api/openapi.yaml")
+	b, err := os.ReadFile("../../api/openapi.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -381,24 +383,57 @@ type contractEvent struct {
 	Data  any    `json:"data"`
 }
 
-// parseEvents decodes every event of an SSE body (see sseClient).
+// parseEvents decodes every event of an SSE body as the SSE standard says
+// a client must (fields id, event, data, retry; comments; dispatch on a
+// blank line; an event without data is not dispatched), with each event's
+// data decoded as JSON. A body that ends inside an event is an error.
 func parseEvents(body []byte) ([]contractEvent, error) {
-	c := newSSEClient(bytes.NewReader(body))
-	var out []contractEvent
-	for {
-		ev, err := c.Next()
-		if err == io.EOF {
-			return out, nil
-		}
-		if err != nil {
-			return out, err
-		}
-		var data any
-		if err := json.Unmarshal(ev.Data, &data); err != nil {
-			return out, fmt.Errorf("event %s %s: data is not JSON: %v: %.200s", ev.ID, ev.Name, err, ev.Data)
-		}
-		out = append(out, contractEvent{ID: ev.ID, Event: ev.Name, Data: data})
+	var (
+		out      []contractEvent
+		id, name string
+		data     []string
+		pending  bool // a field of an undispatched event was read
+	)
+	text := strings.ReplaceAll(strings.ReplaceAll(string(body), "\r\n", "\n"), "\r", "\n")
+	lines := strings.Split(text, "\n")
+	if lines[len(lines)-1] != "" {
+		return out, fmt.Errorf("the stream ends inside a line: %q", lines[len(lines)-1])
 	}
+	for _, line := range lines[:len(lines)-1] {
+		if line == "" {
+			if data != nil {
+				joined := strings.Join(data, "\n")
+				var v any
+				if err := json.Unmarshal([]byte(joined), &v); err != nil {
+					return out, fmt.Errorf("event %s %s: data is not JSON: %v: %.200s", id, name, err, joined)
+				}
+				if name == "" {
+					name = "message"
+				}
+				out = append(out, contractEvent{ID: id, Event: name, Data: v})
+			}
+			name, data, pending = "", nil, false
+			continue
+		}
+		if strings.HasPrefix(line, ":") {
+			continue // a comment (keep-alive)
+		}
+		field, value, _ := strings.Cut(line, ":")
+		value = strings.TrimPrefix(value, " ")
+		pending = true
+		switch field {
+		case "id":
+			id = value // the last event id persists, as the standard says
+		case "event":
+			name = value
+		case "data":
+			data = append(data, value)
+		}
+	}
+	if pending {
+		return out, errors.New("the stream ends inside an event")
+	}
+	return out, nil
 }
 
 // checkEvents checks every event of an SSE body against schema.
