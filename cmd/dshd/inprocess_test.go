@@ -1,20 +1,26 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"io"
+	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 )
 
 // testServer is the server run() serves in-process (startRun), for the
-// tests that check the whole HTTP surface against the contract but need no
-// process tree of their own: the contract fuzz, the auth answers, the
-// conformance of every answer and of the output events. They lived in
-// tests/, which starts the binary for each test.
+// tests that check the whole HTTP surface but need no process tree of their
+// own: the contract fuzz, the auth answers, the conformance of every answer
+// and of the output events, and the HTTP hardening (JSON bodies, Host,
+// framing, UI headers). They lived in tests/, which starts the binary for
+// each test.
 type testServer struct {
 	URL, Token string
 	*runningServer
@@ -108,4 +114,84 @@ func writeJSON(t *testing.T, path string, v any) {
 	if err := os.WriteFile(path, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// problem is the part of a problem+json body these tests read.
+type problem struct {
+	Status int    `json:"status"`
+	Code   string `json:"code"`
+	Detail string `json:"detail"`
+}
+
+// sendRaw sends body exactly as given, with the token, and returns the
+// status, the Content-Type and the body of the answer.
+func (s *testServer) sendRaw(t *testing.T, method, path string, body []byte, headers map[string]string) (int, string, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(method, s.URL+path, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+s.Token)
+	req.Header.Set("Content-Type", "application/json")
+	for k, v := range headers {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, resp.Header.Get("Content-Type"), b
+}
+
+// job is the part of a job these tests read.
+type job struct {
+	ID     string `json:"id"`
+	State  string `json:"state"`
+	Stdout output `json:"stdout"`
+	Stderr output `json:"stderr"`
+}
+
+type output struct {
+	Text string `json:"text"`
+}
+
+// dialServer opens a raw TCP connection to the server, closed at cleanup.
+func dialServer(t *testing.T, s *testServer) net.Conn {
+	t.Helper()
+	u, err := url.Parse(s.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := net.DialTimeout("tcp", u.Host, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// readAnswer reads one response from c, allowing at most limit for it to
+// arrive, and reports whether the server then closed the connection (also
+// within limit).
+func readAnswer(t *testing.T, c net.Conn, limit time.Duration) (resp *http.Response, body string, closed bool) {
+	t.Helper()
+	start := time.Now()
+	_ = c.SetReadDeadline(start.Add(limit))
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("no answer within %v: %v", limit, err)
+	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatalf("read body: %v", err)
+	}
+	_, err = br.ReadByte()
+	return resp, string(b), errors.Is(err, io.EOF)
 }

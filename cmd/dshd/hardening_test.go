@@ -1,4 +1,4 @@
-package tests
+package main
 
 import (
 	"bytes"
@@ -9,38 +9,6 @@ import (
 	"testing"
 	"time"
 )
-
-// problem is the part of a problem+json body these tests read.
-type problem struct {
-	Status int    `json:"status"`
-	Code   string `json:"code"`
-	Detail string `json:"detail"`
-}
-
-// sendRaw sends body exactly as given, with the token, and returns the
-// status, the Content-Type and the body of the answer.
-func (s *testServer) sendRaw(t *testing.T, method, path string, body []byte, headers map[string]string) (int, string, []byte) {
-	t.Helper()
-	req, err := http.NewRequest(method, s.URL+path, bytes.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+s.Token)
-	req.Header.Set("Content-Type", "application/json")
-	for k, v := range headers {
-		req.Header.Set(k, v)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, resp.Header.Get("Content-Type"), b
-}
 
 // TestJSONBodyIsExactlyOneValidValue sends bodies that encoding/json would
 // quietly repair or cut short. Each must be refused with 400 bad_request and
