@@ -2,6 +2,7 @@ package tests
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -179,8 +180,9 @@ func testAgentLimits(t *testing.T, mode string) {
 	var health struct {
 		Details struct {
 			Containment struct {
-				Mode        string   `json:"mode"`
-				Controllers []string `json:"controllers"`
+				Mode        string            `json:"mode"`
+				Controllers []string          `json:"controllers"`
+				Limits      map[string]string `json:"limits"`
 			} `json:"containment"`
 		} `json:"details"`
 	}
@@ -188,17 +190,25 @@ func testAgentLimits(t *testing.T, mode string) {
 		t.Fatalf("healthz = %d, containment %+v; want mode %s", st, health.Details.Containment, mode)
 	}
 	// How this host enforces each limit: the kernel where the controller
-	// is delegated, else dshd's watcher (cgroup mode) or RLIMIT_AS / nothing
-	// (group mode).
+	// is delegated, else dshd's watcher (cgroup mode: cgroup.freeze for the
+	// CPU share, where the kernel has it) or RLIMIT_AS / nothing (group
+	// mode). /healthz says so, and every job below must say the same.
 	delegated := func(c string) bool { return slices.Contains(health.Details.Containment.Controllers, c) }
 	want := map[string]string{"pids": "none", "memoryBytes": "rlimit", "cpu": "none"}
 	if mode == "cgroup" {
-		want = map[string]string{"pids": "watcher", "memoryBytes": "watcher", "cpu": "none"}
+		want = map[string]string{"pids": "watcher", "memoryBytes": "watcher", "cpu": "watcher"}
+		if got := health.Details.Containment.Limits["cpu"]; got == "none" {
+			t.Logf("this host cannot freeze a cgroup (no cgroup.freeze before Linux 5.2): cpu is not enforced")
+			want["cpu"] = "none"
+		}
 		for name, ctrl := range map[string]string{"pids": "pids", "memoryBytes": "memory", "cpu": "cpu"} {
 			if delegated(ctrl) {
 				want[name] = "cgroup"
 			}
 		}
+	}
+	if !maps.Equal(health.Details.Containment.Limits, want) {
+		t.Errorf("healthz containment.limits = %v, want %v", health.Details.Containment.Limits, want)
 	}
 
 	type agent struct {
@@ -296,6 +306,42 @@ func testAgentLimits(t *testing.T, mode string) {
 		}
 		if left := survivors(run+"/bomb", 5*time.Second); len(left) > 0 {
 			t.Errorf("%d process(es) of the fork bomb survived", len(left))
+		}
+	}
+
+	// A CPU limit tighter than the agent's: a busy loop gets about its share
+	// (cgroup mode; in group mode nothing enforces it, and the record says
+	// so). An unlimited twin runs beside it for comparison.
+	if want["cpu"] != "none" {
+		busy := "end=$((SECONDS+3)); while [ $SECONDS -lt $end ]; do :; done; echo done"
+		var limitedCPU, twin job
+		if st := s.doJSON(t, "POST", "/exec", map[string]any{"command": busy, "agentId": child.ID, "background": true, "limits": map[string]any{"cpu": 0.1}}, &limitedCPU); st != 202 {
+			t.Fatalf("exec the CPU-limited loop = %d", st)
+		}
+		if st := s.doJSON(t, "POST", "/exec", map[string]any{"command": busy, "background": true}, &twin); st != 202 {
+			t.Fatalf("exec the unlimited loop = %d", st)
+		}
+		l, u := s.waitLimited(t, limitedCPU.ID), s.waitLimited(t, twin.ID)
+		var rec struct {
+			DurationMs int64        `json:"durationMs"`
+			Limits     *agentLimits `json:"limits"`
+		}
+		s.doJSON(t, "GET", "/jobs/"+limitedCPU.ID, nil, &rec)
+		if l.ExitCode == nil || *l.ExitCode != 0 || l.Stdout.Text != "done\n" || l.Usage == nil || u.Usage == nil {
+			t.Fatalf("CPU-limited loop ended %+v (twin %+v); want exit 0 with its output", l, u)
+		}
+		if rec.Limits == nil || deref(rec.Limits.CPU) != 0.1 || rec.Limits.Enforcement == nil || rec.Limits.Enforcement.CPU != want["cpu"] {
+			t.Errorf("CPU-limited job limits = %v, want cpu 0.1 enforced by %s", rec.Limits, want["cpu"])
+		}
+		// A tenth of the wall time it ran, plus a watch interval of CPU and
+		// the banked burst (10 ms), plus 50 ms for reading it late.
+		bound := rec.DurationMs/10 + 110
+		if l.Usage.CPUMs > bound {
+			t.Errorf("a loop limited to 0.1 CPU used %d ms of CPU in %d ms, want at most %d", l.Usage.CPUMs, rec.DurationMs, bound)
+		}
+		t.Logf("CPU in %d ms: limited to 0.1 CPU %d ms, unlimited twin %d ms", rec.DurationMs, l.Usage.CPUMs, u.Usage.CPUMs)
+		if u.Usage.CPUMs < 2*bound {
+			t.Logf("the machine is too loaded for the unlimited twin to show the difference (it got %d ms)", u.Usage.CPUMs)
 		}
 	}
 

@@ -424,7 +424,9 @@ function enforcementText(key, how) {
     case 'cgroup':
       return `kernel: cgroup ${LIMITS.find((l) => l.key === key)?.file ?? 'controller'}`;
     case 'watcher':
-      return 'dshd watcher: checked every 50 ms, the whole job killed past it';
+      return key === 'cpu'
+        ? 'dshd watcher: the job is frozen while past its share, checked every 50 ms'
+        : 'dshd watcher: checked every 50 ms, the whole job killed past it';
     case 'rlimit':
       return 'RLIMIT_AS on each process: allocations past it fail';
     case 'none':

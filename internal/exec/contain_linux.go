@@ -45,6 +45,8 @@ type ContainmentInfo struct {
 	// Subreaper is true when dshd adopts the descendants that leave their
 	// job (group mode).
 	Subreaper bool
+	// Limits says how each limit a job may have is enforced here.
+	Limits LimitEnforcement
 }
 
 // container is the executor's containment: a cgroup manager, or nothing
@@ -54,6 +56,9 @@ type container struct {
 	mgr   *cgroup.Manager // nil in group mode
 	log   *slog.Logger
 	watch limitWatch
+	// canFreeze: the groups have cgroup.freeze, so CPU limits can be
+	// enforced by freezing without the cpu controller.
+	canFreeze bool
 }
 
 // newContainer sets up containment for mode. home names the cgroup subtree,
@@ -68,6 +73,7 @@ func newContainer(mode, home, bash string, log *slog.Logger) (*container, error)
 		mgr, err := cgroup.Open(cgroupName(home), []string{bash, "-c", ":"})
 		if err == nil {
 			c.mgr = mgr
+			c.canFreeze = mgr.CanFreeze()
 			c.info.Mode = ContainmentCgroup
 			c.info.CgroupDir = mgr.Dir()
 			c.info.Controllers = mgr.Controllers()
@@ -110,6 +116,7 @@ var anonGroups atomic.Int64
 // Containment reports how jobs are contained.
 func (e *Executor) Containment() ContainmentInfo {
 	info := e.run.cont.info
+	info.Limits = e.run.cont.enforcement(Limits{Pids: 1, MemoryBytes: 1, CPU: 1})
 	info.Controllers = append([]string(nil), info.Controllers...)
 	return info
 }

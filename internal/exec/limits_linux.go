@@ -22,9 +22,10 @@ import (
 // (pids.max, memory.max, cpu.max); in cgroup mode without a controller,
 // dshd itself watches the job's group every LimitWatchInterval and kills it
 // on a breach (pids: the count of its processes; memory: the sum of their
-// resident memory); in group mode, RLIMIT_AS on the leader for memory,
-// inherited by what it starts (a per-process bound: an allocation past it
-// fails instead of the job being killed). CPU is limited only by cpu.max.
+// resident memory) and freezes it (cgroup.freeze) while it is past its CPU
+// share; in group mode, RLIMIT_AS on the leader for memory, inherited by
+// what it starts (a per-process bound: an allocation past it fails instead
+// of the job being killed), and nothing for pids and CPU.
 // Snapshot.Enforcement says which applied to a job.
 type Limits = limits.Limits
 
@@ -34,7 +35,8 @@ const (
 	// (pids.max, memory.max with swap off, cpu.max).
 	EnforcedCgroup = "cgroup"
 	// EnforcedWatcher: by dshd, which checks the job's cgroup every
-	// LimitWatchInterval and kills the whole job past the limit.
+	// LimitWatchInterval and kills the whole job past its pids or memory
+	// limit, and freezes it while it is past its CPU share.
 	EnforcedWatcher = "watcher"
 	// EnforcedRlimit: by RLIMIT_AS on every process of the job (group
 	// mode): an allocation past it fails; the job is not killed.
@@ -74,9 +76,12 @@ func (c *container) enforcement(l Limits) LimitEnforcement {
 		}
 	}
 	if l.CPU > 0 {
-		if has("cpu") {
+		switch {
+		case has("cpu"):
 			e.CPU = EnforcedCgroup
-		} else {
+		case c.mgr != nil && c.canFreeze:
+			e.CPU = EnforcedWatcher
+		default:
 			e.CPU = EnforcedNone
 		}
 	}
@@ -110,22 +115,37 @@ type Usage struct {
 // LimitWatchInterval is how often dshd checks the limits it enforces itself.
 const LimitWatchInterval = 50 * time.Millisecond
 
+// cpuBurstPeriod is the CPU credit a throttled job may bank, in wall time
+// at its share: cpu.max's default period.
+const cpuBurstPeriod = 100 * time.Millisecond
+
 // limitWatch enforces, in cgroup mode, the limits whose controller is not
-// delegated. One goroutine serves every watched job and runs only while
-// there is one.
+// delegated: it kills a job past its pids or memory limit, and freezes a job
+// past its CPU share until its share has caught up. One goroutine serves
+// every watched job and runs only while there is one.
 type limitWatch struct {
 	mu      sync.Mutex
-	procs   map[*proc]Limits
+	procs   map[*proc]*watched
 	running bool
 }
 
-func (w *limitWatch) add(p *proc, l Limits) {
+// watched is one job under the watch.
+type watched struct {
+	l   Limits
+	cpu *cpuThrottle // nil: no CPU limit to enforce here
+}
+
+func (w *limitWatch) add(p *proc, l Limits, throttleCPU bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.procs == nil {
-		w.procs = make(map[*proc]Limits)
+		w.procs = make(map[*proc]*watched)
 	}
-	w.procs[p] = l
+	ws := &watched{l: l}
+	if throttleCPU {
+		ws.cpu = newCPUThrottle(l.CPU, time.Now())
+	}
+	w.procs[p] = ws
 	if !w.running {
 		w.running = true
 		go w.loop()
@@ -150,24 +170,74 @@ func (w *limitWatch) loop() {
 		}
 		type item struct {
 			p *proc
-			l Limits
+			w *watched
 		}
 		items := make([]item, 0, len(w.procs))
-		for p, l := range w.procs {
-			items = append(items, item{p, l})
+		for p, ws := range w.procs {
+			items = append(items, item{p, ws})
 		}
 		w.mu.Unlock()
 		for _, it := range items {
-			if reason := breach(it.p.cg, it.l); reason != "" {
+			if reason := breach(it.p.cg, it.w.l); reason != "" {
 				it.p.limitKill(reason)
 				w.remove(it.p)
 			} else if it.p.isExited() && !it.p.cg.Populated() {
 				// Watched until its last process is gone: a leader may
 				// exit and leave a fork bomb behind.
 				w.remove(it.p)
+			} else if it.w.cpu != nil {
+				it.p.throttle(it.w.cpu.step(time.Now(), it.p.cg.CPUTime()))
 			}
 		}
 	}
+}
+
+// cpuThrottle decides when a job past its CPU share is frozen: a token
+// bucket that earns share×elapsed of CPU time, spends what the job's group
+// used, and banks at most share×cpuBurstPeriod. The job is frozen while the
+// bucket is in debt. Over any stretch of time the job gets its share, give
+// or take one LimitWatchInterval of CPU time per CPU it can use at once.
+type cpuThrottle struct {
+	share  float64
+	burst  time.Duration
+	last   time.Time
+	used   time.Duration // the group's CPU time at last
+	credit time.Duration
+}
+
+func newCPUThrottle(share float64, now time.Time) *cpuThrottle {
+	burst := time.Duration(share * float64(cpuBurstPeriod))
+	return &cpuThrottle{share: share, burst: burst, last: now, credit: burst}
+}
+
+// step takes the time now and the group's CPU time so far, and reports
+// whether the group should be frozen.
+func (c *cpuThrottle) step(now time.Time, used time.Duration) bool {
+	if used < c.used {
+		used = c.used // cpu.stat unreadable (0): spend nothing
+	}
+	earned := time.Duration(float64(now.Sub(c.last)) * c.share)
+	c.credit = min(c.credit+earned-(used-c.used), c.burst)
+	c.last, c.used = now, used
+	return c.credit < 0
+}
+
+// throttle freezes or thaws p's group; never freezes a job that is being
+// stopped or has exited, so the SIGTERM of the kill path is handled at
+// once. Under p.mu, so a stop cannot slip between the check and the write.
+func (p *proc) throttle(freeze bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stopping || p.exited {
+		freeze = false
+	}
+	if p.frozen == freeze || p.cg == nil {
+		return
+	}
+	if err := p.cg.Freeze(freeze); err != nil {
+		return // the group is gone; nothing to throttle
+	}
+	p.frozen = freeze
 }
 
 // breach returns why g is past l, or "".
@@ -232,9 +302,10 @@ func (p *proc) applyLimits(cs containSpec, pid int) {
 	}
 	if p.cg != nil {
 		m := cs.mgr
-		if (l.Pids > 0 && !m.Has("pids")) || (l.MemoryBytes > 0 && !m.Has("memory")) {
+		throttleCPU := l.CPU > 0 && !m.Has("cpu") && cs.c.canFreeze
+		if (l.Pids > 0 && !m.Has("pids")) || (l.MemoryBytes > 0 && !m.Has("memory")) || throttleCPU {
 			p.watch = &cs.c.watch
-			p.watch.add(p, l)
+			p.watch.add(p, l, throttleCPU)
 		}
 		return
 	}

@@ -3,6 +3,7 @@ package exec
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -79,6 +80,9 @@ func TestSnapshotLimitsAndEnforcement(t *testing.T) {
 		s := mustRun(t, e, Spec{Command: "true", Limits: Limits{Pids: 64, MemoryBytes: 1 << 30, CPU: 1}})
 		has := func(c string) bool { return slices.Contains(info.Controllers, c) }
 		want := LimitEnforcement{Pids: EnforcedWatcher, MemoryBytes: EnforcedWatcher, CPU: EnforcedNone}
+		if e.run.cont.canFreeze {
+			want.CPU = EnforcedWatcher // frozen past its share
+		}
 		if has("pids") {
 			want.Pids = EnforcedCgroup
 		}
@@ -92,4 +96,78 @@ func TestSnapshotLimitsAndEnforcement(t *testing.T) {
 			t.Errorf("Enforcement with controllers %v = %+v, want %+v", info.Controllers, s.Enforcement, want)
 		}
 	})
+}
+
+// TestCPUThrottleGivesTheShare drives the throttle with a job that uses
+// every CPU it is given (n CPUs at once while thawed) and checks what it
+// got over 20 s of simulated time is its share, give or take a tick's
+// worth.
+func TestCPUThrottleGivesTheShare(t *testing.T) {
+	for _, tt := range []struct {
+		share float64
+		cpus  int
+	}{{0.1, 1}, {0.5, 1}, {0.5, 2}, {1.5, 2}, {2, 1}} {
+		t.Run(fmt.Sprintf("share %v on %d busy CPUs", tt.share, tt.cpus), func(t *testing.T) {
+			now := time.Unix(1000, 0)
+			c := newCPUThrottle(tt.share, now)
+			var used time.Duration
+			frozen := false
+			const total = 20 * time.Second
+			for elapsed := time.Duration(0); elapsed < total; elapsed += LimitWatchInterval {
+				if !frozen {
+					used += time.Duration(tt.cpus) * LimitWatchInterval
+				}
+				now = now.Add(LimitWatchInterval)
+				frozen = c.step(now, used)
+			}
+			want := time.Duration(min(tt.share, float64(tt.cpus)) * float64(total))
+			slack := time.Duration(tt.cpus)*LimitWatchInterval + c.burst
+			if used < want-slack || used > want+slack {
+				t.Errorf("used %v of CPU in %v, want %v ± %v", used, total, want, slack)
+			}
+		})
+	}
+}
+
+// TestCPULimitByFreezing: in cgroup mode without the cpu controller, a
+// busy job limited to a tenth of a CPU gets about that, and one frozen
+// when it is cancelled still sees its SIGTERM at once.
+func TestCPULimitByFreezing(t *testing.T) {
+	e := newTestExecutor(t, func(o *Options) {
+		o.Containment = ContainmentAuto
+		o.Grace = 5 * time.Second
+	})
+	info := e.Containment()
+	if info.Mode != ContainmentCgroup {
+		t.Skipf("no cgroup v2 subtree here: %s", info.Reason)
+	}
+	if slices.Contains(info.Controllers, "cpu") || !e.run.cont.canFreeze {
+		t.Skipf("the cpu controller is delegated (or cgroup.freeze is missing): cpu.max, not the watcher, limits CPU here")
+	}
+	busy := `end=$((SECONDS+2)); while [ $SECONDS -lt $end ]; do :; done; echo done`
+	s := mustRun(t, e, Spec{Command: busy, Limits: Limits{CPU: 0.1}})
+	if s.Enforcement.CPU != EnforcedWatcher || s.ExitCode == nil || *s.ExitCode != 0 || s.Stdout.Text != "done\n" {
+		t.Fatalf("limited busy job: enforcement %+v, exit %v, stdout %q", s.Enforcement, s.ExitCode, s.Stdout.Text)
+	}
+	// 0.1 of the wall time it ran, plus a tick of CPU and the burst.
+	bound := time.Duration(0.1*float64(s.Duration)) + LimitWatchInterval + 10*time.Millisecond + 50*time.Millisecond
+	if s.Usage.CPUTime > bound {
+		t.Errorf("a job limited to 0.1 CPU used %v in %v, want at most %v", s.Usage.CPUTime, s.Duration, bound)
+	}
+	t.Logf("limited to 0.1 CPU: used %v of CPU in %v", s.Usage.CPUTime, s.Duration)
+
+	// Frozen most of the time; a cancel thaws it so its trap runs.
+	j, err := e.Start(testCtx(t), Spec{Command: `trap 'echo got-term; exit 0' TERM; while :; do :; done`, Background: true, Limits: Limits{CPU: 0.01}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond) // long enough to be frozen
+	start := time.Now()
+	snap, err := e.Cancel(testCtx(t), j.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > 3*time.Second || snap.Stdout.Text != "got-term\n" {
+		t.Errorf("cancelling a throttled job took %v, stdout %q; want the trap's output well within the 5 s grace", took, snap.Stdout.Text)
+	}
 }

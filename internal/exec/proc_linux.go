@@ -49,6 +49,7 @@ type proc struct {
 	used       Usage         // set when the leader is reaped
 	killedBy   string        // why the job was killed (KilledBy*), "" if it was not
 	watch      *limitWatch   // enforcing limits the cgroup lacks; nil if none
+	frozen     bool          // cg is frozen by the CPU throttle
 
 	// Interactive input (see input_linux.go): the pty master of a terminal
 	// job, or the write end of a stdin pipe held open. nil for jobs whose
@@ -362,6 +363,7 @@ func (p *proc) stop(reason State) {
 
 func (p *proc) kill() {
 	defer close(p.killDone)
+	p.throttle(false) // a frozen job would not see its SIGTERM
 	p.signalJob(syscall.SIGTERM)
 	grace := time.NewTimer(p.grace)
 	defer grace.Stop()

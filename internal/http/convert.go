@@ -211,18 +211,24 @@ func toAPIJobLimits(l limits.Limits, e exec.LimitEnforcement) *api.JobLimits {
 	if l.IsZero() {
 		return nil
 	}
+	return &api.JobLimits{
+		Pids:        optional(l.Pids),
+		MemoryBytes: optional(l.MemoryBytes),
+		Cpu:         optional(float32(l.CPU)),
+		Enforcement: toAPIEnforcement(e),
+	}
+}
+
+// toAPIEnforcement says how each limit is enforced; a limit without an
+// enforcement ("") is absent.
+func toAPIEnforcement(e exec.LimitEnforcement) api.JobLimitsEnforcement {
 	enf := func(s string) *api.LimitEnforcement {
 		if s == "" {
 			return nil
 		}
 		return ptr(api.LimitEnforcement(s))
 	}
-	return &api.JobLimits{
-		Pids:        optional(l.Pids),
-		MemoryBytes: optional(l.MemoryBytes),
-		Cpu:         optional(float32(l.CPU)),
-		Enforcement: api.JobLimitsEnforcement{Cpu: enf(e.CPU), MemoryBytes: enf(e.MemoryBytes), Pids: enf(e.Pids)},
-	}
+	return api.JobLimitsEnforcement{Cpu: enf(e.CPU), MemoryBytes: enf(e.MemoryBytes), Pids: enf(e.Pids)}
 }
 
 // fromAPISandbox is a requested policy; nil requests nothing.
@@ -448,6 +454,10 @@ func toAPIContainment(c exec.ContainmentInfo) api.Containment {
 	}
 	if c.Reason != "" {
 		out.Reason = &c.Reason
+	}
+	if c.Limits != (exec.LimitEnforcement{}) {
+		e := toAPIEnforcement(c.Limits)
+		out.Limits = &e
 	}
 	return out
 }

@@ -179,8 +179,10 @@ func TestToAPIContainment(t *testing.T) {
 	}{
 		{
 			"cgroup",
-			exec.ContainmentInfo{Requested: "auto", Mode: "cgroup", CgroupDir: "/sys/fs/cgroup/x", Controllers: []string{"memory", "pids"}},
-			api.Containment{Requested: "auto", Mode: "cgroup", Controllers: []api.ContainmentControllers{"memory", "pids"}},
+			exec.ContainmentInfo{Requested: "auto", Mode: "cgroup", CgroupDir: "/sys/fs/cgroup/x", Controllers: []string{"memory", "pids"},
+				Limits: exec.LimitEnforcement{Pids: "cgroup", MemoryBytes: "cgroup", CPU: "watcher"}},
+			api.Containment{Requested: "auto", Mode: "cgroup", Controllers: []api.ContainmentControllers{"memory", "pids"},
+				Limits: &api.JobLimitsEnforcement{Pids: ptr(api.LimitEnforcementCgroup), MemoryBytes: ptr(api.LimitEnforcementCgroup), Cpu: ptr(api.LimitEnforcementWatcher)}},
 		},
 		{
 			"fallback",

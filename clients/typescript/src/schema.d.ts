@@ -737,6 +737,8 @@ export interface components {
             controllers: ("cpu" | "memory" | "pids")[];
             /** @description dshd adopts the descendants that leave their job. */
             subreaper: boolean;
+            /** @description How this host enforces each limit a job may have (`jobs.limits`, an agent's, a request's). */
+            limits?: components["schemas"]["JobLimitsEnforcement"];
         };
         DeclarationList: {
             /** @example DSH_ */
@@ -1252,10 +1254,12 @@ export interface components {
          *     limit given replaces the server's for this job.
          *     Enforced by the job's cgroup (`pids.max`, `memory.max`, `cpu.max`) where those
          *     controllers are delegated; in cgroup mode without them dshd watches the job every
-         *     50 ms and kills it past `pids` or `memoryBytes` (`killedBy`: `pids_limit`, `oom`);
-         *     in group mode `memoryBytes` is each process's `RLIMIT_AS` (allocations past it
-         *     fail) and `pids` and `cpu` are not enforced. `GET /healthz` lists the delegated
-         *     controllers; each job's `limits.enforcement` says what applied to it.
+         *     50 ms, kills it past `pids` or `memoryBytes` (`killedBy`: `pids_limit`, `oom`) and
+         *     freezes it while past its `cpu` share; in group mode `memoryBytes` is each
+         *     process's `RLIMIT_AS` (allocations past it fail) and `pids` and `cpu` are not
+         *     enforced. `GET /healthz` says how this host enforces each
+         *     (`details.containment.limits`); each job's `limits.enforcement` says what applied
+         *     to it.
          */
         Limits: {
             /**
@@ -1318,7 +1322,9 @@ export interface components {
         /**
          * @description `cgroup`: by the kernel, through the job cgroup's controller (`pids.max`,
          *     `memory.max` with swap off, `cpu.max`). `watcher`: by dshd, which checks the job's
-         *     cgroup every 50 ms and kills the whole job past the limit (`killedBy`). `rlimit`:
+         *     cgroup every 50 ms: past `pids` or `memoryBytes` it kills the whole job
+         *     (`killedBy`); past its `cpu` share it freezes the job (`cgroup.freeze`) until the
+         *     share has caught up. `rlimit`:
          *     `RLIMIT_AS` on every process of the job (an allocation past it fails; the job is not
          *     killed). `none`: this host cannot enforce it (no cgroup controller and no per-job
          *     kernel limit that means the same).

@@ -827,10 +827,12 @@ type AgentInput struct {
 	// limit given replaces the server's for this job.
 	// Enforced by the job's cgroup (`pids.max`, `memory.max`, `cpu.max`) where those
 	// controllers are delegated; in cgroup mode without them dshd watches the job every
-	// 50 ms and kills it past `pids` or `memoryBytes` (`killedBy`: `pids_limit`, `oom`);
-	// in group mode `memoryBytes` is each process's `RLIMIT_AS` (allocations past it
-	// fail) and `pids` and `cpu` are not enforced. `GET /healthz` lists the delegated
-	// controllers; each job's `limits.enforcement` says what applied to it.
+	// 50 ms, kills it past `pids` or `memoryBytes` (`killedBy`: `pids_limit`, `oom`) and
+	// freezes it while past its `cpu` share; in group mode `memoryBytes` is each
+	// process's `RLIMIT_AS` (allocations past it fail) and `pids` and `cpu` are not
+	// enforced. `GET /healthz` says how this host enforces each
+	// (`details.containment.limits`); each job's `limits.enforcement` says what applied
+	// to it.
 	Limits *Limits `json:"limits,omitempty"`
 
 	// Sandbox A sandbox policy asked for by the harness (never by a model: a tool argument naming a
@@ -901,6 +903,9 @@ type BuiltinContributorKind string
 type Containment struct {
 	// Controllers The cgroup controllers delegated to jobs, for `cpu.max`, `memory.max` and `pids.max`.
 	Controllers []ContainmentControllers `json:"controllers"`
+
+	// Limits How this host enforces each limit a job may have (`jobs.limits`, an agent's, a request's).
+	Limits *JobLimitsEnforcement `json:"limits,omitempty"`
 
 	// Mode The mode in effect.
 	Mode ContainmentMode `json:"mode"`
@@ -1026,10 +1031,12 @@ type ExecRequest struct {
 	// limit given replaces the server's for this job.
 	// Enforced by the job's cgroup (`pids.max`, `memory.max`, `cpu.max`) where those
 	// controllers are delegated; in cgroup mode without them dshd watches the job every
-	// 50 ms and kills it past `pids` or `memoryBytes` (`killedBy`: `pids_limit`, `oom`);
-	// in group mode `memoryBytes` is each process's `RLIMIT_AS` (allocations past it
-	// fail) and `pids` and `cpu` are not enforced. `GET /healthz` lists the delegated
-	// controllers; each job's `limits.enforcement` says what applied to it.
+	// 50 ms, kills it past `pids` or `memoryBytes` (`killedBy`: `pids_limit`, `oom`) and
+	// freezes it while past its `cpu` share; in group mode `memoryBytes` is each
+	// process's `RLIMIT_AS` (allocations past it fail) and `pids` and `cpu` are not
+	// enforced. `GET /healthz` says how this host enforces each
+	// (`details.containment.limits`); each job's `limits.enforcement` says what applied
+	// to it.
 	Limits *Limits `json:"limits,omitempty"`
 
 	// OpenStdin Keep the command's stdin pipe open after `stdin` is written, so that
@@ -1082,10 +1089,12 @@ type ForkInput struct {
 	// limit given replaces the server's for this job.
 	// Enforced by the job's cgroup (`pids.max`, `memory.max`, `cpu.max`) where those
 	// controllers are delegated; in cgroup mode without them dshd watches the job every
-	// 50 ms and kills it past `pids` or `memoryBytes` (`killedBy`: `pids_limit`, `oom`);
-	// in group mode `memoryBytes` is each process's `RLIMIT_AS` (allocations past it
-	// fail) and `pids` and `cpu` are not enforced. `GET /healthz` lists the delegated
-	// controllers; each job's `limits.enforcement` says what applied to it.
+	// 50 ms, kills it past `pids` or `memoryBytes` (`killedBy`: `pids_limit`, `oom`) and
+	// freezes it while past its `cpu` share; in group mode `memoryBytes` is each
+	// process's `RLIMIT_AS` (allocations past it fail) and `pids` and `cpu` are not
+	// enforced. `GET /healthz` says how this host enforces each
+	// (`details.containment.limits`); each job's `limits.enforcement` says what applied
+	// to it.
 	Limits *Limits `json:"limits,omitempty"`
 
 	// Sandbox A sandbox policy asked for by the harness (never by a model: a tool argument naming a
@@ -1330,7 +1339,9 @@ type JobLimits struct {
 type JobLimitsEnforcement struct {
 	// Cpu `cgroup`: by the kernel, through the job cgroup's controller (`pids.max`,
 	// `memory.max` with swap off, `cpu.max`). `watcher`: by dshd, which checks the job's
-	// cgroup every 50 ms and kills the whole job past the limit (`killedBy`). `rlimit`:
+	// cgroup every 50 ms: past `pids` or `memoryBytes` it kills the whole job
+	// (`killedBy`); past its `cpu` share it freezes the job (`cgroup.freeze`) until the
+	// share has caught up. `rlimit`:
 	// `RLIMIT_AS` on every process of the job (an allocation past it fails; the job is not
 	// killed). `none`: this host cannot enforce it (no cgroup controller and no per-job
 	// kernel limit that means the same).
@@ -1338,7 +1349,9 @@ type JobLimitsEnforcement struct {
 
 	// MemoryBytes `cgroup`: by the kernel, through the job cgroup's controller (`pids.max`,
 	// `memory.max` with swap off, `cpu.max`). `watcher`: by dshd, which checks the job's
-	// cgroup every 50 ms and kills the whole job past the limit (`killedBy`). `rlimit`:
+	// cgroup every 50 ms: past `pids` or `memoryBytes` it kills the whole job
+	// (`killedBy`); past its `cpu` share it freezes the job (`cgroup.freeze`) until the
+	// share has caught up. `rlimit`:
 	// `RLIMIT_AS` on every process of the job (an allocation past it fails; the job is not
 	// killed). `none`: this host cannot enforce it (no cgroup controller and no per-job
 	// kernel limit that means the same).
@@ -1346,7 +1359,9 @@ type JobLimitsEnforcement struct {
 
 	// Pids `cgroup`: by the kernel, through the job cgroup's controller (`pids.max`,
 	// `memory.max` with swap off, `cpu.max`). `watcher`: by dshd, which checks the job's
-	// cgroup every 50 ms and kills the whole job past the limit (`killedBy`). `rlimit`:
+	// cgroup every 50 ms: past `pids` or `memoryBytes` it kills the whole job
+	// (`killedBy`); past its `cpu` share it freezes the job (`cgroup.freeze`) until the
+	// share has caught up. `rlimit`:
 	// `RLIMIT_AS` on every process of the job (an allocation past it fails; the job is not
 	// killed). `none`: this host cannot enforce it (no cgroup controller and no per-job
 	// kernel limit that means the same).
@@ -1407,7 +1422,9 @@ type KeySpec struct {
 
 // LimitEnforcement `cgroup`: by the kernel, through the job cgroup's controller (`pids.max`,
 // `memory.max` with swap off, `cpu.max`). `watcher`: by dshd, which checks the job's
-// cgroup every 50 ms and kills the whole job past the limit (`killedBy`). `rlimit`:
+// cgroup every 50 ms: past `pids` or `memoryBytes` it kills the whole job
+// (`killedBy`); past its `cpu` share it freezes the job (`cgroup.freeze`) until the
+// share has caught up. `rlimit`:
 // `RLIMIT_AS` on every process of the job (an allocation past it fails; the job is not
 // killed). `none`: this host cannot enforce it (no cgroup controller and no per-job
 // kernel limit that means the same).
@@ -1422,10 +1439,12 @@ type LimitEnforcement string
 // limit given replaces the server's for this job.
 // Enforced by the job's cgroup (`pids.max`, `memory.max`, `cpu.max`) where those
 // controllers are delegated; in cgroup mode without them dshd watches the job every
-// 50 ms and kills it past `pids` or `memoryBytes` (`killedBy`: `pids_limit`, `oom`);
-// in group mode `memoryBytes` is each process's `RLIMIT_AS` (allocations past it
-// fail) and `pids` and `cpu` are not enforced. `GET /healthz` lists the delegated
-// controllers; each job's `limits.enforcement` says what applied to it.
+// 50 ms, kills it past `pids` or `memoryBytes` (`killedBy`: `pids_limit`, `oom`) and
+// freezes it while past its `cpu` share; in group mode `memoryBytes` is each
+// process's `RLIMIT_AS` (allocations past it fail) and `pids` and `cpu` are not
+// enforced. `GET /healthz` says how this host enforces each
+// (`details.containment.limits`); each job's `limits.enforcement` says what applied
+// to it.
 type Limits struct {
 	// Cpu Share of one CPU (0.5: half a CPU).
 	Cpu *float32 `json:"cpu,omitempty"`
@@ -1713,10 +1732,12 @@ type SpawnInput struct {
 	// limit given replaces the server's for this job.
 	// Enforced by the job's cgroup (`pids.max`, `memory.max`, `cpu.max`) where those
 	// controllers are delegated; in cgroup mode without them dshd watches the job every
-	// 50 ms and kills it past `pids` or `memoryBytes` (`killedBy`: `pids_limit`, `oom`);
-	// in group mode `memoryBytes` is each process's `RLIMIT_AS` (allocations past it
-	// fail) and `pids` and `cpu` are not enforced. `GET /healthz` lists the delegated
-	// controllers; each job's `limits.enforcement` says what applied to it.
+	// 50 ms, kills it past `pids` or `memoryBytes` (`killedBy`: `pids_limit`, `oom`) and
+	// freezes it while past its `cpu` share; in group mode `memoryBytes` is each
+	// process's `RLIMIT_AS` (allocations past it fail) and `pids` and `cpu` are not
+	// enforced. `GET /healthz` says how this host enforces each
+	// (`details.containment.limits`); each job's `limits.enforcement` says what applied
+	// to it.
 	Limits *Limits `json:"limits,omitempty"`
 
 	// Sandbox A sandbox policy asked for by the harness (never by a model: a tool argument naming a
