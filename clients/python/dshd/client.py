@@ -5,7 +5,7 @@ import http.client
 import json
 import urllib.parse
 from dataclasses import dataclass
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, Iterator, List, Optional, Union
 
 from .contributors import Contributor, parse_contributor
 from .transcript import Transcript, parse_transcript
@@ -243,10 +243,13 @@ class Client:
     def agents(self) -> List[JSON]:
         return self._json("GET", "/agents")
 
-    def create_agent(self, cwd: Optional[str] = None) -> JSON:
-        """POST /agents. The answer's sessionStart holds what SessionStart
-        hooks offered the model (additionalContext, systemMessages)."""
-        return self._json("POST", "/agents", {} if cwd is None else {"cwd": cwd})
+    def create_agent(self, cwd: Optional[str] = None, sandbox: Optional[JSON] = None,
+                     limits: Optional[JSON] = None) -> JSON:
+        """POST /agents. sandbox: {policy?, network?}; limits: {pids?,
+        memoryBytes?, cpu?} (see the contract). The answer's sessionStart holds
+        what SessionStart hooks offered the model (additionalContext,
+        systemMessages); the agent's next tool result carries it too."""
+        return self._json("POST", "/agents", _body(cwd=cwd, sandbox=sandbox, limits=limits))
 
     def agent(self, agent_id: str) -> JSON:
         return self._json("GET", "/agents/" + self._q(agent_id))
@@ -254,12 +257,17 @@ class Client:
     def resume_agent(self, agent_id: str) -> JSON:
         return self._json("POST", f"/agents/{self._q(agent_id)}/resume")
 
-    def fork_agent(self, agent_id: str, boundary: Optional[int] = None) -> JSON:
-        body = {} if boundary is None else {"boundary": boundary}
-        return self._json("POST", f"/agents/{self._q(agent_id)}/fork", body)
+    def fork_agent(self, agent_id: str, boundary: Optional[int] = None, sandbox: Optional[JSON] = None,
+                   limits: Optional[JSON] = None) -> JSON:
+        """POST /agents/{id}/fork. sandbox and limits may only tighten the
+        parent's."""
+        return self._json("POST", f"/agents/{self._q(agent_id)}/fork",
+                          _body(boundary=boundary, sandbox=sandbox, limits=limits))
 
-    def spawn_agent(self, agent_id: str) -> JSON:
-        return self._json("POST", f"/agents/{self._q(agent_id)}/spawn", {})
+    def spawn_agent(self, agent_id: str, sandbox: Optional[JSON] = None, limits: Optional[JSON] = None) -> JSON:
+        """POST /agents/{id}/spawn. sandbox and limits may only tighten the
+        parent's."""
+        return self._json("POST", f"/agents/{self._q(agent_id)}/spawn", _body(sandbox=sandbox, limits=limits))
 
     def transcript(self, agent_id: str) -> Transcript:
         """GET /agents/{id}/transcript as typed events."""
@@ -288,15 +296,21 @@ class Client:
 
     def exec(self, command: str, agent_id: Optional[str] = None, cwd: Optional[str] = None,
              env: Optional[Dict[str, str]] = None, stdin: Optional[str] = None, timeout_ms: Optional[int] = None,
-             background: bool = False, yield_ms: Optional[int] = None, idempotency_key: Optional[str] = None) -> JSON:
-        """POST /exec: the finished (or yielded, or background) job."""
+             background: bool = False, yield_ms: Optional[int] = None, idempotency_key: Optional[str] = None,
+             sandbox: Optional[JSON] = None, limits: Optional[JSON] = None, tty: bool = False,
+             cols: Optional[int] = None, rows: Optional[int] = None, open_stdin: bool = False) -> JSON:
+        """POST /exec: the finished (or yielded, or background) job. tty runs
+        it in a pseudo-terminal of cols x rows; open_stdin keeps its stdin
+        pipe open for write_input."""
         body: JSON = {"command": command}
         for k, v in (("agentId", agent_id), ("cwd", cwd), ("env", env), ("stdin", stdin),
-                     ("timeoutMs", timeout_ms), ("yieldMs", yield_ms)):
+                     ("timeoutMs", timeout_ms), ("yieldMs", yield_ms), ("sandbox", sandbox),
+                     ("limits", limits), ("cols", cols), ("rows", rows)):
             if v is not None:
                 body[k] = v
-        if background:
-            body["background"] = True
+        for k, on in (("background", background), ("tty", tty), ("openStdin", open_stdin)):
+            if on:
+                body[k] = True
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
         return self._json("POST", "/exec", body, headers=headers)
 
@@ -309,6 +323,33 @@ class Client:
 
     def cancel_job(self, job_id: str) -> JSON:
         return self._json("DELETE", "/jobs/" + self._q(job_id))
+
+    def write_input(self, job_id: str, data: Union[str, bytes, None] = None, close: bool = False,
+                    timeout_ms: Optional[int] = None) -> JSON:
+        """POST /jobs/{id}/stdin: write data (text, or any bytes) to a running
+        job started with tty or open_stdin, then with close end its input. The
+        answer is the job. Raises Problem 409 input_blocked (the program did not
+        take the bytes in time), input_closed, not_running ...."""
+        body: JSON = {}
+        if isinstance(data, bytes):
+            body["base64"] = base64.b64encode(data).decode("ascii")
+        elif data is not None:
+            body["data"] = data
+        if close:
+            body["close"] = True
+        if timeout_ms is not None:
+            body["timeoutMs"] = timeout_ms
+        return self._json("POST", f"/jobs/{self._q(job_id)}/stdin", body)
+
+    def resize_job(self, job_id: str, cols: int, rows: int) -> JSON:
+        """POST /jobs/{id}/resize: the terminal's new size (409 not_a_terminal
+        for a job without one). The answer is the job."""
+        return self._json("POST", f"/jobs/{self._q(job_id)}/resize", {"cols": cols, "rows": rows})
+
+    def signal_job(self, job_id: str, signal: str) -> JSON:
+        """POST /jobs/{id}/signal: send signal (SIGINT, SIGTERM, SIGKILL, ...)
+        to the running job's processes. The answer is the job."""
+        return self._json("POST", f"/jobs/{self._q(job_id)}/signal", {"signal": signal})
 
     def job_output(self, job_id: str, stream: str = "stdout", offset: int = 0) -> bytes:
         """GET /jobs/{id}/output?stream=&offset=: raw bytes written so far."""
@@ -369,6 +410,11 @@ class Client:
 
     def hooks(self) -> List[JSON]:
         return self._json("GET", "/hooks")
+
+
+def _body(**fields: Any) -> JSON:
+    """A request body of the fields given, without the None ones."""
+    return {k: v for k, v in fields.items() if v is not None}
 
 
 def _problem(resp: http.client.HTTPResponse, raw: bytes, method: str, path: str) -> Problem:

@@ -7,6 +7,7 @@ one and runs these tests).
 import os
 import sys
 import tempfile
+import time
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
@@ -147,10 +148,36 @@ class EveryOperation(unittest.TestCase):
         self.assertEqual(c.exec("sleep 30", background=True, idempotency_key="py-key-1")["id"], job["id"])
         self.assertIn(job["id"], [j["id"] for j in c.jobs(state="running")])
         self.assertEqual(c.job(job["id"], wait_ms=10)["state"], "running")
+        with self.assertRaises(Problem) as plain:
+            c.resize_job(job["id"], 80, 24)
+        self.assertEqual((plain.exception.status, plain.exception.code), (409, "not_a_terminal"))
         self.assertIn(c.cancel_job(job["id"])["state"], ("running", "cancelled"))
         self.assertEqual(c.job(job["id"], wait_ms=10000)["state"], "cancelled")
         done = c.exec("printf 'a\\nb\\n'")
         self.assertEqual(c.job_output(done["id"], "stdout", 2), b"b\n")
+
+        # Interactive jobs: input to an open pipe (text, then bytes and
+        # close), a terminal resized and interrupted.
+        piped = c.exec("cat", background=True, open_stdin=True)
+        self.assertEqual(c.write_input(piped["id"], "hello ", timeout_ms=5000)["input"]["bytes"], 6)
+        c.write_input(piped["id"], b"\xffbin\n", close=True)
+        self.assertEqual(c.job(piped["id"], wait_ms=10000)["state"], "exited")
+        self.assertEqual(c.job_output(piped["id"], "stdout", 0), b"hello \xffbin\n")
+        term = c.exec("trap 'exit 5' INT; echo ready; while :; do sleep 0.05; done", background=True, tty=True,
+                      cols=100, rows=30)
+        self.assertEqual((term["terminal"]["cols"], term["terminal"]["rows"]), (100, 30))
+        for _ in range(200):  # the trap is set once "ready" is out
+            if b"ready" in c.job_output(term["id"], "stdout", 0):
+                break
+            time.sleep(0.05)
+        resized = c.resize_job(term["id"], 132, 43)
+        self.assertEqual((resized["terminal"]["cols"], resized["terminal"]["rows"]), (132, 43))
+        c.signal_job(term["id"], "SIGINT")
+        self.assertEqual(c.job(term["id"], wait_ms=10000)["exitCode"], 5)
+        sandboxed = c.create_agent(sandbox={"policy": "unrestricted"})
+        self.assertEqual(sandboxed["sandbox"]["policy"], "unrestricted")
+        self.assertEqual(c.spawn_agent(sandboxed["id"], sandbox={"policy": "unrestricted"})["parentId"], sandboxed["id"])
+
         self.assertEqual(c.skills(), [])
         self.assertEqual(c.hooks(), [])
         with self.assertRaises(Problem) as bad:
