@@ -2,6 +2,7 @@ package tests
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -206,4 +207,76 @@ func TestClusterConfigRefused(t *testing.T) {
 			}
 		})
 	}
+}
+
+type clusterHealth struct {
+	Details struct {
+		Cluster *struct {
+			ReplicaID        string `json:"replicaId"`
+			Connected        bool   `json:"connected"`
+			RegistryRevision int64  `json:"registryRevision"`
+			StoreRevision    *int64 `json:"storeRevision"`
+			RegistryLag      int64  `json:"registryLag"`
+			Replicas         []struct {
+				ID   string `json:"id"`
+				URL  string `json:"url"`
+				Self bool   `json:"self"`
+			} `json:"replicas"`
+		} `json:"cluster"`
+	} `json:"details"`
+}
+
+// TestClusterHealth: /healthz and /metrics report the replica's id, the
+// replicas it sees (heartbeats) and its lag behind the registry; a replica
+// that dies drops out of the others' view.
+func TestClusterHealth(t *testing.T) {
+	_, rs := startCluster(t)
+	if st := rs[0].doJSON(t, "POST", "/contributors", staticContributor("health.fact", "DSH_HEALTH", "1"), nil); st != 201 {
+		t.Fatalf("register: %d", st)
+	}
+	health := func(s *testServer) clusterHealth {
+		var h clusterHealth
+		if st := s.doJSON(t, "GET", "/healthz", nil, &h); st != 200 || h.Details.Cluster == nil {
+			t.Fatalf("healthz: %d %+v", st, h)
+		}
+		return h
+	}
+	for i, s := range rs {
+		want := fmt.Sprintf("replica-%d", i)
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			c := health(s).Details.Cluster
+			ok := c.ReplicaID == want && c.Connected && len(c.Replicas) == 3 && c.RegistryLag == 0 &&
+				c.StoreRevision != nil && *c.StoreRevision >= 1 && c.RegistryRevision >= *c.StoreRevision
+			if ok {
+				for j, r := range c.Replicas {
+					if r.ID != fmt.Sprintf("replica-%d", j) || r.Self != (j == i) || r.URL != rs[j].URL {
+						t.Fatalf("replica %d lists %+v at %d, want replica-%d at %s", i, r, j, j, rs[j].URL)
+					}
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("replica %d health: %+v", i, c)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		resp := s.do(t, "GET", "/metrics", nil)
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		for _, m := range []string{`dshd_cluster_replica_info{replica="` + want + `"} 1`, "dshd_cluster_replicas 3", "dshd_cluster_connected 1", "dshd_cluster_registry_lag 0"} {
+			if !strings.Contains(string(body), m) {
+				t.Fatalf("replica %d /metrics lacks %q", i, m)
+			}
+		}
+	}
+	rs[2].crash(t)
+	crashed := time.Now()
+	for health(rs[0]).Details.Cluster.Replicas[len(health(rs[0]).Details.Cluster.Replicas)-1].ID == "replica-2" {
+		if time.Since(crashed) > 15*time.Second {
+			t.Fatal("a killed replica is still listed 15s later")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("killed replica unlisted by the others after %s", time.Since(crashed).Round(time.Millisecond))
 }

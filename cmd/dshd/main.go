@@ -200,7 +200,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Re
 	}
 	defer svc.sessions.Close()
 	defer svc.leaveCluster()
-	handler, err := httpapi.NewServer(httpapi.Deps{
+	deps := httpapi.Deps{
 		Logger:       logger.With("component", "http"),
 		Token:        token,
 		Env:          svc.env,
@@ -220,7 +220,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Re
 		BodyTimeout:  ms(cfg.HTTP.BodyTimeoutMs),
 		Hosts:        hosts,
 		AnyHost:      anyHost,
-	})
+	}
+	if svc.node != nil {
+		deps.Cluster = svc.node
+	}
+	handler, err := httpapi.NewServer(deps)
 	if err != nil {
 		return err
 	}
@@ -238,6 +242,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Re
 	go func() { serveErr <- srv.Serve(ln) }()
 
 	base := baseURL(ln)
+	if svc.node != nil {
+		if err := svc.node.StartHeartbeats(base, svc.env.Revision); err != nil {
+			return err
+		}
+	}
 	fmt.Fprintf(stdout, "dshd listening on %s (home %s, token in %s) ui %s/ui/#token=%s\n",
 		base, home, tokenPath, base, token)
 	// The shutdown budget covers the jobs' grace: every job gets its
@@ -304,6 +313,7 @@ func newRegistry(ctx context.Context, cfg config, home string, logger *slog.Logg
 	}
 	cc := cfg.Cluster.clusterSettings()
 	cc.Logger = logger.With("component", "cluster")
+	cc.Registerer = reg
 	if node, err = cluster.Connect(ctx, cc); err != nil {
 		return nil, nil, nil, err
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Bucket names. Every replica of one cluster uses the same ones.
@@ -49,6 +50,7 @@ type Config struct {
 	StoreReplicas   int      // JetStream replicas of the buckets; 0 = DefaultStoreReplicas
 	ConnectTimeout  time.Duration
 	Logger          *slog.Logger
+	Registerer      prometheus.Registerer // takes the cluster metrics; nil = none
 }
 
 // Validate reports every problem of c, wrapping ErrInvalidConfig.
@@ -82,6 +84,15 @@ type Node struct {
 	js       jetstream.JetStream
 	registry jetstream.KeyValue
 	regStrm  jetstream.Stream
+	replicas jetstream.KeyValue
+
+	// ctx ends at Close: heartbeats and watches stop.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	self             heartbeat
+	registryRevision func() uint64
+	view             view
 }
 
 // Connect connects to NATS and makes sure the buckets exist (creating
@@ -121,8 +132,15 @@ func Connect(ctx context.Context, cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cluster: connect to NATS: %w", err)
 	}
-	n := &Node{cfg: cfg, logger: logger, nc: nc}
+	n := &Node{cfg: cfg, logger: logger, nc: nc, view: view{peers: map[string]seen{}}}
+	n.ctx, n.cancel = context.WithCancel(context.Background())
 	if err := n.setup(ctx); err != nil {
+		n.cancel()
+		nc.Close()
+		return nil, err
+	}
+	if err := n.registerMetrics(cfg.Registerer); err != nil {
+		n.cancel()
 		nc.Close()
 		return nil, err
 	}
@@ -166,13 +184,34 @@ func (n *Node) setup(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("cluster: registry stream: %w", err)
 	}
-	return nil
+	for attempt := 0; attempt < 20; attempt++ {
+		n.replicas, lastErr = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket:      ReplicasBucket,
+			Description: "dshd replica heartbeats, one key per replica id",
+			History:     1,
+			TTL:         HeartbeatTTL,
+			Storage:     jetstream.MemoryStorage,
+			Replicas:    n.cfg.StoreReplicas,
+		})
+		if lastErr == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("cluster: replicas bucket: %w", lastErr)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("cluster: replicas bucket: %w", lastErr)
 }
 
 // ReplicaID returns this replica's id.
 func (n *Node) ReplicaID() string { return n.cfg.ReplicaID }
 
-// Close closes the NATS connection.
+// Close removes this replica's heartbeat (so the others see it leave at
+// once), stops heartbeats and watches, and closes the NATS connection.
 func (n *Node) Close() {
+	n.leave()
+	n.cancel()
 	n.nc.Close()
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dshd/dshd/internal/agents"
+	"github.com/dshd/dshd/internal/cluster/status"
 	"github.com/dshd/dshd/internal/exec"
 	"github.com/dshd/dshd/internal/hooks"
 	"github.com/dshd/dshd/internal/http/api"
@@ -458,6 +459,37 @@ func toAPIContainment(c exec.ContainmentInfo) api.Containment {
 	if c.Limits != (exec.LimitEnforcement{}) {
 		e := toAPIEnforcement(c.Limits)
 		out.Limits = &e
+	}
+	return out
+}
+
+// toAPIClusterStatus converts a replica's view of its cluster; now dates
+// the heartbeats' ages.
+func toAPIClusterStatus(st status.Status, now time.Time) api.ClusterStatus {
+	out := api.ClusterStatus{
+		ReplicaId:        st.ReplicaID,
+		Connected:        st.Connected,
+		Replicas:         make([]api.ClusterReplica, 0, len(st.Replicas)),
+		RegistryRevision: int64(st.RegistryRevision),
+		RegistryLag:      int64(st.Lag),
+	}
+	if st.AdvertiseURL != "" {
+		out.AdvertiseUrl = ptr(st.AdvertiseURL)
+	}
+	if st.DuplicateID {
+		out.DuplicateReplicaId = ptr(true)
+	}
+	if !st.SampledAt.IsZero() {
+		out.SampledAt = ptr(st.SampledAt.UTC())
+		out.StoreRevision = ptr(int64(st.StoreRevision))
+	}
+	for _, r := range st.Replicas {
+		out.Replicas = append(out.Replicas, api.ClusterReplica{
+			Id: r.ID, Url: r.URL, StartedAt: r.StartedAt.UTC(),
+			LastSeenMs:       max(now.Sub(r.LastSeen).Milliseconds(), 0),
+			RegistryRevision: int64(r.RegistryRevision),
+			Self:             r.Self,
+		})
 	}
 	return out
 }

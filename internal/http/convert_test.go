@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/dshd/dshd/internal/cluster/status"
 	"github.com/dshd/dshd/internal/exec"
 	"github.com/dshd/dshd/internal/http/api"
 	"github.com/dshd/dshd/internal/run"
@@ -289,5 +290,35 @@ func TestContributorVariants(t *testing.T) {
 				t.Errorf("contributor variant (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+func TestToAPIClusterStatus(t *testing.T) {
+	now := time.Date(2026, 12, 1, 12, 0, 10, 0, time.UTC)
+	started := now.Add(-time.Hour)
+	st := status.Status{
+		ReplicaID: "vm-a", AdvertiseURL: "http://10.0.0.11:7433", Connected: true,
+		RegistryRevision: 40, StoreRevision: 42, Lag: 2, SampledAt: now.Add(-500 * time.Millisecond),
+		Replicas: []status.Replica{
+			{ID: "vm-a", URL: "http://10.0.0.11:7433", StartedAt: started, LastSeen: now.Add(-300 * time.Millisecond), RegistryRevision: 40, Self: true},
+			{ID: "vm-b", URL: "http://10.0.0.12:7433", StartedAt: started, LastSeen: now.Add(time.Millisecond), RegistryRevision: 42},
+		},
+	}
+	want := api.ClusterStatus{
+		ReplicaId: "vm-a", AdvertiseUrl: ptr("http://10.0.0.11:7433"), Connected: true,
+		RegistryRevision: 40, StoreRevision: ptr(int64(42)), RegistryLag: 2, SampledAt: ptr(now.Add(-500 * time.Millisecond)),
+		Replicas: []api.ClusterReplica{
+			{Id: "vm-a", Url: "http://10.0.0.11:7433", StartedAt: started, LastSeenMs: 300, RegistryRevision: 40, Self: true},
+			// A heartbeat stamped after now (clock step) is not negative.
+			{Id: "vm-b", Url: "http://10.0.0.12:7433", StartedAt: started, LastSeenMs: 0, RegistryRevision: 42},
+		},
+	}
+	if diff := cmp.Diff(want, toAPIClusterStatus(st, now)); diff != "" {
+		t.Errorf("(-want +got)\n%s", diff)
+	}
+	// Never sampled: no store revision or time; no replicas is an empty list.
+	got := toAPIClusterStatus(status.Status{ReplicaID: "vm-a"}, now)
+	if got.SampledAt != nil || got.StoreRevision != nil || got.Replicas == nil || got.DuplicateReplicaId != nil {
+		t.Errorf("unsampled status: %+v", got)
 	}
 }

@@ -28,6 +28,13 @@ func (s *Server) GetHealth(context.Context, api.GetHealthRequestObject) (api.Get
 		sb := toAPISandboxSupport(s.sandbox.Support(), s.sandbox.Default())
 		h.Details.Sandbox = &sb
 	}
+	if s.cluster != nil {
+		if h.Details == nil {
+			h.Details = &api.HealthDetails{}
+		}
+		c := toAPIClusterStatus(s.cluster.Status(), time.Now())
+		h.Details.Cluster = &c
+	}
 	return h, nil
 }
 

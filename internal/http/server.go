@@ -27,6 +27,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/dshd/dshd/internal/agents"
+	"github.com/dshd/dshd/internal/cluster/status"
 	"github.com/dshd/dshd/internal/exec"
 	"github.com/dshd/dshd/internal/hooks"
 	"github.com/dshd/dshd/internal/http/api"
@@ -92,6 +93,12 @@ type sandboxReporter interface {
 	Default() sandbox.Policy
 }
 
+// clusterReporter reports this replica's view of its cluster (cluster
+// mode only).
+type clusterReporter interface {
+	Status() status.Status
+}
+
 // mcpEndpoint serves the MCP endpoint (*mcp.Handler). ServeMCP returns an
 // error, having written nothing, when the request cannot be served; the
 // server's error writer answers it.
@@ -136,6 +143,9 @@ type Deps struct {
 	Containment containmentReporter
 	// Sandbox is reported in GET /healthz details; nil reports none.
 	Sandbox sandboxReporter
+	// Cluster is reported in GET /healthz details; nil (dshd runs alone)
+	// reports none.
+	Cluster clusterReporter
 	// Gatherer serves /metrics; Registerer takes the HTTP metrics. Both may be nil.
 	Gatherer   prometheus.Gatherer
 	Registerer prometheus.Registerer
@@ -166,6 +176,7 @@ type Server struct {
 	jobs        jobService
 	containment containmentReporter
 	sandbox     sandboxReporter
+	cluster     clusterReporter
 	pipeline    pipeline
 	agents      agentService
 	hooks       hookLister
@@ -197,6 +208,7 @@ func NewServer(d Deps) (http.Handler, error) {
 		jobs:        d.Jobs,
 		containment: d.Containment,
 		sandbox:     d.Sandbox,
+		cluster:     d.Cluster,
 		pipeline:    d.Pipeline,
 		agents:      d.Agents,
 		hooks:       d.Hooks,

@@ -699,6 +699,69 @@ export interface components {
         HealthDetails: {
             containment?: components["schemas"]["Containment"];
             sandbox?: components["schemas"]["SandboxSupport"];
+            cluster?: components["schemas"]["ClusterStatus"];
+        };
+        /**
+         * @description Cluster mode only: this replica's id and its view of the cluster. Replicas write a
+         *     heartbeat every second into a NATS key-value bucket that forgets it after 5 s; a
+         *     replica is listed while its last heartbeat is younger than that. `registryLag` is
+         *     how many changes of the shared registry this replica had not applied when it last
+         *     sampled the registry bucket (every second).
+         */
+        ClusterStatus: {
+            /** @example vm-a */
+            replicaId: string;
+            /**
+             * @description Where the other replicas reach this one.
+             * @example http://10.0.0.11:7433
+             */
+            advertiseUrl?: string;
+            /** @description The NATS connection is up. */
+            connected: boolean;
+            /** @description Another process heartbeats with this replica's id (a configuration error). */
+            duplicateReplicaId?: boolean;
+            /** @description Replicas with a recent heartbeat, this one included, sorted by id. */
+            replicas: components["schemas"]["ClusterReplica"][];
+            /**
+             * Format: int64
+             * @description Registry bucket revision this replica's snapshot reflects.
+             */
+            registryRevision: number;
+            /**
+             * Format: int64
+             * @description The registry bucket's last revision when last sampled.
+             */
+            storeRevision?: number;
+            /**
+             * Format: int64
+             * @description Changes of the registry not yet applied here when last sampled.
+             */
+            registryLag: number;
+            /**
+             * Format: date-time
+             * @description When the registry bucket was last sampled; absent before the first sample.
+             */
+            sampledAt?: string;
+        };
+        ClusterReplica: {
+            /** @example vm-b */
+            id: string;
+            /** @example http://10.0.0.12:7433 */
+            url: string;
+            /** Format: date-time */
+            startedAt: string;
+            /**
+             * Format: int64
+             * @description Milliseconds since its last heartbeat arrived here.
+             */
+            lastSeenMs: number;
+            /**
+             * Format: int64
+             * @description The registry revision its heartbeat reported.
+             */
+            registryRevision: number;
+            /** @description This replica. */
+            self: boolean;
         };
         /** @description The sandbox policies this host can enforce; a request for any other fails with 422 `sandbox_unavailable`. */
         SandboxSupport: {

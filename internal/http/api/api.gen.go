@@ -895,6 +895,61 @@ type BuiltinContributor struct {
 // BuiltinContributorKind defines model for BuiltinContributor.Kind.
 type BuiltinContributorKind string
 
+// ClusterReplica defines model for ClusterReplica.
+type ClusterReplica struct {
+	// Id Example: vm-b
+	Id string `json:"id"`
+
+	// LastSeenMs Milliseconds since its last heartbeat arrived here.
+	LastSeenMs int64 `json:"lastSeenMs"`
+
+	// RegistryRevision The registry revision its heartbeat reported.
+	RegistryRevision int64 `json:"registryRevision"`
+
+	// Self This replica.
+	Self      bool      `json:"self"`
+	StartedAt time.Time `json:"startedAt"`
+
+	// Url Example: http://10.0.0.12:7433
+	Url string `json:"url"`
+}
+
+// ClusterStatus Cluster mode only: this replica's id and its view of the cluster. Replicas write a
+// heartbeat every second into a NATS key-value bucket that forgets it after 5 s; a
+// replica is listed while its last heartbeat is younger than that. `registryLag` is
+// how many changes of the shared registry this replica had not applied when it last
+// sampled the registry bucket (every second).
+type ClusterStatus struct {
+	// AdvertiseUrl Where the other replicas reach this one.
+	//
+	// Example: http://10.0.0.11:7433
+	AdvertiseUrl *string `json:"advertiseUrl,omitempty"`
+
+	// Connected The NATS connection is up.
+	Connected bool `json:"connected"`
+
+	// DuplicateReplicaId Another process heartbeats with this replica's id (a configuration error).
+	DuplicateReplicaId *bool `json:"duplicateReplicaId,omitempty"`
+
+	// RegistryLag Changes of the registry not yet applied here when last sampled.
+	RegistryLag int64 `json:"registryLag"`
+
+	// RegistryRevision Registry bucket revision this replica's snapshot reflects.
+	RegistryRevision int64 `json:"registryRevision"`
+
+	// ReplicaId Example: vm-a
+	ReplicaId string `json:"replicaId"`
+
+	// Replicas Replicas with a recent heartbeat, this one included, sorted by id.
+	Replicas []ClusterReplica `json:"replicas"`
+
+	// SampledAt When the registry bucket was last sampled; absent before the first sample.
+	SampledAt *time.Time `json:"sampledAt,omitempty"`
+
+	// StoreRevision The registry bucket's last revision when last sampled.
+	StoreRevision *int64 `json:"storeRevision,omitempty"`
+}
+
 // Containment How every process a job starts is accounted for (`jobs.containment`).
 // `cgroup`: each job runs in its own cgroup v2 group, spawned straight into it and
 // killed with `cgroup.kill`. `group`: each job runs in its own process group, with
@@ -1127,6 +1182,13 @@ type Health struct {
 
 // HealthDetails What this host lets dshd enforce.
 type HealthDetails struct {
+	// Cluster Cluster mode only: this replica's id and its view of the cluster. Replicas write a
+	// heartbeat every second into a NATS key-value bucket that forgets it after 5 s; a
+	// replica is listed while its last heartbeat is younger than that. `registryLag` is
+	// how many changes of the shared registry this replica had not applied when it last
+	// sampled the registry bucket (every second).
+	Cluster *ClusterStatus `json:"cluster,omitempty"`
+
 	// Containment How every process a job starts is accounted for (`jobs.containment`).
 	// `cgroup`: each job runs in its own cgroup v2 group, spawned straight into it and
 	// killed with `cgroup.kill`. `group`: each job runs in its own process group, with

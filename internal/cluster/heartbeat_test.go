@@ -1,0 +1,88 @@
+package cluster_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/dshd/dshd/internal/cluster"
+	"github.com/dshd/dshd/internal/cluster/natstest"
+)
+
+func ids(n *cluster.Node) []string {
+	var out []string
+	for _, r := range n.Status().Replicas {
+		out = append(out, r.ID)
+	}
+	return out
+}
+
+func TestHeartbeats(t *testing.T) {
+	nc := natstest.Start(t, 3)
+	var nodes []*cluster.Node
+	for i, u := range nc.URLs {
+		n, err := cluster.Connect(context.Background(), cluster.Config{URLs: []string{u}, ReplicaID: fmt.Sprintf("r%d", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(n.Close)
+		rev := uint64(i)
+		if err := n.StartHeartbeats(fmt.Sprintf("http://127.0.0.1:%d", 7000+i), func() uint64 { return rev }); err != nil {
+			t.Fatal(err)
+		}
+		nodes = append(nodes, n)
+	}
+	for i, n := range nodes {
+		if !waitFor(10*time.Second, func() bool { return len(n.Status().Replicas) == 3 }) {
+			t.Fatalf("node %d sees %v, want r0 r1 r2", i, ids(n))
+		}
+		st := n.Status()
+		if st.ReplicaID != fmt.Sprintf("r%d", i) || !st.Connected || st.DuplicateID {
+			t.Fatalf("node %d status %+v", i, st)
+		}
+		for _, r := range st.Replicas {
+			if r.Self != (r.ID == st.ReplicaID) || r.URL == "" {
+				t.Fatalf("node %d: replica %+v", i, r)
+			}
+		}
+		if !waitFor(5*time.Second, func() bool { return !n.Status().SampledAt.IsZero() }) {
+			t.Fatalf("node %d never sampled the registry", i)
+		}
+	}
+	if r, ok := nodes[0].Replica("r2"); !ok || r.URL != "http://127.0.0.1:7002" {
+		t.Fatalf("Replica(r2) = %+v, %v", r, ok)
+	}
+
+	// A replica that leaves says goodbye: gone at once.
+	nodes[2].Close()
+	left := time.Now()
+	if !waitFor(2*time.Second, func() bool { return len(nodes[0].Status().Replicas) == 2 }) {
+		t.Fatalf("a replica that left is still listed: %v", ids(nodes[0]))
+	}
+	t.Logf("replica that left unlisted after %s", time.Since(left).Round(time.Millisecond))
+
+	// A replica that crashes is unlisted when its heartbeat is too old.
+	nodes[1].Crash()
+	crashed := time.Now()
+	if !waitFor(cluster.HeartbeatTTL+3*time.Second, func() bool { return len(nodes[0].Status().Replicas) == 1 }) {
+		t.Fatalf("a crashed replica is still listed %s later: %v", time.Since(crashed), ids(nodes[0]))
+	}
+	if d := time.Since(crashed); d < cluster.HeartbeatTTL-2*cluster.HeartbeatInterval {
+		t.Fatalf("a crashed replica was unlisted after %s, before its heartbeat could be stale", d)
+	}
+	t.Logf("crashed replica unlisted after %s", time.Since(crashed).Round(time.Millisecond))
+
+	// A second process with the same id is reported on both sides.
+	dup, err := cluster.Connect(context.Background(), cluster.Config{URLs: []string{nc.URLs[0]}, ReplicaID: "r0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(dup.Close)
+	if err := dup.StartHeartbeats("http://127.0.0.1:7999", func() uint64 { return 0 }); err != nil {
+		t.Fatal(err)
+	}
+	if !waitFor(5*time.Second, func() bool { return nodes[0].Status().DuplicateID && dup.Status().DuplicateID }) {
+		t.Fatalf("duplicate replica id not reported: %+v / %+v", nodes[0].Status(), dup.Status())
+	}
+}
