@@ -3,6 +3,10 @@ package tests
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -182,5 +186,92 @@ func TestInteractivePipeStdin(t *testing.T) {
 	}
 	if !strings.Contains(p.Detail, "tty") {
 		t.Errorf("detail %q does not name tty", p.Detail)
+	}
+}
+
+// TestModelDrivesPythonREPL is the model's side: a scripted model starts
+// `python3 -i` through bash with tty, defines a variable in one
+// write_stdin call, reads it back in the next (which returns only what is
+// new), and exits; the transcript shows every step. Another agent cannot
+// write to the job, and a PreToolUse hook matching write_stdin sees (and
+// here blocks) what the model types.
+func TestModelDrivesPythonREPL(t *testing.T) {
+	home := filepath.Join(t.TempDir(), "home")
+	hookLog := filepath.Join(t.TempDir(), "hook.jsonl")
+	writeJSON(t, filepath.Join(home, "hooks", "codex.json"), map[string]any{"hooks": map[string]any{
+		"PreToolUse": []any{map[string]any{"matcher": "^write_stdin$", "hooks": []any{
+			map[string]any{"type": "command", "command": `tee -a ` + hookLog + ` | grep -q forbidden && { echo 'no typing forbidden things' >&2; exit 2; }; exit 0`},
+		}}},
+	}})
+	s := startServer(t, withHome(home))
+	var a, other agent
+	s.doJSON(t, "POST", "/agents", map[string]any{}, &a)
+	s.doJSON(t, "POST", "/agents", map[string]any{}, &other)
+
+	start := s.callTool(t, a.ID, "bash", map[string]any{"command": "python3 -q -i", "tty": true, "yield_time_ms": 3000})
+	if start.IsError || start.JobID == "" || !strings.Contains(start.Text, ">>> ") || !strings.Contains(start.Text, "[still running: job "+start.JobID+"]") {
+		t.Fatalf("bash with tty = %+v; want the prompt and the running job's id", start)
+	}
+	id := start.JobID
+
+	def := s.callTool(t, a.ID, "write_stdin", map[string]any{"session_id": id, "chars": "x = 6 * 7\n", "yield_time_ms": 1000})
+	if def.IsError || !strings.Contains(def.Text, "x = 6 * 7") || strings.Contains(def.Text, "42") {
+		t.Errorf("define x: %+v", def)
+	}
+	read := s.callTool(t, a.ID, "write_stdin", map[string]any{"session_id": id, "chars": "print(x)\n", "yield_time_ms": 1000})
+	if read.IsError || !strings.Contains(read.Text, "42") || strings.Contains(read.Text, "x = 6 * 7") {
+		t.Errorf("read x back: %+v; want 42 and only the new output", read)
+	}
+
+	// Another agent's call cannot reach the job; the hook blocks a write.
+	if r := s.callTool(t, other.ID, "write_stdin", map[string]any{"session_id": id, "chars": "x = 0\n"}); !r.IsError || !strings.Contains(r.Text, "not found") {
+		t.Errorf("another agent's write_stdin = %+v, want not found", r)
+	}
+	if r := s.callTool(t, a.ID, "write_stdin", map[string]any{"session_id": id, "chars": "forbidden = 1\n"}); !r.IsError || !strings.Contains(r.Text, "no typing forbidden things") {
+		t.Errorf("blocked write_stdin = %+v, want the hook's reason", r)
+	}
+	check := s.callTool(t, a.ID, "write_stdin", map[string]any{"session_id": id, "chars": "print(x, 'forb' + 'idden' in dir())\n", "yield_time_ms": 1000})
+	if !strings.Contains(check.Text, "42 False") {
+		t.Errorf("after the refused writes: %+v; want x still 42 and nothing defined", check)
+	}
+
+	long := s.callTool(t, a.ID, "write_stdin", map[string]any{"session_id": id, "chars": "print('a' * 5000 + 'END')\n", "yield_time_ms": 1000, "max_output_tokens": 100})
+	if !strings.Contains(long.Text, "bytes elided]") || !strings.Contains(long.Text, "aEND") || !strings.Contains(long.Text, "[output truncated") || len(long.Text) > 1000 {
+		t.Errorf("5,000 characters with max_output_tokens 100 = %d bytes: %q", len(long.Text), long.Text)
+	}
+
+	exit := s.callTool(t, a.ID, "write_stdin", map[string]any{"session_id": id, "chars": "exit()\n", "yield_time_ms": 10000})
+	if exit.IsError || strings.Contains(exit.Text, "[still running") || exit.ExitCode == nil || *exit.ExitCode != 0 {
+		t.Errorf("exit: %+v; want the job ended with exit 0", exit)
+	}
+	if r := s.callTool(t, a.ID, "write_stdin", map[string]any{"session_id": id, "chars": "1\n"}); !r.IsError || !strings.Contains(r.Text, "has ended") {
+		t.Errorf("write after the end = %+v", r)
+	}
+
+	// The transcript shows each step: the calls as the model sent them and
+	// what it was answered.
+	var steps []string
+	for _, ev := range s.transcriptEvents(t, a.ID) {
+		data, _ := ev["data"].(map[string]any)
+		switch ev["type"] {
+		case "tool/call":
+			args, _ := json.Marshal(data["arguments"])
+			steps = append(steps, fmt.Sprintf("call %s %s", data["name"], args))
+		case "tool/result":
+			steps = append(steps, fmt.Sprintf("result %v", data["text"]))
+		}
+	}
+	joined := strings.Join(steps, "\n")
+	for _, want := range []string{`call bash {"command":"python3 -q -i"`, `"chars":"x = 6 * 7\n"`, `"chars":"print(x)\n"`, "result ", "42", `"chars":"exit()\n"`, "has ended"} {
+		if !strings.Contains(joined, want) {
+			t.Errorf("transcript lacks %q:\n%s", want, joined)
+		}
+	}
+	if n := strings.Count(joined, "call write_stdin"); n != 7 {
+		t.Errorf("transcript has %d write_stdin calls, want 7:\n%s", n, joined)
+	}
+	hooked, _ := os.ReadFile(hookLog)
+	if !strings.Contains(string(hooked), `"tool_name":"write_stdin"`) || !strings.Contains(string(hooked), `"session_id"`) {
+		t.Errorf("the hook saw %s", hooked)
 	}
 }

@@ -243,7 +243,7 @@ func TestMCP(t *testing.T) {
 		}
 	}
 	slices.Sort(names) // the SDK lists tools by name
-	if want := []string{"bash", "job_kill", "job_list", "job_output"}; !slices.Equal(names, want) {
+	if want := []string{"bash", "job_kill", "job_list", "job_output", "write_stdin"}; !slices.Equal(names, want) {
 		t.Errorf("tools = %v, want %v", names, want)
 	}
 

@@ -120,6 +120,8 @@ func (s *Service) CallWith(ctx context.Context, agentID, name, callID string, ar
 		res = s.jobList(agentID, a)
 	case tools.ToolJobKill:
 		res, err = s.jobKill(ctx, agentID, a)
+	case tools.ToolWriteStdin:
+		res, err = s.writeStdin(ctx, agent, callID, a)
 	}
 	res.CallID = callID
 	var sessionCtx []string
@@ -218,6 +220,18 @@ func (s *Service) bash(ctx context.Context, agent agents.Agent, callID string, a
 		Cwd:        workdir(agent.Cwd, a.Str("workdir")),
 		Timeout:    time.Duration(a.Int("timeout")) * time.Millisecond,
 		Background: a.Bool("run_in_background"),
+		TTY:        a.Bool("tty"),
+		Cols:       int(min(a.Int("cols"), exec.MaxTerminalSize+1)),
+		Rows:       int(min(a.Int("rows"), exec.MaxTerminalSize+1)),
+	}
+	// A foreground call returns a still-running job after its yield time
+	// (Codex's behaviour); without one, and without tty, it waits for the end.
+	var yield time.Duration
+	if spec.TTY {
+		yield = ttyYield
+	}
+	if a.Has("yield_time_ms") {
+		yield = time.Duration(a.Int("yield_time_ms")) * time.Millisecond
 	}
 	// Hooks run in the agent's cwd (DESIGN §7), never in the workdir the
 	// model asked for: a project's hooks are found relative to it (often via
@@ -252,7 +266,7 @@ func (s *Service) bash(ctx context.Context, agent agents.Agent, callID string, a
 		return CallResult{}, err
 	}
 
-	res, response, err := bashResult(ctx, job, started)
+	res, response, err := s.bashResult(ctx, job, started, yield)
 	pol := job.Sandbox()
 	res.Sandbox = &pol
 	if err != nil {
@@ -305,13 +319,24 @@ func bashHookInput(a tools.Args) map[string]any {
 	if a.Has("workdir") {
 		input["workdir"] = a.Str("workdir")
 	}
+	for _, k := range []string{"cols", "rows", "yield_time_ms"} {
+		if a.Has(k) {
+			input[k] = a.Int(k)
+		}
+	}
+	if a.Has("tty") {
+		input["tty"] = a.Bool("tty")
+	}
 	return input
 }
 
 // bashResult is the result of a started bash job and the tool response
 // PostToolUse hooks see: at once for a background job, after waiting for a
-// foreground one (started, when set, is told before the wait).
-func bashResult(ctx context.Context, job *exec.Job, started func(*exec.Job)) (CallResult, map[string]any, error) {
+// foreground one (started, when set, is told before the wait) until it
+// ends or, with yield > 0, until yield has passed: the result then shows
+// the output so far and "[still running: job <id>]", and write_stdin
+// carries on from there.
+func (s *Service) bashResult(ctx context.Context, job *exec.Job, started func(*exec.Job), yield time.Duration) (CallResult, map[string]any, error) {
 	res := CallResult{JobID: job.ID()}
 	if job.Background() {
 		res.Text = tools.StartedText(job.ID())
@@ -320,9 +345,20 @@ func bashResult(ctx context.Context, job *exec.Job, started func(*exec.Job)) (Ca
 	if started != nil {
 		started(job)
 	}
-	snap, err := job.Wait(ctx)
-	if err != nil {
+	wctx := ctx
+	if yield > 0 {
+		var cancel context.CancelFunc
+		wctx, cancel = context.WithTimeout(ctx, yield)
+		defer cancel()
+	}
+	snap, err := job.Wait(wctx)
+	if err != nil && ctx.Err() != nil {
 		return res, nil, fmt.Errorf("wait for job %s: %w", job.ID(), err)
+	}
+	if snap.State == exec.StateRunning {
+		s.cursors.set(job.ID(), [2]int64{snap.Stdout.TotalBytes, snap.Stderr.TotalBytes}, s.jobExists)
+		res.Text = tools.RenderResult(snap)
+		return res, map[string]any{"stdout": snap.Stdout.Text, "stderr": snap.Stderr.Text, "exitCode": nil, "interrupted": false, "running": true}, nil
 	}
 	interrupted := snap.State == exec.StateTimedOut || snap.State == exec.StateCancelled
 	res.Text = tools.RenderResult(snap)

@@ -38,6 +38,7 @@ type jobRunner interface {
 	Job(id string) (*exec.Job, error)
 	Jobs(agentID string, state exec.State) []exec.Snapshot
 	Cancel(ctx context.Context, id string) (exec.Snapshot, error)
+	WriteInput(ctx context.Context, id string, data []byte, closeInput bool) (exec.Snapshot, error)
 }
 
 // agentStore is the part of *agents.Store the pipeline uses: it reads and
@@ -103,7 +104,10 @@ type Service struct {
 	host   *sandbox.Host
 	ids    *ids.Source
 	calls  *prometheus.CounterVec
-	held   heldContext
+	// cursors is how much of each job's output the model has read
+	// (write_stdin returns what is new).
+	cursors readCursors
+	held    heldContext
 }
 
 // New returns a Service over the given dependencies. It panics if Env, Jobs

@@ -67,6 +67,10 @@ var params = map[string][]param{
 		{name: "timeout", kind: kindInteger, minimum: minimum(1), description: "Foreground timeout in milliseconds. The command's process group is stopped when it expires."},
 		{name: "workdir", kind: kindString, description: "Directory to run the command in; relative paths are resolved against your working directory. Defaults to your working directory."},
 		{name: "run_in_background", kind: kindBool, description: "Start the command as a background job and return its job id at once. Use job_output to read its output."},
+		{name: "tty", kind: kindBool, description: "Run the command in a terminal (for REPLs, prompts, full-screen programs): output is what the terminal shows, input comes from write_stdin. The call returns after yield_time_ms (default 10000) with the job id if the command still runs."},
+		{name: "cols", kind: kindInteger, minimum: minimum(1), description: "Terminal width with tty (default 80)."},
+		{name: "rows", kind: kindInteger, minimum: minimum(1), description: "Terminal height with tty (default 24)."},
+		{name: "yield_time_ms", kind: kindInteger, minimum: minimum(0), description: "Return after this many milliseconds if the command still runs, with its job id and the output so far; it goes on running (until its timeout) and write_stdin continues it. Default: 10000 with tty, else wait for the end."},
 	},
 	ToolJobOutput: {
 		{name: "jobId", kind: kindString, required: true, description: "The job id returned when the job was started."},
@@ -77,6 +81,12 @@ var params = map[string][]param{
 	},
 	ToolJobKill: {
 		{name: "jobId", kind: kindString, required: true, description: "The id of the job to stop."},
+	},
+	ToolWriteStdin: {
+		{name: "session_id", kind: kindString, required: true, description: "The job id a bash call returned."},
+		{name: "chars", kind: kindString, description: "Characters to write to the job's input; empty or omitted: only read new output."},
+		{name: "yield_time_ms", kind: kindInteger, minimum: minimum(0), description: "How long to wait for output before returning (default 250 ms after a write, 5000 ms when only polling; at most 30000)."},
+		{name: "max_output_tokens", kind: kindInteger, minimum: minimum(1), description: "Most output to return, in tokens of about 4 bytes (default 10000); longer output keeps its head and tail."},
 	},
 }
 

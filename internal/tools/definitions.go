@@ -15,6 +15,9 @@ const (
 	ToolJobOutput = "job_output"
 	ToolJobList   = "job_list"
 	ToolJobKill   = "job_kill"
+	// ToolWriteStdin is Codex's unified exec tool of that name: write to a
+	// running job and read what it printed since the last read.
+	ToolWriteStdin = "write_stdin"
 )
 
 // Render formats accepted by Render.
@@ -46,14 +49,20 @@ const bashDescription = `Run a bash command and return its output.
 
 Each call is a fresh, non-interactive ` + "`bash -c`" + `: no shell state (variables, functions, current directory) carries over between calls. Use ` + "`workdir`" + ` rather than ` + "`cd`" + `. Standard input is empty.
 
-Harness facts are in managed environment variables starting with ` + shellenv.Prefix + `, collected fresh for each call: read them rather than guess. $` + shellenv.KeySessionID + ` is your own agent (session) id, $` + shellenv.KeyHome + ` the harness home; list all with ` + "`env | grep ^" + shellenv.Prefix + "`" + `.
+Harness facts are in managed ` + shellenv.Prefix + `* environment variables, fresh for each call: read them rather than guess. $` + shellenv.KeySessionID + ` is your own agent (session) id, $` + shellenv.KeyHome + ` the harness home; list all with ` + "`env | grep ^" + shellenv.Prefix + "`" + `.
 
-Foreground calls wait up to timeout milliseconds. For long-running commands set run_in_background: the call returns a job id at once; use job_output to read it, job_list to list your jobs, job_kill to stop one.
+Foreground calls wait up to timeout ms. For long-running commands set run_in_background: you get a job id at once; job_output reads it, job_list lists your jobs, job_kill stops one. For REPLs and prompts set tty: the call returns after yield_time_ms with the job id if the command still runs; write_stdin types into it.
 
-The result is stdout, then [stderr] and stderr, then markers on their own lines such as [exit code: N], [timed out after Nms] or [killed by signal: S]. Long output keeps its head and tail and says where the rest is.`
+The result is stdout, then [stderr] and stderr, then markers such as [exit code: N] or [timed out after Nms]. Long output keeps its head and tail.`
 
-// Definitions returns the model-facing tools — bash, job_output, job_list and
-// job_kill — in that order. Every call returns fresh values that the caller
+// writeStdinDescription is the write_stdin tool's description: Codex's
+// unified exec tool of that name, whose arguments models know.
+const writeStdinDescription = `Write characters to one of your running jobs (a bash call with tty that returned its job id while still running) and return the output it printed since your last read.
+
+session_id is the job id. chars is typed as is: end a line with "\n", send Ctrl-C as "\u0003", Ctrl-D as "\u0004". Empty chars only polls for new output. The call waits yield_time_ms (default 250; 5000 when polling; at most 30000) or until the job ends, then returns the new output (at most about max_output_tokens tokens, keeping head and tail), then [still running: job <id>] or how the job ended.`
+
+// Definitions returns the model-facing tools — bash, job_output, job_list,
+// job_kill and write_stdin — in that order. Every call returns fresh values that the caller
 // may modify. The argument schemas are made from the argument rules
 // (params), the one source of both.
 //
@@ -81,6 +90,7 @@ func DefinitionsFor(policy sandbox.Policy) []Definition {
 			Description: "Stop one of your running jobs: its whole process group receives SIGTERM, then SIGKILL after a grace period.",
 			Schema:      argumentsSchema(ToolJobKill),
 		},
+		{Name: ToolWriteStdin, Description: writeStdinDescription, Schema: argumentsSchema(ToolWriteStdin)},
 	}
 }
 

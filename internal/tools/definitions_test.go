@@ -75,14 +75,14 @@ func TestDefinitions(t *testing.T) {
 			t.Errorf("%s: want a description and an object schema", d.Name)
 		}
 	}
-	if diff := cmp.Diff([]string{"bash", "job_output", "job_list", "job_kill"}, names); diff != "" {
+	if diff := cmp.Diff([]string{"bash", "job_output", "job_list", "job_kill", "write_stdin"}, names); diff != "" {
 		t.Errorf("names (-want +got):\n%s", diff)
 	}
 
 	// The bash description teaches the durable convention and nothing about
 	// persistence.
 	bash := defs[0].Description
-	for _, want := range []string{"$DSH_SESSION_ID", "$DSH_HOME", "env | grep ^DSH_", "bash -c", "non-interactive", "workdir", "`cd`", "run_in_background", "job_output"} {
+	for _, want := range []string{"$DSH_SESSION_ID", "$DSH_HOME", "env | grep ^DSH_", "bash -c", "non-interactive", "workdir", "`cd`", "run_in_background", "job_output", "tty", "write_stdin"} {
 		if !strings.Contains(bash, want) {
 			t.Errorf("bash description lacks %q", want)
 		}

@@ -381,7 +381,7 @@ export interface paths {
         };
         /**
          * Model tool definitions, optionally rendered in a vendor's tool format.
-         * @description `bash`, `job_output`, `job_list` and `job_kill`, each with the JSON schema of its arguments, in dshd's own shape or rendered in a vendor's tool format.
+         * @description `bash`, `job_output`, `job_list`, `job_kill` and `write_stdin`, each with the JSON schema of its arguments, in dshd's own shape or rendered in a vendor's tool format.
          */
         get: operations["listTools"];
         put?: never;
