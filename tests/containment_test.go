@@ -113,21 +113,36 @@ func randomMark(t testing.TB) string {
 
 // TestContainment runs every escape through every kill path — timeout,
 // cancel, tool timeout, job_kill and shutdown — and counts the processes
-// left, with a cgroup per job and with the process-group fallback forced.
+// left, with a cgroup per job and with the process-group fallback forced,
+// unconfined and in a workspace-write sandbox with the network off (the
+// namespaces mechanism: the sandboxed bash is the job's leader).
 func TestContainment(t *testing.T) {
 	for _, mode := range []string{"cgroup", "group"} {
-		t.Run(mode, func(t *testing.T) {
-			if mode == "cgroup" && os.Getuid() != 0 && os.Getenv("CI") != "true" {
-				t.Skip("cgroup mode needs root and a writable cgroup v2 subtree")
+		for _, sandboxed := range []bool{false, true} {
+			name := mode
+			if sandboxed {
+				name += "/sandboxed"
 			}
-			testContainment(t, mode)
-		})
+			t.Run(name, func(t *testing.T) {
+				if mode == "cgroup" && os.Getuid() != 0 && os.Getenv("CI") != "true" {
+					t.Skip("cgroup mode needs root and a writable cgroup v2 subtree")
+				}
+				testContainment(t, mode, sandboxed)
+			})
+		}
 	}
 }
 
-func testContainment(t *testing.T, mode string) {
+func testContainment(t *testing.T, mode string, sandboxed bool) {
 	const grace = 300 * time.Millisecond
-	s := startServer(t, withConfig(fmt.Sprintf("jobs:\n  graceMs: %d\n  containment: %s\n", grace.Milliseconds(), mode)))
+	config := fmt.Sprintf("jobs:\n  graceMs: %d\n  containment: %s\n", grace.Milliseconds(), mode)
+	if sandboxed {
+		config += "sandbox:\n  policy: workspace-write\n  network: \"off\"\n  mechanism: namespaces\n"
+	}
+	s := startServer(t, withConfig(config))
+	if sandboxed {
+		needSandbox(t, s)
+	}
 	run := randomMark(t)
 	t.Cleanup(func() { killPIDs(survivorsNow(run)) })
 

@@ -48,7 +48,9 @@ type problemCode struct {
 }
 
 // needSandbox skips (fails under CI=true) when the server cannot enforce
-// every policy on this host: bubblewrap missing, or no namespaces.
+// every policy on this host: bubblewrap missing or without namespaces, or
+// (the namespaces mechanism) dshd not root or a kernel without Landlock
+// ABI 6.
 func needSandbox(t *testing.T, s *testServer) {
 	t.Helper()
 	var h healthSandbox
@@ -58,9 +60,9 @@ func needSandbox(t *testing.T, s *testServer) {
 	sb := h.Details.Sandbox
 	if !slices.Contains(sb.Policies, "workspace-write") || !slices.Contains(sb.Networks, "off") {
 		if os.Getenv("CI") == "true" {
-			t.Fatalf("this host cannot enforce sandbox policies (needs bubblewrap, `make deps` installs it): %s", sb.Reason)
+			t.Fatalf("this host cannot enforce sandbox policies (bubblewrap needs `make deps`; namespaces need root and Landlock ABI 6): %s", sb.Reason)
 		}
-		t.Skipf("this host cannot enforce sandbox policies (needs bubblewrap, `make deps` installs it): %s", sb.Reason)
+		t.Skipf("this host cannot enforce sandbox policies (bubblewrap needs `make deps`; namespaces need root and Landlock ABI 6): %s", sb.Reason)
 	}
 }
 
@@ -77,8 +79,25 @@ func (s *testServer) execSandboxed(t *testing.T, body map[string]any) sandboxJob
 // each policy: what may be written, what the dshd home shows, whether .git
 // stays read-only, and whether a listener on 127.0.0.1 can be reached.
 func TestSandboxPolicies(t *testing.T) {
-	s := startServer(t)
+	for _, mech := range sandboxMechanisms {
+		t.Run(mech, func(t *testing.T) { testSandboxPolicies(t, mech) })
+	}
+}
+
+// sandboxMechanisms are the mechanisms every policy test runs under.
+var sandboxMechanisms = []string{"namespaces", "bubblewrap"}
+
+// startSandboxServer starts a server whose sandboxes use mech, and skips
+// (fails under CI=true) when the host cannot enforce every policy with it.
+func startSandboxServer(t *testing.T, mech string) *testServer {
+	t.Helper()
+	s := startServer(t, withConfig("sandbox:\n  mechanism: "+mech+"\n"))
 	needSandbox(t, s)
+	return s
+}
+
+func testSandboxPolicies(t *testing.T, mech string) {
+	s := startSandboxServer(t, mech)
 
 	ws := t.TempDir()
 	if err := os.MkdirAll(filepath.Join(ws, ".git"), 0o755); err != nil {
@@ -313,7 +332,7 @@ func TestSandboxFacts(t *testing.T) {
 // says only unrestricted is enforceable.
 func TestSandboxUnavailable(t *testing.T) {
 	missing := filepath.Join(t.TempDir(), "no-bwrap")
-	s := startServer(t, withConfig("sandbox:\n  bwrap: "+missing+"\n"))
+	s := startServer(t, withConfig("sandbox:\n  mechanism: bubblewrap\n  bwrap: "+missing+"\n"))
 	var h healthSandbox
 	if st := s.doJSON(t, "GET", "/healthz", nil, &h); st != 200 || h.Details.Sandbox == nil {
 		t.Fatalf("GET /healthz = %d", st)
@@ -343,7 +362,7 @@ func TestSandboxUnavailable(t *testing.T) {
 	if j.Sandbox == nil || *j.Sandbox != (sandboxPolicy{"unrestricted", "on"}) || deref(j.ExitCode) != 0 {
 		t.Errorf("unrestricted exec: %+v", j)
 	}
-	refuseToStart(t, filepath.Join(t.TempDir(), "home"), "--config", writeConfig(t, "sandbox:\n  policy: read-only\n  bwrap: "+missing+"\n"))
+	refuseToStart(t, filepath.Join(t.TempDir(), "home"), "--config", writeConfig(t, "sandbox:\n  policy: read-only\n  mechanism: bubblewrap\n  bwrap: "+missing+"\n"))
 }
 
 func writeConfig(t *testing.T, yaml string) string {
@@ -360,8 +379,13 @@ func writeConfig(t *testing.T, yaml string) string {
 // remount and unmount unless its capabilities are gone: then `/` could be
 // made writable again and the tmpfs hiding the dshd home lifted.
 func TestSandboxCannotBeUndone(t *testing.T) {
-	s := startServer(t)
-	needSandbox(t, s)
+	for _, mech := range sandboxMechanisms {
+		t.Run(mech, func(t *testing.T) { testSandboxCannotBeUndone(t, mech) })
+	}
+}
+
+func testSandboxCannotBeUndone(t *testing.T, mech string) {
+	s := startSandboxServer(t, mech)
 	ws, outside := t.TempDir(), t.TempDir()
 	escaped := filepath.Join(outside, "escaped")
 	for _, pol := range []map[string]string{

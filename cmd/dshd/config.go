@@ -75,6 +75,8 @@ type config struct {
 	Sandbox struct {
 		Policy  string `yaml:"policy"`  // unrestricted (default), workspace-write, read-only
 		Network string `yaml:"network"` // on (default), off
+		// Mechanism: auto (default), namespaces or bubblewrap.
+		Mechanism string `yaml:"mechanism"`
 		// Bwrap is the bubblewrap binary (default: bwrap on PATH).
 		Bwrap string `yaml:"bwrap"`
 		// WritableRoots are extra directories writable under workspace-write.
@@ -147,6 +149,9 @@ func (c *config) validate() error {
 	}
 	if err := c.sandboxPolicy().Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("sandbox: %w", err))
+	}
+	if !sandbox.ValidMechanism(sandbox.Mechanism(c.Sandbox.Mechanism)) {
+		errs = append(errs, fmt.Errorf("sandbox.mechanism: %q is not auto, namespaces or bubblewrap", c.Sandbox.Mechanism))
 	}
 	for _, p := range append(append([]string(nil), c.Sandbox.WritableRoots...), c.Sandbox.ProtectedPaths...) {
 		if !filepath.IsAbs(p) {

@@ -351,6 +351,7 @@ func newServices(ctx context.Context, cfg config, home, token, tokenPath string,
 	}
 	policy := cfg.sandboxPolicy()
 	sbx := sandbox.NewHost(ctx, sandbox.Config{
+		Mechanism:     sandbox.Mechanism(cfg.Sandbox.Mechanism),
 		Bwrap:         cfg.Sandbox.Bwrap,
 		Home:          home,
 		TokenFile:     tokenPath,

@@ -391,14 +391,16 @@ func (j *Job) remove() {
 	}
 }
 
-// wrap returns how the job's command line is sandboxed: nil when its
-// policy confines nothing.
-func (j *Job) wrap() func(argv []string) (string, []string) {
+// sandboxed returns how the job's command line is started in its
+// sandbox: nil when its policy confines nothing.
+func (j *Job) sandboxed() func(path string, args []string, start func(string, []string) error) error {
 	if !j.sandbox.Confined() {
 		return nil
 	}
 	h := j.e.opts.Sandbox
-	return func(argv []string) (string, []string) { return h.Command(j.sandbox, j.cwd, j.roots, argv) }
+	return func(path string, args []string, start func(string, []string) error) error {
+		return h.Start(j.sandbox, j.cwd, j.roots, path, args, start)
+	}
 }
 
 // Sandbox returns the sandbox policy the job runs under.

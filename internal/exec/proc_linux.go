@@ -93,9 +93,10 @@ type spawnSpec struct {
 	// onStart, if set, runs once the process is started, before its waiter
 	// can run onExit.
 	onStart func(pid int)
-	// wrap, if set, turns the command line (bash -c command) into the one
-	// spawned: the sandbox's (bubblewrap as the leader, bash inside).
-	wrap func(argv []string) (path string, args []string)
+	// sandbox, if set, starts the command line (bash -c command) in the
+	// job's sandbox: it calls start once, with the program to start (bash
+	// itself on a confined thread, or bubblewrap with bash inside).
+	sandbox func(path string, args []string, start func(path string, args []string) error) error
 }
 
 // start spawns the process. On error nothing is left running, done is
@@ -122,13 +123,7 @@ func (p *proc) spawn(s *spawnSpec) error {
 		removeGroup(cg)
 		return err
 	}
-	path, args := s.bash, []string{"bash", "-c", s.command}
-	if s.wrap != nil {
-		path, args = s.wrap([]string{s.bash, "-c", s.command})
-	}
 	cmd := &osexec.Cmd{
-		Path:   path,
-		Args:   args,
 		Env:    s.env,
 		Dir:    s.dir,
 		Stdin:  st.childIn,
@@ -151,8 +146,16 @@ func (p *proc) spawn(s *spawnSpec) error {
 		cmd.SysProcAttr.UseCgroupFD = true
 		cmd.SysProcAttr.CgroupFD = cg.FD()
 	}
+	startCmd := func(path string, args []string) error {
+		cmd.Path, cmd.Args = path, args
+		return cmd.Start()
+	}
 	registered := reaperOf.spawning()
-	err = cmd.Start()
+	if s.sandbox != nil {
+		err = s.sandbox(s.bash, []string{"bash", "-c", s.command}, startCmd)
+	} else {
+		err = startCmd(s.bash, []string{"bash", "-c", s.command})
+	}
 	if err == nil {
 		registered(cmd.Process.Pid)
 	} else {

@@ -266,7 +266,7 @@ func (r *Reservation) start(managed shellenv.Overlay) (*Job, error) {
 		onExit:    j.finish,
 		contain:   e.run.cont.forJob(j.id, j.limits),
 		onStart:   func(pid int) { e.indexAdd(j, pid) },
-		wrap:      j.wrap(),
+		sandbox:   j.sandboxed(),
 	})
 	if err != nil {
 		return fail(err)

@@ -1,0 +1,42 @@
+package sandbox
+
+import "os"
+
+// bwrapArgs renders pl as bubblewrap's command line running path with args
+// (args[0] is replaced by path, which bubblewrap executes) in cwd.
+func bwrapArgs(bwrap string, pl plan, cwd, path string, args []string) []string {
+	a := make([]string, 0, 48)
+	// No capabilities inside: root in the sandbox could otherwise remount
+	// / read-write or unmount what hides the dshd home. A pid namespace of
+	// its own: the command cannot signal or trace anything outside.
+	a = append(a, bwrap, "--cap-drop", "ALL", "--unshare-pid")
+	if pl.newNet {
+		a = append(a, "--unshare-net")
+	}
+	if !pl.readOnlyRoot {
+		a = append(a, "--bind", "/", "/", "--dev-bind", "/dev", "/dev", "--proc", "/proc")
+	} else {
+		a = append(a, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp")
+		for _, r := range pl.visible {
+			a = append(a, "--ro-bind", r, r)
+		}
+		for _, r := range pl.writable {
+			a = append(a, "--bind", r, r)
+		}
+		for _, r := range pl.protected {
+			a = append(a, "--ro-bind", r, r)
+		}
+	}
+	if pl.home != "" {
+		a = append(a, "--tmpfs", pl.home)
+		if pl.skills != "" {
+			a = append(a, "--ro-bind", pl.skills, pl.skills)
+		}
+		a = append(a, "--remount-ro", pl.home)
+	}
+	if pl.token != "" {
+		a = append(a, "--ro-bind", os.DevNull, pl.token)
+	}
+	a = append(a, "--chdir", cwd, "--", path)
+	return append(a, args[1:]...)
+}

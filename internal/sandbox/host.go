@@ -1,0 +1,240 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	osexec "os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// Mechanism is how confined policies are enforced.
+type Mechanism string
+
+const (
+	// MechanismAuto uses namespaces where dshd may create them (it runs
+	// with CAP_SYS_ADMIN and the kernel has Landlock ABI 6 or later), and
+	// bubblewrap elsewhere.
+	MechanismAuto Mechanism = "auto"
+	// MechanismNamespaces: the spawning thread itself enters a new mount
+	// (and network) namespace, builds the file-system view, drops every
+	// capability and scopes signals and ptrace with Landlock, then starts
+	// the command: no extra process, the command is the job's leader.
+	MechanismNamespaces Mechanism = "namespaces"
+	// MechanismBubblewrap runs the command under bubblewrap (bwrap), which
+	// also gives it a pid namespace of its own. Works without privileges
+	// where the kernel allows unprivileged user namespaces.
+	MechanismBubblewrap Mechanism = "bubblewrap"
+)
+
+// Config is what a Host needs to build sandboxes.
+type Config struct {
+	// Mechanism is the one requested; "" means MechanismAuto.
+	Mechanism Mechanism
+	// Bwrap is the bubblewrap binary: a path, or a name looked up on PATH;
+	// "" means "bwrap".
+	Bwrap string
+	// Shell runs the startup probes (shell -c :); "" means "bash".
+	Shell string
+	// Home is the dshd home, hidden inside every sandbox except Skills.
+	Home string
+	// Skills is the directory bound back read-only inside the hidden home;
+	// "" means <Home>/skills.
+	Skills string
+	// TokenFile is covered inside every sandbox (also when outside Home).
+	TokenFile string
+	// WritableRoots are extra directories writable under workspace-write.
+	WritableRoots []string
+	// Protected are paths kept read-only inside writable roots (besides
+	// the .git of every writable root and of repositories nested in it).
+	Protected []string
+}
+
+// Host builds sandboxes for the policies this host can enforce.
+type Host struct {
+	cfg   Config
+	mech  Mechanism // namespaces or bubblewrap; "" when none works
+	bwrap string    // absolute path, with MechanismBubblewrap
+	why   string    // why confined policies are unavailable, or why auto fell back
+	net   bool      // network namespaces work
+	// netWhy says why the network cannot be turned off.
+	netWhy string
+}
+
+// probeTimeout bounds each startup probe.
+const probeTimeout = 10 * time.Second
+
+// ValidMechanism reports whether m names a mechanism ("" is auto).
+func ValidMechanism(m Mechanism) bool {
+	switch m {
+	case "", MechanismAuto, MechanismNamespaces, MechanismBubblewrap:
+		return true
+	}
+	return false
+}
+
+// NewHost chooses the mechanism and probes once that it can build a
+// sandbox (and one with a network namespace) on this host. A host where it
+// cannot still works: only unrestricted policies are enforceable then.
+func NewHost(ctx context.Context, cfg Config) *Host {
+	h := &Host{cfg: cfg}
+	if h.cfg.Skills == "" && cfg.Home != "" {
+		h.cfg.Skills = filepath.Join(cfg.Home, "skills")
+	}
+	if h.cfg.Mechanism == "" {
+		h.cfg.Mechanism = MechanismAuto
+	}
+	shell := cfg.Shell
+	if shell == "" {
+		shell = "bash"
+	}
+	if p, err := osexec.LookPath(shell); err == nil {
+		shell, _ = filepath.Abs(p)
+	}
+	var nsWhy string
+	if h.cfg.Mechanism != MechanismBubblewrap {
+		err := probeNamespaces(ctx, shell)
+		if err == nil {
+			h.mech, h.net = MechanismNamespaces, true
+			return h
+		}
+		nsWhy = "namespaces: " + err.Error()
+		if h.cfg.Mechanism == MechanismNamespaces {
+			h.why, h.netWhy = nsWhy, nsWhy
+			return h
+		}
+	}
+	h.probeBwrap(ctx)
+	if nsWhy != "" && h.mech == "" {
+		h.why = nsWhy + "; " + h.why
+		h.netWhy = nsWhy + "; " + h.netWhy
+	}
+	return h
+}
+
+// probeBwrap finds bubblewrap and checks it can build a sandbox here.
+func (h *Host) probeBwrap(ctx context.Context) {
+	name := h.cfg.Bwrap
+	if name == "" {
+		name = "bwrap"
+	}
+	path, err := osexec.LookPath(name)
+	if err == nil {
+		path, err = filepath.Abs(path)
+	}
+	if err != nil {
+		h.why = fmt.Sprintf("bubblewrap not found (%s): %v", name, err)
+		h.netWhy = h.why
+		return
+	}
+	probe := func(net bool) error {
+		ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+		defer cancel()
+		argv := bwrapArgs(path, plan{readOnlyRoot: true, newNet: net}, "/", "/bin/true", []string{"true"})
+		out, err := osexec.CommandContext(ctx, path, argv[1:]...).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("%s: %v: %s", path, err, strings.TrimSpace(string(out)))
+		}
+		return nil
+	}
+	if err := probe(false); err != nil {
+		h.why = "bubblewrap cannot create a sandbox here: " + err.Error()
+		h.netWhy = h.why
+		return
+	}
+	h.mech, h.bwrap = MechanismBubblewrap, path
+	if err := probe(true); err != nil {
+		h.netWhy = "bubblewrap cannot create a network namespace here: " + err.Error()
+		return
+	}
+	h.net = true
+}
+
+// Check returns nil when this host can enforce p, else ErrUnavailable
+// saying why.
+func (h *Host) Check(p Policy) error {
+	if err := p.Validate(); err != nil {
+		return err
+	}
+	if !p.Confined() {
+		return nil
+	}
+	if h == nil {
+		return fmt.Errorf("%w: %s: no sandbox configured", ErrUnavailable, p)
+	}
+	if h.mech == "" {
+		return fmt.Errorf("%w: %s: %s", ErrUnavailable, p, h.why)
+	}
+	if p.Network == NetworkOff && !h.net {
+		return fmt.Errorf("%w: %s: %s", ErrUnavailable, p, h.netWhy)
+	}
+	return nil
+}
+
+// Support is what a host can enforce, for GET /healthz.
+type Support struct {
+	// Policies are the file-system policies enforceable here.
+	Policies []FS
+	// Networks are the network policies enforceable here.
+	Networks []Network
+	// Mechanism names how ("namespaces", "bubblewrap /usr/bin/bwrap"), ""
+	// if none.
+	Mechanism string
+	// Reason says why something is not enforceable; "" when all is.
+	Reason string
+}
+
+// Support reports what this host can enforce.
+func (h *Host) Support() Support {
+	s := Support{Policies: []FS{Unrestricted}, Networks: []Network{NetworkOn}}
+	if h == nil {
+		s.Reason = "no sandbox configured"
+		return s
+	}
+	if h.mech == "" {
+		s.Reason = h.why
+		return s
+	}
+	s.Mechanism = string(h.mech)
+	if h.mech == MechanismBubblewrap {
+		s.Mechanism += " " + h.bwrap
+	}
+	s.Policies = append(s.Policies, WorkspaceWrite, ReadOnly)
+	if h.net {
+		s.Networks = append(s.Networks, NetworkOff)
+	} else {
+		s.Reason = h.netWhy
+	}
+	return s
+}
+
+// Mechanism returns the mechanism in use, "" when none works.
+func (h *Host) Mechanism() Mechanism {
+	if h == nil {
+		return ""
+	}
+	return h.mech
+}
+
+// Start starts the program path with args (args[0] its name) under p in
+// cwd, with roots (the agent's workspace) also writable under
+// workspace-write, by calling start exactly once with the program to
+// start, or not at all when building the sandbox fails. start must start
+// the process on the calling goroutine (os/exec's Cmd.Start does) and
+// return. For an unconfined p it calls start(path, args). Call Check
+// first: Start assumes p is enforceable.
+func (h *Host) Start(p Policy, cwd string, roots []string, path string, args []string, start func(path string, args []string) error) error {
+	if !p.Confined() {
+		return start(path, args)
+	}
+	pl := h.planFor(p, cwd, roots)
+	switch h.mech {
+	case MechanismNamespaces:
+		return startInNamespaces(pl, func() error { return start(path, args) })
+	case MechanismBubblewrap:
+		a := bwrapArgs(h.bwrap, pl, cwd, path, args)
+		return start(h.bwrap, append([]string{"bwrap"}, a[1:]...))
+	}
+	return fmt.Errorf("%w: %s: %s", ErrUnavailable, p, h.why)
+}

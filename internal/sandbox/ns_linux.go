@@ -1,0 +1,348 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	osexec "os/exec"
+	"path/filepath"
+	"runtime"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// The namespaces mechanism confines one OS thread of dshd and starts the
+// command from it: the child inherits the thread's mount and network
+// namespaces, its (empty) capabilities, no_new_privs and Landlock domain.
+// The thread is never given back to the Go scheduler: its goroutine ends
+// locked to it, so the runtime terminates it.
+
+func init() {
+	// Keep the main goroutine on the main thread, so a goroutine that
+	// confines its thread can never be scheduled there (the runtime
+	// cannot terminate the main thread; it would only park it, still the
+	// thread group leader, with a sandbox's credentials).
+	runtime.LockOSThread()
+}
+
+// landlockMinABI is the first Landlock ABI with scopes (signals, abstract
+// unix sockets): without them a confined command could signal dshd, or
+// read another process's /proc entries of the same user.
+const landlockMinABI = 6
+
+// landlockABI returns the kernel's Landlock ABI version, or an error when
+// Landlock is missing or disabled.
+func landlockABI() (int, error) {
+	r, _, e := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, 0, 0, unix.LANDLOCK_CREATE_RULESET_VERSION)
+	if e != 0 {
+		return 0, fmt.Errorf("landlock: %w", e)
+	}
+	return int(r), nil
+}
+
+// probeNamespaces checks that this process may build the strictest plan
+// (read-only root, private /tmp and /dev, its own network) and start shell
+// in it.
+func probeNamespaces(ctx context.Context, shell string) error {
+	abi, err := landlockABI()
+	if err != nil {
+		return err
+	}
+	if abi < landlockMinABI {
+		return fmt.Errorf("landlock ABI %d, need %d (scoped signals)", abi, landlockMinABI)
+	}
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	cmd := osexec.CommandContext(ctx, shell, "-c", ":")
+	cmd.Dir = "/"
+	pl := plan{readOnlyRoot: true, newNet: true}
+	if err := startInNamespaces(pl, cmd.Start); err != nil {
+		return err
+	}
+	if err := cmd.Wait(); err != nil {
+		return fmt.Errorf("%s -c : in the sandbox: %w", shell, err)
+	}
+	return nil
+}
+
+// startInNamespaces builds pl on a fresh locked thread and calls start
+// there.
+func startInNamespaces(pl plan, start func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		// Never unlocked: the thread dies with this goroutine.
+		runtime.LockOSThread()
+		if unix.Gettid() == unix.Getpid() {
+			errc <- errors.New("sandbox: refusing to confine the main thread")
+			return
+		}
+		if err := pl.enter(); err != nil {
+			errc <- fmt.Errorf("sandbox: %w", err)
+			return
+		}
+		errc <- start()
+	}()
+	return <-errc
+}
+
+// devNodes are bound into the private /dev (bubblewrap's --dev set).
+var devNodes = []string{"null", "zero", "full", "random", "urandom", "tty"}
+
+// graft is a detached copy of a mount tree, taken before what hides its
+// place is mounted, and attached at its path afterwards.
+type graft struct {
+	fd       int
+	at       string
+	readOnly bool
+}
+
+// enter confines the calling thread, which is locked to its goroutine and
+// is not the main thread, to pl.
+func (pl *plan) enter() (err error) {
+	flags := unix.CLONE_NEWNS | unix.CLONE_FS
+	if pl.newNet {
+		flags |= unix.CLONE_NEWNET
+	}
+	if err := unix.Unshare(flags); err != nil {
+		return fmt.Errorf("unshare: %w", err)
+	}
+	if pl.newNet {
+		if err := loopbackUp(); err != nil {
+			return err
+		}
+	}
+	// Nothing mounted here may reach the host's namespace.
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_SLAVE, ""); err != nil {
+		return fmt.Errorf("make / a slave: %w", err)
+	}
+	var grafts []graft
+	defer func() {
+		for _, g := range grafts {
+			if g.fd >= 0 {
+				unix.Close(g.fd)
+			}
+		}
+	}()
+	take := func(path, at string, readOnly bool) error {
+		fd, err := unix.OpenTree(unix.AT_FDCWD, path, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
+		if err != nil {
+			return fmt.Errorf("open_tree %s: %w", path, err)
+		}
+		grafts = append(grafts, graft{fd: fd, at: at, readOnly: readOnly})
+		return nil
+	}
+	if pl.readOnlyRoot {
+		for _, r := range pl.writable {
+			if err := take(r, r, false); err != nil {
+				return err
+			}
+		}
+		for _, r := range pl.visible {
+			if err := take(r, r, true); err != nil {
+				return err
+			}
+		}
+		for _, n := range devNodes {
+			if err := take("/dev/"+n, "/dev/"+n, false); err != nil {
+				return err
+			}
+		}
+	}
+	if pl.skills != "" {
+		if err := take(pl.skills, pl.skills, true); err != nil {
+			return err
+		}
+	}
+	if pl.readOnlyRoot {
+		if err := setReadOnly(unix.AT_FDCWD, "/", 0); err != nil {
+			return err
+		}
+		if err := unix.Mount("tmpfs", "/tmp", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777"); err != nil {
+			return fmt.Errorf("tmpfs /tmp: %w", err)
+		}
+		if err := minimalDev(); err != nil {
+			return err
+		}
+	}
+	// The home's tmpfs goes on last but skills: the writable roots first.
+	for i := range grafts {
+		if g := &grafts[i]; g.at != pl.skills {
+			if err := g.attach(); err != nil {
+				return err
+			}
+		}
+	}
+	for _, r := range pl.protected {
+		if err := take(r, r, true); err != nil {
+			return err
+		}
+		if err := grafts[len(grafts)-1].attach(); err != nil {
+			return err
+		}
+	}
+	if pl.home != "" && exists(pl.home) {
+		if err := unix.Mount("tmpfs", pl.home, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755"); err != nil {
+			return fmt.Errorf("tmpfs over the home: %w", err)
+		}
+		for i := range grafts {
+			if g := &grafts[i]; g.at == pl.skills && g.fd >= 0 {
+				if err := g.attach(); err != nil {
+					return err
+				}
+			}
+		}
+		if err := setReadOnly(unix.AT_FDCWD, pl.home, 0); err != nil {
+			return err
+		}
+	}
+	if pl.token != "" && exists(pl.token) {
+		if err := unix.Mount(os.DevNull, pl.token, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("cover the token file: %w", err)
+		}
+	}
+	return dropPrivileges()
+}
+
+// attach mounts g at its path (creating the mount point inside a tmpfs).
+func (g *graft) attach() error {
+	if g.readOnly {
+		if err := setReadOnly(g.fd, "", unix.AT_EMPTY_PATH); err != nil {
+			return err
+		}
+	}
+	if !exists(g.at) {
+		var err error
+		if fi, serr := os.Stat(filepath.Dir(g.at)); serr == nil && fi.IsDir() {
+			err = mountPoint(g.fd, g.at)
+		} else if err = os.MkdirAll(filepath.Dir(g.at), 0o755); err == nil {
+			err = mountPoint(g.fd, g.at)
+		}
+		if err != nil {
+			return fmt.Errorf("mount point %s: %w", g.at, err)
+		}
+	}
+	if err := unix.MoveMount(g.fd, "", unix.AT_FDCWD, g.at, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return fmt.Errorf("move_mount %s: %w", g.at, err)
+	}
+	unix.Close(g.fd)
+	g.fd = -1
+	return nil
+}
+
+// mountPoint creates at as a directory or an empty file, like the tree in
+// fd.
+func mountPoint(fd int, at string) error {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return err
+	}
+	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		return os.Mkdir(at, 0o755)
+	}
+	f, err := unix.Open(at, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC, 0o644)
+	if err != nil {
+		return err
+	}
+	return unix.Close(f)
+}
+
+// setReadOnly makes the mount tree at dirfd/path read-only, every mount
+// below it too.
+func setReadOnly(dirfd int, path string, flags uint) error {
+	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY}
+	if err := unix.MountSetattr(dirfd, path, flags|unix.AT_RECURSIVE, &attr); err != nil {
+		return fmt.Errorf("read-only %s: %w", path, err)
+	}
+	return nil
+}
+
+// minimalDev replaces /dev with a tmpfs holding what commands expect (the
+// nodes themselves are attached later from their grafts): the host's /dev
+// holds disks that uid 0 may write without any capability.
+func minimalDev() error {
+	if err := unix.Mount("tmpfs", "/dev", "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, "mode=0755"); err != nil {
+		return fmt.Errorf("tmpfs /dev: %w", err)
+	}
+	for _, d := range []string{"/dev/pts", "/dev/shm"} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			return err
+		}
+	}
+	if err := os.Chmod("/dev/shm", 0o1777); err != nil {
+		return err
+	}
+	if err := unix.Mount("devpts", "/dev/pts", "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=620"); err != nil {
+		return fmt.Errorf("devpts: %w", err)
+	}
+	for name, target := range map[string]string{
+		"ptmx": "pts/ptmx", "fd": "/proc/self/fd", "stdin": "/proc/self/fd/0",
+		"stdout": "/proc/self/fd/1", "stderr": "/proc/self/fd/2", "core": "/proc/kcore",
+	} {
+		if err := os.Symlink(target, "/dev/"+name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// loopbackUp brings lo up in the thread's new network namespace.
+func loopbackUp() error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("loopback: %w", err)
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq("lo")
+	if err != nil {
+		return err
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("loopback flags: %w", err)
+	}
+	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
+	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
+		return fmt.Errorf("loopback up: %w", err)
+	}
+	return nil
+}
+
+// dropPrivileges leaves the thread (and so the command) no capability and
+// no way to gain one, and scopes it with Landlock: it may signal, and
+// connect to abstract unix sockets of, only processes it started; Landlock
+// also keeps it from tracing (and reading the /proc entries of) any
+// process outside its domain.
+func dropPrivileges() error {
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("no_new_privs: %w", err)
+	}
+	for c := 0; ; c++ {
+		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil {
+			if errors.Is(err, unix.EINVAL) && c > 0 {
+				break // past the last capability
+			}
+			return fmt.Errorf("drop capability %d from the bounding set: %w", c, err)
+		}
+	}
+	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
+		return fmt.Errorf("clear ambient capabilities: %w", err)
+	}
+	attr := unix.LandlockRulesetAttr{Scoped: unix.LANDLOCK_SCOPE_SIGNAL | unix.LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET}
+	rs, _, e := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, uintptr(unsafe.Pointer(&attr)), unsafe.Sizeof(attr), 0)
+	if e != 0 {
+		return fmt.Errorf("landlock ruleset: %w", e)
+	}
+	// Flags 0: the calling thread only.
+	_, _, e = unix.Syscall(unix.SYS_LANDLOCK_RESTRICT_SELF, rs, 0, 0)
+	unix.Close(int(rs))
+	if e != 0 {
+		return fmt.Errorf("landlock restrict: %w", e)
+	}
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capset(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("capset: %w", err)
+	}
+	return nil
+}
