@@ -2,6 +2,7 @@ package tests
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 )
@@ -9,23 +10,39 @@ import (
 // BenchmarkExecSandbox measures foreground POST /exec of `true` under each
 // sandbox policy, interleaved with the unrestricted baseline in the same
 // run. Budget: workspace-write with the network off within 1.5× of
-// unrestricted at the median.
+// unrestricted at the median. The policies run on a server with the
+// default mechanism (namespaces where dshd may create them); the last row
+// is workspace-write with the network off on a second server forced to
+// bubblewrap, the fallback, for comparison.
 func BenchmarkExecSandbox(b *testing.B) {
 	s := startServer(b)
-	var h healthSandbox
-	if st := s.doJSON(b, "GET", "/healthz", nil, &h); st != 200 || h.Details.Sandbox == nil || len(h.Details.Sandbox.Networks) < 2 {
-		b.Skip("this host cannot enforce sandbox policies (needs bubblewrap)")
+	bw := startServer(b, withConfig("sandbox:\n  mechanism: bubblewrap\n"))
+	for _, srv := range []*testServer{s, bw} {
+		var h healthSandbox
+		if st := srv.doJSON(b, "GET", "/healthz", nil, &h); st != 200 || h.Details.Sandbox == nil || len(h.Details.Sandbox.Networks) < 2 {
+			b.Skip("this host cannot enforce sandbox policies (needs bubblewrap, or root for namespaces)")
+		}
+		if srv == s {
+			b.Logf("default mechanism: %s", h.Details.Sandbox.Mechanism)
+		} else if !strings.HasPrefix(h.Details.Sandbox.Mechanism, "bubblewrap") {
+			b.Fatalf("forced bubblewrap, got %q", h.Details.Sandbox.Mechanism)
+		}
 	}
-	policies := []struct{ name, body string }{
-		{"unrestricted", `{"command":"true","sandbox":{"policy":"unrestricted","network":"on"}}`},
-		{"unrestricted-off", `{"command":"true","sandbox":{"policy":"unrestricted","network":"off"}}`},
-		{"workspace-write-on", `{"command":"true","sandbox":{"policy":"workspace-write","network":"on"}}`},
-		{"workspace-write-off", `{"command":"true","sandbox":{"policy":"workspace-write","network":"off"}}`},
-		{"read-only-off", `{"command":"true","sandbox":{"policy":"read-only","network":"off"}}`},
+	policies := []struct {
+		name string
+		srv  *testServer
+		body string
+	}{
+		{"unrestricted", s, `{"command":"true","sandbox":{"policy":"unrestricted","network":"on"}}`},
+		{"unrestricted-off", s, `{"command":"true","sandbox":{"policy":"unrestricted","network":"off"}}`},
+		{"workspace-write-on", s, `{"command":"true","sandbox":{"policy":"workspace-write","network":"on"}}`},
+		{"workspace-write-off", s, `{"command":"true","sandbox":{"policy":"workspace-write","network":"off"}}`},
+		{"read-only-off", s, `{"command":"true","sandbox":{"policy":"read-only","network":"off"}}`},
+		{"bubblewrap-workspace-write-off", bw, `{"command":"true","sandbox":{"policy":"workspace-write","network":"off"}}`},
 	}
 	for range 20 { // warm up every path
 		for _, p := range policies {
-			s.post(b, "/exec", []byte(p.body))
+			p.srv.post(b, "/exec", []byte(p.body))
 		}
 	}
 	times := make([][]time.Duration, len(policies))
@@ -33,7 +50,7 @@ func BenchmarkExecSandbox(b *testing.B) {
 	for range b.N {
 		for i, p := range policies {
 			t0 := time.Now()
-			s.post(b, "/exec", []byte(p.body))
+			p.srv.post(b, "/exec", []byte(p.body))
 			times[i] = append(times[i], time.Since(t0))
 		}
 	}

@@ -107,6 +107,14 @@ func testSandboxPolicies(t *testing.T, mech string) {
 	if err := os.WriteFile(gitConfig, []byte("[core]\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// A repository nested in the workspace is protected as well.
+	nestedConfig := filepath.Join(ws, "vendor", "lib", ".git", "config")
+	if err := os.MkdirAll(filepath.Dir(nestedConfig), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(nestedConfig, []byte("[core]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	outside := t.TempDir()
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -177,9 +185,18 @@ func testSandboxPolicies(t *testing.T, mech string) {
 			if b, _ := os.ReadFile(gitConfig); strings.Contains(string(b), "[evil]") != tc.gitOK {
 				t.Errorf(".git/config on the host = %q", b)
 			}
+			j = run("echo '[evil]' >> vendor/lib/.git/config")
+			if ok(j) != tc.gitOK {
+				t.Errorf("append to a nested .git/config: exit %v, stderr %q; want success %v", deref(j.ExitCode), j.Stderr.Text, tc.gitOK)
+			}
+			if b, _ := os.ReadFile(nestedConfig); strings.Contains(string(b), "[evil]") != tc.gitOK {
+				t.Errorf("nested .git/config on the host = %q", b)
+			}
 			if tc.gitOK {
-				if err := os.WriteFile(gitConfig, []byte("[core]\n"), 0o644); err != nil {
-					t.Fatal(err)
+				for _, c := range []string{gitConfig, nestedConfig} {
+					if err := os.WriteFile(c, []byte("[core]\n"), 0o644); err != nil {
+						t.Fatal(err)
+					}
 				}
 			}
 

@@ -182,6 +182,10 @@ func (pl *plan) enter() (err error) {
 			return err
 		}
 	}
+	if pl.home != "" && !exists(pl.home) && pl.skills != "" {
+		// Hidden already (under the private /tmp): still show skills.
+		_ = os.MkdirAll(pl.home, 0o755)
+	}
 	if pl.home != "" && exists(pl.home) {
 		if err := unix.Mount("tmpfs", pl.home, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755"); err != nil {
 			return fmt.Errorf("tmpfs over the home: %w", err)

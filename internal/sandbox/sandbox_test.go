@@ -1,0 +1,395 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	osexec "os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestPolicyRules(t *testing.T) {
+	ww := func(n Network) Policy { return Policy{FS: WorkspaceWrite, Network: n} }
+	for _, tc := range []struct {
+		name         string
+		p, outer     Policy
+		within       bool
+		invalid      bool
+		confined     bool
+		filled       Policy // p.Or(outer)
+		fillFromDflt Policy // p.Or(Default)
+	}{
+		{name: "same", p: ww(NetworkOff), outer: ww(NetworkOff), within: true, confined: true, filled: ww(NetworkOff), fillFromDflt: ww(NetworkOff)},
+		{name: "tighter fs", p: Policy{ReadOnly, NetworkOff}, outer: ww(NetworkOff), within: true, confined: true, filled: Policy{ReadOnly, NetworkOff}, fillFromDflt: Policy{ReadOnly, NetworkOff}},
+		{name: "tighter network", p: Policy{Unrestricted, NetworkOff}, outer: Default, within: true, confined: true, filled: Policy{Unrestricted, NetworkOff}, fillFromDflt: Policy{Unrestricted, NetworkOff}},
+		{name: "looser fs", p: Policy{Unrestricted, NetworkOff}, outer: ww(NetworkOff), confined: true, filled: Policy{Unrestricted, NetworkOff}, fillFromDflt: Policy{Unrestricted, NetworkOff}},
+		{name: "looser network", p: ww(NetworkOn), outer: ww(NetworkOff), confined: true, filled: ww(NetworkOn), fillFromDflt: ww(NetworkOn)},
+		{name: "looser network, tighter fs", p: Policy{ReadOnly, NetworkOn}, outer: ww(NetworkOff), confined: true, filled: Policy{ReadOnly, NetworkOn}, fillFromDflt: Policy{ReadOnly, NetworkOn}},
+		{name: "unrestricted", p: Default, outer: Default, within: true, filled: Default, fillFromDflt: Default},
+		{name: "empty takes the outer", p: Policy{}, outer: ww(NetworkOff), within: true, confined: true, filled: ww(NetworkOff), fillFromDflt: Default},
+		{name: "network only", p: Policy{Network: NetworkOff}, outer: Policy{ReadOnly, NetworkOn}, within: true, confined: true, filled: Policy{ReadOnly, NetworkOff}, fillFromDflt: Policy{Unrestricted, NetworkOff}},
+		{name: "unknown fs", p: Policy{FS: "everything"}, outer: Default, invalid: true, confined: true, filled: Policy{"everything", NetworkOn}, fillFromDflt: Policy{"everything", NetworkOn}},
+		{name: "unknown network", p: Policy{Network: "maybe"}, outer: Default, invalid: true, filled: Policy{Unrestricted, "maybe"}, fillFromDflt: Policy{Unrestricted, "maybe"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := tc.p.Validate(); (err != nil) != tc.invalid || (err != nil && !errors.Is(err, ErrInvalid)) {
+				t.Errorf("Validate() = %v, want invalid %v", err, tc.invalid)
+			}
+			if got := tc.p.Or(tc.outer); got != tc.filled {
+				t.Errorf("Or(outer) = %v, want %v", got, tc.filled)
+			}
+			if got := tc.p.Or(Default); got != tc.fillFromDflt {
+				t.Errorf("Or(Default) = %v, want %v", got, tc.fillFromDflt)
+			}
+			if tc.invalid {
+				return
+			}
+			full := tc.p.Or(tc.outer)
+			if got := full.Within(tc.outer); got != tc.within {
+				t.Errorf("Within = %v, want %v", got, tc.within)
+			}
+			err := full.CheckWithin(tc.outer, "agent agt_x")
+			if (err == nil) != tc.within || (err != nil && (!errors.Is(err, ErrLooser) || !strings.Contains(err.Error(), "agent agt_x"))) {
+				t.Errorf("CheckWithin = %v, want looser %v naming the agent", err, !tc.within)
+			}
+			if got := full.Confined(); got != tc.confined {
+				t.Errorf("Confined = %v, want %v", got, tc.confined)
+			}
+		})
+	}
+}
+
+func TestSentence(t *testing.T) {
+	for _, p := range []Policy{Default, {Unrestricted, NetworkOff}, {WorkspaceWrite, NetworkOn}, {WorkspaceWrite, NetworkOff}, {ReadOnly, NetworkOn}, {ReadOnly, NetworkOff}} {
+		s := p.Sentence()
+		if !strings.HasPrefix(s, "Sandbox") || !strings.HasSuffix(s, "; network "+string(p.Network)+".") || strings.Contains(strings.TrimSuffix(s, "."), "\n") {
+			t.Errorf("%v: sentence %q", p, s)
+		}
+		if p.FS != Unrestricted && !strings.Contains(s, string(p.FS)) {
+			t.Errorf("%v: sentence %q does not name the policy", p, s)
+		}
+	}
+}
+
+// layout makes a workspace with a repository, a nested one two levels
+// down, a worktree's .git file, a nested one inside node_modules (not
+// looked at), a home with skills and a token, and a token file outside.
+type layout struct {
+	ws, outside, home, skills, homeToken, token string
+}
+
+func newLayout(t *testing.T) layout {
+	t.Helper()
+	root := t.TempDir()
+	l := layout{
+		ws:      filepath.Join(root, "ws"),
+		outside: filepath.Join(root, "outside"),
+		home:    filepath.Join(root, "home"),
+	}
+	l.skills = filepath.Join(l.home, "skills")
+	l.homeToken = filepath.Join(l.home, "server.token")
+	l.token = filepath.Join(root, "token")
+	for _, d := range []string{
+		filepath.Join(l.ws, ".git"), filepath.Join(l.ws, "a", "b", ".git"), filepath.Join(l.ws, "node_modules", "x", ".git"),
+		filepath.Join(l.ws, "wt"), l.outside, l.skills,
+	} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for p, body := range map[string]string{
+		filepath.Join(l.ws, ".git", "config"):           "[core]\n",
+		filepath.Join(l.ws, "a", "b", ".git", "config"): "[core]\n",
+		filepath.Join(l.ws, "wt", ".git"):               "gitdir: /elsewhere\n",
+		filepath.Join(l.skills, "SKILL.md"):             "skill\n",
+		l.homeToken:                                     "secret-in-home\n",
+		l.token:                                         "secret-outside\n",
+		filepath.Join(l.ws, "node_modules", "x", ".git", "config"): "[core]\n",
+	} {
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return l
+}
+
+func TestPlanFor(t *testing.T) {
+	l := newLayout(t)
+	extra := t.TempDir()
+	protected := filepath.Join(l.ws, "secrets.env")
+	if err := os.WriteFile(protected, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h := &Host{cfg: Config{Home: l.home, Skills: l.skills, TokenFile: l.token, WritableRoots: []string{extra, "/does/not/exist"}, Protected: []string{protected, "/does/not/exist/either"}}}
+	gits := []string{filepath.Join(l.ws, ".git"), filepath.Join(l.ws, "a", "b", ".git"), filepath.Join(l.ws, "wt", ".git")}
+	for _, tc := range []struct {
+		name  string
+		p     Policy
+		roots []string
+		want  plan
+	}{
+		{"unrestricted, network off", Policy{Unrestricted, NetworkOff}, nil,
+			plan{newNet: true, home: l.home, skills: l.skills, token: l.token}},
+		{"workspace-write", Policy{WorkspaceWrite, NetworkOn}, []string{l.ws, l.outside},
+			plan{readOnlyRoot: true, writable: []string{l.ws, l.outside, extra}, protected: append(gits, protected), home: l.home, skills: l.skills, token: l.token}},
+		{"workspace-write, network off", Policy{WorkspaceWrite, NetworkOff}, nil,
+			plan{readOnlyRoot: true, newNet: true, writable: []string{l.ws, extra}, protected: append(gits, protected), home: l.home, skills: l.skills, token: l.token}},
+		{"read-only", Policy{ReadOnly, NetworkOff}, []string{l.outside},
+			plan{readOnlyRoot: true, newNet: true, visible: []string{l.ws, l.outside}, home: l.home, skills: l.skills, token: l.token}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := h.planFor(tc.p, l.ws, tc.roots)
+			if d := cmp.Diff(tc.want, got, cmp.AllowUnexported(plan{})); d != "" {
+				t.Errorf("plan (-want +got):\n%s", d)
+			}
+		})
+	}
+	// A token inside the home is hidden with it, not covered on its own.
+	h.cfg.TokenFile = l.homeToken
+	if pl := h.planFor(Policy{ReadOnly, NetworkOn}, l.ws, nil); pl.token != "" {
+		t.Errorf("token inside the home covered on its own: %q", pl.token)
+	}
+}
+
+func TestGitDirsBounded(t *testing.T) {
+	root := t.TempDir()
+	deep := filepath.Join(root, "1", "2", "3", "4")
+	for _, d := range []string{filepath.Join(root, "1", "2", "3", ".git"), filepath.Join(deep, ".git"), filepath.Join(root, ".git", "modules", "m", ".git")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := gitDirs(root)
+	want := []string{filepath.Join(root, ".git"), filepath.Join(root, "1", "2", "3", ".git")}
+	if !slices.Equal(got, want) {
+		t.Errorf("gitDirs = %v, want %v (depth %d, not inside .git)", got, want, gitDirMaxDepth)
+	}
+}
+
+func TestBwrapArgs(t *testing.T) {
+	l := newLayout(t)
+	h := &Host{cfg: Config{Home: l.home, Skills: l.skills, TokenFile: l.token}}
+	g := filepath.Join(l.ws, ".git")
+	ng := filepath.Join(l.ws, "a", "b", ".git")
+	wg := filepath.Join(l.ws, "wt", ".git")
+	tail := []string{"--tmpfs", l.home, "--ro-bind", l.skills, l.skills, "--remount-ro", l.home, "--ro-bind", os.DevNull, l.token, "--chdir", l.ws, "--", "/bin/bash", "-c", "true"}
+	for _, tc := range []struct {
+		p    Policy
+		want []string
+	}{
+		{Policy{Unrestricted, NetworkOff}, append([]string{"/usr/bin/bwrap", "--cap-drop", "ALL", "--unshare-pid", "--unshare-net",
+			"--bind", "/", "/", "--dev-bind", "/dev", "/dev", "--proc", "/proc"}, tail...)},
+		{Policy{WorkspaceWrite, NetworkOn}, append([]string{"/usr/bin/bwrap", "--cap-drop", "ALL", "--unshare-pid",
+			"--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
+			"--bind", l.ws, l.ws, "--ro-bind", g, g, "--ro-bind", ng, ng, "--ro-bind", wg, wg}, tail...)},
+		{Policy{ReadOnly, NetworkOff}, append([]string{"/usr/bin/bwrap", "--cap-drop", "ALL", "--unshare-pid", "--unshare-net",
+			"--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--ro-bind", l.ws, l.ws}, tail...)},
+	} {
+		t.Run(tc.p.String(), func(t *testing.T) {
+			got := bwrapArgs("/usr/bin/bwrap", h.planFor(tc.p, l.ws, nil), l.ws, "/bin/bash", []string{"bash", "-c", "true"})
+			if d := cmp.Diff(tc.want, got); d != "" {
+				t.Errorf("bwrap argv (-want +got):\n%s", d)
+			}
+		})
+	}
+}
+
+// TestHostFallback: what a host can enforce when a mechanism is missing,
+// and that confined policies are then refused, never run unconfined.
+func TestHostFallback(t *testing.T) {
+	ctx := context.Background()
+	missing := filepath.Join(t.TempDir(), "no-bwrap")
+	h := NewHost(ctx, Config{Mechanism: MechanismBubblewrap, Bwrap: missing})
+	s := h.Support()
+	if h.Mechanism() != "" || !slices.Equal(s.Policies, []FS{Unrestricted}) || !slices.Equal(s.Networks, []Network{NetworkOn}) || !strings.Contains(s.Reason, "no-bwrap") {
+		t.Errorf("support without bubblewrap = %+v (mechanism %q)", s, h.Mechanism())
+	}
+	for _, p := range []Policy{{WorkspaceWrite, NetworkOn}, {ReadOnly, NetworkOff}, {Unrestricted, NetworkOff}} {
+		if err := h.Check(p); !errors.Is(err, ErrUnavailable) {
+			t.Errorf("Check(%v) = %v, want ErrUnavailable", p, err)
+		}
+		called := false
+		err := h.Start(p, "/", nil, "/bin/true", []string{"true"}, func(string, []string) error { called = true; return nil })
+		if !errors.Is(err, ErrUnavailable) || called {
+			t.Errorf("Start(%v) = %v, started %v; want ErrUnavailable and nothing started", p, err, called)
+		}
+	}
+	if err := h.Check(Default); err != nil {
+		t.Errorf("Check(unrestricted) = %v", err)
+	}
+	var path string
+	if err := h.Start(Default, "/", nil, "/bin/true", []string{"true"}, func(p string, _ []string) error { path = p; return nil }); err != nil || path != "/bin/true" {
+		t.Errorf("Start(unrestricted) = %v, started %q; want the command as is", err, path)
+	}
+	var nilHost *Host
+	if err := nilHost.Check(Policy{ReadOnly, NetworkOn}); !errors.Is(err, ErrUnavailable) {
+		t.Errorf("nil host Check = %v", err)
+	}
+
+	// Auto falls back to bubblewrap when namespaces are not usable, and
+	// says why; when neither works, both reasons are given.
+	if os.Getuid() != 0 {
+		h := NewHost(ctx, Config{Bwrap: missing})
+		if r := h.Support().Reason; !strings.Contains(r, "namespaces:") || !strings.Contains(r, "no-bwrap") {
+			t.Errorf("auto without root or bubblewrap: reason %q, want both", r)
+		}
+	}
+}
+
+// needRoot skips (fails under CI=true) where dshd's namespaces mechanism
+// cannot run: it needs root (CAP_SYS_ADMIN) and Landlock ABI 6.
+func needRoot(t *testing.T) {
+	t.Helper()
+	if os.Getuid() == 0 {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatal("the namespaces mechanism needs root; CI runs as root")
+	}
+	t.Skip("the namespaces mechanism needs root (CAP_SYS_ADMIN)")
+}
+
+// TestNamespaces runs real commands under each mechanism and policy and
+// checks what they may do.
+func TestNamespaces(t *testing.T) {
+	needRoot(t)
+	ctx := context.Background()
+	for _, mech := range []Mechanism{MechanismNamespaces, MechanismBubblewrap} {
+		t.Run(string(mech), func(t *testing.T) {
+			l := newLayout(t)
+			h := NewHost(ctx, Config{Mechanism: mech, Home: l.home, TokenFile: l.token})
+			if h.Mechanism() != mech {
+				t.Fatalf("mechanism %q unavailable: %s", mech, h.Support().Reason)
+			}
+			run := func(p Policy, script string) (string, error) {
+				cmd := &osexec.Cmd{Dir: l.ws}
+				var out strings.Builder
+				cmd.Stdout, cmd.Stderr = &out, &out
+				err := h.Start(p, l.ws, nil, "/bin/bash", []string{"bash", "-c", script}, func(path string, args []string) error {
+					cmd.Path, cmd.Args = path, args
+					return cmd.Start()
+				})
+				if err == nil {
+					err = cmd.Wait()
+				}
+				return out.String(), err
+			}
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			go func() {
+				for {
+					c, err := ln.Accept()
+					if err != nil {
+						return
+					}
+					c.Close()
+				}
+			}()
+			connect := fmt.Sprintf("exec 3<>/dev/tcp/127.0.0.1/%d", ln.Addr().(*net.TCPAddr).Port)
+			tmp := fmt.Sprintf("/tmp/dshd-sandbox-test-%d", os.Getpid())
+			t.Cleanup(func() { os.Remove(tmp) })
+			for _, tc := range []struct {
+				p                   Policy
+				inside, outside, ok bool // writes in cwd / outside; .git writable
+			}{
+				{p: Policy{Unrestricted, NetworkOff}, inside: true, outside: true, ok: true},
+				{p: Policy{WorkspaceWrite, NetworkOff}, inside: true},
+				{p: Policy{ReadOnly, NetworkOn}},
+			} {
+				t.Run(tc.p.String(), func(t *testing.T) {
+					check := func(what, script string, want bool) {
+						t.Helper()
+						out, err := run(tc.p, script)
+						if (err == nil) != want {
+							t.Errorf("%s: err %v, output %q; want success %v", what, err, out, want)
+						}
+					}
+					check("write in cwd", "echo x > in && rm in", tc.inside)
+					check("write outside", "echo x > "+filepath.Join(l.outside, "f"), tc.outside)
+					check("append to .git/config", "echo '[evil]' >> .git/config", tc.ok)
+					check("append to a nested .git/config", "echo '[evil]' >> a/b/.git/config", tc.ok)
+					check("create a hook in .git", "mkdir -p .git/hooks && echo x > .git/hooks/pre-commit", tc.ok)
+					check("read the token in the home", "cat "+l.homeToken, false)
+					check("read the token outside", "grep secret "+l.token, false)
+					check("read skills", "cat "+filepath.Join(l.skills, "SKILL.md"), true)
+					check("write in the home", "echo x > "+filepath.Join(l.home, "x"), false)
+					check("write /tmp", "echo x > "+tmp+" && cat "+tmp, true)
+					check("remount / read-write", "mount -o remount,rw / 2>/dev/null || exit 1", false)
+					check("no capabilities", "grep -q '^CapEff:.0000000000000000$' /proc/self/status", true)
+					check("signal dshd", fmt.Sprintf("kill -0 %d", os.Getpid()), false)
+					check("connect to a listener on 127.0.0.1", connect, tc.p.Network == NetworkOn)
+					check("/dev/null", "echo x > /dev/null && head -c1 /dev/urandom >/dev/null", true)
+					if tc.p.FS != Unrestricted {
+						check("raw disks hidden", "ls /dev | grep -qvE '^(null|zero|full|random|urandom|tty|pts|shm|ptmx|fd|stdin|stdout|stderr|core)$' && exit 1 || exit 0", true)
+					}
+				})
+			}
+			if b, _ := os.ReadFile(filepath.Join(l.ws, ".git", "config")); strings.Contains(string(b), "evil") {
+				// Only unrestricted may write it; reset between mechanisms
+				// is by a fresh layout.
+				t.Logf(".git/config after the unrestricted case: %q", b)
+			}
+		})
+	}
+}
+
+// TestNamespacesOnHost: a sandbox built on one thread leaves the host's
+// mounts, and dshd's own capabilities, as they were.
+func TestNamespacesOnHost(t *testing.T) {
+	needRoot(t)
+	l := newLayout(t)
+	h := NewHost(context.Background(), Config{Mechanism: MechanismNamespaces, Home: l.home})
+	if h.Mechanism() != MechanismNamespaces {
+		t.Fatalf("namespaces unavailable: %s", h.Support().Reason)
+	}
+	capEff := func() string {
+		st, _ := os.ReadFile("/proc/self/status")
+		for _, line := range strings.Split(string(st), "\n") {
+			if strings.HasPrefix(line, "CapEff:") {
+				return line
+			}
+		}
+		return ""
+	}
+	before, caps := mustRead(t, "/proc/self/mountinfo"), capEff()
+	for range 5 {
+		cmd := &osexec.Cmd{}
+		if err := h.Start(Policy{WorkspaceWrite, NetworkOff}, l.ws, nil, "/bin/true", []string{"true"}, func(p string, a []string) error {
+			cmd.Path, cmd.Args = p, a
+			return cmd.Start()
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Wait(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if after := mustRead(t, "/proc/self/mountinfo"); before != after {
+		t.Errorf("host mounts changed:\nbefore %s\nafter %s", before, after)
+	}
+	if _, err := os.ReadFile(l.homeToken); err != nil {
+		t.Errorf("the host lost its view of the home: %v", err)
+	}
+	if c := capEff(); c != caps {
+		t.Errorf("the main thread's capabilities changed: %q, were %q", c, caps)
+	}
+}
+
+func mustRead(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
