@@ -297,6 +297,19 @@ func TestNamespaces(t *testing.T) {
 			}()
 			connect := fmt.Sprintf("exec 3<>/dev/tcp/127.0.0.1/%d", ln.Addr().(*net.TCPAddr).Port)
 			tmp := fmt.Sprintf("/tmp/dshd-sandbox-test-%d", os.Getpid())
+			abstract := fmt.Sprintf("dshd-sandbox-test-%d-%s", os.Getpid(), mech)
+			uln, err := net.Listen("unix", "@"+abstract)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer uln.Close()
+			python3, _ := osexec.LookPath("python3")
+			// The listener itself is reachable from outside a sandbox.
+			if python3 != "" {
+				if out, err := osexec.Command(python3, "-c", `import socket; s = socket.socket(socket.AF_UNIX); s.connect("\0`+abstract+`")`).CombinedOutput(); err != nil {
+					t.Fatalf("abstract socket unreachable unconfined: %v %s", err, out)
+				}
+			}
 			t.Cleanup(func() { os.Remove(tmp) })
 			for _, tc := range []struct {
 				p                   Policy
@@ -327,6 +340,21 @@ func TestNamespaces(t *testing.T) {
 					check("remount / read-write", "mount -o remount,rw / 2>/dev/null || exit 1", false)
 					check("no capabilities", "grep -q '^CapEff:.0000000000000000$' /proc/self/status", true)
 					check("signal dshd", fmt.Sprintf("kill -0 %d", os.Getpid()), false)
+					check("read dshd's environment", fmt.Sprintf("cat /proc/%d/environ", os.Getpid()), false)
+					check("reach the host's root through dshd's /proc", fmt.Sprintf("ls /proc/%d/root/", os.Getpid()), false)
+					if mech == MechanismNamespaces && python3 != "" {
+						out, err := run(tc.p, python3+` -c 'import socket; s = socket.socket(socket.AF_UNIX); s.connect("\0`+abstract+`")'`)
+						// Network off: abstract names belong to the network
+						// namespace, so the name is not even there; on: the
+						// Landlock scope refuses it.
+						want := "PermissionError"
+						if tc.p.Network == NetworkOff {
+							want = "ConnectionRefusedError"
+						}
+						if err == nil || !strings.Contains(out, want) {
+							t.Errorf("connect to an abstract socket of dshd: err %v, output %q; want %s", err, out, want)
+						}
+					}
 					check("connect to a listener on 127.0.0.1", connect, tc.p.Network == NetworkOn)
 					check("/dev/null", "echo x > /dev/null && head -c1 /dev/urandom >/dev/null", true)
 					if tc.p.FS != Unrestricted {
