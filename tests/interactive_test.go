@@ -70,9 +70,18 @@ func (s *testServer) control(t *testing.T, id, route string, body map[string]any
 // on a real server with real bash: a `read -p` prompt answered through
 // the stdin route, a resize that `tput cols` sees, and SIGINT caught by a
 // trap. The SSE stream carries the terminal's bytes exactly as the raw
-// route does.
+// route does. It runs unconfined and again in a workspace-write sandbox
+// with the network off.
 func TestInteractiveTerminalJob(t *testing.T) {
-	s := startServer(t)
+	t.Run("unrestricted", func(t *testing.T) { testInteractiveTerminalJob(t, startServer(t)) })
+	t.Run("sandboxed", func(t *testing.T) {
+		s := startServer(t, withConfig("sandbox:\n  policy: workspace-write\n  network: \"off\"\n"))
+		needSandbox(t, s)
+		testInteractiveTerminalJob(t, s)
+	})
+}
+
+func testInteractiveTerminalJob(t *testing.T, s *testServer) {
 	j := s.startInteractive(t, map[string]any{
 		"tty": true, "cols": 100, "rows": 30,
 		"command": `trap 'echo TRAPPED; exit 5' INT

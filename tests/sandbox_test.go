@@ -431,3 +431,161 @@ grep ^CapEff /proc/self/status`})
 		}
 	}
 }
+
+// TestAgentFullLoopSandboxed drives the agent loop under workspace-write
+// with the network off, the server's default: the model's bash tool
+// writes in its workspace but nowhere else, cannot connect even to
+// loopback, cannot touch .git, runs a background job, and sees its DSH_*
+// facts on the first turn, after a restart and resume, and in a fork and
+// a spawn (which inherit the policy); hooks run outside the sandbox (they
+// write a log the sandbox cannot see); the transcript records every step
+// with the policy that applied.
+func TestAgentFullLoopSandboxed(t *testing.T) {
+	home := filepath.Join(t.TempDir(), "home")
+	ws, outside := t.TempDir(), t.TempDir()
+	if err := os.MkdirAll(filepath.Join(ws, ".git"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(ws, ".git", "config"), []byte("[core]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	hookLog := filepath.Join(outside, "hooks.log")
+	writeJSON(t, filepath.Join(home, "hooks", "claude-code.json"), map[string]any{"hooks": map[string]any{
+		"PreToolUse":  []any{map[string]any{"matcher": "Bash", "hooks": []any{map[string]any{"type": "command", "command": "echo pre >> " + hookLog}}}},
+		"PostToolUse": []any{map[string]any{"matcher": "Bash", "hooks": []any{map[string]any{"type": "command", "command": "echo post >> " + hookLog}}}},
+	}})
+	config := withConfig("sandbox:\n  policy: workspace-write\n  network: \"off\"\n")
+	s := startServer(t, withHome(home), withEnv("DSH_STALE=stale"), config)
+	needSandbox(t, s)
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+
+	var root sandboxAgent
+	if st := s.doJSON(t, "POST", "/agents", map[string]any{"cwd": ws}, &root); st != 201 {
+		t.Fatalf("create agent = %d", st)
+	}
+	want := sandboxPolicy{"workspace-write", "off"}
+	if root.Sandbox == nil || *root.Sandbox != want {
+		t.Fatalf("agent sandbox = %+v, want the configured default", root.Sandbox)
+	}
+	command := scriptedModel(t, s)
+	checkFacts := func(name, id string) {
+		t.Helper()
+		f := facts(t, s, id, command)
+		if f["home"] != home || f["shell"] != "1" || f["session"] != id || f["stale"] != "unset" {
+			t.Errorf("%s: facts %v", name, f)
+		}
+	}
+	checkFacts("first turn", root.ID)
+
+	steps := []struct {
+		name, command string
+		ok            bool
+		stderr        string
+	}{
+		{"write in the workspace", "echo draft > notes.txt && cat notes.txt", true, ""},
+		{"write outside", "echo x > " + filepath.Join(outside, "escaped"), false, "No such file or directory"},
+		{"write in the home's parent", "echo x > " + filepath.Join(filepath.Dir(home), "escaped"), false, "No such file or directory"},
+		{"write /etc", "echo x > /etc/dshd-escaped", false, "Read-only file system"},
+		{"modify .git", "echo '[evil]' >> .git/config", false, "Read-only file system"},
+		{"connect to loopback", fmt.Sprintf("exec 3<>/dev/tcp/127.0.0.1/%d", ln.Addr().(*net.TCPAddr).Port), false, "Connection refused"},
+		{"read the token", `cat "$DSH_HOME/server.token"`, false, "No such file or directory"},
+	}
+	for _, st := range steps {
+		r := s.callTool(t, root.ID, "bash", map[string]any{"command": st.command})
+		if r.IsError || (deref(r.ExitCode) == 0) != st.ok || !strings.Contains(r.Text, st.stderr) {
+			t.Errorf("%s: result %+v, want success %v and %q", st.name, r, st.ok, st.stderr)
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(ws, "notes.txt")); err != nil || string(b) != "draft\n" {
+		t.Errorf("workspace file on the host = %q, %v", b, err)
+	}
+	for _, p := range []string{filepath.Join(outside, "escaped"), filepath.Join(filepath.Dir(home), "escaped"), "/etc/dshd-escaped"} {
+		if _, err := os.Stat(p); err == nil {
+			t.Errorf("the sandboxed model wrote %s", p)
+		}
+	}
+	if b, _ := os.ReadFile(filepath.Join(ws, ".git", "config")); string(b) != "[core]\n" {
+		t.Errorf(".git/config on the host = %q", b)
+	}
+
+	// A background job, under the same policy.
+	r := s.callTool(t, root.ID, "bash", map[string]any{"command": "echo bg > bg.txt; echo x > /etc/dshd-bg || echo refused", "run_in_background": true})
+	if r.JobID == "" {
+		t.Fatalf("background call gave no job: %+v", r)
+	}
+	var bg sandboxJob
+	s.doJSON(t, "GET", "/jobs/"+r.JobID+"?waitMs=10000", nil, &bg)
+	if bg.Sandbox == nil || *bg.Sandbox != want || !strings.Contains(bg.Stdout.Text, "refused") {
+		t.Errorf("background job = %+v", bg)
+	}
+	if _, err := os.Stat(filepath.Join(ws, "bg.txt")); err != nil {
+		t.Errorf("background write in the workspace: %v", err)
+	}
+
+	// Restart on the same home: the agent keeps its policy.
+	s.stop(t)
+	s = startServer(t, withHome(home), withEnv("DSH_STALE=stale-again"), config)
+	var resumed sandboxAgent
+	if st := s.doJSON(t, "POST", "/agents/"+root.ID+"/resume", nil, &resumed); st != 200 || resumed.Sandbox == nil || *resumed.Sandbox != want {
+		t.Fatalf("resume = %d %+v", st, resumed)
+	}
+	checkFacts("after resume", root.ID)
+	var fork, child sandboxAgent
+	if st := s.doJSON(t, "POST", "/agents/"+root.ID+"/fork", map[string]any{}, &fork); st != 201 || fork.Sandbox == nil || *fork.Sandbox != want {
+		t.Fatalf("fork = %d %+v", st, fork)
+	}
+	if st := s.doJSON(t, "POST", "/agents/"+root.ID+"/spawn", map[string]any{}, &child); st != 201 || child.Sandbox == nil || *child.Sandbox != want {
+		t.Fatalf("spawn = %d %+v", st, child)
+	}
+	checkFacts("fork", fork.ID)
+	checkFacts("spawn", child.ID)
+
+	// Hooks ran outside the sandbox, once before and once after each call
+	// of the root agent's first server (1 facts + 7 steps + 1 background)
+	// and of the second (1 facts).
+	b, err := os.ReadFile(hookLog)
+	if err != nil {
+		t.Fatalf("hooks wrote no log outside the sandbox: %v", err)
+	}
+	if pre, post := strings.Count(string(b), "pre\n"), strings.Count(string(b), "post\n"); pre < 10 || post < 10 {
+		t.Errorf("hook log has %d pre and %d post lines, want at least 10 each", pre, post)
+	}
+
+	// The transcript records every call, its result, and the policy.
+	var tr struct {
+		Events []struct {
+			Type string          `json:"type"`
+			Data json.RawMessage `json:"data"`
+		} `json:"events"`
+	}
+	resp := s.doWith(t, "GET", "/agents/"+root.ID+"/transcript", nil, map[string]string{"Accept": "application/json", "Authorization": "Bearer " + s.Token})
+	decode(t, resp, &tr)
+	counts := map[string]int{}
+	for _, e := range tr.Events {
+		counts[e.Type]++
+		if e.Type == "tool/result" {
+			var d struct{ Sandbox *sandboxPolicy }
+			_ = json.Unmarshal(e.Data, &d)
+			if d.Sandbox == nil || *d.Sandbox != want {
+				t.Errorf("tool/result sandbox = %+v, want %v", d.Sandbox, want)
+			}
+		}
+	}
+	if counts["tool/call"] != 10 || counts["tool/result"] != 10 || counts["session/resume"] != 1 || counts["hook/result"] < 20 {
+		t.Errorf("transcript event counts = %v, want 10 calls and results, a resume, 20 hook results", counts)
+	}
+}
