@@ -768,7 +768,10 @@ export interface components {
             policies: components["schemas"]["SandboxFS"][];
             networks: components["schemas"]["SandboxNetwork"][];
             default: components["schemas"]["SandboxPolicy"];
-            /** @example bubblewrap /usr/bin/bwrap */
+            /**
+             * @description How confined policies are enforced: `namespaces` (the spawning thread enters mount and network namespaces, drops every capability and sets a Landlock domain) or `bubblewrap` followed by its path; absent when neither works.
+             * @example namespaces
+             */
             mechanism?: string;
             /** @description Why a policy is not enforceable here. */
             reason?: string;

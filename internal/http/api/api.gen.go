@@ -1730,7 +1730,9 @@ type SandboxSupport struct {
 	// Default The sandbox policy in effect.
 	Default SandboxPolicy `json:"default"`
 
-	// Mechanism Example: bubblewrap /usr/bin/bwrap
+	// Mechanism How confined policies are enforced: `namespaces` (the spawning thread enters mount and network namespaces, drops every capability and sets a Landlock domain) or `bubblewrap` followed by its path; absent when neither works.
+	//
+	// Example: namespaces
 	Mechanism *string          `json:"mechanism,omitempty"`
 	Networks  []SandboxNetwork `json:"networks"`
 	Policies  []SandboxFS      `json:"policies"`
