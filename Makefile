@@ -51,6 +51,7 @@ bench:
 	$(GO) test -run '^$$' -bench . -benchmem -count=1 -timeout 30m ./internal/shellenv ./internal/exec ./internal/agents
 	$(GO) test -run '^$$' -bench 'ExecForeground|ExecConcurrent8|Declarations10000|MCPBash' -benchtime 1000x -count=1 -timeout 30m ./tests
 	$(GO) test -run '^$$' -bench 'ExecSandbox' -benchtime 200x -count=1 -timeout 30m ./tests
+	$(GO) test -run '^$$' -bench 'TerminalEcho' -benchtime 2000x -count=1 -timeout 30m ./tests
 	$(GO) test -run '^$$' -bench 'Stream256MiB' -benchtime 3x -count=1 -timeout 30m ./tests
 	$(GO) test -run '^$$' -bench 'OutputDelivery256MiB' -benchtime 3x -count=1 -timeout 30m ./tests
 	$(GO) test -run '^$$' -bench 'OutputSlowClient|OutputFollowers50' -benchtime 1x -count=1 -timeout 30m ./tests
