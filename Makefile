@@ -2,17 +2,23 @@
 # prints the performance figures beside their baselines.
 GO ?= go
 
-.PHONY: test check generate generate-check vet fmt-check unit bench fuzz run deps lint-contract python-install-check
+.PHONY: test check generate generate-check vet fmt-check unit bench fuzz run deps lint-contract python-install-check vendor-check
 
-test: deps generate-check fmt-check vet lint-contract python-install-check unit
+test: deps generate-check fmt-check vet lint-contract vendor-check python-install-check unit
 
 # npm packages are pinned by each directory's package-lock.json.
-NODE_DIRS = api/lint clients/typescript tests tests/mcp
+NODE_DIRS = api/lint clients/typescript tests tests/mcp web/vendor
 
 deps:
 	$(GO) mod download
 	./scripts/ensure-debian-packages.sh chromium=chromium,chromium-driver bwrap=bubblewrap python3=python3 py:ensurepip=python3-venv
 	./scripts/ensure-node-deps.sh $(NODE_DIRS)
+
+# The UI's vendored xterm.js (web/vendor/xterm) is byte for byte the pinned
+# npm package (web/vendor/package-lock.json); scripts/vendor-xterm.sh
+# refreshes it.
+vendor-check:
+	./scripts/vendor-xterm.sh --check
 
 # The contract passes Spectral's spectral:oas with no finding at all and
 # Redocly's recommended ruleset with no error and no warning.
