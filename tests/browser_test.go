@@ -19,7 +19,9 @@ import (
 
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/emulation"
+	"github.com/chromedp/cdproto/input"
 	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
 )
 
 // The browser tests drive headless Chromium against the real server and the
@@ -924,4 +926,161 @@ func declRow(key string) string {
 
 func testID(id string) string {
 	return fmt.Sprintf(`[data-testid=%q]`, id)
+}
+
+// TestBrowserTerminal: a terminal job (tty) in the jobs view is drawn by
+// xterm.js with the program's colours; keys go nowhere until the person
+// presses "Type into the terminal", then what they type reaches the job and
+// its echo comes back; Shift+Escape stops typing; when the program exits
+// the terminal says so and takes no more keys. Checked with axe-core at
+// 1280 and 390 px, with no console error.
+func TestBrowserTerminal(t *testing.T) {
+	chrome := chromiumPath(t)
+	srv := startServer(t)
+	var term struct {
+		ID       string `json:"id"`
+		Terminal *struct {
+			Cols, Rows int
+		} `json:"terminal"`
+	}
+	if status := srv.doJSON(t, http.MethodPost, "/exec", map[string]any{
+		"command":    `printf '\033[32mgreen-ready\033[0m plain\n'; exec bash --norc --noprofile -i`,
+		"background": true, "tty": true, "cols": 80, "rows": 12,
+	}, &term); status != http.StatusAccepted || term.Terminal == nil {
+		t.Fatalf("POST /exec (tty): status %d, job %+v; want 202 with a terminal", status, term)
+	}
+	t.Cleanup(func() { srv.do(t, http.MethodDelete, "/jobs/"+term.ID, nil).Body.Close() })
+	jobInput := func() (writes int, bytes int) {
+		t.Helper()
+		var j struct {
+			Input *struct{ Writes, Bytes int } `json:"input"`
+		}
+		if status := srv.doJSON(t, http.MethodGet, "/jobs/"+term.ID, nil, &j); status != http.StatusOK || j.Input == nil {
+			t.Fatalf("GET /jobs/%s: status %d, input %+v", term.ID, status, j.Input)
+		}
+		return j.Input.Writes, j.Input.Bytes
+	}
+
+	b := newBrowser(t, chrome)
+	b.do("open the UI", chromedp.Navigate(srv.URL+"/ui/#token="+srv.Token))
+	b.do("open the jobs view", chromedp.Click(chromedp.CSS(`[data-testid="nav-jobs"]`)))
+	b.do("select the terminal job", chromedp.Click(chromedp.CSS(testID("job-select-"+term.ID))))
+	rows := testID("job-terminal") + " .xterm-rows"
+	b.waitText(rows, "green-ready")
+	b.waitText(rows, "bash-") // the shell's prompt
+	// Colours: the program's green is drawn green, the rest in the default.
+	colours := b.eval(`(() => {
+		const spans = [...document.querySelectorAll('[data-testid="job-terminal"] .xterm-rows span')];
+		const colour = (text) => { const s = spans.find((el) => el.textContent.includes(text)); return s ? getComputedStyle(s).color : 'missing'; };
+		return JSON.stringify([colour('green-ready'), colour('plain')]); })()`)
+	var pair [2]string
+	if err := json.Unmarshal([]byte(colours), &pair); err != nil || pair[0] == "missing" || pair[0] == pair[1] || !greenish(pair[0]) {
+		t.Errorf("colours of the green text and the plain text = %s; want the first green and different from the second", colours)
+	}
+	if hidden := b.eval(`String(document.getElementById('job-output').hidden)`); hidden != "true" {
+		t.Errorf("the plain output box is shown beside the terminal (hidden = %s)", hidden)
+	}
+	b.waitText(testID("job-terminal-state"), "Read-only")
+	if got := b.eval(`document.querySelector('[data-testid="job-terminal-type"]').getAttribute('aria-pressed')`); got != "false" {
+		t.Errorf("the type button is pressed (%q) before anyone chose to type", got)
+	}
+
+	// Read-only: keys typed into the terminal go nowhere.
+	b.do("keys while read-only",
+		chromedp.Focus(chromedp.CSS(testID("job-terminal")+" textarea")),
+		typeKeys("echo nope\r"))
+	time.Sleep(500 * time.Millisecond)
+	if w, n := jobInput(); w != 0 || n != 0 {
+		t.Errorf("read-only terminal sent %d writes (%d bytes) to the job, want none", w, n)
+	}
+	b.checkView("terminal")
+
+	// Typing: chosen with the button; the shell echoes and runs it.
+	b.do("choose to type", chromedp.Click(chromedp.CSS(testID("job-terminal-type"))))
+	b.waitText(testID("job-terminal-type"), "Stop typing")
+	b.waitText(testID("job-terminal-state"), "Typing into job")
+	if focused := b.eval(`String(document.activeElement?.closest('[data-testid="job-terminal"]') !== null)`); focused != "true" {
+		t.Errorf("the keyboard focus is not in the terminal after choosing to type")
+	}
+	b.do("type a command", typeKeys("echo typed-$((6*7))\r"))
+	b.waitText(rows, "echo typed-$((6*7))") // the shell's echo of the keys
+	b.waitText(rows, "typed-42")            // and what the command printed
+	if strings.Contains(b.eval(`document.querySelector('`+rows+`').textContent`), "nope") {
+		t.Errorf("keys typed while read-only reached the terminal")
+	}
+	if w, _ := jobInput(); w == 0 {
+		t.Errorf("the job recorded no input after typing")
+	}
+	b.checkView("terminal-typing")
+
+	// Shift+Escape leaves typing from the keyboard.
+	b.do("stop typing from the keyboard", chromedp.KeyEvent(kb.Escape, chromedp.KeyModifiers(chromedp.ModifierShift)))
+	b.waitText(testID("job-terminal-type"), "Type into the terminal")
+	b.waitText(testID("job-terminal-state"), "Read-only")
+
+	// Narrow: the page does not scroll sideways; the terminal box may.
+	b.do("narrow viewport", chromedp.EmulateViewport(390, 844))
+	b.waitText(rows, "typed-42")
+	if over := b.eval(`String(document.documentElement.scrollWidth - document.documentElement.clientWidth)`); over != "0" {
+		t.Errorf("the terminal view overflows a 390px viewport by %spx", over)
+	}
+	b.checkView("terminal-narrow")
+
+	// The program ends: the terminal says so and takes no more keys.
+	b.do("type again", chromedp.Click(chromedp.CSS(testID("job-terminal-type"))))
+	b.waitText(testID("job-terminal-type"), "Stop typing")
+	b.do("exit the shell", typeKeys("exit 3\r"))
+	b.waitText(rows, "[exited: 3]")
+	b.waitText(testID("job-terminal-state"), "ended")
+	if got := b.eval(`document.querySelector('[data-testid="job-terminal-type"]').getAttribute('aria-disabled')`); got != "true" {
+		t.Errorf("the type button is usable after the job ended (aria-disabled %q)", got)
+	}
+	b.checkView("terminal-ended-narrow")
+	b.checkConsole()
+}
+
+// greenish reports whether a CSS rgb() colour is mostly green.
+func greenish(css string) bool {
+	var r, g, b int
+	if _, err := fmt.Sscanf(css, "rgb(%d, %d, %d)", &r, &g, &b); err != nil {
+		return false
+	}
+	return g > 120 && g > r+40 && g > b+40
+}
+
+// typeKeys types keys into the focused element as a keyboard does: each
+// key's keydown carries its text, so the page's keydown handler can take
+// the key and cancel what follows (chromedp.KeyEvent sends the text as a
+// separate char event, which a page cannot cancel: xterm.js would get every
+// key twice).
+func typeKeys(keys string) chromedp.Action[chromedp.Void] {
+	return chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+		for _, r := range keys {
+			var down, up *input.DispatchKeyEventParams
+			text := ""
+			for _, ev := range kb.Encode(r) {
+				switch ev.Type {
+				case kb.KeyDown:
+					down = ev
+				case kb.KeyUp:
+					up = ev
+				case kb.KeyChar:
+					text = ev.Text
+				}
+			}
+			for _, ev := range []*input.DispatchKeyEventParams{down, up} {
+				if ev == nil {
+					continue
+				}
+				p := *ev
+				if p.Type == kb.KeyDown {
+					p.Text, p.UnmodifiedText = text, text
+				}
+				if _, err := cdp.Call(ctx, t, input.DispatchKeyEvent, p); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
 }

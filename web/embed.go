@@ -9,7 +9,7 @@ import (
 	"io/fs"
 )
 
-//go:embed index.html style.css *.js
+//go:embed index.html style.css *.js vendor/xterm
 var files embed.FS
 
 // FS returns the UI's static files with index.html at the root. Asset URLs in

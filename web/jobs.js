@@ -6,6 +6,7 @@
 import { isQuiet, path, request, requestJSON } from './api.js';
 import { badge, formatDuration, h, setMessage, setText, timeElement, viewLink } from './dom.js';
 import { readEvents } from './sse.js';
+import { createTerminal } from './terminal.js';
 
 const POLL_MS = 1000;
 // The agent filter's choices come from GET /agents, refreshed every this many polls.
@@ -31,6 +32,11 @@ export function createJobsView() {
   const envCaption = $('job-env-caption');
   const facts = $('job-facts');
   const limitsBody = $('job-limits-body');
+  const terminalPanel = $('job-terminal-panel');
+  const terminalBox = $('job-terminal');
+  const terminalType = $('job-terminal-type');
+  const terminalState = $('job-terminal-state');
+  let terminal = null; // the selected terminal job's view
   const limitsCaption = $('job-limits-caption');
   const agentFilter = $('jobs-agent');
   const stateFilter = $('jobs-state');
@@ -255,6 +261,39 @@ export function createJobsView() {
     poll();
   }
 
+  // Typing into a terminal job happens only when the person asks for it.
+  terminalType.addEventListener('click', () => {
+    if (!terminal) return;
+    terminal.setTyping(!terminal.typing);
+    updateTypeButton();
+  });
+
+  function updateTypeButton() {
+    const on = Boolean(terminal?.typing);
+    terminalType.setAttribute('aria-pressed', String(on));
+    setText(terminalType, on ? 'Stop typing' : 'Type into the terminal');
+  }
+
+  // A terminal job's output goes to xterm.js; any other job's to the <pre>.
+  function openTerminal(job) {
+    terminal?.dispose();
+    terminal = null;
+    terminalBox.replaceChildren();
+    const isTerminal = Boolean(job.terminal);
+    terminalPanel.hidden = !isTerminal;
+    output.hidden = isTerminal;
+    if (!isTerminal) return;
+    terminal = createTerminal(terminalBox, job, {
+      onState: (text) => {
+        setText(terminalState, text);
+        updateTypeButton();
+      },
+      onError: (message) => setMessage(error, message),
+    });
+    terminalType.setAttribute('aria-disabled', String(job.state !== 'running'));
+    updateTypeButton();
+  }
+
   function selectJob(job) {
     selected?.controller.abort();
     selected = { id: job.id, controller: new AbortController() };
@@ -263,6 +302,7 @@ export function createJobsView() {
     setText(outputHeading, `Output of job ${job.id}`);
     setText(outputCommand, `$ ${job.command}`);
     output.replaceChildren();
+    openTerminal(job);
     renderFacts(job);
     renderEnv(job);
     stream(job.id, selected.controller.signal);
@@ -332,7 +372,8 @@ export function createJobsView() {
         for await (const ev of readEvents(res.body)) {
           lastId = ev.id || lastId;
           if (ev.type === 'stdout' || ev.type === 'stderr') {
-            size = appendChunk(ev.type, decodeChunk(ev.data), size);
+            if (terminal) terminal.write(decodeBytes(ev.data));
+            else size = appendChunk(ev.type, decodeChunk(ev.data), size);
           } else if (ev.type === 'exit') {
             finish(decodeJob(ev.data));
             return;
@@ -370,6 +411,11 @@ export function createJobsView() {
     output.append(h('span', { class: 'marker', 'data-testid': 'job-output-exit' },
       `${output.textContent.endsWith('\n') || output.textContent === '' ? '' : '\n'}[${state}${text ? `: ${text}` : ''}]\n`));
     setText(outputStatus, `Finished (${state})`);
+    if (terminal) {
+      terminal.write(`\r\n\x1b[90m[${state}${text ? `: ${text}` : ''}]\x1b[0m\r\n`);
+      terminal.ended();
+      terminalType.setAttribute('aria-disabled', 'true');
+    }
     if (job) {
       const entry = rows.get(job.id);
       if (entry) updateRow(entry, job);
@@ -479,6 +525,19 @@ function decodeChunk(data) {
       const bytes = Uint8Array.from(atob(value.base64), (c) => c.charCodeAt(0));
       return new TextDecoder().decode(bytes);
     }
+  } catch {
+    // plain text
+  }
+  return data;
+}
+
+// A chunk for the terminal: the string, or for bytes that are not UTF-8
+// the bytes themselves (xterm.js decodes them across chunks).
+function decodeBytes(data) {
+  try {
+    const value = JSON.parse(data);
+    if (typeof value === 'string') return value;
+    if (value && typeof value.base64 === 'string') return Uint8Array.from(atob(value.base64), (c) => c.charCodeAt(0));
   } catch {
     // plain text
   }

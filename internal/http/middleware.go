@@ -317,8 +317,12 @@ func normalizeHost(host string) string {
 
 // Policies of the browser-facing headers. The UI's policy is the one its
 // page also declares in a meta tag, plus what only a header can say.
+// Styles may be inline: the terminal view's xterm.js writes its theme and
+// cell sizes into <style> elements and style attributes it makes. Scripts
+// stay the UI's own, and no style can load anything from elsewhere
+// (img-src, font-src and connect-src allow only this server).
 const (
-	uiCSP  = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+	uiCSP  = "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 	apiCSP = "default-src 'none'; frame-ancestors 'none'"
 )
 
