@@ -361,6 +361,11 @@ func newServices(ctx context.Context, cfg config, home, token, tokenPath string,
 	if err := sbx.Check(policy); err != nil {
 		return nil, fmt.Errorf("sandbox default: %w", err)
 	}
+	if sup := sbx.Support(); sup.Mechanism == "" || sup.Reason != "" {
+		logger.Warn("sandbox: some policies cannot be enforced here; requests for them are refused", "mechanism", sup.Mechanism, "reason", sup.Reason)
+	} else {
+		logger.Info("sandbox", "mechanism", sup.Mechanism, "fallback_reason", sbx.FellBack())
+	}
 	executor, err := newExecutor(cfg, home, cwd, token, sbx, policy, logger, reg)
 	if err != nil {
 		return nil, err

@@ -60,6 +60,9 @@ type Host struct {
 	net   bool      // network namespaces work
 	// netWhy says why the network cannot be turned off.
 	netWhy string
+	// nsWhy says why auto did not use namespaces; "" if it did, or was
+	// not asked to.
+	nsWhy string
 }
 
 // probeTimeout bounds each startup probe.
@@ -106,6 +109,7 @@ func NewHost(ctx context.Context, cfg Config) *Host {
 		}
 	}
 	h.probeBwrap(ctx)
+	h.nsWhy = nsWhy
 	if nsWhy != "" && h.mech == "" {
 		h.why = nsWhy + "; " + h.why
 		h.netWhy = nsWhy + "; " + h.netWhy
@@ -207,6 +211,15 @@ func (h *Host) Support() Support {
 		s.Reason = h.netWhy
 	}
 	return s
+}
+
+// FellBack says why auto did not use namespaces ("" when it did, or when
+// a mechanism was configured).
+func (h *Host) FellBack() string {
+	if h == nil {
+		return ""
+	}
+	return h.nsWhy
 }
 
 // Mechanism returns the mechanism in use, "" when none works.

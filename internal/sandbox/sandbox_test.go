@@ -240,6 +240,9 @@ func TestHostFallback(t *testing.T) {
 		if r := h.Support().Reason; !strings.Contains(r, "namespaces:") || !strings.Contains(r, "no-bwrap") {
 			t.Errorf("auto without root or bubblewrap: reason %q, want both", r)
 		}
+		if h := NewHost(ctx, Config{}); h.Mechanism() == MechanismBubblewrap && h.FellBack() == "" {
+			t.Error("auto fell back to bubblewrap without saying why")
+		}
 	}
 }
 
