@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -279,4 +280,114 @@ func TestClusterHealth(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Logf("killed replica unlisted by the others after %s", time.Since(crashed).Round(time.Millisecond))
+}
+
+// TestClusterJobRouting: a job's id names the replica that runs it; any
+// replica forwards the job's requests (state, SSE and raw output, cancel)
+// to it in one hop, streaming as the owner writes; when the owner is gone
+// the answer is 503 job_owner_unavailable, never a run elsewhere.
+func TestClusterJobRouting(t *testing.T) {
+	_, rs := startCluster(t)
+	// Replicas learn each other's URLs from heartbeats.
+	for i, s := range rs {
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			var h clusterHealth
+			s.doJSON(t, "GET", "/healthz", nil, &h)
+			if h.Details.Cluster != nil && len(h.Details.Cluster.Replicas) == 3 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("replica %d does not see the others", i)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+
+	var j job
+	if st := rs[0].doJSON(t, "POST", "/exec", map[string]any{"command": "echo first; sleep 1.5; echo second; echo err >&2", "background": true}, &j); st != 202 {
+		t.Fatalf("exec: %d", st)
+	}
+	if !strings.HasPrefix(j.ID, "job_replica-0.") {
+		t.Fatalf("job id %q does not name its replica", j.ID)
+	}
+	// Live over SSE through replica 2: the first event arrives while the
+	// job still runs (the hop flushes as the owner writes).
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	resp := rs[2].openEvents(t, ctx, j.ID, "")
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/event-stream" {
+		t.Fatalf("SSE through replica 2: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	if n := len(resp.Header.Values("Content-Security-Policy")); n != 1 {
+		t.Fatalf("forwarded answer has %d Content-Security-Policy headers, want 1", n)
+	}
+	first, err := readStream(t, resp.Body, [2]int64{}, 1)
+	if err != nil || first.out.String() != "first\n" {
+		t.Fatalf("first event through the hop: %q, %v", first.out.String(), err)
+	}
+	var mid job
+	if st := rs[1].doJSON(t, "GET", "/jobs/"+j.ID, nil, &mid); st != 200 || mid.State != "running" {
+		t.Fatalf("job through replica 1 while the first event arrived: %d %q (the hop buffered?)", st, mid.State)
+	}
+	rest, err := readStream(t, resp.Body, [2]int64{6, 0}, -1)
+	resp.Body.Close()
+	if rest.exit == nil || rest.out.String() != "second\n" || rest.err.String() != "err\n" {
+		t.Fatalf("rest of the stream through replica 2: %q %q exit=%v err=%v", rest.out.String(), rest.err.String(), rest.exit != nil, err)
+	}
+	// Long-poll, state and raw output through replica 1.
+	var done job
+	if st := rs[1].doJSON(t, "GET", "/jobs/"+j.ID+"?waitMs=5000", nil, &done); st != 200 || done.State != "exited" || done.Stdout.Text != "first\nsecond\n" {
+		t.Fatalf("job through replica 1: %d %+v", st, done)
+	}
+	if raw := rs[1].rawOutput(t, j.ID); string(raw) != "first\nsecond\n" {
+		t.Fatalf("raw output through replica 1: %q", raw)
+	}
+	// Cancel through replica 2.
+	var long job
+	if st := rs[0].doJSON(t, "POST", "/exec", map[string]any{"command": "sleep 30", "background": true}, &long); st != 202 {
+		t.Fatalf("exec: %d", st)
+	}
+	if st := rs[2].doJSON(t, "DELETE", "/jobs/"+long.ID, nil, nil); st != 200 && st != 202 {
+		t.Fatalf("cancel through replica 2: %d", st)
+	}
+	var cancelled job
+	if st := rs[0].doJSON(t, "GET", "/jobs/"+long.ID+"?waitMs=10000", nil, &cancelled); st != 200 || cancelled.State != "cancelled" {
+		t.Fatalf("cancelled job on its owner: %d %q", st, cancelled.State)
+	}
+	// One hop only: a request already forwarded is served where it lands.
+	r := rs[2].doWith(t, "GET", "/jobs/"+j.ID, nil, map[string]string{"Authorization": "Bearer " + rs[2].Token, "Dsh-Forwarded-By": "replica-1"})
+	r.Body.Close()
+	if r.StatusCode != 404 {
+		t.Fatalf("a forwarded request was forwarded again: %d", r.StatusCode)
+	}
+	// The token is checked before anything is forwarded.
+	r = rs[2].doWith(t, "GET", "/jobs/"+j.ID, nil, map[string]string{"Authorization": "Bearer wrong"})
+	r.Body.Close()
+	if r.StatusCode != 401 {
+		t.Fatalf("wrong token through a hop: %d", r.StatusCode)
+	}
+
+	// The owner dies: its jobs answer 503 job_owner_unavailable, with the
+	// reason, and nothing runs elsewhere.
+	rs[0].crash(t)
+	killed := time.Now()
+	for {
+		var p problem
+		st := rs[2].doJSON(t, "GET", "/jobs/"+j.ID, nil, &p)
+		if st == 503 && p.Code == "job_owner_unavailable" {
+			break
+		}
+		if time.Since(killed) > 15*time.Second {
+			t.Fatalf("job of a dead replica answers %d %+v", st, p)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("job of the killed replica answers job_owner_unavailable %s after the kill", time.Since(killed).Round(time.Millisecond))
+	var list []job
+	for i, s := range rs[1:] {
+		if st := s.doJSON(t, "GET", "/jobs", nil, &list); st != 200 || len(list) != 0 {
+			t.Fatalf("replica %d lists %d jobs after the owner died; nothing may run elsewhere", i+1, len(list))
+		}
+	}
 }

@@ -29,6 +29,7 @@ import (
 	"github.com/dshd/dshd/internal/agents"
 	"github.com/dshd/dshd/internal/atomicfile"
 	"github.com/dshd/dshd/internal/cluster"
+	"github.com/dshd/dshd/internal/cluster/status"
 	"github.com/dshd/dshd/internal/exec"
 	"github.com/dshd/dshd/internal/homefs"
 	"github.com/dshd/dshd/internal/hooks"
@@ -222,7 +223,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Re
 		AnyHost:      anyHost,
 	}
 	if svc.node != nil {
-		deps.Cluster = svc.node
+		deps.Cluster, deps.JobRouter, deps.ReplicaID = svc.node, svc.node, svc.node.ReplicaID()
 	}
 	handler, err := httpapi.NewServer(deps)
 	if err != nil {
@@ -430,10 +431,16 @@ func newServices(ctx context.Context, cfg config, home, token, tokenPath string,
 // newExecutor builds the executor from the configuration's env and jobs
 // sections. No child may see the token, whatever the variable's name.
 func newExecutor(cfg config, home, cwd, token string, sbx *sandbox.Host, policy sandbox.Policy, logger *slog.Logger, reg prometheus.Registerer) (*exec.Executor, error) {
+	var idPrefix string // the default
+	if cfg.Cluster != nil {
+		// Job ids name this replica, so any replica routes them here.
+		idPrefix = status.JobIDPrefix(cfg.Cluster.ReplicaID)
+	}
 	return exec.New(exec.Options{
-		Logger:  logger.With("component", "exec"),
-		Home:    home,
-		Environ: os.Environ(),
+		IDPrefix: idPrefix,
+		Logger:   logger.With("component", "exec"),
+		Home:     home,
+		Environ:  os.Environ(),
 		Policy: exec.EnvPolicy{
 			Inherit:               exec.Inherit(cfg.Env.Inherit),
 			Exclude:               cfg.Env.Exclude,

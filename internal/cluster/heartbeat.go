@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -227,4 +228,24 @@ func (n *Node) registerMetrics(reg prometheus.Registerer) error {
 		}
 	}
 	return nil
+}
+
+// JobOwner returns the base URL of the replica that runs job id, or nil
+// when the job is this replica's or its id names no replica. It returns an
+// error wrapping status.ErrOwnerUnavailable when the owner has not been
+// heard from within HeartbeatTTL, or advertises no HTTP URL.
+func (n *Node) JobOwner(id string) (*url.URL, error) {
+	owner := status.JobOwner(id)
+	if owner == "" || owner == n.cfg.ReplicaID {
+		return nil, nil
+	}
+	r, ok := n.Replica(owner)
+	if !ok {
+		return nil, fmt.Errorf("job %s: replica %q has not been heard from for %s: %w", id, owner, HeartbeatTTL, status.ErrOwnerUnavailable)
+	}
+	u, err := url.Parse(r.URL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("job %s: replica %q advertises %q, not an HTTP URL (set cluster.advertiseUrl): %w", id, owner, r.URL, status.ErrOwnerUnavailable)
+	}
+	return u, nil
 }

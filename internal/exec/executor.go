@@ -86,6 +86,10 @@ type Options struct {
 	Now func() time.Time
 	// Registerer receives the executor's metrics; nil registers none.
 	Registerer prometheus.Registerer
+	// IDPrefix starts every job id; default "job_". Cluster mode names the
+	// owning replica in it ("job_<replica>."), so any replica can route a
+	// job's requests to its owner. It must start with "job_".
+	IDPrefix string
 	// Containment is ContainmentAuto (""), ContainmentCgroup or
 	// ContainmentGroup.
 	Containment string
@@ -194,6 +198,12 @@ func New(opts Options) (*Executor, error) {
 }
 
 func normalize(o *Options) error {
+	if o.IDPrefix == "" {
+		o.IDPrefix = "job_"
+	}
+	if !strings.HasPrefix(o.IDPrefix, "job_") || strings.ContainsAny(o.IDPrefix, "/?#%") {
+		return fmt.Errorf("%w: job id prefix %q must start with job_ and be URL-safe", ErrInvalidOptions, o.IDPrefix)
+	}
 	if !o.Policy.Inherit.Valid() {
 		return fmt.Errorf("%w: inherit policy %q (want all, core or none)", ErrInvalidOptions, o.Policy.Inherit)
 	}
@@ -297,7 +307,7 @@ func prepareJobsDir(dir string, log *slog.Logger) error {
 // NewID returns a fresh job id ("job_" + a time-sortable ULID). Callers that
 // need the id before Start (to resolve job.id into the overlay) pass it in
 // Spec.ID.
-func (e *Executor) NewID() string { return e.ids.New("job_") }
+func (e *Executor) NewID() string { return e.ids.New(e.opts.IDPrefix) }
 
 // Spec describes an execution to Start.
 type Spec struct {
@@ -520,7 +530,7 @@ func (e *Executor) register(j *Job) ([]*Job, error) {
 		return removed, &TooManyJobsError{Limit: "agent", Max: e.opts.MaxBackgroundPerAgent, RetryAfter: retryAfter}
 	}
 	if j.id == "" {
-		j.id = e.ids.New("job_")
+		j.id = e.ids.New(e.opts.IDPrefix)
 	} else if _, ok := e.jobs[j.id]; ok {
 		return removed, fmt.Errorf("%w: job id %s is taken", ErrInvalidInput, j.id)
 	}

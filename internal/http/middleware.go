@@ -10,6 +10,7 @@ import (
 	"mime"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"slices"
 	"strconv"
@@ -27,7 +28,13 @@ type ctxKey int
 const (
 	requestIDKey ctxKey = iota
 	acceptKey
+	forwardTargetKey
 )
+
+// withForwardTarget stores the owner a request is forwarded to.
+func withForwardTarget(ctx context.Context, u *url.URL) context.Context {
+	return context.WithValue(ctx, forwardTargetKey, u)
+}
 
 // requestIDFrom returns the request id stored by the requestID middleware.
 func requestIDFrom(ctx context.Context) string {

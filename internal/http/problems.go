@@ -9,6 +9,7 @@ import (
 	"syscall"
 
 	"github.com/dshd/dshd/internal/agents"
+	"github.com/dshd/dshd/internal/cluster/status"
 	"github.com/dshd/dshd/internal/exec"
 	"github.com/dshd/dshd/internal/http/api"
 	"github.com/dshd/dshd/internal/limits"
@@ -46,6 +47,7 @@ var errorCodes = []struct {
 	{limits.ErrLooser, http.StatusUnprocessableEntity, "limits_looser", "Limits looser than allowed"},
 	{limits.ErrInvalid, http.StatusUnprocessableEntity, "invalid_limits", "Invalid limits"},
 	{exec.ErrJobNotFound, http.StatusNotFound, "job_not_found", "Job not found"},
+	{status.ErrOwnerUnavailable, http.StatusServiceUnavailable, "job_owner_unavailable", "The replica that runs this job is not available"},
 	{exec.ErrTooManyJobs, http.StatusTooManyRequests, "too_many_jobs", "Too many running jobs"},
 	{exec.ErrIdempotencyKeyReused, http.StatusUnprocessableEntity, "idempotency_key_reused", "Idempotency key reused for a different request"},
 	{exec.ErrIdempotencyKeyInUse, http.StatusConflict, "idempotency_key_in_use", "The first request with this idempotency key is still being started"},

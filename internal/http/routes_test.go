@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"sort"
 	"strconv"
 	"strings"
@@ -20,6 +21,7 @@ import (
 
 	contract "github.com/dshd/dshd/api"
 	"github.com/dshd/dshd/internal/agents"
+	"github.com/dshd/dshd/internal/cluster/status"
 	"github.com/dshd/dshd/internal/exec"
 	"github.com/dshd/dshd/internal/hooks"
 	"github.com/dshd/dshd/internal/limits"
@@ -95,6 +97,15 @@ func (f *failing) Handlers() []hooks.Handler { return nil }
 
 func (f *failing) ServeMCP(http.ResponseWriter, *http.Request) error { return f.err }
 
+// JobOwner plays a cluster whose job owner is gone when f.err says so;
+// otherwise every job is local.
+func (f *failing) JobOwner(string) (*url.URL, error) {
+	if errors.Is(f.err, status.ErrOwnerUnavailable) {
+		return nil, f.err
+	}
+	return nil, nil
+}
+
 // skillsFailing is a skillLister: its List has the same name as the agent
 // service's, so it cannot live on failing.
 type skillsFailing struct{ f *failing }
@@ -110,7 +121,7 @@ func newFailingServer(t *testing.T) (*httptest.Server, *failing) {
 	f := &failing{}
 	h, err := NewServer(Deps{
 		Logger: discardLogger(), Token: testToken, Spec: contract.OpenAPI,
-		Env: f, Jobs: f, Pipeline: f, Agents: f, Hooks: f, Skills: skillsFailing{f}, MCP: f,
+		Env: f, Jobs: f, Pipeline: f, Agents: f, Hooks: f, Skills: skillsFailing{f}, MCP: f, JobRouter: f, ReplicaID: "replica-test",
 		MaxBodyBytes: 4096,
 	})
 	if err != nil {
@@ -169,15 +180,15 @@ var routes = []route{
 			exec.ErrInvalidCwd, exec.ErrManagedKeyInEnv, exec.ErrInvalidInput, exec.ErrTooLarge, exec.ErrTimeoutTooLong, exec.ErrClosed,
 			exec.ErrIdempotencyKeyReused, exec.ErrIdempotencyKeyInUse, exec.ErrIdempotencyJobGone, sandbox.ErrLooser, sandbox.ErrUnavailable, limits.ErrLooser, limits.ErrInvalid, enospc}},
 	{"GET", "/jobs", "/jobs", "", nil},
-	{"GET", "/jobs/{id}", "/jobs/job_1", "", []error{exec.ErrJobNotFound}},
-	{"DELETE", "/jobs/{id}", "/jobs/job_1", "", []error{exec.ErrJobNotFound}},
-	{"GET", "/jobs/{id}/output", "/jobs/job_1/output", "", []error{exec.ErrJobNotFound}},
+	{"GET", "/jobs/{id}", "/jobs/job_1", "", []error{exec.ErrJobNotFound, status.ErrOwnerUnavailable}},
+	{"DELETE", "/jobs/{id}", "/jobs/job_1", "", []error{exec.ErrJobNotFound, status.ErrOwnerUnavailable}},
+	{"GET", "/jobs/{id}/output", "/jobs/job_1/output", "", []error{exec.ErrJobNotFound, status.ErrOwnerUnavailable}},
 	{"POST", "/jobs/{id}/stdin", "/jobs/job_1/stdin", `{"data":"x"}`,
-		[]error{exec.ErrJobNotFound, exec.ErrJobEnded, exec.ErrInputNotOpen, exec.ErrInputBlocked}},
+		[]error{exec.ErrJobNotFound, exec.ErrJobEnded, exec.ErrInputNotOpen, exec.ErrInputBlocked, status.ErrOwnerUnavailable}},
 	{"POST", "/jobs/{id}/resize", "/jobs/job_1/resize", `{"cols":80,"rows":24}`,
-		[]error{exec.ErrJobNotFound, exec.ErrJobEnded, exec.ErrNotTerminal, exec.ErrInvalidInput}},
+		[]error{exec.ErrJobNotFound, exec.ErrJobEnded, exec.ErrNotTerminal, exec.ErrInvalidInput, status.ErrOwnerUnavailable}},
 	{"POST", "/jobs/{id}/signal", "/jobs/job_1/signal", `{"signal":"SIGINT"}`,
-		[]error{exec.ErrJobNotFound, exec.ErrJobEnded, exec.ErrSignalNotAllowed}},
+		[]error{exec.ErrJobNotFound, exec.ErrJobEnded, exec.ErrSignalNotAllowed, status.ErrOwnerUnavailable}},
 	{"GET", "/skills", "/skills", "", nil},
 	{"GET", "/hooks", "/hooks", "", nil},
 }

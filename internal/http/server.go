@@ -146,6 +146,11 @@ type Deps struct {
 	// Cluster is reported in GET /healthz details; nil (dshd runs alone)
 	// reports none.
 	Cluster clusterReporter
+	// JobRouter, in cluster mode, says which replica runs a job; requests
+	// for another replica's job are forwarded to it (see newForwarder).
+	// ReplicaID names this replica on forwarded requests.
+	JobRouter jobRouter
+	ReplicaID string
 	// Gatherer serves /metrics; Registerer takes the HTTP metrics. Both may be nil.
 	Gatherer   prometheus.Gatherer
 	Registerer prometheus.Registerer
@@ -261,7 +266,11 @@ func NewServer(d Deps) (http.Handler, error) {
 
 	r := chi.NewRouter()
 	s.router = r
-	r.Use(s.bodyDeadline, s.closeChunked, s.requestID, s.observe, s.checkHost, s.secureHeaders, s.authenticate, s.limitBody, validator)
+	mws := []func(http.Handler) http.Handler{s.bodyDeadline, s.closeChunked, s.requestID, s.observe, s.checkHost, s.secureHeaders, s.authenticate}
+	if d.JobRouter != nil {
+		mws = append(mws, s.newForwarder(d.JobRouter, d.ReplicaID))
+	}
+	r.Use(append(mws, s.limitBody, validator)...)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) { s.writeError(w, r, errNotFound) })
 	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) { s.writeError(w, r, errMethodNotAllowed) })
 

@@ -1992,6 +1992,24 @@ export interface components {
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
+        /** @description `job_owner_unavailable` (cluster mode only): the job id names the replica that runs it, and that replica has not been heard from for 5 s (it died, stopped or is cut off) or could not be reached. The job is never run elsewhere; retry once the replica is back. */
+        R503JobOwner: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                /**
+                 * @example {
+                 *       "type": "about:blank",
+                 *       "title": "The replica that runs this job is not available",
+                 *       "status": 503,
+                 *       "code": "job_owner_unavailable",
+                 *       "instance": "/jobs/job_vm-b.01m8rk36x1nqbe98jk6bb615qc"
+                 *     }
+                 */
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
         /** @description `cluster_unavailable` (cluster mode only): the shared registry could not store the change within 10 s — NATS is unreachable from this replica, the bucket has no quorum, or the change was stored but this replica could not catch up with it in time; read the registry before retrying. Nothing else changed. */
         R503Cluster: {
             headers: {
@@ -3307,6 +3325,7 @@ export interface operations {
             401: components["responses"]["R401"];
             404: components["responses"]["R404"];
             421: components["responses"]["R421"];
+            503: components["responses"]["R503JobOwner"];
             default: components["responses"]["Problem"];
         };
     };
@@ -3407,6 +3426,7 @@ export interface operations {
             401: components["responses"]["R401"];
             404: components["responses"]["R404"];
             421: components["responses"]["R421"];
+            503: components["responses"]["R503JobOwner"];
             default: components["responses"]["Problem"];
         };
     };
@@ -3448,6 +3468,7 @@ export interface operations {
             401: components["responses"]["R401"];
             404: components["responses"]["R404"];
             421: components["responses"]["R421"];
+            503: components["responses"]["R503JobOwner"];
             default: components["responses"]["Problem"];
         };
     };
@@ -3531,6 +3552,7 @@ export interface operations {
             409: components["responses"]["R409"];
             413: components["responses"]["R413"];
             421: components["responses"]["R421"];
+            503: components["responses"]["R503JobOwner"];
             default: components["responses"]["Problem"];
         };
     };
@@ -3615,6 +3637,7 @@ export interface operations {
             409: components["responses"]["R409"];
             413: components["responses"]["R413"];
             421: components["responses"]["R421"];
+            503: components["responses"]["R503JobOwner"];
             default: components["responses"]["Problem"];
         };
     };
@@ -3699,6 +3722,7 @@ export interface operations {
             413: components["responses"]["R413"];
             421: components["responses"]["R421"];
             422: components["responses"]["R422"];
+            503: components["responses"]["R503JobOwner"];
             default: components["responses"]["Problem"];
         };
     };

@@ -2,7 +2,11 @@
 // values, so that packages reporting them need not import NATS.
 package status
 
-import "time"
+import (
+	"errors"
+	"strings"
+	"time"
+)
 
 // Status is one replica's view of its cluster.
 type Status struct {
@@ -31,4 +35,28 @@ type Replica struct {
 	LastSeen         time.Time // this replica's clock, when the heartbeat arrived
 	RegistryRevision uint64    // the revision that replica's snapshot reflected
 	Self             bool
+}
+
+// ErrOwnerUnavailable: a request names a job whose owning replica this
+// replica has not heard from within the heartbeat TTL (it died, left, or
+// is cut off), or which could not be reached. The job is never run
+// elsewhere.
+var ErrOwnerUnavailable = errors.New("cluster: the replica that owns the job is not available")
+
+// JobIDPrefix is the prefix of the job ids replica makes: "job_<replica>.".
+func JobIDPrefix(replica string) string { return "job_" + replica + "." }
+
+// JobOwner returns the replica named by a cluster job id
+// ("job_<replica>.<ulid>"), or "" for an id that names none (a job of a
+// dshd running alone).
+func JobOwner(id string) string {
+	rest, ok := strings.CutPrefix(id, "job_")
+	if !ok {
+		return ""
+	}
+	owner, _, ok := strings.Cut(rest, ".")
+	if !ok {
+		return ""
+	}
+	return owner
 }

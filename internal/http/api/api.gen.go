@@ -2073,6 +2073,9 @@ type R503 = Problem
 // R503Cluster defines model for R503Cluster.
 type R503Cluster = Problem
 
+// R503JobOwner defines model for R503JobOwner.
+type R503JobOwner = Problem
+
 // R507 defines model for R507.
 type R507 = Problem
 
@@ -4347,6 +4350,8 @@ type R502ApplicationProblemPlusJSONResponse Problem
 type R503ApplicationProblemPlusJSONResponse Problem
 
 type R503ClusterApplicationProblemPlusJSONResponse Problem
+
+type R503JobOwnerApplicationProblemPlusJSONResponse Problem
 
 type R507ApplicationProblemPlusJSONResponse Problem
 
@@ -6665,6 +6670,22 @@ func (response CancelJob421ApplicationProblemPlusJSONResponse) VisitCancelJobRes
 	return err
 }
 
+type CancelJob503ApplicationProblemPlusJSONResponse struct {
+	R503JobOwnerApplicationProblemPlusJSONResponse
+}
+
+func (response CancelJob503ApplicationProblemPlusJSONResponse) VisitCancelJobResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type CancelJobdefaultApplicationProblemPlusJSONResponse struct {
 	Body       Problem
 	StatusCode int
@@ -6765,6 +6786,22 @@ func (response GetJob421ApplicationProblemPlusJSONResponse) VisitGetJobResponse(
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(421)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetJob503ApplicationProblemPlusJSONResponse struct {
+	R503JobOwnerApplicationProblemPlusJSONResponse
+}
+
+func (response GetJob503ApplicationProblemPlusJSONResponse) VisitGetJobResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -6930,6 +6967,22 @@ func (response GetJobOutput421ApplicationProblemPlusJSONResponse) VisitGetJobOut
 	return err
 }
 
+type GetJobOutput503ApplicationProblemPlusJSONResponse struct {
+	R503JobOwnerApplicationProblemPlusJSONResponse
+}
+
+func (response GetJobOutput503ApplicationProblemPlusJSONResponse) VisitGetJobOutputResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetJobOutputdefaultApplicationProblemPlusJSONResponse struct {
 	Body       Problem
 	StatusCode int
@@ -7078,6 +7131,22 @@ func (response ResizeJob421ApplicationProblemPlusJSONResponse) VisitResizeJobRes
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(421)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ResizeJob503ApplicationProblemPlusJSONResponse struct {
+	R503JobOwnerApplicationProblemPlusJSONResponse
+}
+
+func (response ResizeJob503ApplicationProblemPlusJSONResponse) VisitResizeJobResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -7250,6 +7319,22 @@ func (response SignalJob422ApplicationProblemPlusJSONResponse) VisitSignalJobRes
 	return err
 }
 
+type SignalJob503ApplicationProblemPlusJSONResponse struct {
+	R503JobOwnerApplicationProblemPlusJSONResponse
+}
+
+func (response SignalJob503ApplicationProblemPlusJSONResponse) VisitSignalJobResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type SignalJobdefaultApplicationProblemPlusJSONResponse struct {
 	Body       Problem
 	StatusCode int
@@ -7398,6 +7483,22 @@ func (response WriteJobInput421ApplicationProblemPlusJSONResponse) VisitWriteJob
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(421)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type WriteJobInput503ApplicationProblemPlusJSONResponse struct {
+	R503JobOwnerApplicationProblemPlusJSONResponse
+}
+
+func (response WriteJobInput503ApplicationProblemPlusJSONResponse) VisitWriteJobInputResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
