@@ -346,6 +346,20 @@ func TestMCP(t *testing.T) {
 		t.Errorf("a's job after its job_kill = %q, want cancelled", j.State)
 	}
 
+	// An interactive program over MCP: bash with tty yields its job, and
+	// write_stdin drives it; another agent's session cannot write to it.
+	repl := c.call("a", "bash", map[string]any{"command": "read -p 'name? ' n; echo \"hi $n\"", "tty": true, "yield_time_ms": 2000})
+	replID := regexp.MustCompile(`job_\w+`).FindString(repl.text())
+	if repl.Result.IsError || replID == "" || !strings.Contains(repl.text(), "name? ") || !strings.Contains(repl.text(), "[still running") {
+		t.Fatalf("bash with tty over MCP = %q", repl.text())
+	}
+	if r := c.call("b", "write_stdin", map[string]any{"session_id": replID, "chars": "mallory\n"}); !r.Result.IsError || !strings.Contains(r.text(), "not found") {
+		t.Errorf("write_stdin to another agent's job = %q (isError %v), want not found", r.text(), r.Result.IsError)
+	}
+	if r := c.call("a", "write_stdin", map[string]any{"session_id": replID, "chars": "ada\n", "yield_time_ms": 5000}); r.Result.IsError || !strings.Contains(r.text(), "hi ada") || strings.Contains(r.text(), "name? ") {
+		t.Errorf("write_stdin over MCP = %q (isError %v), want only the new output with hi ada", r.text(), r.Result.IsError)
+	}
+
 	// A client may bind its session to an existing agent, by header or query.
 	byHeader := c.connect(s, "c", "", map[string]string{mcpAgentHeader: a.AgentID})
 	byQuery := c.connect(s, "d", "?agentId="+b.AgentID, nil)
@@ -366,9 +380,10 @@ func TestMCP(t *testing.T) {
 
 	// The transcript of a records every call of its sessions, with a result.
 	counts := transcriptCounts(t, s, a.AgentID)
-	// a: echo, long, cancelled, blocked, background, job_kill; c: echo.
-	if counts["tool/call"] != 7 || counts["tool/result"] != 7 || counts["session/resume"] != 1 {
-		t.Errorf("a's transcript counts = %v, want 7 calls, 7 results and 1 resume", counts)
+	// a: echo, long, cancelled, blocked, background, job_kill, bash with
+	// tty, write_stdin; c: echo.
+	if counts["tool/call"] != 9 || counts["tool/result"] != 9 || counts["session/resume"] != 1 {
+		t.Errorf("a's transcript counts = %v, want 9 calls, 9 results and 1 resume", counts)
 	}
 	for _, sess := range []string{"a", "b", "c"} {
 		var closed map[string]any
