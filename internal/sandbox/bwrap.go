@@ -16,7 +16,10 @@ func bwrapArgs(bwrap string, pl plan, cwd, path string, args []string) []string 
 	if !pl.readOnlyRoot {
 		a = append(a, "--bind", "/", "/", "--dev-bind", "/dev", "/dev", "--proc", "/proc")
 	} else {
-		a = append(a, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp")
+		// The new /proc read-only too: uid 0 needs no capability to write
+		// most sysctls (kernel.core_pattern would run a program as root
+		// outside the sandbox).
+		a = append(a, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--remount-ro", "/proc", "--tmpfs", "/tmp")
 		for _, r := range pl.visible {
 			a = append(a, "--ro-bind", r, r)
 		}

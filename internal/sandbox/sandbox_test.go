@@ -187,10 +187,10 @@ func TestBwrapArgs(t *testing.T) {
 		{Policy{Unrestricted, NetworkOff}, append([]string{"/usr/bin/bwrap", "--cap-drop", "ALL", "--unshare-pid", "--unshare-net",
 			"--bind", "/", "/", "--dev-bind", "/dev", "/dev", "--proc", "/proc"}, tail...)},
 		{Policy{WorkspaceWrite, NetworkOn}, append([]string{"/usr/bin/bwrap", "--cap-drop", "ALL", "--unshare-pid",
-			"--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
+			"--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--remount-ro", "/proc", "--tmpfs", "/tmp",
 			"--bind", l.ws, l.ws, "--ro-bind", g, g, "--ro-bind", ng, ng, "--ro-bind", wg, wg}, tail...)},
 		{Policy{ReadOnly, NetworkOff}, append([]string{"/usr/bin/bwrap", "--cap-drop", "ALL", "--unshare-pid", "--unshare-net",
-			"--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--ro-bind", l.ws, l.ws}, tail...)},
+			"--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--remount-ro", "/proc", "--tmpfs", "/tmp", "--ro-bind", l.ws, l.ws}, tail...)},
 	} {
 		t.Run(tc.p.String(), func(t *testing.T) {
 			got := bwrapArgs("/usr/bin/bwrap", h.planFor(tc.p, l.ws, nil), l.ws, "/bin/bash", []string{"bash", "-c", "true"})
@@ -341,6 +341,17 @@ func TestNamespaces(t *testing.T) {
 					check("write in the home", "echo x > "+filepath.Join(l.home, "x"), false)
 					check("write /tmp", "echo x > "+tmp+" && cat "+tmp, true)
 					check("remount / read-write", "mount -o remount,rw / 2>/dev/null || exit 1", false)
+					if tc.p.FS != Unrestricted {
+						// uid 0 needs no capability to write most sysctls
+						// (kernel.core_pattern runs a program as root on the
+						// host); opening one for writing, without writing, is
+						// harmless.
+						for _, f := range []string{"/proc/sys/kernel/core_pattern", "/proc/sys/vm/drop_caches", "/sys/kernel/mm/transparent_hugepage/enabled"} {
+							if exists(f) {
+								check("open "+f+" for writing", "exec 3>>"+f, false)
+							}
+						}
+					}
 					check("no capabilities", "grep -q '^CapEff:.0000000000000000$' /proc/self/status", true)
 					check("signal dshd", fmt.Sprintf("kill -0 %d", os.Getpid()), false)
 					check("read dshd's environment", fmt.Sprintf("cat /proc/%d/environ", os.Getpid()), false)
