@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -83,6 +84,9 @@ type config struct {
 		WritableRoots []string `yaml:"writableRoots"`
 		// ProtectedPaths stay read-only inside writable roots.
 		ProtectedPaths []string `yaml:"protectedPaths"`
+		// HiddenPaths are hidden inside every sandbox; absent means
+		// sandbox.DefaultHidden, [] hides nothing more than the home.
+		HiddenPaths []string `yaml:"hiddenPaths"`
 	} `yaml:"sandbox"`
 	// Cluster turns on cluster mode (see package cluster). Without it dshd
 	// runs alone and never connects to NATS.
@@ -153,7 +157,7 @@ func (c *config) validate() error {
 	if !sandbox.ValidMechanism(sandbox.Mechanism(c.Sandbox.Mechanism)) {
 		errs = append(errs, fmt.Errorf("sandbox.mechanism: %q is not auto, namespaces or bubblewrap", c.Sandbox.Mechanism))
 	}
-	for _, p := range append(append([]string(nil), c.Sandbox.WritableRoots...), c.Sandbox.ProtectedPaths...) {
+	for _, p := range slices.Concat(c.Sandbox.WritableRoots, c.Sandbox.ProtectedPaths, c.Sandbox.HiddenPaths) {
 		if !filepath.IsAbs(p) {
 			errs = append(errs, fmt.Errorf("sandbox: %q is not an absolute path", p))
 		}

@@ -358,6 +358,7 @@ func newServices(ctx context.Context, cfg config, home, token, tokenPath string,
 		TokenFile:     tokenPath,
 		WritableRoots: cfg.Sandbox.WritableRoots,
 		Protected:     cfg.Sandbox.ProtectedPaths,
+		Hidden:        cfg.Sandbox.HiddenPaths,
 	})
 	if err := sbx.Check(policy); err != nil {
 		return nil, fmt.Errorf("sandbox default: %w", err)

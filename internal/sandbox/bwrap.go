@@ -40,6 +40,13 @@ func bwrapArgs(bwrap string, pl plan, cwd, path string, args []string) []string 
 	if pl.token != "" {
 		a = append(a, "--ro-bind", os.DevNull, pl.token)
 	}
+	for _, p := range pl.hidden {
+		if isDir(p) {
+			a = append(a, "--tmpfs", p, "--remount-ro", p)
+		} else {
+			a = append(a, "--ro-bind", os.DevNull, p)
+		}
+	}
 	a = append(a, "--chdir", cwd, "--", path)
 	return append(a, args[1:]...)
 }

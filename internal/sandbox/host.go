@@ -49,6 +49,21 @@ type Config struct {
 	// Protected are paths kept read-only inside writable roots (besides
 	// the .git of every writable root and of repositories nested in it).
 	Protected []string
+	// Hidden are hidden inside every sandbox: a directory under an empty
+	// read-only tmpfs, anything else under /dev/null. nil means
+	// DefaultHidden.
+	Hidden []string
+}
+
+// DefaultHidden are the sockets of services that run commands for whoever
+// connects as the right user, outside any sandbox: a container runtime,
+// systemd, the system bus. A confined command keeps dshd's uid (0 when dshd
+// runs as root), so it must not see them. Paths that do not exist are
+// skipped.
+var DefaultHidden = []string{
+	"/run/docker.sock", "/var/run/docker.sock",
+	"/run/containerd/containerd.sock", "/run/podman/podman.sock",
+	"/run/systemd/private", "/run/dbus/system_bus_socket",
 }
 
 // Host builds sandboxes for the policies this host can enforce.
@@ -87,6 +102,9 @@ func NewHost(ctx context.Context, cfg Config) *Host {
 	}
 	if h.cfg.Mechanism == "" {
 		h.cfg.Mechanism = MechanismAuto
+	}
+	if h.cfg.Hidden == nil {
+		h.cfg.Hidden = DefaultHidden
 	}
 	shell := cfg.Shell
 	if shell == "" {

@@ -206,6 +206,21 @@ func (pl *plan) enter() (err error) {
 			return fmt.Errorf("cover the token file: %w", err)
 		}
 	}
+	for _, p := range pl.hidden {
+		fi, err := os.Stat(p)
+		switch {
+		case err != nil:
+			continue // not in this view (under the private /tmp, say)
+		case fi.IsDir():
+			if err := unix.Mount("tmpfs", p, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_RDONLY, "mode=0755"); err != nil {
+				return fmt.Errorf("hide %s: %w", p, err)
+			}
+		default:
+			if err := unix.Mount(os.DevNull, p, "", unix.MS_BIND, ""); err != nil {
+				return fmt.Errorf("hide %s: %w", p, err)
+			}
+		}
+	}
 	return dropPrivileges()
 }
 

@@ -28,6 +28,9 @@ type plan struct {
 	home, skills string
 	// token is covered with /dev/null (a token file outside the home).
 	token string
+	// hidden are hidden: directories under an empty read-only tmpfs,
+	// anything else under /dev/null.
+	hidden []string
 	// newNet: a network namespace of its own, loopback up.
 	newNet bool
 }
@@ -71,6 +74,15 @@ func (h *Host) planFor(p Policy, cwd string, roots []string) plan {
 	}
 	if tf := h.cfg.TokenFile; tf != "" && exists(tf) && (pl.home == "" || !within(tf, pl.home)) {
 		pl.token = tf
+	}
+	for _, p := range h.cfg.Hidden {
+		// Through links (/var/run is one to /run): the mount goes on the
+		// target, where the kernel would put it anyway.
+		r, err := filepath.EvalSymlinks(p)
+		if err != nil || (pl.home != "" && within(r, pl.home)) || slices.Contains(pl.hidden, r) {
+			continue
+		}
+		pl.hidden = append(pl.hidden, r)
 	}
 	return pl
 }

@@ -151,6 +151,21 @@ func TestPlanFor(t *testing.T) {
 			}
 		})
 	}
+	// Hidden paths: through links, existing ones only, none inside the home.
+	hiddenDir := filepath.Join(l.outside, "run")
+	if err := os.MkdirAll(hiddenDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(l.outside, "var-run")
+	if err := os.Symlink(hiddenDir, link); err != nil {
+		t.Fatal(err)
+	}
+	h.cfg.Hidden = []string{hiddenDir, link, l.token, "/does/not/exist", l.homeToken}
+	if got, want := h.planFor(Policy{WorkspaceWrite, NetworkOn}, l.ws, nil).hidden, []string{hiddenDir, l.token}; !slices.Equal(got, want) {
+		t.Errorf("hidden = %v, want %v", got, want)
+	}
+	h.cfg.Hidden = nil
+
 	// A token inside the home is hidden with it, not covered on its own.
 	h.cfg.TokenFile = l.homeToken
 	if pl := h.planFor(Policy{ReadOnly, NetworkOn}, l.ws, nil); pl.token != "" {
@@ -267,7 +282,23 @@ func TestNamespaces(t *testing.T) {
 	for _, mech := range []Mechanism{MechanismNamespaces, MechanismBubblewrap} {
 		t.Run(string(mech), func(t *testing.T) {
 			l := newLayout(t)
-			h := NewHost(ctx, Config{Mechanism: mech, Home: l.home, TokenFile: l.token})
+			// A service socket in the workspace, hidden; another one not.
+			hiddenSock, openSock := filepath.Join(l.ws, "svc.sock"), filepath.Join(l.ws, "open.sock")
+			for _, p := range []string{hiddenSock, openSock} {
+				ln, err := net.Listen("unix", p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer ln.Close()
+			}
+			hiddenDir := filepath.Join(filepath.Dir(l.ws), "hidden")
+			if err := os.MkdirAll(hiddenDir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(hiddenDir, "f"), nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			h := NewHost(ctx, Config{Mechanism: mech, Home: l.home, TokenFile: l.token, Hidden: []string{hiddenSock, hiddenDir}})
 			if h.Mechanism() != mech {
 				t.Fatalf("mechanism %q unavailable: %s", mech, h.Support().Reason)
 			}
@@ -337,6 +368,14 @@ func TestNamespaces(t *testing.T) {
 					check("create a hook in .git", "mkdir -p .git/hooks && echo x > .git/hooks/pre-commit", tc.ok)
 					check("read the token in the home", "cat "+l.homeToken, false)
 					check("read the token outside", "grep secret "+l.token, false)
+					if python3 != "" {
+						connect := func(p string) string {
+							return python3 + ` -c 'import socket; s = socket.socket(socket.AF_UNIX); s.connect("` + p + `")'`
+						}
+						check("connect to a hidden service socket", connect(hiddenSock), false)
+						check("connect to a visible socket", connect(openSock), true)
+					}
+					check("see into a hidden directory", "test -e "+filepath.Join(hiddenDir, "f"), false)
 					check("read skills", "cat "+filepath.Join(l.skills, "SKILL.md"), true)
 					check("write in the home", "echo x > "+filepath.Join(l.home, "x"), false)
 					check("write /tmp", "echo x > "+tmp+" && cat "+tmp, true)
