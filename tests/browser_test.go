@@ -367,6 +367,10 @@ func TestBrowserUI(t *testing.T) {
 	b.do("child nested under parent", chromedp.WaitVisible(chromedp.CSS(nested)))
 	b.waitText(nested, "spawn")
 	b.waitText(fmt.Sprintf(`li[data-agent-id=%q]`, parent.ID), "root")
+	// What the harness bounded each agent by, in the lineage.
+	b.waitText(testID("agent-bounds-"+limitedAgent.ID), "sandbox "+policy+", network "+network)
+	b.waitText(testID("agent-bounds-"+limitedAgent.ID), "limits: 64 processes, 256 MiB memory, 0.5 CPU")
+	b.waitText(testID("agent-bounds-"+parent.ID), "sandbox unrestricted, network on · no limits")
 
 	b.do("select the parent", chromedp.Click(chromedp.CSS(fmt.Sprintf(`[data-agent-button=%q]`, parent.ID))))
 	b.do("transcript shown", chromedp.WaitVisible(chromedp.CSS(`#transcript-body tr[data-event-type="session"]`)))

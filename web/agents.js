@@ -4,7 +4,7 @@
 // selects an agent.
 
 import { isQuiet, path, request, requestJSON } from './api.js';
-import { badge, h, setMessage, setText, timeElement, viewLink } from './dom.js';
+import { badge, formatBytes, h, setMessage, setText, timeElement, viewLink } from './dom.js';
 import { hookBadge, hookDetails, parseTranscript } from './events.js';
 
 const POLL_MS = 2000;
@@ -102,7 +102,8 @@ export function createAgentsView() {
         h('span', { class: 'muted' }, ` depth ${agent.depth}`),
         orphan ? h('span', { class: 'muted' }, ` (parent ${agent.parentId} not listed)`) : null,
         h('div', { class: 'agent-meta' }, h('span', { class: 'path' }, agent.cwd), ' · ', timeElement(agent.createdAt),
-          ' · ', viewLink('jobs', { agent: agent.id }, 'jobs'))),
+          ' · ', viewLink('jobs', { agent: agent.id }, 'jobs')),
+        h('div', { class: 'agent-meta', 'data-testid': `agent-bounds-${agent.id}` }, boundsText(agent))),
       kids.length ? list(kids) : null);
   }
 
@@ -293,4 +294,19 @@ function cell(label, props = {}, ...children) {
 
 function clip(text) {
   return text.length > DETAIL_CHARS ? `${text.slice(0, DETAIL_CHARS)}…` : text;
+}
+
+// What the harness bounded the agent's commands by at its creation: its
+// sandbox policy and its limits (a child's are its parent's or tighter).
+function boundsText(agent) {
+  const sandbox = agent.sandbox?.policy
+    ? `sandbox ${agent.sandbox.policy}, network ${agent.sandbox.network}`
+    : 'sandbox: server default';
+  const l = agent.limits ?? {};
+  const limits = [
+    l.pids ? `${l.pids} processes` : '',
+    l.memoryBytes ? `${formatBytes(l.memoryBytes)} memory` : '',
+    l.cpu ? `${l.cpu} CPU` : '',
+  ].filter(Boolean);
+  return `${sandbox} · ${limits.length ? `limits: ${limits.join(', ')}` : 'no limits'}`;
 }

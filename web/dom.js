@@ -110,3 +110,16 @@ export function viewLink(route, params, ...children) {
   const query = new URLSearchParams(params).toString();
   return h('a', { href: `#/${route}${query ? `?${query}` : ''}` }, ...children);
 }
+
+/** A byte count in binary units ("256 MiB"). */
+export function formatBytes(n) {
+  if (n < 1024) return `${n} B`;
+  const units = ['KiB', 'MiB', 'GiB', 'TiB'];
+  let v = n;
+  let i = -1;
+  do {
+    v /= 1024;
+    i++;
+  } while (v >= 1024 && i < units.length - 1);
+  return `${v.toFixed(v < 10 ? 1 : 0)} ${units[i]}`;
+}

@@ -4,7 +4,7 @@
 // (#/jobs?agent=ID&state=running&job=ID), so other views link here.
 
 import { isQuiet, path, request, requestJSON } from './api.js';
-import { badge, formatDuration, h, setMessage, setText, timeElement, viewLink } from './dom.js';
+import { badge, formatBytes, formatDuration, h, setMessage, setText, timeElement, viewLink } from './dom.js';
 import { readEvents } from './sse.js';
 import { createTerminal } from './terminal.js';
 
@@ -496,17 +496,6 @@ function sandboxText(sandbox) {
   return `${sandbox.policy}, ${net} (${SANDBOX[sandbox.policy] ?? sandbox.policy}${sandbox.network === 'off' ? '; no network' : ''})`;
 }
 
-function formatBytes(n) {
-  if (n < 1024) return `${n} B`;
-  const units = ['KiB', 'MiB', 'GiB', 'TiB'];
-  let v = n;
-  let i = -1;
-  do {
-    v /= 1024;
-    i++;
-  } while (v >= 1024 && i < units.length - 1);
-  return `${v.toFixed(v < 10 ? 1 : 0)} ${units[i]}`;
-}
 
 function durationOf(job) {
   if (job.durationMs !== null && job.durationMs !== undefined) return job.durationMs;
