@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -388,6 +389,102 @@ func TestClusterJobRouting(t *testing.T) {
 	for i, s := range rs[1:] {
 		if st := s.doJSON(t, "GET", "/jobs", nil, &list); st != 200 || len(list) != 0 {
 			t.Fatalf("replica %d lists %d jobs after the owner died; nothing may run elsewhere", i+1, len(list))
+		}
+	}
+}
+
+// TestClusterAgents: an agent's id names the replica that holds it and its
+// transcript; tool calls, /exec, fork and spawn sent to any replica run
+// there (one hop), so the agent created on replica 0 and called through 1
+// and 2 has one gap-free transcript, the same bytes from every replica.
+// When that replica is gone, the agent answers 503 agent_home_unavailable.
+func TestClusterAgents(t *testing.T) {
+	_, rs := startCluster(t)
+	for i, s := range rs {
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			var h clusterHealth
+			s.doJSON(t, "GET", "/healthz", nil, &h)
+			if h.Details.Cluster != nil && len(h.Details.Cluster.Replicas) == 3 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("replica %d does not see the others", i)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	var a agent
+	if st := rs[0].doJSON(t, "POST", "/agents", map[string]any{}, &a); st != 201 {
+		t.Fatalf("create agent: %d", st)
+	}
+	if !strings.HasPrefix(a.ID, "agt_replica-0_") {
+		t.Fatalf("agent id %q does not name its replica", a.ID)
+	}
+	for round := range 3 {
+		for i, s := range rs {
+			r := s.callTool(t, a.ID, "bash", map[string]any{"command": fmt.Sprintf(`echo "$DSH_SESSION_ID %d.%d"`, round, i)})
+			if want := fmt.Sprintf("%s %d.%d", a.ID, round, i); r.IsError || r.Text != want {
+				t.Fatalf("tool call through replica %d: %+v, want text %q", i, r, want)
+			}
+			if !strings.HasPrefix(r.JobID, "job_replica-0.") {
+				t.Fatalf("tool call through replica %d ran job %q, not on the agent's replica", i, r.JobID)
+			}
+		}
+	}
+	var j job
+	if st := rs[2].doJSON(t, "POST", "/exec", map[string]any{"command": `printf %s "$DSH_SESSION_ID"`, "agentId": a.ID}, &j); st != 200 || j.Stdout.Text != a.ID || !strings.HasPrefix(j.ID, "job_replica-0.") {
+		t.Fatalf("/exec for the agent through replica 2: %d %q on %s", st, j.Stdout.Text, j.ID)
+	}
+	var fork, child agent
+	if st := rs[1].doJSON(t, "POST", "/agents/"+a.ID+"/fork", map[string]any{}, &fork); st != 201 || fork.ParentID == nil || *fork.ParentID != a.ID || !strings.HasPrefix(fork.ID, "agt_replica-0_") {
+		t.Fatalf("fork through replica 1: %d %+v", st, fork)
+	}
+	if st := rs[2].doJSON(t, "POST", "/agents/"+a.ID+"/spawn", map[string]any{}, &child); st != 201 || child.Depth != 1 || !strings.HasPrefix(child.ID, "agt_replica-0_") {
+		t.Fatalf("spawn through replica 2: %d %+v", st, child)
+	}
+	// One transcript, gap-free, the same bytes from every replica.
+	var first []byte
+	for i, s := range rs {
+		resp := s.do(t, "GET", "/agents/"+a.ID+"/transcript", nil)
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("transcript through replica %d: %d %v", i, resp.StatusCode, err)
+		}
+		if i == 0 {
+			first = b
+			continue
+		}
+		if !bytes.Equal(b, first) {
+			t.Fatalf("transcript through replica %d differs from replica 0's", i)
+		}
+	}
+	if n := checkTranscript(t, rs[0], a.ID); n < 2*3*3 {
+		t.Fatalf("transcript has %d events, want at least %d (a call and a result per tool call)", n, 2*3*3)
+	}
+
+	rs[0].crash(t)
+	killed := time.Now()
+	for {
+		var p problem
+		st := rs[1].doJSON(t, "POST", "/agents/"+a.ID+"/tools/bash", map[string]any{"arguments": map[string]any{"command": "echo must not run"}}, &p)
+		if st == 503 && p.Code == "agent_home_unavailable" {
+			break
+		}
+		if time.Since(killed) > 15*time.Second {
+			t.Fatalf("tool call for an agent whose replica died: %d %+v", st, p)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	var p problem
+	if st := rs[2].doJSON(t, "POST", "/exec", map[string]any{"command": "echo must not run", "agentId": a.ID}, &p); st != 503 || p.Code != "agent_home_unavailable" {
+		t.Fatalf("/exec for an agent whose replica died: %d %+v", st, p)
+	}
+	var list []job
+	for i, s := range rs[1:] {
+		if st := s.doJSON(t, "GET", "/jobs", nil, &list); st != 200 || len(list) != 0 {
+			t.Fatalf("replica %d ran %d jobs for the agent of a dead replica", i+1, len(list))
 		}
 	}
 }

@@ -34,6 +34,7 @@ import (
 	"github.com/dshd/dshd/internal/homefs"
 	"github.com/dshd/dshd/internal/hooks"
 	httpapi "github.com/dshd/dshd/internal/http"
+	"github.com/dshd/dshd/internal/ids"
 	"github.com/dshd/dshd/internal/mcp"
 	pipe "github.com/dshd/dshd/internal/run"
 	"github.com/dshd/dshd/internal/sandbox"
@@ -383,7 +384,15 @@ func newServices(ctx context.Context, cfg config, home, token, tokenPath string,
 		}
 	}()
 	var sessions *agents.Store
+	var newAgentID func() string // the default
+	if cfg.Cluster != nil {
+		// Agent ids name this replica, which holds their transcripts, so
+		// any replica routes an agent's requests here.
+		src, prefix := ids.NewSource(nil), status.AgentIDPrefix(cfg.Cluster.ReplicaID)
+		newAgentID = func() string { return src.New(prefix) }
+	}
 	sessions, err = agents.Open(ctx, agents.Options{
+		NewID:      newAgentID,
 		Dir:        filepath.Join(home, "sessions"),
 		DefaultCwd: cwd,
 		MaxDepth:   cfg.Agents.MaxDepth,

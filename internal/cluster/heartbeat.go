@@ -235,17 +235,29 @@ func (n *Node) registerMetrics(reg prometheus.Registerer) error {
 // error wrapping status.ErrOwnerUnavailable when the owner has not been
 // heard from within HeartbeatTTL, or advertises no HTTP URL.
 func (n *Node) JobOwner(id string) (*url.URL, error) {
-	owner := status.JobOwner(id)
+	return n.route("job", id, status.JobOwner(id), status.ErrOwnerUnavailable)
+}
+
+// AgentHome returns the base URL of the replica that holds agent id (the
+// one that created it), or nil when this replica does or the id names no
+// replica. It returns an error wrapping status.ErrAgentHomeUnavailable
+// when that replica has not been heard from within HeartbeatTTL, or
+// advertises no HTTP URL.
+func (n *Node) AgentHome(id string) (*url.URL, error) {
+	return n.route("agent", id, status.AgentOwner(id), status.ErrAgentHomeUnavailable)
+}
+
+func (n *Node) route(what, id, owner string, unavailable error) (*url.URL, error) {
 	if owner == "" || owner == n.cfg.ReplicaID {
 		return nil, nil
 	}
 	r, ok := n.Replica(owner)
 	if !ok {
-		return nil, fmt.Errorf("job %s: replica %q has not been heard from for %s: %w", id, owner, HeartbeatTTL, status.ErrOwnerUnavailable)
+		return nil, fmt.Errorf("%s %s: replica %q has not been heard from for %s: %w", what, id, owner, HeartbeatTTL, unavailable)
 	}
 	u, err := url.Parse(r.URL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("job %s: replica %q advertises %q, not an HTTP URL (set cluster.advertiseUrl): %w", id, owner, r.URL, status.ErrOwnerUnavailable)
+		return nil, fmt.Errorf("%s %s: replica %q advertises %q, not an HTTP URL (set cluster.advertiseUrl): %w", what, id, owner, r.URL, unavailable)
 	}
 	return u, nil
 }

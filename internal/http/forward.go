@@ -1,7 +1,10 @@
 package httpapi
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
@@ -10,12 +13,23 @@ import (
 	"github.com/dshd/dshd/internal/cluster/status"
 )
 
-// jobRouter says where a job runs (cluster mode only; *cluster.Node).
+// jobRouter says where a job runs and where an agent lives (cluster mode
+// only; *cluster.Node).
 type jobRouter interface {
 	// JobOwner returns the base URL of the replica that runs job id, or
 	// nil when this replica does (or the id names no replica). Errors
 	// wrap status.ErrOwnerUnavailable.
 	JobOwner(id string) (*url.URL, error)
+	// AgentHome is the same for the replica that holds agent id. Errors
+	// wrap status.ErrAgentHomeUnavailable.
+	AgentHome(id string) (*url.URL, error)
+}
+
+// forwardTarget is where a forwarded request goes, and the error that
+// says its replica could not be reached.
+type forwardTarget struct {
+	url         *url.URL
+	unavailable error
 }
 
 // forwardedHeader marks a request one replica forwarded to another. A
@@ -28,9 +42,9 @@ const forwardedHeader = "Dsh-Forwarded-By"
 // dropped so each appears once.
 var headersSetHere = []string{"X-Content-Type-Options", "Referrer-Policy", "X-Frame-Options", "Content-Security-Policy", "X-Request-Id"}
 
-// jobIDFromPath returns the job id of /jobs/{id} and /jobs/{id}/…, or "".
-func jobIDFromPath(p string) string {
-	rest, ok := strings.CutPrefix(p, "/jobs/")
+// idFromPath returns the id of <prefix>{id} and <prefix>{id}/…, or "".
+func idFromPath(p, prefix string) string {
+	rest, ok := strings.CutPrefix(p, prefix)
 	if !ok {
 		return ""
 	}
@@ -38,10 +52,72 @@ func jobIDFromPath(p string) string {
 	return id
 }
 
+// execAgentID returns the agentId of a POST /exec body, reading the body
+// (up to limit bytes) and putting it back for whoever serves the request.
+// A body it cannot read as JSON names no agent: the server that serves it
+// refuses it.
+func execAgentID(r *http.Request, limit int64) string {
+	body := r.Body
+	data, err := io.ReadAll(io.LimitReader(body, limit+1))
+	if err != nil {
+		// Whoever serves the request meets the same error (a body not
+		// sent in time, a broken connection) and answers it as usual.
+		r.Body = readCloser{io.MultiReader(bytes.NewReader(data), errReader{err}), body}
+		return ""
+	}
+	r.Body = readCloser{io.MultiReader(bytes.NewReader(data), body), body}
+	var b struct {
+		AgentID string `json:"agentId"`
+	}
+	_ = json.Unmarshal(data, &b)
+	return b.AgentID
+}
+
+// readCloser reads from r and closes c.
+type readCloser struct {
+	io.Reader
+	c io.Closer
+}
+
+func (rc readCloser) Close() error { return rc.c.Close() }
+
+// errReader fails every read with err.
+type errReader struct{ err error }
+
+func (e errReader) Read([]byte) (int, error) { return 0, e.err }
+
+// route says where r goes: nil when it is served here.
+func (s *Server) route(r *http.Request, router jobRouter) (*forwardTarget, error) {
+	var u *url.URL
+	var err error
+	var unavailable error
+	switch {
+	case idFromPath(r.URL.Path, "/jobs/") != "":
+		unavailable = status.ErrOwnerUnavailable
+		u, err = router.JobOwner(idFromPath(r.URL.Path, "/jobs/"))
+	case idFromPath(r.URL.Path, "/agents/") != "":
+		unavailable = status.ErrAgentHomeUnavailable
+		u, err = router.AgentHome(idFromPath(r.URL.Path, "/agents/"))
+	case r.Method == http.MethodPost && r.URL.Path == "/exec":
+		id := execAgentID(r, s.maxBody)
+		if id == "" {
+			return nil, nil
+		}
+		unavailable = status.ErrAgentHomeUnavailable
+		u, err = router.AgentHome(id)
+	}
+	if err != nil || u == nil {
+		return nil, err
+	}
+	return &forwardTarget{url: u, unavailable: unavailable}, nil
+}
+
 // newForwarder returns the middleware that sends every request for a job
 // another replica runs (/jobs/{id} and everything under it: state,
-// long-polls, SSE and raw output, stdin, cancel) to that replica in one
-// hop, streaming both ways and flushing as the owner writes. It runs after
+// long-polls, SSE and raw output, stdin, cancel), and every request for an
+// agent another replica holds (/agents/{id} and everything under it: tool
+// calls, fork, spawn, resume, transcript; POST /exec naming the agent), to
+// that replica in one hop, streaming both ways and flushing as it writes. It runs after
 // authentication (the owner checks the same token again) and before the
 // contract's validator (the owner validates). A job whose owner is not
 // available is answered 503 job_owner_unavailable here, and is not run
@@ -54,8 +130,8 @@ func (s *Server) newForwarder(router jobRouter, self string) func(http.Handler) 
 		Transport:     tr,
 		FlushInterval: -1, // every write of the owner reaches the client at once
 		Rewrite: func(pr *httputil.ProxyRequest) {
-			target := pr.In.Context().Value(forwardTargetKey).(*url.URL)
-			pr.SetURL(target)
+			target := pr.In.Context().Value(forwardTargetKey).(*forwardTarget)
+			pr.SetURL(target.url)
 			pr.SetXForwarded()
 			pr.Out.Header.Set(forwardedHeader, self)
 			pr.Out.Header.Set("X-Request-ID", requestIDFrom(pr.In.Context()))
@@ -70,17 +146,17 @@ func (s *Server) newForwarder(router jobRouter, self string) func(http.Handler) 
 			if r.Context().Err() != nil {
 				return // the client left
 			}
-			s.writeError(w, r, errors.Join(status.ErrOwnerUnavailable, err))
+			target := r.Context().Value(forwardTargetKey).(*forwardTarget)
+			s.writeError(w, r, errors.Join(target.unavailable, err))
 		},
 	}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			id := jobIDFromPath(r.URL.Path)
-			if id == "" || r.Header.Get(forwardedHeader) != "" {
+			if r.Header.Get(forwardedHeader) != "" {
 				next.ServeHTTP(w, r)
 				return
 			}
-			target, err := router.JobOwner(id)
+			target, err := s.route(r, router)
 			if err != nil {
 				s.writeError(w, r, err)
 				return

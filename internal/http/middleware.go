@@ -10,7 +10,6 @@ import (
 	"mime"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"slices"
 	"strconv"
@@ -31,9 +30,9 @@ const (
 	forwardTargetKey
 )
 
-// withForwardTarget stores the owner a request is forwarded to.
-func withForwardTarget(ctx context.Context, u *url.URL) context.Context {
-	return context.WithValue(ctx, forwardTargetKey, u)
+// withForwardTarget stores where a request is forwarded to.
+func withForwardTarget(ctx context.Context, t *forwardTarget) context.Context {
+	return context.WithValue(ctx, forwardTargetKey, t)
 }
 
 // requestIDFrom returns the request id stored by the requestID middleware.

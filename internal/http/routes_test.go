@@ -106,6 +106,15 @@ func (f *failing) JobOwner(string) (*url.URL, error) {
 	return nil, nil
 }
 
+// AgentHome plays a cluster whose agent's replica is gone when f.err says
+// so; otherwise every agent is local.
+func (f *failing) AgentHome(string) (*url.URL, error) {
+	if errors.Is(f.err, status.ErrAgentHomeUnavailable) {
+		return nil, f.err
+	}
+	return nil, nil
+}
+
 // skillsFailing is a skillLister: its List has the same name as the agent
 // service's, so it cannot live on failing.
 type skillsFailing struct{ f *failing }
@@ -167,18 +176,18 @@ var routes = []route{
 	{"POST", "/plugins/{id}/renew", "/plugins/plg_1/renew", `{}`, []error{shellenv.ErrPluginNotFound, shellenv.ErrInvalidPlugin, shellenv.ErrStoreUnavailable}},
 	{"GET", "/agents", "/agents", "", nil},
 	{"POST", "/agents", "/agents", `{}`, []error{agents.ErrInvalidCwd, sandbox.ErrUnavailable, sandbox.ErrInvalid, limits.ErrInvalid, enospc}},
-	{"GET", "/agents/{id}", "/agents/agt_1", "", []error{agents.ErrNotFound}},
-	{"POST", "/agents/{id}/resume", "/agents/agt_1/resume", "", []error{agents.ErrNotFound, enospc}},
-	{"POST", "/agents/{id}/fork", "/agents/agt_1/fork", `{}`, []error{agents.ErrNotFound, agents.ErrInvalidBoundary, sandbox.ErrLooser, sandbox.ErrUnavailable, limits.ErrLooser, limits.ErrInvalid, enospc}},
-	{"POST", "/agents/{id}/spawn", "/agents/agt_1/spawn", `{}`, []error{agents.ErrNotFound, agents.ErrDepthExceeded, sandbox.ErrLooser, sandbox.ErrUnavailable, limits.ErrLooser, limits.ErrInvalid, enospc}},
-	{"GET", "/agents/{id}/transcript", "/agents/agt_1/transcript", "", []error{agents.ErrNotFound}},
+	{"GET", "/agents/{id}", "/agents/agt_1", "", []error{agents.ErrNotFound, status.ErrAgentHomeUnavailable}},
+	{"POST", "/agents/{id}/resume", "/agents/agt_1/resume", "", []error{agents.ErrNotFound, enospc, status.ErrAgentHomeUnavailable}},
+	{"POST", "/agents/{id}/fork", "/agents/agt_1/fork", `{}`, []error{agents.ErrNotFound, agents.ErrInvalidBoundary, sandbox.ErrLooser, sandbox.ErrUnavailable, limits.ErrLooser, limits.ErrInvalid, enospc, status.ErrAgentHomeUnavailable}},
+	{"POST", "/agents/{id}/spawn", "/agents/agt_1/spawn", `{}`, []error{agents.ErrNotFound, agents.ErrDepthExceeded, sandbox.ErrLooser, sandbox.ErrUnavailable, limits.ErrLooser, limits.ErrInvalid, enospc, status.ErrAgentHomeUnavailable}},
+	{"GET", "/agents/{id}/transcript", "/agents/agt_1/transcript", "", []error{agents.ErrNotFound, status.ErrAgentHomeUnavailable}},
 	{"POST", "/agents/{id}/tools/{name}", "/agents/agt_1/tools/bash", `{"arguments":{"command":"true"}}`,
-		[]error{agents.ErrNotFound, tools.ErrUnknownTool, tools.ErrInvalidArguments, shellenv.ErrResolution, exec.ErrClosed, enospc}},
+		[]error{agents.ErrNotFound, tools.ErrUnknownTool, tools.ErrInvalidArguments, shellenv.ErrResolution, exec.ErrClosed, enospc, status.ErrAgentHomeUnavailable}},
 	{"GET", "/tools", "/tools", "", nil},
 	{"POST", "/exec", "/exec", `{"command":"true"}`,
 		[]error{agents.ErrNotFound, tools.ErrInvalidArguments, shellenv.ErrResolution, &exec.TooManyJobsError{Limit: "global", Max: 1, RetryAfter: time.Second},
 			exec.ErrInvalidCwd, exec.ErrManagedKeyInEnv, exec.ErrInvalidInput, exec.ErrTooLarge, exec.ErrTimeoutTooLong, exec.ErrClosed,
-			exec.ErrIdempotencyKeyReused, exec.ErrIdempotencyKeyInUse, exec.ErrIdempotencyJobGone, sandbox.ErrLooser, sandbox.ErrUnavailable, limits.ErrLooser, limits.ErrInvalid, enospc}},
+			exec.ErrIdempotencyKeyReused, exec.ErrIdempotencyKeyInUse, exec.ErrIdempotencyJobGone, sandbox.ErrLooser, sandbox.ErrUnavailable, limits.ErrLooser, limits.ErrInvalid, enospc, status.ErrAgentHomeUnavailable}},
 	{"GET", "/jobs", "/jobs", "", nil},
 	{"GET", "/jobs/{id}", "/jobs/job_1", "", []error{exec.ErrJobNotFound, status.ErrOwnerUnavailable}},
 	{"DELETE", "/jobs/{id}", "/jobs/job_1", "", []error{exec.ErrJobNotFound, status.ErrOwnerUnavailable}},

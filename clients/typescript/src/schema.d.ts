@@ -1974,8 +1974,8 @@ export interface components {
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
-        /** @description `shutting_down`: the server is stopping and starts no more jobs. */
-        R503: {
+        /** @description `shutting_down`: the server is stopping and starts no more jobs. `agent_home_unavailable` (cluster mode only): the request names an agent whose replica has not been heard from for 5 s or could not be reached; nothing ran. */
+        R503RunAgent: {
             headers: {
                 [name: string]: unknown;
             };
@@ -1987,6 +1987,24 @@ export interface components {
                  *       "status": 503,
                  *       "code": "shutting_down",
                  *       "instance": "/exec"
+                 *     }
+                 */
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /** @description `agent_home_unavailable` (cluster mode only): the agent id names the replica that holds the agent and its transcript, and that replica has not been heard from for 5 s (it died, stopped or is cut off) or could not be reached. Nothing ran; retry once the replica is back. */
+        R503AgentHome: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                /**
+                 * @example {
+                 *       "type": "about:blank",
+                 *       "title": "The replica that holds this agent is not available",
+                 *       "status": 503,
+                 *       "code": "agent_home_unavailable",
+                 *       "instance": "/agents/agt_vm-b_01m8rk3468mk6yta9t5hevkezw/tools/bash"
                  *     }
                  */
                 "application/problem+json": components["schemas"]["Problem"];
@@ -2711,6 +2729,7 @@ export interface operations {
             401: components["responses"]["R401"];
             404: components["responses"]["R404"];
             421: components["responses"]["R421"];
+            503: components["responses"]["R503AgentHome"];
             default: components["responses"]["Problem"];
         };
     };
@@ -2755,6 +2774,7 @@ export interface operations {
             401: components["responses"]["R401"];
             404: components["responses"]["R404"];
             421: components["responses"]["R421"];
+            503: components["responses"]["R503AgentHome"];
             507: components["responses"]["R507"];
             default: components["responses"]["Problem"];
         };
@@ -2807,6 +2827,7 @@ export interface operations {
             413: components["responses"]["R413"];
             421: components["responses"]["R421"];
             422: components["responses"]["R422"];
+            503: components["responses"]["R503AgentHome"];
             507: components["responses"]["R507"];
             default: components["responses"]["Problem"];
         };
@@ -2859,6 +2880,7 @@ export interface operations {
             413: components["responses"]["R413"];
             421: components["responses"]["R421"];
             422: components["responses"]["R422"];
+            503: components["responses"]["R503AgentHome"];
             507: components["responses"]["R507"];
             default: components["responses"]["Problem"];
         };
@@ -2933,6 +2955,7 @@ export interface operations {
             401: components["responses"]["R401"];
             404: components["responses"]["R404"];
             421: components["responses"]["R421"];
+            503: components["responses"]["R503AgentHome"];
             default: components["responses"]["Problem"];
         };
     };
@@ -2987,7 +3010,7 @@ export interface operations {
             422: components["responses"]["R422"];
             429: components["responses"]["R429"];
             502: components["responses"]["R502"];
-            503: components["responses"]["R503"];
+            503: components["responses"]["R503RunAgent"];
             507: components["responses"]["R507"];
             default: components["responses"]["Problem"];
         };
@@ -3166,7 +3189,7 @@ export interface operations {
             422: components["responses"]["R422"];
             429: components["responses"]["R429"];
             502: components["responses"]["R502"];
-            503: components["responses"]["R503"];
+            503: components["responses"]["R503RunAgent"];
             507: components["responses"]["R507"];
             default: components["responses"]["Problem"];
         };

@@ -60,3 +60,26 @@ func JobOwner(id string) string {
 	}
 	return owner
 }
+
+// ErrAgentHomeUnavailable: a request names an agent whose home replica
+// (the one that created it, which holds its transcript) this replica has
+// not heard from within the heartbeat TTL, or could not reach.
+var ErrAgentHomeUnavailable = errors.New("cluster: the replica that holds the agent is not available")
+
+// ulidLen is the length of the ULID that ends every id.
+const ulidLen = 26
+
+// AgentIDPrefix is the prefix of the agent ids replica makes:
+// "agt_<replica>_". Agent ids are file names, which take no '.', so the
+// replica is found by the fixed length of the ULID that follows it.
+func AgentIDPrefix(replica string) string { return "agt_" + replica + "_" }
+
+// AgentOwner returns the replica named by a cluster agent id
+// ("agt_<replica>_<ulid>"), or "" for an id that names none.
+func AgentOwner(id string) string {
+	rest, ok := strings.CutPrefix(id, "agt_")
+	if !ok || len(rest) < ulidLen+2 || rest[len(rest)-ulidLen-1] != '_' {
+		return ""
+	}
+	return rest[:len(rest)-ulidLen-1]
+}

@@ -15,3 +15,18 @@ func TestJobOwner(t *testing.T) {
 		}
 	}
 }
+
+func TestAgentOwner(t *testing.T) {
+	for id, want := range map[string]string{
+		AgentIDPrefix("vm-a") + "01m8rk36x1nqbe98jk6bb615qc":  "vm-a",
+		AgentIDPrefix("vm_b1") + "01m8rk36x1nqbe98jk6bb615qc": "vm_b1",
+		"agt_01m8rk36x1nqbe98jk6bb615qc":                      "",
+		"agt_x01m8rk36x1nqbe98jk6bb615qc":                     "",
+		"job_vm-a_01m8rk36x1nqbe98jk6bb615qc":                 "",
+		"":                                                    "",
+	} {
+		if got := AgentOwner(id); got != want {
+			t.Errorf("AgentOwner(%q) = %q, want %q", id, got, want)
+		}
+	}
+}

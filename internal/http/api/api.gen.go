@@ -2067,14 +2067,17 @@ type R429 = Problem
 // R502 defines model for R502.
 type R502 = Problem
 
-// R503 defines model for R503.
-type R503 = Problem
+// R503AgentHome defines model for R503AgentHome.
+type R503AgentHome = Problem
 
 // R503Cluster defines model for R503Cluster.
 type R503Cluster = Problem
 
 // R503JobOwner defines model for R503JobOwner.
 type R503JobOwner = Problem
+
+// R503RunAgent defines model for R503RunAgent.
+type R503RunAgent = Problem
 
 // R507 defines model for R507.
 type R507 = Problem
@@ -4347,11 +4350,13 @@ type R429ApplicationProblemPlusJSONResponse struct {
 
 type R502ApplicationProblemPlusJSONResponse Problem
 
-type R503ApplicationProblemPlusJSONResponse Problem
+type R503AgentHomeApplicationProblemPlusJSONResponse Problem
 
 type R503ClusterApplicationProblemPlusJSONResponse Problem
 
 type R503JobOwnerApplicationProblemPlusJSONResponse Problem
+
+type R503RunAgentApplicationProblemPlusJSONResponse Problem
 
 type R507ApplicationProblemPlusJSONResponse Problem
 
@@ -4662,6 +4667,22 @@ func (response GetAgent421ApplicationProblemPlusJSONResponse) VisitGetAgentRespo
 	return err
 }
 
+type GetAgent503ApplicationProblemPlusJSONResponse struct {
+	R503AgentHomeApplicationProblemPlusJSONResponse
+}
+
+func (response GetAgent503ApplicationProblemPlusJSONResponse) VisitGetAgentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetAgentdefaultApplicationProblemPlusJSONResponse struct {
 	Body       Problem
 	StatusCode int
@@ -4814,6 +4835,22 @@ func (response ForkAgent422ApplicationProblemPlusJSONResponse) VisitForkAgentRes
 	return err
 }
 
+type ForkAgent503ApplicationProblemPlusJSONResponse struct {
+	R503AgentHomeApplicationProblemPlusJSONResponse
+}
+
+func (response ForkAgent503ApplicationProblemPlusJSONResponse) VisitForkAgentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ForkAgent507ApplicationProblemPlusJSONResponse struct {
 	R507ApplicationProblemPlusJSONResponse
 }
@@ -4929,6 +4966,22 @@ func (response ResumeAgent421ApplicationProblemPlusJSONResponse) VisitResumeAgen
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(421)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ResumeAgent503ApplicationProblemPlusJSONResponse struct {
+	R503AgentHomeApplicationProblemPlusJSONResponse
+}
+
+func (response ResumeAgent503ApplicationProblemPlusJSONResponse) VisitResumeAgentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -5097,6 +5150,22 @@ func (response SpawnAgent422ApplicationProblemPlusJSONResponse) VisitSpawnAgentR
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SpawnAgent503ApplicationProblemPlusJSONResponse struct {
+	R503AgentHomeApplicationProblemPlusJSONResponse
+}
+
+func (response SpawnAgent503ApplicationProblemPlusJSONResponse) VisitSpawnAgentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -5306,7 +5375,7 @@ func (response CallTool502ApplicationProblemPlusJSONResponse) VisitCallToolRespo
 }
 
 type CallTool503ApplicationProblemPlusJSONResponse struct {
-	R503ApplicationProblemPlusJSONResponse
+	R503RunAgentApplicationProblemPlusJSONResponse
 }
 
 func (response CallTool503ApplicationProblemPlusJSONResponse) VisitCallToolResponse(w http.ResponseWriter) error {
@@ -5479,6 +5548,22 @@ func (response GetTranscript421ApplicationProblemPlusJSONResponse) VisitGetTrans
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(421)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetTranscript503ApplicationProblemPlusJSONResponse struct {
+	R503AgentHomeApplicationProblemPlusJSONResponse
+}
+
+func (response GetTranscript503ApplicationProblemPlusJSONResponse) VisitGetTranscriptResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -6328,7 +6413,7 @@ func (response Exec502ApplicationProblemPlusJSONResponse) VisitExecResponse(w ht
 }
 
 type Exec503ApplicationProblemPlusJSONResponse struct {
-	R503ApplicationProblemPlusJSONResponse
+	R503RunAgentApplicationProblemPlusJSONResponse
 }
 
 func (response Exec503ApplicationProblemPlusJSONResponse) VisitExecResponse(w http.ResponseWriter) error {
