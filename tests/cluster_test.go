@@ -488,3 +488,48 @@ func TestClusterAgents(t *testing.T) {
 		}
 	}
 }
+
+// TestClusterNATSNodeLoss: losing one of three NATS nodes loses nothing.
+// The replica connected to it reconnects to another node; the registry's
+// buckets (three replicas) keep their quorum, so registrations go on and
+// reach every replica.
+func TestClusterNATSNodeLoss(t *testing.T) {
+	nc, rs := startCluster(t)
+	if st := rs[1].doJSON(t, "POST", "/contributors", staticContributor("before.loss", "DSH_BEFORE", "1"), nil); st != 201 {
+		t.Fatalf("register: %d", st)
+	}
+	nc.Kill(0) // replica 0's first server
+	lost := time.Now()
+	// While the connection moves and the buckets elect new leaders, a
+	// registration may answer 503 cluster_unavailable; one that answered
+	// it may still have been stored (the README says: read before
+	// retrying), so a retry may find its own contributor.
+	var p problem
+	unavailable := false
+	for {
+		p = problem{}
+		st := rs[0].doJSON(t, "POST", "/contributors", staticContributor("after.loss", "DSH_AFTER", "1"), &p)
+		t.Logf("%s after the loss: %d %s", time.Since(lost).Round(time.Millisecond), st, p.Code)
+		if st == 201 || st == 409 && p.Code == "duplicate_contributor" && unavailable {
+			break
+		}
+		if st != 503 || p.Code != "cluster_unavailable" || time.Since(lost) > 60*time.Second {
+			t.Fatalf("register through the replica whose NATS node died (%s later): %d %+v", time.Since(lost), st, p)
+		}
+		unavailable = true
+	}
+	t.Logf("replica 0 registered again %s after its NATS node died", time.Since(lost).Round(time.Millisecond))
+	for i, s := range rs {
+		deadline := time.Now().Add(15 * time.Second)
+		for s.declaredBy(t, "DSH_AFTER") != "after.loss" || s.declaredBy(t, "DSH_BEFORE") != "before.loss" {
+			if time.Now().After(deadline) {
+				t.Fatalf("replica %d lacks a contributor after the NATS node loss", i)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		var h clusterHealth
+		if st := s.doJSON(t, "GET", "/healthz", nil, &h); st != 200 || !h.Details.Cluster.Connected {
+			t.Fatalf("replica %d after the NATS node loss: %d %+v", i, st, h.Details.Cluster)
+		}
+	}
+}
