@@ -63,6 +63,9 @@ bench:
 	$(GO) test -run '^$$' -bench 'OutputSlowClient|OutputFollowers50' -benchtime 1x -count=1 -timeout 30m ./tests
 	$(GO) test -run '^$$' -bench 'BackgroundSleeps(1000|5000)' -benchtime 1x -count=1 -timeout 30m ./tests
 	$(GO) test -run '^$$' -bench 'CrashRecovery50' -benchtime 1x -count=1 -timeout 30m ./tests
+	$(GO) test -run '^$$' -bench 'ClusterRegistry|ClusterExecForwarded' -benchtime 200x -count=1 -timeout 30m ./tests
+	$(GO) test -run '^$$' -bench 'ClusterSSEForwarded' -benchtime 3x -count=1 -timeout 30m ./tests
+	$(GO) test -run '^$$' -bench 'ClusterReady10000' -benchtime 1x -count=1 -timeout 30m ./tests
 
 # The schema-driven contract fuzz test (TestContractFuzz, which `make test`
 # runs with seed 1 and 600 requests), longer and with a fresh seed; the seed

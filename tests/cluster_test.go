@@ -18,7 +18,7 @@ import (
 // startCluster starts a three-node NATS JetStream cluster in this process
 // and three dshd replicas (the real binary) against it, sharing one token.
 // Replica i connects to NATS node i first.
-func startCluster(t *testing.T) (*natstest.Cluster, []*testServer) {
+func startCluster(t testing.TB) (*natstest.Cluster, []*testServer) {
 	t.Helper()
 	nc := natstest.Start(t, 3)
 	tokenFile := filepath.Join(t.TempDir(), "token")
