@@ -19,7 +19,7 @@ import (
 // tests that check the whole HTTP surface but need no process tree of their
 // own: the contract fuzz, the auth answers, the conformance of every answer
 // and of the output events, and the HTTP hardening (JSON bodies, Host,
-// framing, UI headers). They lived in tests/, which starts the binary for
+// framing, UI headers, slow clients). They lived in tests/, which starts the binary for
 // each test.
 type testServer struct {
 	URL, Token string
@@ -29,10 +29,13 @@ type testServer struct {
 // serverOption changes how startServer starts the server.
 type serverOption func(*serverConfig)
 
-type serverConfig struct{ home string }
+type serverConfig struct{ home, config string }
 
 // withHome starts the server on the given home.
 func withHome(dir string) serverOption { return func(c *serverConfig) { c.home = dir } }
+
+// withConfig starts the server with the given configuration file contents.
+func withConfig(yaml string) serverOption { return func(c *serverConfig) { c.config = yaml } }
 
 // startServer starts run() in-process on a loopback port and a fresh home
 // (or the one given), and stops it at cleanup.
@@ -45,7 +48,15 @@ func startServer(t *testing.T, opts ...serverOption) *testServer {
 	if c.home == "" {
 		c.home = filepath.Join(t.TempDir(), "home")
 	}
-	s := startRun(t, []string{"--home", c.home}, nil)
+	args := []string{"--home", c.home}
+	if c.config != "" {
+		p := filepath.Join(t.TempDir(), "config.yaml")
+		if err := os.WriteFile(p, []byte(c.config), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		args = append(args, "--config", p)
+	}
+	s := startRun(t, args, nil)
 	return &testServer{URL: s.url, Token: s.token, runningServer: s}
 }
 
