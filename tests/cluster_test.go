@@ -3,6 +3,7 @@ package tests
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -356,6 +357,30 @@ func TestClusterJobRouting(t *testing.T) {
 	if st := rs[0].doJSON(t, "GET", "/jobs/"+long.ID+"?waitMs=10000", nil, &cancelled); st != 200 || cancelled.State != "cancelled" {
 		t.Fatalf("cancelled job on its owner: %d %q", st, cancelled.State)
 	}
+	// An Idempotency-Key (no agent) is claimed by the first replica that
+	// gets it: the same request through another replica finds that job and
+	// runs nothing; another body with the key is refused there.
+	runs := filepath.Join(t.TempDir(), "runs")
+	idem := map[string]any{"command": "echo once >> " + runs + "; sleep 1", "background": true}
+	var k0, k2 job
+	if st, _, _ := rs[0].idemExecAny(t, "cluster-key-1", idem, &k0); st != 202 {
+		t.Fatalf("exec with a key through replica 0: %d", st)
+	}
+	if st, _, _ := rs[2].idemExecAny(t, "cluster-key-1", idem, &k2); st != 202 || k2.ID != k0.ID {
+		t.Fatalf("same key through replica 2: %d job %q, want replica 0's %q", st, k2.ID, k0.ID)
+	}
+	idem["command"] = "echo other"
+	if st, code, _ := rs[1].idemExecAny(t, "cluster-key-1", idem, nil); st != 422 || code != "idempotency_key_reused" {
+		t.Fatalf("other body with the key through replica 1: %d %s", st, code)
+	}
+	var k0done job
+	if st := rs[2].doJSON(t, "GET", "/jobs/"+k0.ID+"?waitMs=10000", nil, &k0done); st != 200 || k0done.State != "exited" {
+		t.Fatalf("keyed job through replica 2: %d %q", st, k0done.State)
+	}
+	if b, err := os.ReadFile(runs); err != nil || string(b) != "once\n" {
+		t.Fatalf("the keyed command ran %q times (%v), want once", b, err)
+	}
+
 	// One hop only: a request already forwarded is served where it lands.
 	r := rs[2].doWith(t, "GET", "/jobs/"+j.ID, nil, map[string]string{"Authorization": "Bearer " + rs[2].Token, "Dsh-Forwarded-By": "replica-1"})
 	r.Body.Close()
@@ -532,4 +557,25 @@ func TestClusterNATSNodeLoss(t *testing.T) {
 			t.Fatalf("replica %d after the NATS node loss: %d %+v", i, st, h.Details.Cluster)
 		}
 	}
+}
+
+// idemExecAny sends POST /exec with an Idempotency-Key and decodes a job
+// (into out, when not nil) or a problem; it returns the status and code.
+func (s *testServer) idemExecAny(t *testing.T, key string, body map[string]any, out *job) (int, string, error) {
+	t.Helper()
+	resp := s.doWith(t, "POST", "/exec", body, map[string]string{"Authorization": "Bearer " + s.Token, "Idempotency-Key": key})
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, "", err
+	}
+	var p problem
+	if resp.StatusCode >= 300 {
+		_ = json.Unmarshal(data, &p)
+	} else if out != nil {
+		if err := json.Unmarshal(data, out); err != nil {
+			t.Fatalf("decode %q: %v", data, err)
+		}
+	}
+	return resp.StatusCode, p.Code, nil
 }

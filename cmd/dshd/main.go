@@ -316,6 +316,7 @@ func newRegistry(ctx context.Context, cfg config, home string, logger *slog.Logg
 	cc := cfg.Cluster.clusterSettings()
 	cc.Logger = logger.With("component", "cluster")
 	cc.Registerer = reg
+	cc.IdempotencyWindow = time.Duration(cfg.Jobs.IdempotencyWindowSeconds) * time.Second
 	if node, err = cluster.Connect(ctx, cc); err != nil {
 		return nil, nil, nil, err
 	}

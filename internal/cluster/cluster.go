@@ -51,6 +51,9 @@ type Config struct {
 	ConnectTimeout  time.Duration
 	Logger          *slog.Logger
 	Registerer      prometheus.Registerer // takes the cluster metrics; nil = none
+	// IdempotencyWindow is how long an Idempotency-Key claim is kept; 0 =
+	// DefaultIdempotencyWindow. Every replica must use the same.
+	IdempotencyWindow time.Duration
 }
 
 // Validate reports every problem of c, wrapping ErrInvalidConfig.
@@ -85,6 +88,7 @@ type Node struct {
 	registry jetstream.KeyValue
 	regStrm  jetstream.Stream
 	replicas jetstream.KeyValue
+	idem     jetstream.KeyValue
 
 	// ctx ends at Close: heartbeats and watches stop.
 	ctx    context.Context
@@ -194,7 +198,7 @@ func (n *Node) setup(ctx context.Context) error {
 			Replicas:    n.cfg.StoreReplicas,
 		})
 		if lastErr == nil {
-			return nil
+			return n.idempotencyBucket(ctx)
 		}
 		select {
 		case <-ctx.Done():

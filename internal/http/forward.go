@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -23,6 +24,11 @@ type jobRouter interface {
 	// AgentHome is the same for the replica that holds agent id. Errors
 	// wrap status.ErrAgentHomeUnavailable.
 	AgentHome(id string) (*url.URL, error)
+	// ClaimKey claims the Idempotency-Key of a request that names no
+	// agent, before anything runs, and returns the replica that holds it
+	// (nil: this one). Errors wrap status.ErrOwnerUnavailable or
+	// status.ErrClaimUnavailable.
+	ClaimKey(ctx context.Context, key string) (*url.URL, error)
 }
 
 // forwardTarget is where a forwarded request goes, and the error that
@@ -100,11 +106,19 @@ func (s *Server) route(r *http.Request, router jobRouter) (*forwardTarget, error
 		u, err = router.AgentHome(idFromPath(r.URL.Path, "/agents/"))
 	case r.Method == http.MethodPost && r.URL.Path == "/exec":
 		id := execAgentID(r, s.maxBody)
-		if id == "" {
+		key := r.Header.Get("Idempotency-Key")
+		switch {
+		case id != "":
+			unavailable = status.ErrAgentHomeUnavailable
+			u, err = router.AgentHome(id)
+		case key != "":
+			// The replica that first saw the key serves it, so a retry
+			// through any replica finds the job it started.
+			unavailable = status.ErrOwnerUnavailable
+			u, err = router.ClaimKey(r.Context(), key)
+		default:
 			return nil, nil
 		}
-		unavailable = status.ErrAgentHomeUnavailable
-		u, err = router.AgentHome(id)
 	}
 	if err != nil || u == nil {
 		return nil, err
@@ -117,7 +131,9 @@ func (s *Server) route(r *http.Request, router jobRouter) (*forwardTarget, error
 // long-polls, SSE and raw output, stdin, cancel), and every request for an
 // agent another replica holds (/agents/{id} and everything under it: tool
 // calls, fork, spawn, resume, transcript; POST /exec naming the agent), to
-// that replica in one hop, streaming both ways and flushing as it writes. It runs after
+// that replica in one hop, streaming both ways and flushing as it writes.
+// A POST /exec with an Idempotency-Key and no agent goes to the replica
+// that claimed the key first in the cluster's shared store. It runs after
 // authentication (the owner checks the same token again) and before the
 // contract's validator (the owner validates). A job whose owner is not
 // available is answered 503 job_owner_unavailable here, and is not run

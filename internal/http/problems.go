@@ -48,6 +48,7 @@ var errorCodes = []struct {
 	{limits.ErrInvalid, http.StatusUnprocessableEntity, "invalid_limits", "Invalid limits"},
 	{exec.ErrJobNotFound, http.StatusNotFound, "job_not_found", "Job not found"},
 	{status.ErrOwnerUnavailable, http.StatusServiceUnavailable, "job_owner_unavailable", "The replica that runs this job is not available"},
+	{status.ErrClaimUnavailable, http.StatusServiceUnavailable, "cluster_unavailable", "The cluster's shared store could not claim the idempotency key"},
 	{status.ErrAgentHomeUnavailable, http.StatusServiceUnavailable, "agent_home_unavailable", "The replica that holds this agent is not available"},
 	{exec.ErrTooManyJobs, http.StatusTooManyRequests, "too_many_jobs", "Too many running jobs"},
 	{exec.ErrIdempotencyKeyReused, http.StatusUnprocessableEntity, "idempotency_key_reused", "Idempotency key reused for a different request"},

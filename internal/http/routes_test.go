@@ -106,6 +106,14 @@ func (f *failing) JobOwner(string) (*url.URL, error) {
 	return nil, nil
 }
 
+// ClaimKey plays a cluster whose key claims fail when f.err says so.
+func (f *failing) ClaimKey(context.Context, string) (*url.URL, error) {
+	if errors.Is(f.err, status.ErrClaimUnavailable) || errors.Is(f.err, status.ErrOwnerUnavailable) {
+		return nil, f.err
+	}
+	return nil, nil
+}
+
 // AgentHome plays a cluster whose agent's replica is gone when f.err says
 // so; otherwise every agent is local.
 func (f *failing) AgentHome(string) (*url.URL, error) {
@@ -187,7 +195,7 @@ var routes = []route{
 	{"POST", "/exec", "/exec", `{"command":"true"}`,
 		[]error{agents.ErrNotFound, tools.ErrInvalidArguments, shellenv.ErrResolution, &exec.TooManyJobsError{Limit: "global", Max: 1, RetryAfter: time.Second},
 			exec.ErrInvalidCwd, exec.ErrManagedKeyInEnv, exec.ErrInvalidInput, exec.ErrTooLarge, exec.ErrTimeoutTooLong, exec.ErrClosed,
-			exec.ErrIdempotencyKeyReused, exec.ErrIdempotencyKeyInUse, exec.ErrIdempotencyJobGone, sandbox.ErrLooser, sandbox.ErrUnavailable, limits.ErrLooser, limits.ErrInvalid, enospc, status.ErrAgentHomeUnavailable}},
+			exec.ErrIdempotencyKeyReused, exec.ErrIdempotencyKeyInUse, exec.ErrIdempotencyJobGone, sandbox.ErrLooser, sandbox.ErrUnavailable, limits.ErrLooser, limits.ErrInvalid, enospc, status.ErrAgentHomeUnavailable, status.ErrClaimUnavailable, status.ErrOwnerUnavailable}},
 	{"GET", "/jobs", "/jobs", "", nil},
 	{"GET", "/jobs/{id}", "/jobs/job_1", "", []error{exec.ErrJobNotFound, status.ErrOwnerUnavailable}},
 	{"DELETE", "/jobs/{id}", "/jobs/job_1", "", []error{exec.ErrJobNotFound, status.ErrOwnerUnavailable}},

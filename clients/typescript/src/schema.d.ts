@@ -1974,7 +1974,7 @@ export interface components {
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
-        /** @description `shutting_down`: the server is stopping and starts no more jobs. `agent_home_unavailable` (cluster mode only): the request names an agent whose replica has not been heard from for 5 s or could not be reached; nothing ran. */
+        /** @description `shutting_down`: the server is stopping and starts no more jobs. Cluster mode only, and nothing ran: `agent_home_unavailable`, the request names an agent whose replica has not been heard from for 5 s or could not be reached; `job_owner_unavailable`, the request's `Idempotency-Key` (without an agent) was first claimed by a replica that is not available; `cluster_unavailable`, the key could not be claimed in the shared store. */
         R503RunAgent: {
             headers: {
                 [name: string]: unknown;

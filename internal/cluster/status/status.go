@@ -83,3 +83,7 @@ func AgentOwner(id string) string {
 	}
 	return rest[:len(rest)-ulidLen-1]
 }
+
+// ErrClaimUnavailable: an Idempotency-Key could not be claimed in the
+// cluster's shared store (NATS unreachable, no quorum). Nothing ran.
+var ErrClaimUnavailable = errors.New("cluster: the idempotency key could not be claimed in the shared store")
