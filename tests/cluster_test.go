@@ -579,3 +579,51 @@ func (s *testServer) idemExecAny(t *testing.T, key string, body map[string]any, 
 	}
 	return resp.StatusCode, p.Code, nil
 }
+
+// TestClusterReplicaRestart: a replica killed with a running job and
+// started again on the same home reports the job lost, through any
+// replica, and its agent is reachable again.
+func TestClusterReplicaRestart(t *testing.T) {
+	nc, rs := startCluster(t)
+	waitViews := func() {
+		for i, s := range rs {
+			deadline := time.Now().Add(15 * time.Second)
+			for {
+				var h clusterHealth
+				s.doJSON(t, "GET", "/healthz", nil, &h)
+				if h.Details.Cluster != nil && len(h.Details.Cluster.Replicas) == 3 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("replica %d does not see the others", i)
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+		}
+	}
+	waitViews()
+	var a agent
+	if st := rs[0].doJSON(t, "POST", "/agents", map[string]any{}, &a); st != 201 {
+		t.Fatalf("create agent: %d", st)
+	}
+	var j job
+	if st := rs[1].doJSON(t, "POST", "/exec", map[string]any{"command": "sleep 30", "agentId": a.ID, "background": true}, &j); st != 202 || !strings.HasPrefix(j.ID, "job_replica-0.") {
+		t.Fatalf("background job for the agent through replica 1: %d %q", st, j.ID)
+	}
+	rs[0].crash(t)
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte(rs[0].Token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := fmt.Sprintf("cluster:\n  replicaId: replica-0\n  urls: [%s]\n", strings.Join(nc.URLs, ", "))
+	rs[0] = startServer(t, withHome(rs[0].Home), withConfig(cfg), withArgs("--token-file", tokenFile))
+	waitViews()
+	var got job
+	if st := rs[2].doJSON(t, "GET", "/jobs/"+j.ID, nil, &got); st != 200 || got.State != "lost" {
+		t.Fatalf("the killed replica's running job through replica 2 after its restart: %d %q, want lost", st, got.State)
+	}
+	r := rs[1].callTool(t, a.ID, "bash", map[string]any{"command": "echo back"})
+	if r.IsError || r.Text != "back" {
+		t.Fatalf("the agent after its replica restarted: %+v", r)
+	}
+}
