@@ -31,7 +31,7 @@ type toolResult struct {
 func (s *testServer) callTool(t *testing.T, agentID, name string, args map[string]any) toolResult {
 	t.Helper()
 	var r toolResult
-	if st := s.doJSON(t, "POST", "/agents/"+agentID+"/tools/"+name, map[string]any{"arguments": args}, &r); st != 200 {
+	if st := s.DoJSON(t, "POST", "/agents/"+agentID+"/tools/"+name, map[string]any{"arguments": args}, &r); st != 200 {
 		t.Fatalf("tool %s for %s = %d", name, agentID, st)
 	}
 	return r
@@ -48,7 +48,7 @@ func scriptedModel(t *testing.T, s *testServer) string {
 			Parameters map[string]any `json:"parameters"`
 		} `json:"function"`
 	}
-	if st := s.doJSON(t, "GET", "/tools?format=openai", nil, &defs); st != 200 {
+	if st := s.DoJSON(t, "GET", "/tools?format=openai", nil, &defs); st != 200 {
 		t.Fatalf("GET /tools = %d", st)
 	}
 	for _, d := range defs {
@@ -83,7 +83,7 @@ func TestAgentFullLoop(t *testing.T) {
 	s := startServer(t, withAmbientHome(home), withEnv("DSH_STALE=stale"))
 
 	var root agent
-	if st := s.doJSON(t, "POST", "/agents", map[string]any{}, &root); st != 201 {
+	if st := s.DoJSON(t, "POST", "/agents", map[string]any{}, &root); st != 201 {
 		t.Fatalf("create agent = %d", st)
 	}
 	// The header is on disk before any call.
@@ -120,23 +120,23 @@ func TestAgentFullLoop(t *testing.T) {
 	s.stop(t)
 	s = startServer(t, withAmbientHome(home), withEnv("DSH_STALE=stale-again"))
 	var resumed agent
-	if st := s.doJSON(t, "POST", "/agents/"+root.ID+"/resume", nil, &resumed); st != 200 || resumed.ID != root.ID {
+	if st := s.DoJSON(t, "POST", "/agents/"+root.ID+"/resume", nil, &resumed); st != 200 || resumed.ID != root.ID {
 		t.Fatalf("resume = %d %+v, want 200 and the same id", st, resumed)
 	}
 	check("after resume", facts(t, s, root.ID, command), want(root.ID))
 
 	var fork, child agent
-	if st := s.doJSON(t, "POST", "/agents/"+root.ID+"/fork", map[string]any{}, &fork); st != 201 || fork.ID == root.ID || deref(fork.ParentID) != root.ID || fork.Origin != "fork" {
+	if st := s.DoJSON(t, "POST", "/agents/"+root.ID+"/fork", map[string]any{}, &fork); st != 201 || fork.ID == root.ID || deref(fork.ParentID) != root.ID || fork.Origin != "fork" {
 		t.Fatalf("fork = %d %+v", st, fork)
 	}
-	if st := s.doJSON(t, "POST", "/agents/"+root.ID+"/spawn", map[string]any{}, &child); st != 201 || child.ID == root.ID || deref(child.ParentID) != root.ID || child.Depth != root.Depth+1 {
+	if st := s.DoJSON(t, "POST", "/agents/"+root.ID+"/spawn", map[string]any{}, &child); st != 201 || child.ID == root.ID || deref(child.ParentID) != root.ID || child.Depth != root.Depth+1 {
 		t.Fatalf("spawn = %d %+v", st, child)
 	}
 	check("fork", facts(t, s, fork.ID, command), want(fork.ID))
 	check("spawn", facts(t, s, child.ID, command), want(child.ID))
 
 	// The transcript records the calls and never a managed value.
-	resp := s.do(t, "GET", "/agents/"+root.ID+"/transcript", nil)
+	resp := s.Do(t, "GET", "/agents/"+root.ID+"/transcript", nil)
 	var transcript strings.Builder
 	sc = bufio.NewScanner(resp.Body)
 	for sc.Scan() {
@@ -170,8 +170,8 @@ func deref[T any](p *T) T {
 func TestParentAndChildConcurrent(t *testing.T) {
 	s := startServer(t)
 	var parent, child agent
-	s.doJSON(t, "POST", "/agents", map[string]any{}, &parent)
-	if st := s.doJSON(t, "POST", "/agents/"+parent.ID+"/spawn", map[string]any{}, &child); st != 201 {
+	s.DoJSON(t, "POST", "/agents", map[string]any{}, &parent)
+	if st := s.DoJSON(t, "POST", "/agents/"+parent.ID+"/spawn", map[string]any{}, &child); st != 201 {
 		t.Fatalf("spawn = %d", st)
 	}
 	var wg sync.WaitGroup
@@ -207,7 +207,7 @@ func TestParentAndChildConcurrent(t *testing.T) {
 func TestModelEnvAndStdinIgnored(t *testing.T) {
 	s := startServer(t)
 	var a agent
-	s.doJSON(t, "POST", "/agents", map[string]any{}, &a)
+	s.DoJSON(t, "POST", "/agents", map[string]any{}, &a)
 	for _, background := range []bool{false, true} {
 		r := s.callTool(t, a.ID, "bash", map[string]any{
 			"command":           `printf 'foo=%s;' "${FOO-unset}"; printf 'session=%s;' "${DSH_SESSION_ID}"; cat; echo end`,
@@ -224,7 +224,7 @@ func TestModelEnvAndStdinIgnored(t *testing.T) {
 			t.Errorf("background=%v: child printed %q, want %q", background, text, want)
 		}
 	}
-	resp := s.do(t, "GET", "/agents/"+a.ID+"/transcript", nil)
+	resp := s.Do(t, "GET", "/agents/"+a.ID+"/transcript", nil)
 	defer resp.Body.Close()
 	sc := bufio.NewScanner(resp.Body)
 	calls := 0

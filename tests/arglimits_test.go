@@ -41,7 +41,7 @@ func TestOversizedExecutionsRefusedBeforeSpawn(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			st, ct, out := s.sendRaw(t, "POST", "/exec", b, nil)
+			st, ct, out := s.SendRaw(t, "POST", "/exec", b, nil)
 			var p problem
 			if err := json.Unmarshal(out, &p); err != nil {
 				t.Fatalf("body %q: %v", out, err)
@@ -61,12 +61,12 @@ func TestOversizedExecutionsRefusedBeforeSpawn(t *testing.T) {
 		State  string
 		Stdout struct{ Text string }
 	}
-	if st := s.doJSON(t, "POST", "/exec", map[string]any{"command": ok}, &job); st != 200 || job.State != "exited" || job.Stdout.Text != "ok\n" {
+	if st := s.DoJSON(t, "POST", "/exec", map[string]any{"command": ok}, &job); st != 200 || job.State != "exited" || job.Stdout.Text != "ok\n" {
 		t.Fatalf("a command of exactly 131,071 bytes = %d %+v, want it to run", st, job)
 	}
 
 	var agent struct{ ID string }
-	if st := s.doJSON(t, "POST", "/agents", nil, &agent); st != 201 {
+	if st := s.DoJSON(t, "POST", "/agents", nil, &agent); st != 201 {
 		t.Fatalf("create agent = %d", st)
 	}
 	r := s.callTool(t, agent.ID, "bash", map[string]any{"command": long(200_000)})
@@ -76,7 +76,7 @@ func TestOversizedExecutionsRefusedBeforeSpawn(t *testing.T) {
 	if _, err := os.Stat(marker); !os.IsNotExist(err) {
 		t.Fatalf("an oversized tool command ran (marker: %v)", err)
 	}
-	if st := s.doJSON(t, "GET", "/healthz", nil, nil); st != 200 {
+	if st := s.DoJSON(t, "GET", "/healthz", nil, nil); st != 200 {
 		t.Fatalf("healthz after oversized requests = %d", st)
 	}
 }
@@ -110,7 +110,7 @@ func TestNoSilentAdjustments(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			b, _ := json.Marshal(tt.body)
-			st, ct, out := s.sendRaw(t, "POST", tt.path, b, nil)
+			st, ct, out := s.SendRaw(t, "POST", tt.path, b, nil)
 			var p problem
 			_ = json.Unmarshal(out, &p)
 			if st != tt.status || ct != "application/problem+json" || p.Code != tt.code {
@@ -122,15 +122,15 @@ func TestNoSilentAdjustments(t *testing.T) {
 		t.Fatalf("a refused command ran (marker: %v)", err)
 	}
 	var plugins []any
-	if st := s.doJSON(t, "GET", "/plugins", nil, &plugins); st != 200 || len(plugins) != 0 {
+	if st := s.DoJSON(t, "GET", "/plugins", nil, &plugins); st != 200 || len(plugins) != 0 {
 		t.Fatalf("refused plugins were opened: %d %v", st, plugins)
 	}
 	// The maximum itself, and background jobs beyond it, still run.
 	var job struct{ State string }
-	if st := s.doJSON(t, "POST", "/exec", map[string]any{"command": "true", "timeoutMs": 5000}, &job); st != 200 || job.State != "exited" {
+	if st := s.DoJSON(t, "POST", "/exec", map[string]any{"command": "true", "timeoutMs": 5000}, &job); st != 200 || job.State != "exited" {
 		t.Fatalf("timeout at the maximum = %d %+v", st, job)
 	}
-	if st := s.doJSON(t, "POST", "/exec", map[string]any{"command": "true", "timeoutMs": 60000, "background": true}, &job); st != 202 {
+	if st := s.DoJSON(t, "POST", "/exec", map[string]any{"command": "true", "timeoutMs": 60000, "background": true}, &job); st != 202 {
 		t.Fatalf("background timeout over the foreground maximum = %d", st)
 	}
 }

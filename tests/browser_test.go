@@ -22,6 +22,7 @@ import (
 	"github.com/chromedp/cdproto/input"
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
+	"github.com/dshd/dshd/internal/apitest"
 )
 
 // The browser tests drive headless Chromium against the real server and the
@@ -56,11 +57,11 @@ func TestBrowserUI(t *testing.T) {
 		"exit 0\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	writeJSON(t, filepath.Join(home, "hooks", "claude-code.json"), map[string]any{"hooks": map[string]any{
+	apitest.WriteJSON(t, filepath.Join(home, "hooks", "claude-code.json"), map[string]any{"hooks": map[string]any{
 		"PreToolUse":  []any{map[string]any{"matcher": "Bash", "hooks": []any{map[string]any{"type": "command", "command": guard, "timeout": 10}}}},
 		"PostToolUse": []any{map[string]any{"matcher": "Bash", "hooks": []any{map[string]any{"type": "command", "command": "true"}}}},
 	}})
-	writeJSON(t, filepath.Join(home, "hooks", "codex.json"), map[string]any{"hooks": map[string]any{
+	apitest.WriteJSON(t, filepath.Join(home, "hooks", "codex.json"), map[string]any{"hooks": map[string]any{
 		"PreToolUse": []any{map[string]any{"matcher": "^Bash$", "hooks": []any{map[string]any{"type": "command", "command": "echo '{}'", "timeoutSec": 5}}}},
 	}})
 	srv := startServer(t, withHome(home))
@@ -69,7 +70,7 @@ func TestBrowserUI(t *testing.T) {
 	// Arrange the declarations: one contributor of each resolver kind.
 	register := func(body map[string]any) {
 		t.Helper()
-		if status := srv.doJSON(t, http.MethodPost, "/contributors", body, nil); status != http.StatusCreated {
+		if status := srv.DoJSON(t, http.MethodPost, "/contributors", body, nil); status != http.StatusCreated {
 			t.Fatalf("POST /contributors %v: status %d, want 201", body["name"], status)
 		}
 	}
@@ -101,7 +102,7 @@ func TestBrowserUI(t *testing.T) {
 	})
 	// A plugin with a lease, owning one more contributor.
 	var plugin struct{ ID string }
-	if status := srv.doJSON(t, http.MethodPost, "/plugins", map[string]any{
+	if status := srv.DoJSON(t, http.MethodPost, "/plugins", map[string]any{
 		"name": "ui-harness", "leaseSeconds": 600,
 	}, &plugin); status != http.StatusCreated {
 		t.Fatalf("POST /plugins: status %d, want 201", status)
@@ -175,12 +176,12 @@ func TestBrowserUI(t *testing.T) {
 	// Jobs: a finished foreground job, a running background job, and the
 	// jobs of two agents' model tool calls.
 	var done, bg struct{ ID, State string }
-	if status := srv.doJSON(t, http.MethodPost, "/exec", map[string]any{
+	if status := srv.DoJSON(t, http.MethodPost, "/exec", map[string]any{
 		"command": "echo out-line; echo err-line >&2; exit 3",
 	}, &done); status != http.StatusOK {
 		t.Fatalf("POST /exec (foreground): status %d, want 200", status)
 	}
-	if status := srv.doJSON(t, http.MethodPost, "/exec", map[string]any{
+	if status := srv.DoJSON(t, http.MethodPost, "/exec", map[string]any{
 		"command":    "echo started-ui-job; sleep 60",
 		"background": true,
 	}, &bg); status != http.StatusAccepted {
@@ -190,10 +191,10 @@ func TestBrowserUI(t *testing.T) {
 		t.Fatalf("POST /exec returned no job id: %+v %+v", done, bg)
 	}
 	var parent, child struct{ ID, ParentID, Origin string }
-	if status := srv.doJSON(t, http.MethodPost, "/agents", map[string]any{}, &parent); status != http.StatusCreated {
+	if status := srv.DoJSON(t, http.MethodPost, "/agents", map[string]any{}, &parent); status != http.StatusCreated {
 		t.Fatalf("POST /agents: status %d, want 201", status)
 	}
-	if status := srv.doJSON(t, http.MethodPost, "/agents/"+parent.ID+"/spawn", map[string]any{}, &child); status != http.StatusCreated {
+	if status := srv.DoJSON(t, http.MethodPost, "/agents/"+parent.ID+"/spawn", map[string]any{}, &child); status != http.StatusCreated {
 		t.Fatalf("POST /agents/%s/spawn: status %d, want 201", parent.ID, status)
 	}
 	type toolResult struct {
@@ -203,7 +204,7 @@ func TestBrowserUI(t *testing.T) {
 	callTool := func(agent, callID string, args map[string]any) toolResult {
 		t.Helper()
 		var r toolResult
-		if status := srv.doJSON(t, http.MethodPost, "/agents/"+agent+"/tools/bash", map[string]any{
+		if status := srv.DoJSON(t, http.MethodPost, "/agents/"+agent+"/tools/bash", map[string]any{
 			"callId": callID, "arguments": args,
 		}, &r); status != http.StatusOK {
 			t.Fatalf("POST /agents/%s/tools/bash %s: status %d", agent, callID, status)
@@ -236,7 +237,7 @@ func TestBrowserUI(t *testing.T) {
 			} `json:"sandbox"`
 		} `json:"details"`
 	}
-	if status := srv.doJSON(t, http.MethodGet, "/healthz", nil, &health); status != http.StatusOK {
+	if status := srv.DoJSON(t, http.MethodGet, "/healthz", nil, &health); status != http.StatusOK {
 		t.Fatalf("GET /healthz: status %d", status)
 	}
 	policy, network := "unrestricted", "on"
@@ -249,7 +250,7 @@ func TestBrowserUI(t *testing.T) {
 		network = "off"
 	}
 	var limitedAgent struct{ ID string }
-	if status := srv.doJSON(t, http.MethodPost, "/agents", map[string]any{
+	if status := srv.DoJSON(t, http.MethodPost, "/agents", map[string]any{
 		"sandbox": map[string]any{"policy": policy, "network": network},
 		"limits":  map[string]any{"pids": 64, "memoryBytes": 256 << 20, "cpu": 0.5},
 	}, &limitedAgent); status != http.StatusCreated {
@@ -264,7 +265,7 @@ func TestBrowserUI(t *testing.T) {
 			Enforcement map[string]string `json:"enforcement"`
 		} `json:"limits"`
 	}
-	if status := srv.doJSON(t, http.MethodGet, "/jobs/"+limited.JobID, nil, &limitedRec); status != http.StatusOK || len(limitedRec.Limits.Enforcement) != 3 {
+	if status := srv.DoJSON(t, http.MethodGet, "/jobs/"+limited.JobID, nil, &limitedRec); status != http.StatusOK || len(limitedRec.Limits.Enforcement) != 3 {
 		t.Fatalf("GET /jobs/%s: status %d, limits %+v; want 3 enforced limits", limited.JobID, status, limitedRec.Limits)
 	}
 
@@ -319,7 +320,7 @@ func TestBrowserUI(t *testing.T) {
 
 	// Live: a job started now shows up and ends without any click.
 	var live struct{ ID string }
-	if status := srv.doJSON(t, http.MethodPost, "/exec", map[string]any{
+	if status := srv.DoJSON(t, http.MethodPost, "/exec", map[string]any{
 		"command": "sleep 1.5; echo live-job", "background": true,
 	}, &live); status != http.StatusAccepted {
 		t.Fatalf("POST /exec (live): status %d, want 202", status)
@@ -403,7 +404,7 @@ func TestBrowserUI(t *testing.T) {
 	// Live: a new agent appears in the tree, and a new call in the selected
 	// transcript, without a refresh.
 	var late struct{ ID string }
-	if status := srv.doJSON(t, http.MethodPost, "/agents", map[string]any{}, &late); status != http.StatusCreated {
+	if status := srv.DoJSON(t, http.MethodPost, "/agents", map[string]any{}, &late); status != http.StatusCreated {
 		t.Fatalf("POST /agents: status %d, want 201", status)
 	}
 	b.do("a new agent shows up by itself", chromedp.WaitVisible(chromedp.CSS(fmt.Sprintf(`li[data-agent-id=%q]`, late.ID))))
@@ -520,7 +521,7 @@ func TestBrowserLostJob(t *testing.T) {
 	run := randomMark(t)
 	t.Cleanup(func() { killPIDs(survivorsNow(run)) })
 	var lost struct{ ID string }
-	if status := s.doJSON(t, http.MethodPost, "/exec", map[string]any{
+	if status := s.DoJSON(t, http.MethodPost, "/exec", map[string]any{
 		"command": fmt.Sprintf("export %s='%s/0;'; sleep 300 & sleep 300", markEnv, run), "background": true,
 	}, &lost); status != http.StatusAccepted {
 		t.Fatalf("POST /exec: status %d, want 202", status)
@@ -532,7 +533,7 @@ func TestBrowserLostJob(t *testing.T) {
 		t.Fatalf("processes of the lost job still run after the restart: %v", left)
 	}
 	var finished struct{ ID string }
-	if status := s2.doJSON(t, http.MethodPost, "/exec", map[string]any{"command": "echo after-the-restart"}, &finished); status != http.StatusOK {
+	if status := s2.DoJSON(t, http.MethodPost, "/exec", map[string]any{"command": "echo after-the-restart"}, &finished); status != http.StatusOK {
 		t.Fatalf("POST /exec: status %d, want 200", status)
 	}
 	b := newBrowser(t, chrome)
@@ -947,19 +948,19 @@ func TestBrowserTerminal(t *testing.T) {
 			Cols, Rows int
 		} `json:"terminal"`
 	}
-	if status := srv.doJSON(t, http.MethodPost, "/exec", map[string]any{
+	if status := srv.DoJSON(t, http.MethodPost, "/exec", map[string]any{
 		"command":    `printf '\033[32mgreen-ready\033[0m plain\n'; exec bash --norc --noprofile -i`,
 		"background": true, "tty": true, "cols": 80, "rows": 12,
 	}, &term); status != http.StatusAccepted || term.Terminal == nil {
 		t.Fatalf("POST /exec (tty): status %d, job %+v; want 202 with a terminal", status, term)
 	}
-	t.Cleanup(func() { srv.do(t, http.MethodDelete, "/jobs/"+term.ID, nil).Body.Close() })
+	t.Cleanup(func() { srv.Do(t, http.MethodDelete, "/jobs/"+term.ID, nil).Body.Close() })
 	jobInput := func() (writes int, bytes int) {
 		t.Helper()
 		var j struct {
 			Input *struct{ Writes, Bytes int } `json:"input"`
 		}
-		if status := srv.doJSON(t, http.MethodGet, "/jobs/"+term.ID, nil, &j); status != http.StatusOK || j.Input == nil {
+		if status := srv.DoJSON(t, http.MethodGet, "/jobs/"+term.ID, nil, &j); status != http.StatusOK || j.Input == nil {
 			t.Fatalf("GET /jobs/%s: status %d, input %+v", term.ID, status, j.Input)
 		}
 		return j.Input.Writes, j.Input.Bytes

@@ -47,7 +47,7 @@ type declarationList struct {
 func (s *testServer) declaredBy(t *testing.T, key string) string {
 	t.Helper()
 	var d declarationList
-	if st := s.doJSON(t, "GET", "/env/declarations", nil, &d); st != 200 {
+	if st := s.DoJSON(t, "GET", "/env/declarations", nil, &d); st != 200 {
 		t.Fatalf("declarations: %d", st)
 	}
 	for _, x := range d.Declarations {
@@ -74,7 +74,7 @@ func TestClusterRegistry(t *testing.T) {
 	_, rs := startCluster(t)
 
 	start := time.Now()
-	if st := rs[0].doJSON(t, "POST", "/contributors", staticContributor("team.repo", "DSH_REPO", "acme/widgets"), nil); st != 201 {
+	if st := rs[0].DoJSON(t, "POST", "/contributors", staticContributor("team.repo", "DSH_REPO", "acme/widgets"), nil); st != 201 {
 		t.Fatalf("register: %d", st)
 	}
 	written := time.Since(start)
@@ -89,7 +89,7 @@ func TestClusterRegistry(t *testing.T) {
 	}
 	for i, s := range rs {
 		var j job
-		if st := s.doJSON(t, "POST", "/exec", map[string]any{"command": `printf %s "$DSH_REPO"`}, &j); st != 200 {
+		if st := s.DoJSON(t, "POST", "/exec", map[string]any{"command": `printf %s "$DSH_REPO"`}, &j); st != 200 {
 			t.Fatalf("replica %d exec: %d", i, st)
 		}
 		if j.Stdout.Text != "acme/widgets" || j.ManagedEnv["DSH_REPO"] != "acme/widgets" {
@@ -112,7 +112,7 @@ func TestClusterRegistry(t *testing.T) {
 					name = fmt.Sprintf("race.%d.replica%d", round, i)
 				}
 				<-gate
-				codes[i] = s.doJSON(t, "POST", "/contributors", staticContributor(name, key, fmt.Sprint(i)), &probs[i])
+				codes[i] = s.DoJSON(t, "POST", "/contributors", staticContributor(name, key, fmt.Sprint(i)), &probs[i])
 			}()
 		}
 		close(gate)
@@ -148,12 +148,12 @@ func TestClusterRegistry(t *testing.T) {
 	var p struct {
 		ID string `json:"id"`
 	}
-	if st := rs[0].doJSON(t, "POST", "/plugins", map[string]any{"name": "doomed", "leaseSeconds": 2}, &p); st != 201 {
+	if st := rs[0].DoJSON(t, "POST", "/plugins", map[string]any{"name": "doomed", "leaseSeconds": 2}, &p); st != 201 {
 		t.Fatalf("open plugin: %d", st)
 	}
 	c := staticContributor("doomed.fact", "DSH_DOOMED", "x")
 	c["plugin"] = p.ID
-	if st := rs[0].doJSON(t, "POST", "/contributors", c, nil); st != 201 {
+	if st := rs[0].DoJSON(t, "POST", "/contributors", c, nil); st != 201 {
 		t.Fatalf("register under plugin: %d", st)
 	}
 	rs[0].crash(t)
@@ -166,7 +166,7 @@ func TestClusterRegistry(t *testing.T) {
 	}
 	// The key is free for registration once the store removed the plugin.
 	for {
-		st := rs[1].doJSON(t, "POST", "/contributors", staticContributor("durable.fact", "DSH_DOOMED", "y"), &pr)
+		st := rs[1].DoJSON(t, "POST", "/contributors", staticContributor("durable.fact", "DSH_DOOMED", "y"), &pr)
 		if st == 201 {
 			break
 		}
@@ -184,7 +184,7 @@ func TestClusterRegistry(t *testing.T) {
 		if got := s.declaredBy(t, "DSH_DOOMED"); got != "durable.fact" {
 			t.Fatalf("replica %d: DSH_DOOMED declared by %q, want durable.fact", i+1, got)
 		}
-		if st := s.doJSON(t, "GET", "/plugins/"+p.ID, nil, nil); st != 404 {
+		if st := s.DoJSON(t, "GET", "/plugins/"+p.ID, nil, nil); st != 404 {
 			t.Fatalf("replica %d: expired plugin answers %d", i+1, st)
 		}
 	}
@@ -234,12 +234,12 @@ type clusterHealth struct {
 // that dies drops out of the others' view.
 func TestClusterHealth(t *testing.T) {
 	_, rs := startCluster(t)
-	if st := rs[0].doJSON(t, "POST", "/contributors", staticContributor("health.fact", "DSH_HEALTH", "1"), nil); st != 201 {
+	if st := rs[0].DoJSON(t, "POST", "/contributors", staticContributor("health.fact", "DSH_HEALTH", "1"), nil); st != 201 {
 		t.Fatalf("register: %d", st)
 	}
 	health := func(s *testServer) clusterHealth {
 		var h clusterHealth
-		if st := s.doJSON(t, "GET", "/healthz", nil, &h); st != 200 || h.Details.Cluster == nil {
+		if st := s.DoJSON(t, "GET", "/healthz", nil, &h); st != 200 || h.Details.Cluster == nil {
 			t.Fatalf("healthz: %d %+v", st, h)
 		}
 		return h
@@ -264,7 +264,7 @@ func TestClusterHealth(t *testing.T) {
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
-		resp := s.do(t, "GET", "/metrics", nil)
+		resp := s.Do(t, "GET", "/metrics", nil)
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		for _, m := range []string{`dshd_cluster_replica_info{replica="` + want + `"} 1`, "dshd_cluster_replicas 3", "dshd_cluster_connected 1", "dshd_cluster_registry_lag 0"} {
@@ -295,7 +295,7 @@ func TestClusterJobRouting(t *testing.T) {
 		deadline := time.Now().Add(15 * time.Second)
 		for {
 			var h clusterHealth
-			s.doJSON(t, "GET", "/healthz", nil, &h)
+			s.DoJSON(t, "GET", "/healthz", nil, &h)
 			if h.Details.Cluster != nil && len(h.Details.Cluster.Replicas) == 3 {
 				break
 			}
@@ -307,7 +307,7 @@ func TestClusterJobRouting(t *testing.T) {
 	}
 
 	var j job
-	if st := rs[0].doJSON(t, "POST", "/exec", map[string]any{"command": "echo first; sleep 1.5; echo second; echo err >&2", "background": true}, &j); st != 202 {
+	if st := rs[0].DoJSON(t, "POST", "/exec", map[string]any{"command": "echo first; sleep 1.5; echo second; echo err >&2", "background": true}, &j); st != 202 {
 		t.Fatalf("exec: %d", st)
 	}
 	if !strings.HasPrefix(j.ID, "job_replica-0.") {
@@ -329,7 +329,7 @@ func TestClusterJobRouting(t *testing.T) {
 		t.Fatalf("first event through the hop: %q, %v", first.out.String(), err)
 	}
 	var mid job
-	if st := rs[1].doJSON(t, "GET", "/jobs/"+j.ID, nil, &mid); st != 200 || mid.State != "running" {
+	if st := rs[1].DoJSON(t, "GET", "/jobs/"+j.ID, nil, &mid); st != 200 || mid.State != "running" {
 		t.Fatalf("job through replica 1 while the first event arrived: %d %q (the hop buffered?)", st, mid.State)
 	}
 	rest, err := readStream(t, resp.Body, [2]int64{6, 0}, -1)
@@ -339,7 +339,7 @@ func TestClusterJobRouting(t *testing.T) {
 	}
 	// Long-poll, state and raw output through replica 1.
 	var done job
-	if st := rs[1].doJSON(t, "GET", "/jobs/"+j.ID+"?waitMs=5000", nil, &done); st != 200 || done.State != "exited" || done.Stdout.Text != "first\nsecond\n" {
+	if st := rs[1].DoJSON(t, "GET", "/jobs/"+j.ID+"?waitMs=5000", nil, &done); st != 200 || done.State != "exited" || done.Stdout.Text != "first\nsecond\n" {
 		t.Fatalf("job through replica 1: %d %+v", st, done)
 	}
 	if raw := rs[1].rawOutput(t, j.ID); string(raw) != "first\nsecond\n" {
@@ -347,14 +347,14 @@ func TestClusterJobRouting(t *testing.T) {
 	}
 	// Cancel through replica 2.
 	var long job
-	if st := rs[0].doJSON(t, "POST", "/exec", map[string]any{"command": "sleep 30", "background": true}, &long); st != 202 {
+	if st := rs[0].DoJSON(t, "POST", "/exec", map[string]any{"command": "sleep 30", "background": true}, &long); st != 202 {
 		t.Fatalf("exec: %d", st)
 	}
-	if st := rs[2].doJSON(t, "DELETE", "/jobs/"+long.ID, nil, nil); st != 200 && st != 202 {
+	if st := rs[2].DoJSON(t, "DELETE", "/jobs/"+long.ID, nil, nil); st != 200 && st != 202 {
 		t.Fatalf("cancel through replica 2: %d", st)
 	}
 	var cancelled job
-	if st := rs[0].doJSON(t, "GET", "/jobs/"+long.ID+"?waitMs=10000", nil, &cancelled); st != 200 || cancelled.State != "cancelled" {
+	if st := rs[0].DoJSON(t, "GET", "/jobs/"+long.ID+"?waitMs=10000", nil, &cancelled); st != 200 || cancelled.State != "cancelled" {
 		t.Fatalf("cancelled job on its owner: %d %q", st, cancelled.State)
 	}
 	// An Idempotency-Key (no agent) is claimed by the first replica that
@@ -374,7 +374,7 @@ func TestClusterJobRouting(t *testing.T) {
 		t.Fatalf("other body with the key through replica 1: %d %s", st, code)
 	}
 	var k0done job
-	if st := rs[2].doJSON(t, "GET", "/jobs/"+k0.ID+"?waitMs=10000", nil, &k0done); st != 200 || k0done.State != "exited" {
+	if st := rs[2].DoJSON(t, "GET", "/jobs/"+k0.ID+"?waitMs=10000", nil, &k0done); st != 200 || k0done.State != "exited" {
 		t.Fatalf("keyed job through replica 2: %d %q", st, k0done.State)
 	}
 	if b, err := os.ReadFile(runs); err != nil || string(b) != "once\n" {
@@ -382,13 +382,13 @@ func TestClusterJobRouting(t *testing.T) {
 	}
 
 	// One hop only: a request already forwarded is served where it lands.
-	r := rs[2].doWith(t, "GET", "/jobs/"+j.ID, nil, map[string]string{"Authorization": "Bearer " + rs[2].Token, "Dsh-Forwarded-By": "replica-1"})
+	r := rs[2].DoWith(t, "GET", "/jobs/"+j.ID, nil, map[string]string{"Authorization": "Bearer " + rs[2].Token, "Dsh-Forwarded-By": "replica-1"})
 	r.Body.Close()
 	if r.StatusCode != 404 {
 		t.Fatalf("a forwarded request was forwarded again: %d", r.StatusCode)
 	}
 	// The token is checked before anything is forwarded.
-	r = rs[2].doWith(t, "GET", "/jobs/"+j.ID, nil, map[string]string{"Authorization": "Bearer wrong"})
+	r = rs[2].DoWith(t, "GET", "/jobs/"+j.ID, nil, map[string]string{"Authorization": "Bearer wrong"})
 	r.Body.Close()
 	if r.StatusCode != 401 {
 		t.Fatalf("wrong token through a hop: %d", r.StatusCode)
@@ -400,7 +400,7 @@ func TestClusterJobRouting(t *testing.T) {
 	killed := time.Now()
 	for {
 		var p problem
-		st := rs[2].doJSON(t, "GET", "/jobs/"+j.ID, nil, &p)
+		st := rs[2].DoJSON(t, "GET", "/jobs/"+j.ID, nil, &p)
 		if st == 503 && p.Code == "job_owner_unavailable" {
 			break
 		}
@@ -412,7 +412,7 @@ func TestClusterJobRouting(t *testing.T) {
 	t.Logf("job of the killed replica answers job_owner_unavailable %s after the kill", time.Since(killed).Round(time.Millisecond))
 	var list []job
 	for i, s := range rs[1:] {
-		if st := s.doJSON(t, "GET", "/jobs", nil, &list); st != 200 || len(list) != 0 {
+		if st := s.DoJSON(t, "GET", "/jobs", nil, &list); st != 200 || len(list) != 0 {
 			t.Fatalf("replica %d lists %d jobs after the owner died; nothing may run elsewhere", i+1, len(list))
 		}
 	}
@@ -429,7 +429,7 @@ func TestClusterAgents(t *testing.T) {
 		deadline := time.Now().Add(15 * time.Second)
 		for {
 			var h clusterHealth
-			s.doJSON(t, "GET", "/healthz", nil, &h)
+			s.DoJSON(t, "GET", "/healthz", nil, &h)
 			if h.Details.Cluster != nil && len(h.Details.Cluster.Replicas) == 3 {
 				break
 			}
@@ -440,7 +440,7 @@ func TestClusterAgents(t *testing.T) {
 		}
 	}
 	var a agent
-	if st := rs[0].doJSON(t, "POST", "/agents", map[string]any{}, &a); st != 201 {
+	if st := rs[0].DoJSON(t, "POST", "/agents", map[string]any{}, &a); st != 201 {
 		t.Fatalf("create agent: %d", st)
 	}
 	if !strings.HasPrefix(a.ID, "agt_replica-0_") {
@@ -458,20 +458,20 @@ func TestClusterAgents(t *testing.T) {
 		}
 	}
 	var j job
-	if st := rs[2].doJSON(t, "POST", "/exec", map[string]any{"command": `printf %s "$DSH_SESSION_ID"`, "agentId": a.ID}, &j); st != 200 || j.Stdout.Text != a.ID || !strings.HasPrefix(j.ID, "job_replica-0.") {
+	if st := rs[2].DoJSON(t, "POST", "/exec", map[string]any{"command": `printf %s "$DSH_SESSION_ID"`, "agentId": a.ID}, &j); st != 200 || j.Stdout.Text != a.ID || !strings.HasPrefix(j.ID, "job_replica-0.") {
 		t.Fatalf("/exec for the agent through replica 2: %d %q on %s", st, j.Stdout.Text, j.ID)
 	}
 	var fork, child agent
-	if st := rs[1].doJSON(t, "POST", "/agents/"+a.ID+"/fork", map[string]any{}, &fork); st != 201 || fork.ParentID == nil || *fork.ParentID != a.ID || !strings.HasPrefix(fork.ID, "agt_replica-0_") {
+	if st := rs[1].DoJSON(t, "POST", "/agents/"+a.ID+"/fork", map[string]any{}, &fork); st != 201 || fork.ParentID == nil || *fork.ParentID != a.ID || !strings.HasPrefix(fork.ID, "agt_replica-0_") {
 		t.Fatalf("fork through replica 1: %d %+v", st, fork)
 	}
-	if st := rs[2].doJSON(t, "POST", "/agents/"+a.ID+"/spawn", map[string]any{}, &child); st != 201 || child.Depth != 1 || !strings.HasPrefix(child.ID, "agt_replica-0_") {
+	if st := rs[2].DoJSON(t, "POST", "/agents/"+a.ID+"/spawn", map[string]any{}, &child); st != 201 || child.Depth != 1 || !strings.HasPrefix(child.ID, "agt_replica-0_") {
 		t.Fatalf("spawn through replica 2: %d %+v", st, child)
 	}
 	// One transcript, gap-free, the same bytes from every replica.
 	var first []byte
 	for i, s := range rs {
-		resp := s.do(t, "GET", "/agents/"+a.ID+"/transcript", nil)
+		resp := s.Do(t, "GET", "/agents/"+a.ID+"/transcript", nil)
 		b, err := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		if err != nil || resp.StatusCode != 200 {
@@ -493,7 +493,7 @@ func TestClusterAgents(t *testing.T) {
 	killed := time.Now()
 	for {
 		var p problem
-		st := rs[1].doJSON(t, "POST", "/agents/"+a.ID+"/tools/bash", map[string]any{"arguments": map[string]any{"command": "echo must not run"}}, &p)
+		st := rs[1].DoJSON(t, "POST", "/agents/"+a.ID+"/tools/bash", map[string]any{"arguments": map[string]any{"command": "echo must not run"}}, &p)
 		if st == 503 && p.Code == "agent_home_unavailable" {
 			break
 		}
@@ -503,12 +503,12 @@ func TestClusterAgents(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	var p problem
-	if st := rs[2].doJSON(t, "POST", "/exec", map[string]any{"command": "echo must not run", "agentId": a.ID}, &p); st != 503 || p.Code != "agent_home_unavailable" {
+	if st := rs[2].DoJSON(t, "POST", "/exec", map[string]any{"command": "echo must not run", "agentId": a.ID}, &p); st != 503 || p.Code != "agent_home_unavailable" {
 		t.Fatalf("/exec for an agent whose replica died: %d %+v", st, p)
 	}
 	var list []job
 	for i, s := range rs[1:] {
-		if st := s.doJSON(t, "GET", "/jobs", nil, &list); st != 200 || len(list) != 0 {
+		if st := s.DoJSON(t, "GET", "/jobs", nil, &list); st != 200 || len(list) != 0 {
 			t.Fatalf("replica %d ran %d jobs for the agent of a dead replica", i+1, len(list))
 		}
 	}
@@ -520,7 +520,7 @@ func TestClusterAgents(t *testing.T) {
 // reach every replica.
 func TestClusterNATSNodeLoss(t *testing.T) {
 	nc, rs := startCluster(t)
-	if st := rs[1].doJSON(t, "POST", "/contributors", staticContributor("before.loss", "DSH_BEFORE", "1"), nil); st != 201 {
+	if st := rs[1].DoJSON(t, "POST", "/contributors", staticContributor("before.loss", "DSH_BEFORE", "1"), nil); st != 201 {
 		t.Fatalf("register: %d", st)
 	}
 	nc.Kill(0) // replica 0's first server
@@ -533,7 +533,7 @@ func TestClusterNATSNodeLoss(t *testing.T) {
 	unavailable := false
 	for {
 		p = problem{}
-		st := rs[0].doJSON(t, "POST", "/contributors", staticContributor("after.loss", "DSH_AFTER", "1"), &p)
+		st := rs[0].DoJSON(t, "POST", "/contributors", staticContributor("after.loss", "DSH_AFTER", "1"), &p)
 		t.Logf("%s after the loss: %d %s", time.Since(lost).Round(time.Millisecond), st, p.Code)
 		if st == 201 || st == 409 && p.Code == "duplicate_contributor" && unavailable {
 			break
@@ -553,7 +553,7 @@ func TestClusterNATSNodeLoss(t *testing.T) {
 			time.Sleep(10 * time.Millisecond)
 		}
 		var h clusterHealth
-		if st := s.doJSON(t, "GET", "/healthz", nil, &h); st != 200 || !h.Details.Cluster.Connected {
+		if st := s.DoJSON(t, "GET", "/healthz", nil, &h); st != 200 || !h.Details.Cluster.Connected {
 			t.Fatalf("replica %d after the NATS node loss: %d %+v", i, st, h.Details.Cluster)
 		}
 	}
@@ -563,7 +563,7 @@ func TestClusterNATSNodeLoss(t *testing.T) {
 // (into out, when not nil) or a problem; it returns the status and code.
 func (s *testServer) idemExecAny(t *testing.T, key string, body map[string]any, out *job) (int, string, error) {
 	t.Helper()
-	resp := s.doWith(t, "POST", "/exec", body, map[string]string{"Authorization": "Bearer " + s.Token, "Idempotency-Key": key})
+	resp := s.DoWith(t, "POST", "/exec", body, map[string]string{"Authorization": "Bearer " + s.Token, "Idempotency-Key": key})
 	defer resp.Body.Close()
 	data, err := io.ReadAll(resp.Body)
 	if err != nil {
@@ -590,7 +590,7 @@ func TestClusterReplicaRestart(t *testing.T) {
 			deadline := time.Now().Add(15 * time.Second)
 			for {
 				var h clusterHealth
-				s.doJSON(t, "GET", "/healthz", nil, &h)
+				s.DoJSON(t, "GET", "/healthz", nil, &h)
 				if h.Details.Cluster != nil && len(h.Details.Cluster.Replicas) == 3 {
 					break
 				}
@@ -603,11 +603,11 @@ func TestClusterReplicaRestart(t *testing.T) {
 	}
 	waitViews()
 	var a agent
-	if st := rs[0].doJSON(t, "POST", "/agents", map[string]any{}, &a); st != 201 {
+	if st := rs[0].DoJSON(t, "POST", "/agents", map[string]any{}, &a); st != 201 {
 		t.Fatalf("create agent: %d", st)
 	}
 	var j job
-	if st := rs[1].doJSON(t, "POST", "/exec", map[string]any{"command": "sleep 30", "agentId": a.ID, "background": true}, &j); st != 202 || !strings.HasPrefix(j.ID, "job_replica-0.") {
+	if st := rs[1].DoJSON(t, "POST", "/exec", map[string]any{"command": "sleep 30", "agentId": a.ID, "background": true}, &j); st != 202 || !strings.HasPrefix(j.ID, "job_replica-0.") {
 		t.Fatalf("background job for the agent through replica 1: %d %q", st, j.ID)
 	}
 	rs[0].crash(t)
@@ -619,7 +619,7 @@ func TestClusterReplicaRestart(t *testing.T) {
 	rs[0] = startServer(t, withHome(rs[0].Home), withConfig(cfg), withArgs("--token-file", tokenFile))
 	waitViews()
 	var got job
-	if st := rs[2].doJSON(t, "GET", "/jobs/"+j.ID, nil, &got); st != 200 || got.State != "lost" {
+	if st := rs[2].DoJSON(t, "GET", "/jobs/"+j.ID, nil, &got); st != 200 || got.State != "lost" {
 		t.Fatalf("the killed replica's running job through replica 2 after its restart: %d %q, want lost", st, got.State)
 	}
 	r := rs[1].callTool(t, a.ID, "bash", map[string]any{"command": "echo back"})

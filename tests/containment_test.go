@@ -156,7 +156,7 @@ func testContainment(t *testing.T, mode string, sandboxed bool) {
 			} `json:"containment"`
 		} `json:"details"`
 	}
-	if st := s.doJSON(t, "GET", "/healthz", nil, &health); st != 200 {
+	if st := s.DoJSON(t, "GET", "/healthz", nil, &health); st != 200 {
 		t.Fatalf("healthz = %d", st)
 	}
 	if c := health.Details.Containment; c.Mode != mode || c.Requested != mode || (mode == "group") != c.Subreaper || (mode == "group") != (c.Reason != nil) {
@@ -164,7 +164,7 @@ func testContainment(t *testing.T, mode string, sandboxed bool) {
 	}
 
 	var a agent
-	if st := s.doJSON(t, "POST", "/agents", map[string]any{}, &a); st != 201 && st != 200 {
+	if st := s.DoJSON(t, "POST", "/agents", map[string]any{}, &a); st != 201 && st != 200 {
 		t.Fatalf("create agent = %d", st)
 	}
 	mark := func(path, escape string) string { return run + "/" + path + "/" + escape }
@@ -178,7 +178,7 @@ func testContainment(t *testing.T, mode string, sandboxed bool) {
 	}{
 		{"timeout", func(t *testing.T, m, cmd string) {
 			var j job
-			if st := s.doJSON(t, "POST", "/exec", map[string]any{"command": command(m, cmd), "background": true, "timeoutMs": 3000}, &j); st != 202 {
+			if st := s.DoJSON(t, "POST", "/exec", map[string]any{"command": command(m, cmd), "background": true, "timeoutMs": 3000}, &j); st != 202 {
 				t.Fatalf("exec = %d", st)
 			}
 			waitMarked(t, m)
@@ -188,11 +188,11 @@ func testContainment(t *testing.T, mode string, sandboxed bool) {
 		}},
 		{"cancel", func(t *testing.T, m, cmd string) {
 			var j job
-			if st := s.doJSON(t, "POST", "/exec", map[string]any{"command": command(m, cmd), "background": true}, &j); st != 202 {
+			if st := s.DoJSON(t, "POST", "/exec", map[string]any{"command": command(m, cmd), "background": true}, &j); st != 202 {
 				t.Fatalf("exec = %d", st)
 			}
 			waitMarked(t, m)
-			resp := s.do(t, "DELETE", "/jobs/"+j.ID, nil)
+			resp := s.Do(t, "DELETE", "/jobs/"+j.ID, nil)
 			resp.Body.Close()
 			if j = s.waitJob(t, j.ID); j.State != "cancelled" {
 				t.Errorf("state = %q, want cancelled", j.State)
@@ -245,7 +245,7 @@ func testContainment(t *testing.T, mode string, sandboxed bool) {
 		for _, e := range escapes {
 			m := mark("shutdown", e.name)
 			var j job
-			if st := s.doJSON(t, "POST", "/exec", map[string]any{"command": command(m, e.cmd), "background": true}, &j); st != 202 {
+			if st := s.DoJSON(t, "POST", "/exec", map[string]any{"command": command(m, e.cmd), "background": true}, &j); st != 202 {
 				t.Fatalf("exec = %d", st)
 			}
 			waitMarked(t, m)

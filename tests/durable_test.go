@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dshd/dshd/internal/apitest"
 	"github.com/dshd/dshd/internal/proctest"
 )
 
@@ -31,7 +32,7 @@ func TestTokenNeverReachesChildren(t *testing.T) {
 	}
 	home := filepath.Join(dir, "home")
 	hookEnv := filepath.Join(dir, "hook.env")
-	writeJSON(t, filepath.Join(home, "hooks", "claude-code.json"), map[string]any{"hooks": map[string]any{
+	apitest.WriteJSON(t, filepath.Join(home, "hooks", "claude-code.json"), map[string]any{"hooks": map[string]any{
 		"PreToolUse": []any{map[string]any{"matcher": "Bash", "hooks": []any{
 			map[string]any{"type": "command", "command": "env -0 > " + hookEnv},
 		}}},
@@ -44,7 +45,7 @@ func TestTokenNeverReachesChildren(t *testing.T) {
 	}
 
 	var j job
-	if st := s.doJSON(t, "POST", "/exec", map[string]any{"command": "env -0", "env": map[string]string{"EXPLICIT_AUTH": token}}, &j); st != 200 {
+	if st := s.DoJSON(t, "POST", "/exec", map[string]any{"command": "env -0", "env": map[string]string{"EXPLICIT_AUTH": token}}, &j); st != 200 {
 		t.Fatalf("POST /exec = %d", st)
 	}
 	env := childEnv(t, string(s.rawOutput(t, j.ID)))
@@ -58,11 +59,11 @@ func TestTokenNeverReachesChildren(t *testing.T) {
 	}
 
 	var a agent
-	if st := s.doJSON(t, "POST", "/agents", map[string]any{}, &a); st != 201 {
+	if st := s.DoJSON(t, "POST", "/agents", map[string]any{}, &a); st != 201 {
 		t.Fatalf("create agent = %d", st)
 	}
 	var res struct{ IsError bool }
-	if st := s.doJSON(t, "POST", "/agents/"+a.ID+"/tools/bash", map[string]any{"arguments": map[string]any{"command": "true"}}, &res); st != 200 || res.IsError {
+	if st := s.DoJSON(t, "POST", "/agents/"+a.ID+"/tools/bash", map[string]any{"arguments": map[string]any{"command": "true"}}, &res); st != 200 || res.IsError {
 		t.Fatalf("tool call = %d, isError %v", st, res.IsError)
 	}
 	b, err := os.ReadFile(hookEnv)
@@ -86,7 +87,7 @@ func TestTokenNeverReachesChildren(t *testing.T) {
 func TestLeftoverContributorTempsRemovedAtStart(t *testing.T) {
 	home := filepath.Join(t.TempDir(), "home")
 	s := startServer(t, withHome(home))
-	if st := s.doJSON(t, "POST", "/contributors", map[string]any{
+	if st := s.DoJSON(t, "POST", "/contributors", map[string]any{
 		"name": "keep.me", "keys": []map[string]string{{"key": "DSH_KEEP", "description": "a test fact"}},
 		"resolver": map[string]any{"kind": "static", "values": map[string]string{"DSH_KEEP": "kept"}},
 	}, nil); st != 201 {
@@ -114,7 +115,7 @@ func TestLeftoverContributorTempsRemovedAtStart(t *testing.T) {
 	if _, err := os.Stat(unrelated); err != nil {
 		t.Errorf("an unrelated file was removed: %v", err)
 	}
-	if st := s.doJSON(t, "GET", "/contributors/keep.me", nil, nil); st != 200 {
+	if st := s.DoJSON(t, "GET", "/contributors/keep.me", nil, nil); st != 200 {
 		t.Errorf("durable contributor after restart = %d, want 200", st)
 	}
 }
@@ -129,7 +130,7 @@ func TestShutdownKillsJobsWithLongGrace(t *testing.T) {
 	dir := t.TempDir()
 	var j job
 	cmd := "trap '' TERM; echo $$ > " + filepath.Join(dir, "pid") + "; sleep 1000 & echo $! > " + filepath.Join(dir, "child") + "; wait"
-	if st := s.doJSON(t, "POST", "/exec", map[string]any{"command": cmd, "background": true}, &j); st != 202 {
+	if st := s.DoJSON(t, "POST", "/exec", map[string]any{"command": cmd, "background": true}, &j); st != 202 {
 		t.Fatalf("exec = %d", st)
 	}
 	pids := []int{proctest.ReadPID(t, filepath.Join(dir, "pid")), proctest.ReadPID(t, filepath.Join(dir, "child"))}
@@ -298,7 +299,7 @@ type spoolJob struct {
 // with prefix (name and labels), or -1.
 func (s *testServer) metric(t *testing.T, prefix string) float64 {
 	t.Helper()
-	resp := s.do(t, "GET", "/metrics", nil)
+	resp := s.Do(t, "GET", "/metrics", nil)
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil || resp.StatusCode != 200 {
@@ -329,7 +330,7 @@ func TestSpoolBudget(t *testing.T) {
 	run := func(cmd string, background bool) spoolJob {
 		t.Helper()
 		var j spoolJob
-		st := s.doJSON(t, "POST", "/exec", map[string]any{"command": cmd, "background": background}, &j)
+		st := s.DoJSON(t, "POST", "/exec", map[string]any{"command": cmd, "background": background}, &j)
 		if st != 200 && st != 202 {
 			t.Fatalf("exec %q = %d", cmd, st)
 		}
@@ -337,7 +338,7 @@ func TestSpoolBudget(t *testing.T) {
 	}
 	get := func(id string) (spoolJob, int) {
 		var j spoolJob
-		st := s.doJSON(t, "GET", "/jobs/"+id, nil, &j)
+		st := s.DoJSON(t, "GET", "/jobs/"+id, nil, &j)
 		return j, st
 	}
 	head := fmt.Sprintf("head -c %d /dev/zero", size)
@@ -411,7 +412,7 @@ func TestSpoolBudget(t *testing.T) {
 	if du > budget {
 		t.Errorf("spool files hold %d bytes, over the %d budget", du, budget)
 	}
-	resp := s.do(t, "DELETE", "/jobs/"+c.ID, nil)
+	resp := s.Do(t, "DELETE", "/jobs/"+c.ID, nil)
 	resp.Body.Close()
 }
 
@@ -500,11 +501,11 @@ func TestDiskFull(t *testing.T) {
 	home := smallDisk(t, 4<<20)
 	s := startServer(t, withHome(home))
 	var a agent
-	if st := s.doJSON(t, "POST", "/agents", map[string]any{}, &a); st != 201 {
+	if st := s.DoJSON(t, "POST", "/agents", map[string]any{}, &a); st != 201 {
 		t.Fatalf("create agent = %d", st)
 	}
 	register := func(name string) int {
-		return s.doJSON(t, "POST", "/contributors", map[string]any{
+		return s.DoJSON(t, "POST", "/contributors", map[string]any{
 			"name": name, "keys": []map[string]string{{"key": "DSH_" + strings.ToUpper(name), "description": "a test fact"}},
 			"resolver": map[string]any{"kind": "static", "values": map[string]string{"DSH_" + strings.ToUpper(name): "v"}},
 		}, nil)
@@ -517,7 +518,7 @@ func TestDiskFull(t *testing.T) {
 		t.Fatal(err)
 	}
 	toolCall := func() (int, string) {
-		resp := s.do(t, "POST", "/agents/"+a.ID+"/tools/bash", map[string]any{"arguments": map[string]any{"command": "echo " + strings.Repeat("x", 300)}})
+		resp := s.Do(t, "POST", "/agents/"+a.ID+"/tools/bash", map[string]any{"arguments": map[string]any{"command": "echo " + strings.Repeat("x", 300)}})
 		defer resp.Body.Close()
 		var p struct{ Code string }
 		_ = json.NewDecoder(resp.Body).Decode(&p)
@@ -531,7 +532,7 @@ func TestDiskFull(t *testing.T) {
 
 	// Output spool: the job runs to its end; what did not fit is dropped.
 	var j spoolJob
-	if st := s.doJSON(t, "POST", "/exec", map[string]any{"command": "head -c 1000000 /dev/zero"}, &j); st != 200 {
+	if st := s.DoJSON(t, "POST", "/exec", map[string]any{"command": "head -c 1000000 /dev/zero"}, &j); st != 200 {
 		t.Fatalf("exec on a full disk = %d", st)
 	}
 	if j.State != "exited" || j.Stdout.TotalBytes != 1000000 || j.Stdout.DroppedBytes == 0 || j.Stdout.DroppedReason != "disk_full" {
@@ -544,13 +545,13 @@ func TestDiskFull(t *testing.T) {
 
 	// Contributors file: refused with a code, nothing changed.
 	var p struct{ Code string }
-	if st := s.doJSON(t, "POST", "/contributors", map[string]any{
+	if st := s.DoJSON(t, "POST", "/contributors", map[string]any{
 		"name": "second", "keys": []map[string]string{{"key": "DSH_SECOND", "description": "a test fact"}},
 		"resolver": map[string]any{"kind": "static", "values": map[string]string{"DSH_SECOND": "v"}},
 	}, &p); st != 507 || p.Code != "insufficient_storage" {
 		t.Errorf("register on a full disk = %d %q, want 507 insufficient_storage", st, p.Code)
 	}
-	if st := s.doJSON(t, "GET", "/contributors/second", nil, nil); st != 404 {
+	if st := s.DoJSON(t, "GET", "/contributors/second", nil, nil); st != 404 {
 		t.Errorf("a contributor that could not be saved is registered (%d)", st)
 	}
 	if now, err := os.ReadFile(filepath.Join(home, "contributors.json")); err != nil || !bytes.Equal(now, state) {
@@ -574,7 +575,7 @@ func TestDiskFull(t *testing.T) {
 	if refused == 0 {
 		t.Error("40 tool calls on a full disk were all stored")
 	}
-	if st := s.doJSON(t, "POST", "/agents", map[string]any{}, &p); st != 507 || p.Code != "insufficient_storage" {
+	if st := s.DoJSON(t, "POST", "/agents", map[string]any{}, &p); st != 507 || p.Code != "insufficient_storage" {
 		t.Errorf("create agent on a full disk = %d %q, want 507 insufficient_storage", st, p.Code)
 	}
 	checkTranscript(t, s, a.ID)

@@ -60,7 +60,7 @@ func (s *testServer) waitJob(t *testing.T, id string) job {
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		var j job
-		if st := s.doJSON(t, "GET", "/jobs/"+id+"?waitMs=5000", nil, &j); st != 200 {
+		if st := s.DoJSON(t, "GET", "/jobs/"+id+"?waitMs=5000", nil, &j); st != 200 {
 			t.Fatalf("GET /jobs/%s = %d", id, st)
 		}
 		if j.State != "running" {
@@ -75,7 +75,7 @@ func (s *testServer) waitJob(t *testing.T, id string) job {
 // rawOutput reads a job's whole stdout through the raw output route.
 func (s *testServer) rawOutput(t *testing.T, id string) []byte {
 	t.Helper()
-	resp := s.do(t, "GET", "/jobs/"+id+"/output?stream=stdout&offset=0", nil)
+	resp := s.Do(t, "GET", "/jobs/"+id+"/output?stream=stdout&offset=0", nil)
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil || resp.StatusCode != 200 {
@@ -92,7 +92,7 @@ func TestChildEnvironment(t *testing.T) {
 		"MY_API_KEY=k", "DB_PASSWORD=p", "GITHUB_TOKEN=t", "PLAIN_VAR=plain",
 	))
 	var agent struct{ ID string }
-	if st := s.doJSON(t, "POST", "/agents", map[string]any{}, &agent); st != 201 {
+	if st := s.DoJSON(t, "POST", "/agents", map[string]any{}, &agent); st != 201 {
 		t.Fatalf("create agent = %d", st)
 	}
 	for _, tc := range []struct {
@@ -111,7 +111,7 @@ func TestChildEnvironment(t *testing.T) {
 				req["agentId"] = tc.agentID
 			}
 			var j job
-			st := s.doJSON(t, "POST", "/exec", req, &j)
+			st := s.DoJSON(t, "POST", "/exec", req, &j)
 			if want := map[bool]int{false: 200, true: 202}[tc.background]; st != want {
 				t.Fatalf("status = %d, want %d", st, want)
 			}
@@ -149,7 +149,7 @@ func TestChildEnvironment(t *testing.T) {
 		})
 	}
 	t.Run("explicit DSH_ env rejected", func(t *testing.T) {
-		resp := s.do(t, "POST", "/exec", map[string]any{"command": "true", "env": map[string]string{"DSH_SESSION_ID": "forged"}})
+		resp := s.Do(t, "POST", "/exec", map[string]any{"command": "true", "env": map[string]string{"DSH_SESSION_ID": "forged"}})
 		resp.Body.Close()
 		if resp.StatusCode != 400 {
 			t.Errorf("status = %d, want 400", resp.StatusCode)
@@ -161,7 +161,7 @@ func TestChildEnvironment(t *testing.T) {
 // against a template contributor naming the job: each sees its own job id.
 func TestOverlappingExecutionsGetOwnOverlays(t *testing.T) {
 	s := startServer(t)
-	if st := s.doJSON(t, "POST", "/contributors", map[string]any{
+	if st := s.DoJSON(t, "POST", "/contributors", map[string]any{
 		"name": "test.job", "keys": []map[string]string{{"key": "DSH_JOB", "description": "this job's id"}},
 		"resolver": map[string]any{"kind": "template", "values": map[string]string{"DSH_JOB": "{job.id}"}},
 	}, nil); st != 201 {
@@ -173,7 +173,7 @@ func TestOverlappingExecutionsGetOwnOverlays(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			var j job
-			if st := s.doJSON(t, "POST", "/exec", map[string]any{"command": "sleep 0.2; printf %s \"$DSH_JOB\"", "background": i%2 == 0}, &j); st != 200 && st != 202 {
+			if st := s.DoJSON(t, "POST", "/exec", map[string]any{"command": "sleep 0.2; printf %s \"$DSH_JOB\"", "background": i%2 == 0}, &j); st != 200 && st != 202 {
 				t.Errorf("exec = %d", st)
 				return
 			}
@@ -190,7 +190,7 @@ func TestLargeOutput(t *testing.T) {
 	s := startServer(t)
 	// 3 MiB of numbered lines: far past the 64 KiB in-memory capture.
 	var j job
-	if st := s.doJSON(t, "POST", "/exec", map[string]any{"command": "seq 1 400000", "background": true}, &j); st != 202 {
+	if st := s.DoJSON(t, "POST", "/exec", map[string]any{"command": "seq 1 400000", "background": true}, &j); st != 202 {
 		t.Fatalf("exec = %d", st)
 	}
 	j = s.waitJob(t, j.ID)
@@ -207,7 +207,7 @@ func TestLargeOutput(t *testing.T) {
 	if got := s.rawOutput(t, j.ID); sha256.Sum256(got) != sha256.Sum256(want.Bytes()) {
 		t.Errorf("raw output differs from what was written (%d bytes, want %d)", len(got), want.Len())
 	}
-	resp := s.do(t, "GET", "/jobs/"+j.ID+"/output?stream=stdout&offset=2000000", nil)
+	resp := s.Do(t, "GET", "/jobs/"+j.ID+"/output?stream=stdout&offset=2000000", nil)
 	tail, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	if !bytes.Equal(tail, want.Bytes()[2000000:]) {
@@ -254,7 +254,7 @@ func TestSSEResume(t *testing.T) {
 	s := startServer(t)
 	var j job
 	cmd := "for i in $(seq 1 40); do echo out $i; echo err $i >&2; sleep 0.02; done"
-	if st := s.doJSON(t, "POST", "/exec", map[string]any{"command": cmd, "background": true}, &j); st != 202 {
+	if st := s.DoJSON(t, "POST", "/exec", map[string]any{"command": cmd, "background": true}, &j); st != 202 {
 		t.Fatalf("exec = %d", st)
 	}
 	get := func(lastID string) *http.Response {
@@ -262,7 +262,7 @@ func TestSSEResume(t *testing.T) {
 		if lastID != "" {
 			h["Last-Event-ID"] = lastID
 		}
-		return s.doWith(t, "GET", "/jobs/"+j.ID+"/output", nil, h)
+		return s.DoWith(t, "GET", "/jobs/"+j.ID+"/output", nil, h)
 	}
 	resp := get("")
 	if ct := resp.Header.Get("Content-Type"); ct != "text/event-stream" {
@@ -312,7 +312,7 @@ func TestIdempotencyKey(t *testing.T) {
 	body := map[string]any{"command": "echo run >> " + marker}
 	var ids []string
 	for range 3 {
-		resp := s.doWith(t, "POST", "/exec", body, map[string]string{
+		resp := s.DoWith(t, "POST", "/exec", body, map[string]string{
 			"Authorization": "Bearer " + s.Token, "Content-Type": "application/json", "Idempotency-Key": "retry-1",
 		})
 		var j job
@@ -330,7 +330,7 @@ func TestIdempotencyKey(t *testing.T) {
 func TestYield(t *testing.T) {
 	s := startServer(t)
 	var j job
-	if st := s.doJSON(t, "POST", "/exec", map[string]any{"command": "sleep 1; echo finished", "yieldMs": 50}, &j); st != 200 {
+	if st := s.DoJSON(t, "POST", "/exec", map[string]any{"command": "sleep 1; echo finished", "yieldMs": 50}, &j); st != 200 {
 		t.Fatalf("exec = %d", st)
 	}
 	if j.State != "running" || j.Background {
@@ -347,11 +347,11 @@ func TestCancelKillsGrandchildren(t *testing.T) {
 	pidFile := filepath.Join(t.TempDir(), "pid")
 	var j job
 	cmd := "bash -c 'sleep 300 & echo $! > " + pidFile + "; wait'"
-	if st := s.doJSON(t, "POST", "/exec", map[string]any{"command": cmd, "background": true}, &j); st != 202 {
+	if st := s.DoJSON(t, "POST", "/exec", map[string]any{"command": cmd, "background": true}, &j); st != 202 {
 		t.Fatalf("exec = %d", st)
 	}
 	pid := proctest.ReadPID(t, pidFile)
-	resp := s.do(t, "DELETE", "/jobs/"+j.ID, nil)
+	resp := s.Do(t, "DELETE", "/jobs/"+j.ID, nil)
 	resp.Body.Close()
 	if resp.StatusCode != 200 && resp.StatusCode != 202 {
 		t.Fatalf("cancel = %d", resp.StatusCode)
@@ -378,7 +378,7 @@ func TestNoProcessLeftBehind(t *testing.T) {
 	} {
 		pidFile := filepath.Join(dir, strconv.Itoa(i))
 		var j job
-		st := s.doJSON(t, "POST", "/exec", map[string]any{"command": fmt.Sprintf(c.cmd, pidFile), "background": c.background}, &j)
+		st := s.DoJSON(t, "POST", "/exec", map[string]any{"command": fmt.Sprintf(c.cmd, pidFile), "background": c.background}, &j)
 		if st != 200 && st != 202 {
 			t.Fatalf("exec = %d", st)
 		}
@@ -396,13 +396,13 @@ func TestNoProcessLeftBehind(t *testing.T) {
 func TestStdinDefaultsToDevNull(t *testing.T) {
 	s := startServer(t)
 	var j job
-	if st := s.doJSON(t, "POST", "/exec", map[string]any{"command": "cat; echo done", "timeoutMs": 10000}, &j); st != 200 {
+	if st := s.DoJSON(t, "POST", "/exec", map[string]any{"command": "cat; echo done", "timeoutMs": 10000}, &j); st != 200 {
 		t.Fatalf("exec = %d", st)
 	}
 	if j.State != "exited" || j.Stdout.Text != "done\n" {
 		t.Errorf("cat without stdin: state %q output %q, want exited and done", j.State, j.Stdout.Text)
 	}
-	if st := s.doJSON(t, "POST", "/exec", map[string]any{"command": "cat", "stdin": "given\n"}, &j); st != 200 || j.Stdout.Text != "given\n" {
+	if st := s.DoJSON(t, "POST", "/exec", map[string]any{"command": "cat", "stdin": "given\n"}, &j); st != 200 || j.Stdout.Text != "given\n" {
 		t.Errorf("cat with stdin: %d %q", st, j.Stdout.Text)
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/dshd/dshd/internal/apitest"
 )
 
 type hookCall struct {
@@ -47,7 +49,7 @@ func TestHooksThroughServer(t *testing.T) {
 	}
 	claudeLog := filepath.Join(t.TempDir(), "claude.jsonl")
 	codexLog := filepath.Join(t.TempDir(), "codex.jsonl")
-	writeJSON(t, filepath.Join(home, "hooks", "claude-code.json"), map[string]any{"hooks": map[string]any{
+	apitest.WriteJSON(t, filepath.Join(home, "hooks", "claude-code.json"), map[string]any{"hooks": map[string]any{
 		"SessionStart": []any{map[string]any{"hooks": []any{map[string]any{"type": "command", "command": "HOOK_LOG=" + claudeLog + " " + testdata + "/record.py"}}}},
 		"PreToolUse": []any{
 			map[string]any{"matcher": "Bash", "hooks": []any{map[string]any{"type": "command", "command": testdata + "/validate-bash.sh", "timeout": 10}}},
@@ -55,7 +57,7 @@ func TestHooksThroughServer(t *testing.T) {
 		},
 		"PostToolUse": []any{map[string]any{"matcher": "Ba.*", "hooks": []any{map[string]any{"type": "command", "command": "HOOK_LOG=" + claudeLog + " " + testdata + "/record.py"}}}},
 	}})
-	writeJSON(t, filepath.Join(home, "hooks", "codex.json"), map[string]any{"hooks": map[string]any{
+	apitest.WriteJSON(t, filepath.Join(home, "hooks", "codex.json"), map[string]any{"hooks": map[string]any{
 		"PreToolUse": []any{map[string]any{"matcher": "^Bash$", "hooks": []any{
 			map[string]any{"type": "command", "command": "HOOK_LOG=" + codexLog + " " + testdata + "/record.py", "timeoutSec": 10},
 			map[string]any{"type": "command", "command": "exit 1"},
@@ -65,13 +67,13 @@ func TestHooksThroughServer(t *testing.T) {
 
 	s := startServer(t, withHome(home), withEnv("DSH_STALE=stale"))
 	var listed []map[string]any
-	if st := s.doJSON(t, "GET", "/hooks", nil, &listed); st != 200 || len(listed) != 7 {
+	if st := s.DoJSON(t, "GET", "/hooks", nil, &listed); st != 200 || len(listed) != 7 {
 		t.Fatalf("GET /hooks = %d with %d hooks, want 7: %v", st, len(listed), listed)
 	}
 
 	cwd := t.TempDir()
 	var a agent
-	if st := s.doJSON(t, "POST", "/agents", map[string]any{"cwd": cwd}, &a); st != 201 {
+	if st := s.DoJSON(t, "POST", "/agents", map[string]any{"cwd": cwd}, &a); st != 201 {
 		t.Fatalf("create agent = %d", st)
 	}
 
@@ -153,7 +155,7 @@ func TestHooksThroughServer(t *testing.T) {
 	}
 
 	// The transcript records each hook and its result.
-	resp := s.do(t, "GET", "/agents/"+a.ID+"/transcript", nil)
+	resp := s.Do(t, "GET", "/agents/"+a.ID+"/transcript", nil)
 	defer resp.Body.Close()
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
@@ -177,7 +179,7 @@ func TestHooksThroughServer(t *testing.T) {
 
 func TestInvalidHookConfigRefusesToStart(t *testing.T) {
 	home := filepath.Join(t.TempDir(), "home")
-	writeJSON(t, filepath.Join(home, "hooks", "claude-code.json"), map[string]any{"hooks": map[string]any{
+	apitest.WriteJSON(t, filepath.Join(home, "hooks", "claude-code.json"), map[string]any{"hooks": map[string]any{
 		"PreToolUse": []any{map[string]any{"matcher": "Bash(", "hooks": []any{map[string]any{"type": "command", "command": "true"}}}},
 	}})
 	cmd := exec.Command(serverBinary, "--addr", "127.0.0.1:0", "--home", home)
@@ -191,24 +193,10 @@ func TestInvalidHookConfigRefusesToStart(t *testing.T) {
 	}
 }
 
-func writeJSON(t *testing.T, path string, v any) {
-	t.Helper()
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // transcriptEvents reads an agent's transcript through the API.
 func (s *testServer) transcriptEvents(t *testing.T, agentID string) []map[string]any {
 	t.Helper()
-	resp := s.do(t, "GET", "/agents/"+agentID+"/transcript", nil)
+	resp := s.Do(t, "GET", "/agents/"+agentID+"/transcript", nil)
 	defer resp.Body.Close()
 	if resp.StatusCode != 200 {
 		t.Fatalf("transcript = %d", resp.StatusCode)
@@ -240,7 +228,7 @@ func TestHookMessagesReachModel(t *testing.T) {
 		t.Fatal(err)
 	}
 	home := filepath.Join(t.TempDir(), "home")
-	writeJSON(t, filepath.Join(home, "hooks", "claude-code.json"), map[string]any{"hooks": map[string]any{
+	apitest.WriteJSON(t, filepath.Join(home, "hooks", "claude-code.json"), map[string]any{"hooks": map[string]any{
 		"SessionStart": []any{map[string]any{"hooks": []any{map[string]any{"type": "command", "command": scripts + "/session_context.sh"}}}},
 		"PreToolUse":   []any{map[string]any{"matcher": "Bash", "hooks": []any{map[string]any{"type": "command", "command": "python3 " + scripts + "/hookify.py"}}}},
 	}})
@@ -266,7 +254,7 @@ func TestHookMessagesReachModel(t *testing.T) {
 		} `json:"sessionStart"`
 	}
 	var a session
-	if st := s.doJSON(t, "POST", "/agents", map[string]any{"cwd": cwd}, &a); st != 201 {
+	if st := s.DoJSON(t, "POST", "/agents", map[string]any{"cwd": cwd}, &a); st != 201 {
 		t.Fatalf("create agent = %d", st)
 	}
 	const startCtx = "Session startup: this repository deploys with make release."
@@ -274,7 +262,7 @@ func TestHookMessagesReachModel(t *testing.T) {
 		t.Errorf("create agent sessionStart = %+v, want additionalContext [%q]", a.SessionStart, startCtx)
 	}
 	var resumed session
-	if st := s.doJSON(t, "POST", "/agents/"+a.ID+"/resume", nil, &resumed); st != 200 ||
+	if st := s.DoJSON(t, "POST", "/agents/"+a.ID+"/resume", nil, &resumed); st != 200 ||
 		resumed.SessionStart == nil || len(resumed.SessionStart.AdditionalContext) != 1 ||
 		!strings.HasPrefix(resumed.SessionStart.AdditionalContext[0], "Session resume:") {
 		t.Errorf("resume = %d %+v, want the resume context", st, resumed.SessionStart)
@@ -288,7 +276,7 @@ func TestHookMessagesReachModel(t *testing.T) {
 	}
 	const denyMsg = "**[no-force-push]**\nForce pushes rewrite shared history."
 	var denied result
-	if st := s.doJSON(t, "POST", "/agents/"+a.ID+"/tools/bash", map[string]any{"callId": "call_push",
+	if st := s.DoJSON(t, "POST", "/agents/"+a.ID+"/tools/bash", map[string]any{"callId": "call_push",
 		"arguments": map[string]any{"command": "git push origin main --force"}}, &denied); st != 200 {
 		t.Fatalf("bash tool = %d", st)
 	}
@@ -307,7 +295,7 @@ func TestHookMessagesReachModel(t *testing.T) {
 	}
 	const warnMsg = "**[warn-sudo]**\nsudo is rarely needed here."
 	var warned result
-	if st := s.doJSON(t, "POST", "/agents/"+a.ID+"/tools/bash", map[string]any{"callId": "call_sudo",
+	if st := s.DoJSON(t, "POST", "/agents/"+a.ID+"/tools/bash", map[string]any{"callId": "call_sudo",
 		"arguments": map[string]any{"command": "echo sudo is a word"}}, &warned); st != 200 {
 		t.Fatalf("bash tool = %d", st)
 	}

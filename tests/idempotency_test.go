@@ -25,7 +25,7 @@ func (s *testServer) idemExec(t *testing.T, key string, body any) (int, job, pro
 
 func (s *testServer) idemExecRaw(t *testing.T, key string, body []byte) (int, job, problem) {
 	t.Helper()
-	st, ctype, b := s.sendRaw(t, "POST", "/exec", body, map[string]string{"Idempotency-Key": key})
+	st, ctype, b := s.SendRaw(t, "POST", "/exec", body, map[string]string{"Idempotency-Key": key})
 	var j job
 	var p problem
 	if st == 200 || st == 202 {
@@ -113,11 +113,11 @@ func TestIdempotencyKeyOutlivesRetention(t *testing.T) {
 		t.Fatalf("first request = %d %s", st, p.Code)
 	}
 	for range 5 {
-		if st := s.doJSON(t, "POST", "/exec", map[string]any{"command": "true"}, nil); st != 200 {
+		if st := s.DoJSON(t, "POST", "/exec", map[string]any{"command": "true"}, nil); st != 200 {
 			t.Fatalf("other job = %d", st)
 		}
 	}
-	if st := s.doJSON(t, "GET", "/jobs/"+first.ID, nil, nil); st != 404 {
+	if st := s.DoJSON(t, "GET", "/jobs/"+first.ID, nil, nil); st != 404 {
 		t.Fatalf("GET the first job = %d, want 404 (retention dropped it)", st)
 	}
 	st, j, p := s.idemExec(t, "retained-1", body)
@@ -188,10 +188,10 @@ func mustJSON(t *testing.T, v any) string {
 func TestIdempotencyKeyPerAgent(t *testing.T) {
 	s := startServer(t)
 	var a, b struct{ ID string }
-	if st := s.doJSON(t, "POST", "/agents", map[string]any{}, &a); st != 201 {
+	if st := s.DoJSON(t, "POST", "/agents", map[string]any{}, &a); st != 201 {
 		t.Fatalf("create agent = %d", st)
 	}
-	if st := s.doJSON(t, "POST", "/agents", map[string]any{}, &b); st != 201 {
+	if st := s.DoJSON(t, "POST", "/agents", map[string]any{}, &b); st != 201 {
 		t.Fatalf("create agent = %d", st)
 	}
 	cmd := "echo $DSH_SESSION_ID"
@@ -235,7 +235,7 @@ func TestIdempotencyKeyInFlight(t *testing.T) {
 	}))
 	t.Cleanup(hook.Close)
 	t.Cleanup(func() { once.Do(func() { close(release) }) })
-	if st := s.doJSON(t, "POST", "/contributors", map[string]any{
+	if st := s.DoJSON(t, "POST", "/contributors", map[string]any{
 		"name":     "test.idem.slow",
 		"keys":     []map[string]string{{"key": "DSH_IDEM_SLOW", "description": "slow on purpose"}},
 		"resolver": map[string]any{"kind": "webhook", "url": hook.URL + "/env", "timeoutMs": 20000},

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/dshd/dshd/internal/apitest"
 )
 
 // interactiveJob is the part of a terminal job these tests read.
@@ -33,7 +35,7 @@ func (s *testServer) startInteractive(t *testing.T, body map[string]any) interac
 	t.Helper()
 	body["background"] = true
 	var j interactiveJob
-	if st := s.doJSON(t, "POST", "/exec", body, &j); st != 202 {
+	if st := s.DoJSON(t, "POST", "/exec", body, &j); st != 202 {
 		t.Fatalf("POST /exec %v = %d", body, st)
 	}
 	return j
@@ -60,7 +62,7 @@ func (s *testServer) waitStdout(t *testing.T, id string, from int, want string) 
 func (s *testServer) control(t *testing.T, id, route string, body map[string]any) interactiveJob {
 	t.Helper()
 	var j interactiveJob
-	if st := s.doJSON(t, "POST", "/jobs/"+id+"/"+route, body, &j); st != 200 {
+	if st := s.DoJSON(t, "POST", "/jobs/"+id+"/"+route, body, &j); st != 200 {
 		t.Fatalf("POST /jobs/%s/%s %v = %d", id, route, body, st)
 	}
 	return j
@@ -152,12 +154,12 @@ while :; do sleep 0.05; done`,
 		"signal": {"signal": "SIGINT"},
 	} {
 		var p problem
-		if st := s.doJSON(t, "POST", "/jobs/"+j.ID+"/"+route, body, &p); st != 409 || p.Code != "job_not_running" {
+		if st := s.DoJSON(t, "POST", "/jobs/"+j.ID+"/"+route, body, &p); st != 409 || p.Code != "job_not_running" {
 			t.Errorf("%s after the end = %d %q, want 409 job_not_running", route, st, p.Code)
 		}
 	}
 	var after interactiveJob
-	s.doJSON(t, "GET", "/jobs/"+j.ID, nil, &after)
+	s.DoJSON(t, "GET", "/jobs/"+j.ID, nil, &after)
 	if after.Input == nil || after.Input.Bytes != 3 || after.Input.Writes != 2 || after.Input.Open {
 		t.Errorf("input record at the end = %+v; want 3 bytes in 2 writes, not open", after.Input)
 	}
@@ -182,15 +184,15 @@ func TestInteractivePipeStdin(t *testing.T) {
 
 	// A job started without openStdin or tty has no input to write to.
 	plain := s.startInteractive(t, map[string]any{"command": "sleep 10"})
-	defer s.do(t, "DELETE", "/jobs/"+plain.ID, nil).Body.Close()
+	defer s.Do(t, "DELETE", "/jobs/"+plain.ID, nil).Body.Close()
 	var p problem
-	if st := s.doJSON(t, "POST", "/jobs/"+plain.ID+"/stdin", map[string]any{"data": "x"}, &p); st != 409 || p.Code != "input_not_open" {
+	if st := s.DoJSON(t, "POST", "/jobs/"+plain.ID+"/stdin", map[string]any{"data": "x"}, &p); st != 409 || p.Code != "input_not_open" {
 		t.Errorf("write to a plain job = %d %q, want 409 input_not_open", st, p.Code)
 	}
-	if st := s.doJSON(t, "POST", "/jobs/"+plain.ID+"/resize", map[string]any{"cols": 80, "rows": 24}, &p); st != 409 || p.Code != "not_a_terminal" {
+	if st := s.DoJSON(t, "POST", "/jobs/"+plain.ID+"/resize", map[string]any{"cols": 80, "rows": 24}, &p); st != 409 || p.Code != "not_a_terminal" {
 		t.Errorf("resize a plain job = %d %q, want 409 not_a_terminal", st, p.Code)
 	}
-	if st := s.doJSON(t, "POST", "/exec", map[string]any{"command": "true", "cols": 80}, &p); st != 400 || p.Code != "invalid_input" {
+	if st := s.DoJSON(t, "POST", "/exec", map[string]any{"command": "true", "cols": 80}, &p); st != 400 || p.Code != "invalid_input" {
 		t.Errorf("cols without tty = %d %q, want 400 invalid_input", st, p.Code)
 	}
 	if !strings.Contains(p.Detail, "tty") {
@@ -207,15 +209,15 @@ func TestInteractivePipeStdin(t *testing.T) {
 func TestModelDrivesPythonREPL(t *testing.T) {
 	home := filepath.Join(t.TempDir(), "home")
 	hookLog := filepath.Join(t.TempDir(), "hook.jsonl")
-	writeJSON(t, filepath.Join(home, "hooks", "codex.json"), map[string]any{"hooks": map[string]any{
+	apitest.WriteJSON(t, filepath.Join(home, "hooks", "codex.json"), map[string]any{"hooks": map[string]any{
 		"PreToolUse": []any{map[string]any{"matcher": "^write_stdin$", "hooks": []any{
 			map[string]any{"type": "command", "command": `tee -a ` + hookLog + ` | grep -q forbidden && { echo 'no typing forbidden things' >&2; exit 2; }; exit 0`},
 		}}},
 	}})
 	s := startServer(t, withHome(home))
 	var a, other agent
-	s.doJSON(t, "POST", "/agents", map[string]any{}, &a)
-	s.doJSON(t, "POST", "/agents", map[string]any{}, &other)
+	s.DoJSON(t, "POST", "/agents", map[string]any{}, &a)
+	s.DoJSON(t, "POST", "/agents", map[string]any{}, &other)
 
 	start := s.callTool(t, a.ID, "bash", map[string]any{"command": "python3 -q -i", "tty": true, "yield_time_ms": 3000})
 	if start.IsError || start.JobID == "" || !strings.Contains(start.Text, ">>> ") || !strings.Contains(start.Text, "[still running: job "+start.JobID+"]") {

@@ -29,7 +29,7 @@ func (s *testServer) waitLimited(t *testing.T, id string) limitedJob {
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		var j limitedJob
-		if st := s.doJSON(t, "GET", "/jobs/"+id+"?waitMs=5000", nil, &j); st != 200 {
+		if st := s.DoJSON(t, "GET", "/jobs/"+id+"?waitMs=5000", nil, &j); st != 200 {
 			t.Fatalf("GET /jobs/%s = %d", id, st)
 		}
 		if j.State != "running" {
@@ -63,7 +63,7 @@ func testLimits(t *testing.T, mode string) {
 	start := func(body map[string]any) string {
 		t.Helper()
 		var j job
-		if st := s.doJSON(t, "POST", "/exec", body, &j); st != 202 {
+		if st := s.DoJSON(t, "POST", "/exec", body, &j); st != 202 {
 			t.Fatalf("exec %v = %d", body["command"], st)
 		}
 		return j.ID
@@ -121,10 +121,10 @@ func testLimits(t *testing.T, mode string) {
 		t.Errorf("the ordinary job ended %+v; want exited 0 with its output", b)
 	}
 	var h struct{ Status string }
-	if st := s.doJSON(t, "GET", "/healthz", nil, &h); st != 200 || h.Status != "ok" {
+	if st := s.DoJSON(t, "GET", "/healthz", nil, &h); st != 200 || h.Status != "ok" {
 		t.Errorf("healthz after the limits hit = %d %+v", st, h)
 	}
-	if st := s.doJSON(t, "POST", "/exec", map[string]any{"command": "echo still here"}, nil); st != 200 {
+	if st := s.DoJSON(t, "POST", "/exec", map[string]any{"command": "echo still here"}, nil); st != 200 {
 		t.Errorf("a new job after the limits hit = %d", st)
 	}
 }
@@ -186,7 +186,7 @@ func testAgentLimits(t *testing.T, mode string) {
 			} `json:"containment"`
 		} `json:"details"`
 	}
-	if st := s.doJSON(t, "GET", "/healthz", nil, &health); st != 200 || health.Details.Containment.Mode != mode {
+	if st := s.DoJSON(t, "GET", "/healthz", nil, &health); st != 200 || health.Details.Containment.Mode != mode {
 		t.Fatalf("healthz = %d, containment %+v; want mode %s", st, health.Details.Containment, mode)
 	}
 	// How this host enforces each limit: the kernel where the controller
@@ -216,7 +216,7 @@ func testAgentLimits(t *testing.T, mode string) {
 		Limits *agentLimits `json:"limits"`
 	}
 	var root agent
-	if st := s.doJSON(t, "POST", "/agents", map[string]any{"limits": map[string]any{"pids": 32, "memoryBytes": 128 << 20}}, &root); st != 201 {
+	if st := s.DoJSON(t, "POST", "/agents", map[string]any{"limits": map[string]any{"pids": 32, "memoryBytes": 128 << 20}}, &root); st != 201 {
 		t.Fatalf("POST /agents with limits = %d", st)
 	}
 	if l := root.Limits; l == nil || deref(l.Pids) != int64(32) || deref(l.MemoryBytes) != int64(128<<20) || l.CPU != nil {
@@ -226,18 +226,18 @@ func testAgentLimits(t *testing.T, mode string) {
 		Status int    `json:"status"`
 		Code   string `json:"code"`
 	}
-	if st := s.doJSON(t, "POST", "/agents/"+root.ID+"/spawn", map[string]any{"limits": map[string]any{"pids": 64}}, &prob); st != 422 || prob.Code != "limits_looser" {
+	if st := s.DoJSON(t, "POST", "/agents/"+root.ID+"/spawn", map[string]any{"limits": map[string]any{"pids": 64}}, &prob); st != 422 || prob.Code != "limits_looser" {
 		t.Errorf("spawn with more pids than the parent = %d %+v, want 422 limits_looser", st, prob)
 	}
 	var child agent
-	if st := s.doJSON(t, "POST", "/agents/"+root.ID+"/spawn", map[string]any{"limits": map[string]any{"pids": 16, "cpu": 0.5}}, &child); st != 201 {
+	if st := s.DoJSON(t, "POST", "/agents/"+root.ID+"/spawn", map[string]any{"limits": map[string]any{"pids": 16, "cpu": 0.5}}, &child); st != 201 {
 		t.Fatalf("spawn with fewer pids = %d", st)
 	}
 	if l := child.Limits; l == nil || deref(l.Pids) != int64(16) || deref(l.MemoryBytes) != int64(128<<20) || deref(l.CPU) != 0.5 {
 		t.Errorf("child limits = %v, want pids 16, the parent's memory, cpu 0.5", l)
 	}
 	prob.Code = ""
-	if st := s.doJSON(t, "POST", "/exec", map[string]any{"command": "true", "agentId": child.ID, "limits": map[string]any{"memoryBytes": 256 << 20}}, &prob); st != 422 || prob.Code != "limits_looser" {
+	if st := s.DoJSON(t, "POST", "/exec", map[string]any{"command": "true", "agentId": child.ID, "limits": map[string]any{"memoryBytes": 256 << 20}}, &prob); st != 422 || prob.Code != "limits_looser" {
 		t.Errorf("exec with more memory than the agent = %d %+v, want 422 limits_looser", st, prob)
 	}
 
@@ -247,7 +247,7 @@ func testAgentLimits(t *testing.T, mode string) {
 		var rec struct {
 			Limits *agentLimits `json:"limits"`
 		}
-		if st := s.doJSON(t, "GET", "/jobs/"+id, nil, &rec); st != 200 {
+		if st := s.DoJSON(t, "GET", "/jobs/"+id, nil, &rec); st != 200 {
 			t.Fatalf("GET /jobs/%s = %d", id, st)
 		}
 		l := rec.Limits
@@ -265,7 +265,7 @@ func testAgentLimits(t *testing.T, mode string) {
 		after = ""
 	}
 	var hog job
-	if st := s.doJSON(t, "POST", "/exec", map[string]any{
+	if st := s.DoJSON(t, "POST", "/exec", map[string]any{
 		"command":    fmt.Sprintf("export %s='%s/hog'; head -c 2000000000 /dev/zero | tail > /dev/null%s", markEnv, run, after),
 		"agentId":    child.ID,
 		"background": true, "timeoutMs": 60000,
@@ -294,7 +294,7 @@ func testAgentLimits(t *testing.T, mode string) {
 			Text    string `json:"text"`
 			JobID   string `json:"jobId"`
 		}
-		if st := s.doJSON(t, "POST", "/agents/"+child.ID+"/tools/bash", map[string]any{"arguments": map[string]any{
+		if st := s.DoJSON(t, "POST", "/agents/"+child.ID+"/tools/bash", map[string]any{"arguments": map[string]any{
 			"command": fmt.Sprintf("export %s='%s/bomb'; bomb() { bomb | bomb & }; bomb; sleep 30", markEnv, run),
 			"timeout": 60000, "limits": map[string]any{"pids": 100000},
 		}}, &res); st != 200 || res.JobID == "" {
@@ -315,10 +315,10 @@ func testAgentLimits(t *testing.T, mode string) {
 	if want["cpu"] != "none" {
 		busy := "end=$((SECONDS+3)); while [ $SECONDS -lt $end ]; do :; done; echo done"
 		var limitedCPU, twin job
-		if st := s.doJSON(t, "POST", "/exec", map[string]any{"command": busy, "agentId": child.ID, "background": true, "limits": map[string]any{"cpu": 0.1}}, &limitedCPU); st != 202 {
+		if st := s.DoJSON(t, "POST", "/exec", map[string]any{"command": busy, "agentId": child.ID, "background": true, "limits": map[string]any{"cpu": 0.1}}, &limitedCPU); st != 202 {
 			t.Fatalf("exec the CPU-limited loop = %d", st)
 		}
-		if st := s.doJSON(t, "POST", "/exec", map[string]any{"command": busy, "background": true}, &twin); st != 202 {
+		if st := s.DoJSON(t, "POST", "/exec", map[string]any{"command": busy, "background": true}, &twin); st != 202 {
 			t.Fatalf("exec the unlimited loop = %d", st)
 		}
 		l, u := s.waitLimited(t, limitedCPU.ID), s.waitLimited(t, twin.ID)
@@ -326,7 +326,7 @@ func testAgentLimits(t *testing.T, mode string) {
 			DurationMs int64        `json:"durationMs"`
 			Limits     *agentLimits `json:"limits"`
 		}
-		s.doJSON(t, "GET", "/jobs/"+limitedCPU.ID, nil, &rec)
+		s.DoJSON(t, "GET", "/jobs/"+limitedCPU.ID, nil, &rec)
 		if l.ExitCode == nil || *l.ExitCode != 0 || l.Stdout.Text != "done\n" || l.Usage == nil || u.Usage == nil {
 			t.Fatalf("CPU-limited loop ended %+v (twin %+v); want exit 0 with its output", l, u)
 		}
@@ -349,11 +349,11 @@ func testAgentLimits(t *testing.T, mode string) {
 	s.stop(t)
 	s2 := startServer(t, withHome(s.Home), withConfig(cfg))
 	var again agent
-	if st := s2.doJSON(t, "GET", "/agents/"+child.ID, nil, &again); st != 200 || again.Limits == nil || deref(again.Limits.Pids) != int64(16) || deref(again.Limits.MemoryBytes) != int64(128<<20) {
+	if st := s2.DoJSON(t, "GET", "/agents/"+child.ID, nil, &again); st != 200 || again.Limits == nil || deref(again.Limits.Pids) != int64(16) || deref(again.Limits.MemoryBytes) != int64(128<<20) {
 		t.Errorf("child after restart = %d, limits %v; want pids 16, memoryBytes 128 MiB", st, again.Limits)
 	}
 	prob.Code = ""
-	if st := s2.doJSON(t, "POST", "/exec", map[string]any{"command": "true", "agentId": child.ID, "limits": map[string]any{"pids": 17}}, &prob); st != 422 || prob.Code != "limits_looser" {
+	if st := s2.DoJSON(t, "POST", "/exec", map[string]any{"command": "true", "agentId": child.ID, "limits": map[string]any{"pids": 17}}, &prob); st != 422 || prob.Code != "limits_looser" {
 		t.Errorf("exec with more pids than the agent after restart = %d %+v, want 422 limits_looser", st, prob)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dshd/dshd/internal/apitest"
 	"github.com/dshd/dshd/internal/proctest"
 )
 
@@ -192,7 +193,7 @@ func TestMCP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	writeJSON(t, filepath.Join(home, "hooks", "claude-code.json"), map[string]any{"hooks": map[string]any{
+	apitest.WriteJSON(t, filepath.Join(home, "hooks", "claude-code.json"), map[string]any{"hooks": map[string]any{
 		"SessionStart": []any{map[string]any{"hooks": []any{map[string]any{"type": "command", "command": `echo "session context from a hook"`}}}},
 		"PreToolUse":   []any{map[string]any{"matcher": "Bash", "hooks": []any{map[string]any{"type": "command", "command": testdata + "/validate-bash.sh", "timeout": 10}}}},
 	}})
@@ -206,14 +207,14 @@ func TestMCP(t *testing.T) {
 		"no token":    {"Accept": "application/json, text/event-stream"},
 		"wrong token": {"Accept": "application/json, text/event-stream", "Authorization": "Bearer wrong"},
 	} {
-		resp := s.doWith(t, "POST", "/mcp", initialize, h)
+		resp := s.DoWith(t, "POST", "/mcp", initialize, h)
 		resp.Body.Close()
 		if resp.StatusCode != 401 || resp.Header.Get(mcpAgentHeader) != "" {
 			t.Errorf("%s: POST /mcp = %d (agent %q), want 401 and no agent", name, resp.StatusCode, resp.Header.Get(mcpAgentHeader))
 		}
 	}
 	var listed []agent
-	if st := s.doJSON(t, "GET", "/agents", nil, &listed); st != 200 || len(listed) != 0 {
+	if st := s.DoJSON(t, "GET", "/agents", nil, &listed); st != 200 || len(listed) != 0 {
 		t.Fatalf("GET /agents = %d with %d agents; unauthenticated requests must create none", st, len(listed))
 	}
 
@@ -224,7 +225,7 @@ func TestMCP(t *testing.T) {
 		t.Errorf("instructions = %q, want the SessionStart hook's context", a.Instructions)
 	}
 	var got agent
-	if st := s.doJSON(t, "GET", "/agents/"+a.AgentID, nil, &got); st != 200 || got.ParentID != nil || got.Depth != 0 {
+	if st := s.DoJSON(t, "GET", "/agents/"+a.AgentID, nil, &got); st != 200 || got.ParentID != nil || got.Depth != 0 {
 		t.Fatalf("bound agent %s = %d %+v, want an existing root agent", a.AgentID, st, got)
 	}
 
@@ -294,7 +295,7 @@ func TestMCP(t *testing.T) {
 		proctest.WaitGone(t, pid)
 	}
 	var jobs []job
-	if st := s.doJSON(t, "GET", "/jobs?agentId="+a.AgentID, nil, &jobs); st != 200 || len(jobs) != 3 {
+	if st := s.DoJSON(t, "GET", "/jobs?agentId="+a.AgentID, nil, &jobs); st != 200 || len(jobs) != 3 {
 		t.Fatalf("GET /jobs = %d with %d jobs, want the agent's 3", st, len(jobs))
 	}
 	if j := s.waitJob(t, jobs[2].ID); j.State != "cancelled" {
@@ -336,7 +337,7 @@ func TestMCP(t *testing.T) {
 		t.Errorf("job_list of b shows a's job: %q", r.text())
 	}
 	var j job
-	if st := s.doJSON(t, "GET", "/jobs/"+id, nil, &j); st != 200 || j.State != "running" {
+	if st := s.DoJSON(t, "GET", "/jobs/"+id, nil, &j); st != 200 || j.State != "running" {
 		t.Errorf("a's job after b's job_kill = %d %q, want running", st, j.State)
 	}
 	if r := c.call("a", "job_kill", map[string]any{"jobId": id}); r.Result.IsError {
@@ -405,7 +406,7 @@ const mcpAgentHeader = "Dsh-Agent-Id"
 // transcriptCounts counts the agent's transcript events by type.
 func transcriptCounts(t *testing.T, s *testServer, agentID string) map[string]int {
 	t.Helper()
-	resp := s.do(t, "GET", "/agents/"+agentID+"/transcript", nil)
+	resp := s.Do(t, "GET", "/agents/"+agentID+"/transcript", nil)
 	defer resp.Body.Close()
 	counts := map[string]int{}
 	sc := bufio.NewScanner(resp.Body)

@@ -117,7 +117,7 @@ func TestSSEOutputEndingInsideACharacter(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var j job
-			if st := s.doJSON(t, "POST", "/exec", map[string]any{"command": tc.cmd, "background": true}, &j); st != 202 {
+			if st := s.DoJSON(t, "POST", "/exec", map[string]any{"command": tc.cmd, "background": true}, &j); st != 202 {
 				t.Fatalf("exec = %d", st)
 			}
 			if tc.late {
@@ -153,7 +153,7 @@ func TestSSELossless(t *testing.T) {
 	// follower must not split it across events.
 	cmd := fmt.Sprintf(`cat %s/text; cat %s/bin >&2; printf '\xe2\x82'; sleep 1; printf '\xac'; sleep 1; cat %s/bin`, dir, dir, dir)
 	var j job
-	if st := s.doJSON(t, "POST", "/exec", map[string]any{"command": cmd, "background": true}, &j); st != 202 {
+	if st := s.DoJSON(t, "POST", "/exec", map[string]any{"command": cmd, "background": true}, &j); st != 202 {
 		t.Fatalf("exec = %d", st)
 	}
 	wantOut := text + "€" + string(bin)
@@ -225,7 +225,7 @@ func TestSSELossless(t *testing.T) {
 	for _, tc := range []struct {
 		stream, off, want string
 	}{{"stdout", a, wantOut}, {"stderr", b, wantErr}} {
-		resp := s.do(t, "GET", "/jobs/"+j.ID+"/output?stream="+tc.stream+"&offset="+tc.off, nil)
+		resp := s.Do(t, "GET", "/jobs/"+j.ID+"/output?stream="+tc.stream+"&offset="+tc.off, nil)
 		got, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		off, _ := strconv.Atoi(tc.off)
@@ -241,7 +241,7 @@ func TestSSELossless(t *testing.T) {
 func TestSSEFinishedReconnect(t *testing.T) {
 	s := startServer(t)
 	var j job
-	if st := s.doJSON(t, "POST", "/exec", map[string]any{"command": "echo out; echo err >&2", "background": true}, &j); st != 202 {
+	if st := s.DoJSON(t, "POST", "/exec", map[string]any{"command": "echo out; echo err >&2", "background": true}, &j); st != 202 {
 		t.Fatalf("exec = %d", st)
 	}
 	s.waitJob(t, j.ID)
@@ -269,7 +269,7 @@ func TestSSEFinishedReconnect(t *testing.T) {
 func TestOutputClientLeaves(t *testing.T) {
 	s := startServer(t, withConfig("jobs:\n  spoolMaxBytes: 268435456\n"))
 	var j job
-	if st := s.doJSON(t, "POST", "/exec", map[string]any{"command": yesCommand(200 << 20), "background": true}, &j); st != 202 {
+	if st := s.DoJSON(t, "POST", "/exec", map[string]any{"command": yesCommand(200 << 20), "background": true}, &j); st != 202 {
 		t.Fatalf("exec = %d", st)
 	}
 	leave := func(path string) {
@@ -299,7 +299,7 @@ func TestOutputClientLeaves(t *testing.T) {
 	// Wait until the server has finished every one of those requests.
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		resp := s.do(t, "GET", "/metrics", nil)
+		resp := s.Do(t, "GET", "/metrics", nil)
 		m, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		var done int

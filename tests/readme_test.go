@@ -126,7 +126,7 @@ func TestREADMEConfigAndHooks(t *testing.T) {
 			AdditionalContext []string `json:"additionalContext"`
 		} `json:"sessionStart"`
 	}
-	if st := s.doJSON(t, "POST", "/agents", map[string]any{"cwd": t.TempDir()}, &a); st != 201 {
+	if st := s.DoJSON(t, "POST", "/agents", map[string]any{"cwd": t.TempDir()}, &a); st != 201 {
 		t.Fatalf("create agent = %d", st)
 	}
 	if got := a.SessionStart.AdditionalContext; len(got) != 1 || got[0] != "This repository is acme/widgets." {
@@ -134,7 +134,7 @@ func TestREADMEConfigAndHooks(t *testing.T) {
 	}
 	victim := t.TempDir()
 	var blocked toolResult
-	if st := s.doJSON(t, "POST", "/agents/"+a.ID+"/tools/bash", map[string]any{
+	if st := s.DoJSON(t, "POST", "/agents/"+a.ID+"/tools/bash", map[string]any{
 		"arguments": map[string]any{"command": "rm -rf " + victim},
 	}, &blocked); st != 200 {
 		t.Fatalf("bash tool = %d", st)
@@ -146,7 +146,7 @@ func TestREADMEConfigAndHooks(t *testing.T) {
 		t.Errorf("the blocked command ran: %v", err)
 	}
 	var ok toolResult
-	if st := s.doJSON(t, "POST", "/agents/"+a.ID+"/tools/bash", map[string]any{
+	if st := s.DoJSON(t, "POST", "/agents/"+a.ID+"/tools/bash", map[string]any{
 		"arguments": map[string]any{"command": "echo fine"},
 	}, &ok); st != 200 || ok.IsError || !strings.HasPrefix(ok.Text, "fine") {
 		t.Errorf("echo through the hooks = %d %+v", st, ok)

@@ -47,13 +47,13 @@ func testCrashRecovery(t *testing.T, mode string) {
 	}
 
 	var a agent
-	if st := s.doJSON(t, "POST", "/agents", map[string]any{}, &a); st != 201 && st != 200 {
+	if st := s.DoJSON(t, "POST", "/agents", map[string]any{}, &a); st != 201 && st != 200 {
 		t.Fatalf("create agent = %d", st)
 	}
 	var ids []string
 	for i := range jobs - 1 {
 		var j job
-		if st := s.doJSON(t, "POST", "/exec", map[string]any{"command": command(i), "background": true}, &j); st != 202 {
+		if st := s.DoJSON(t, "POST", "/exec", map[string]any{"command": command(i), "background": true}, &j); st != 202 {
 			t.Fatalf("exec %d = %d", i, st)
 		}
 		ids = append(ids, j.ID)
@@ -79,7 +79,7 @@ func testCrashRecovery(t *testing.T, mode string) {
 		waitMarked(t, fmt.Sprintf("%s/%d", run, i))
 	}
 	var listed []job
-	if st := s.doJSON(t, "GET", "/jobs?state=running", nil, &listed); st != 200 || len(listed) != jobs {
+	if st := s.DoJSON(t, "GET", "/jobs?state=running", nil, &listed); st != 200 || len(listed) != jobs {
 		t.Fatalf("running jobs = %d (status %d), want %d", len(listed), st, jobs)
 	}
 	for _, j := range listed {
@@ -125,16 +125,16 @@ func testCrashRecovery(t *testing.T, mode string) {
 
 	for _, id := range ids {
 		var j job
-		if st := s2.doJSON(t, "GET", "/jobs/"+id, nil, &j); st != 200 || j.State != "lost" {
+		if st := s2.DoJSON(t, "GET", "/jobs/"+id, nil, &j); st != 200 || j.State != "lost" {
 			t.Errorf("job %s after restart: status %d, state %q; want 200, lost", id, st, j.State)
 		}
 	}
 
 	var ag agent
-	if st := s2.doJSON(t, "POST", "/agents/"+a.ID+"/resume", nil, &ag); st != 200 {
+	if st := s2.DoJSON(t, "POST", "/agents/"+a.ID+"/resume", nil, &ag); st != 200 {
 		t.Fatalf("resume = %d", st)
 	}
-	resp := s2.do(t, "GET", "/agents/"+a.ID+"/transcript", nil)
+	resp := s2.Do(t, "GET", "/agents/"+a.ID+"/transcript", nil)
 	var transcript bytes.Buffer
 	_, _ = transcript.ReadFrom(resp.Body)
 	resp.Body.Close()

@@ -23,10 +23,10 @@ func TestDurableContributorsSurviveRestart(t *testing.T) {
 		if plugin != "" {
 			body["plugin"] = plugin
 		}
-		return s.doJSON(t, "POST", "/contributors", body, nil)
+		return s.DoJSON(t, "POST", "/contributors", body, nil)
 	}
 	var plugin struct{ ID string }
-	if st := s.doJSON(t, "POST", "/plugins", map[string]any{"name": "harness", "leaseSeconds": 600}, &plugin); st != 201 {
+	if st := s.DoJSON(t, "POST", "/plugins", map[string]any{"name": "harness", "leaseSeconds": 600}, &plugin); st != 201 {
 		t.Fatalf("open plugin = %d", st)
 	}
 	if st := register(s, "keep.me", "DSH_KEEP", ""); st != 201 {
@@ -38,30 +38,30 @@ func TestDurableContributorsSurviveRestart(t *testing.T) {
 
 	s.stop(t)
 	s = startServer(t, withHome(home))
-	if st := s.doJSON(t, "GET", "/contributors/keep.me", nil, nil); st != 200 {
+	if st := s.DoJSON(t, "GET", "/contributors/keep.me", nil, nil); st != 200 {
 		t.Errorf("durable contributor after restart = %d, want 200", st)
 	}
-	if st := s.doJSON(t, "GET", "/contributors/scoped.one", nil, nil); st != 404 {
+	if st := s.DoJSON(t, "GET", "/contributors/scoped.one", nil, nil); st != 404 {
 		t.Errorf("plugin contributor after restart = %d, want 404", st)
 	}
 	var j job
-	s.doJSON(t, "POST", "/exec", map[string]any{"command": "true"}, &j)
+	s.DoJSON(t, "POST", "/exec", map[string]any{"command": "true"}, &j)
 	if j.ManagedEnv["DSH_KEEP"] != "v-keep.me" {
 		t.Errorf("restored contributor's key = %q", j.ManagedEnv["DSH_KEEP"])
 	}
 
-	if st := s.doJSON(t, "DELETE", "/contributors/keep.me", nil, nil); st != 204 {
+	if st := s.DoJSON(t, "DELETE", "/contributors/keep.me", nil, nil); st != 204 {
 		t.Fatalf("delete = %d", st)
 	}
 	var after job // a fresh value: decoding into j would merge its map
-	s.doJSON(t, "POST", "/exec", map[string]any{"command": "true"}, &after)
+	s.DoJSON(t, "POST", "/exec", map[string]any{"command": "true"}, &after)
 	if _, ok := after.ManagedEnv["DSH_KEEP"]; ok {
 		t.Error("a disposed contributor's key reached a later execution")
 	}
 	if st := register(s, "keep.me", "DSH_KEEP", ""); st != 201 {
 		t.Errorf("re-register after disposal = %d, want 201", st)
 	}
-	if st := s.doJSON(t, "DELETE", "/contributors/dsh.home", nil, nil); st != 409 {
+	if st := s.DoJSON(t, "DELETE", "/contributors/dsh.home", nil, nil); st != 409 {
 		t.Errorf("deleting a built-in = %d, want 409", st)
 	}
 }
@@ -70,7 +70,7 @@ func TestDurableContributorsSurviveRestart(t *testing.T) {
 // lineage facts for each execution, and leaves keys absent whose facts are.
 func TestTemplateAgentFacts(t *testing.T) {
 	s := startServer(t)
-	if st := s.doJSON(t, "POST", "/contributors", map[string]any{
+	if st := s.DoJSON(t, "POST", "/contributors", map[string]any{
 		"name": "acme.lineage",
 		"keys": []map[string]string{
 			{"key": "DSH_LINEAGE", "description": "agent, parent, root and depth"},
@@ -88,11 +88,11 @@ func TestTemplateAgentFacts(t *testing.T) {
 		t.Fatalf("register = %d", st)
 	}
 	var root, child agent
-	s.doJSON(t, "POST", "/agents", map[string]any{}, &root)
-	s.doJSON(t, "POST", "/agents/"+root.ID+"/spawn", map[string]any{}, &child)
+	s.DoJSON(t, "POST", "/agents", map[string]any{}, &root)
+	s.DoJSON(t, "POST", "/agents/"+root.ID+"/spawn", map[string]any{}, &child)
 
 	var j job
-	s.doJSON(t, "POST", "/exec", map[string]any{"command": "true", "agentId": child.ID}, &j)
+	s.DoJSON(t, "POST", "/exec", map[string]any{"command": "true", "agentId": child.ID}, &j)
 	want := map[string]string{
 		"DSH_LINEAGE": child.ID + "/" + root.ID + "/1",
 		"DSH_PARENT":  root.ID,
@@ -104,7 +104,7 @@ func TestTemplateAgentFacts(t *testing.T) {
 		}
 	}
 	var bare job // a fresh value: decoding into j would merge its map
-	s.doJSON(t, "POST", "/exec", map[string]any{"command": "true"}, &bare)
+	s.DoJSON(t, "POST", "/exec", map[string]any{"command": "true"}, &bare)
 	for _, k := range []string{"DSH_LINEAGE", "DSH_PARENT"} {
 		if v, ok := bare.ManagedEnv[k]; ok {
 			t.Errorf("without an agent %s = %q, want absent", k, v)
@@ -125,19 +125,19 @@ func TestTemplateAgentFacts(t *testing.T) {
 // query and fragment never leave the server through it.
 func TestDeclarationsShowResolverWithoutSecrets(t *testing.T) {
 	s := startServer(t)
-	if st := s.doJSON(t, "POST", "/contributors", map[string]any{
+	if st := s.DoJSON(t, "POST", "/contributors", map[string]any{
 		"name": "w", "keys": []map[string]string{{"key": "DSH_W", "description": "w"}},
 		"resolver": map[string]any{"kind": "webhook", "url": "http://user:pw-secret@127.0.0.1:9/env?token=q-secret#f-secret"},
 	}, nil); st != 201 {
 		t.Fatalf("register webhook = %d", st)
 	}
-	if st := s.doJSON(t, "POST", "/contributors", map[string]any{
+	if st := s.DoJSON(t, "POST", "/contributors", map[string]any{
 		"name": "t", "keys": []map[string]string{{"key": "DSH_T", "description": "t"}},
 		"resolver": map[string]any{"kind": "template", "values": map[string]string{"DSH_T": "a-{agent.id}"}},
 	}, nil); st != 201 {
 		t.Fatalf("register template = %d", st)
 	}
-	res := s.do(t, "GET", "/env/declarations", nil)
+	res := s.Do(t, "GET", "/env/declarations", nil)
 	raw, err := io.ReadAll(res.Body)
 	res.Body.Close()
 	if err != nil || res.StatusCode != 200 {

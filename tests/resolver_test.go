@@ -34,31 +34,31 @@ func TestWebhookResolution(t *testing.T) {
 	defer hook.Close()
 
 	s := startServer(t)
-	if st := s.doJSON(t, "POST", "/contributors", map[string]any{
+	if st := s.DoJSON(t, "POST", "/contributors", map[string]any{
 		"name": "acme.ticket", "keys": []map[string]string{{"key": "DSH_TICKET", "description": "Ticket the agent works on."}},
 		"resolver": map[string]any{"kind": "webhook", "url": hook.URL, "timeoutMs": 2000},
 	}, nil); st != 201 {
 		t.Fatalf("register = %d", st)
 	}
 	for range 5 {
-		if st := s.doJSON(t, "GET", "/env/declarations", nil, nil); st != 200 {
+		if st := s.DoJSON(t, "GET", "/env/declarations", nil, nil); st != 200 {
 			t.Fatalf("declarations = %d", st)
 		}
-		s.doJSON(t, "GET", "/contributors/acme.ticket", nil, nil)
+		s.DoJSON(t, "GET", "/contributors/acme.ticket", nil, nil)
 	}
 	if n := calls.Load(); n != 0 {
 		t.Fatalf("listing called the webhook %d times, want 0", n)
 	}
 
 	var j job
-	if st := s.doJSON(t, "POST", "/exec", map[string]any{"command": `printf %s "$DSH_TICKET"`}, &j); st != 200 {
+	if st := s.DoJSON(t, "POST", "/exec", map[string]any{"command": `printf %s "$DSH_TICKET"`}, &j); st != 200 {
 		t.Fatalf("exec = %d", st)
 	}
 	if want := "T-" + j.ID; j.Stdout.Text != want || calls.Load() != 1 {
 		t.Errorf("child saw %q after %d calls, want %q after 1", j.Stdout.Text, calls.Load(), want)
 	}
 
-	if st := s.doJSON(t, "POST", "/exec", map[string]any{"command": "true", "env": map[string]string{"DSH_TICKET": "forged"}}, nil); st != 400 {
+	if st := s.DoJSON(t, "POST", "/exec", map[string]any{"command": "true", "env": map[string]string{"DSH_TICKET": "forged"}}, nil); st != 400 {
 		t.Errorf("managed env = %d, want 400", st)
 	}
 	if n := calls.Load(); n != 1 {
@@ -70,7 +70,7 @@ func TestWebhookResolution(t *testing.T) {
 	var p struct {
 		Code, Contributor, Reason string
 	}
-	if st := s.doJSON(t, "POST", "/exec", map[string]any{"command": "touch " + marker}, &p); st != 502 {
+	if st := s.DoJSON(t, "POST", "/exec", map[string]any{"command": "touch " + marker}, &p); st != 502 {
 		t.Fatalf("exec with a failing webhook = %d, want 502", st)
 	}
 	if p.Code != "env_resolution_failed" || p.Contributor != "acme.ticket" || p.Reason == "" {

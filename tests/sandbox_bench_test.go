@@ -19,7 +19,7 @@ func BenchmarkExecSandbox(b *testing.B) {
 	bw := startServer(b, withConfig("sandbox:\n  mechanism: bubblewrap\n"))
 	for _, srv := range []*testServer{s, bw} {
 		var h healthSandbox
-		if st := srv.doJSON(b, "GET", "/healthz", nil, &h); st != 200 || h.Details.Sandbox == nil || len(h.Details.Sandbox.Networks) < 2 {
+		if st := srv.DoJSON(b, "GET", "/healthz", nil, &h); st != 200 || h.Details.Sandbox == nil || len(h.Details.Sandbox.Networks) < 2 {
 			b.Skip("this host cannot enforce sandbox policies (needs bubblewrap, or root for namespaces)")
 		}
 		if srv == s {

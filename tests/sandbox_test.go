@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/dshd/dshd/internal/apitest"
 )
 
 type sandboxPolicy struct {
@@ -54,7 +56,7 @@ type problemCode struct {
 func needSandbox(t *testing.T, s *testServer) {
 	t.Helper()
 	var h healthSandbox
-	if st := s.doJSON(t, "GET", "/healthz", nil, &h); st != 200 || h.Details.Sandbox == nil {
+	if st := s.DoJSON(t, "GET", "/healthz", nil, &h); st != 200 || h.Details.Sandbox == nil {
 		t.Fatalf("GET /healthz = %d, sandbox %+v", st, h.Details.Sandbox)
 	}
 	sb := h.Details.Sandbox
@@ -69,7 +71,7 @@ func needSandbox(t *testing.T, s *testServer) {
 func (s *testServer) execSandboxed(t *testing.T, body map[string]any) sandboxJob {
 	t.Helper()
 	var j sandboxJob
-	if st := s.doJSON(t, "POST", "/exec", body, &j); st != 200 {
+	if st := s.DoJSON(t, "POST", "/exec", body, &j); st != 200 {
 		t.Fatalf("POST /exec %v = %d", body, st)
 	}
 	return j
@@ -221,7 +223,7 @@ func TestSandboxLineage(t *testing.T) {
 	ws := t.TempDir()
 
 	var parent sandboxAgent
-	if st := s.doJSON(t, "POST", "/agents", map[string]any{"cwd": ws, "sandbox": map[string]string{"policy": "workspace-write", "network": "off"}}, &parent); st != 201 {
+	if st := s.DoJSON(t, "POST", "/agents", map[string]any{"cwd": ws, "sandbox": map[string]string{"policy": "workspace-write", "network": "off"}}, &parent); st != 201 {
 		t.Fatalf("POST /agents = %d", st)
 	}
 	if parent.Sandbox == nil || *parent.Sandbox != (sandboxPolicy{"workspace-write", "off"}) {
@@ -236,19 +238,19 @@ func TestSandboxLineage(t *testing.T) {
 		{"/exec", map[string]any{"command": "true", "agentId": parent.ID, "sandbox": map[string]string{"network": "on"}}},
 	} {
 		var p problemCode
-		if st := s.doJSON(t, "POST", tc.path, tc.body, &p); st != 422 || p.Code != "sandbox_looser" {
+		if st := s.DoJSON(t, "POST", tc.path, tc.body, &p); st != 422 || p.Code != "sandbox_looser" {
 			t.Errorf("POST %s %v = %d %+v, want 422 sandbox_looser", tc.path, tc.body, st, p)
 		}
 	}
 	var child sandboxAgent
-	if st := s.doJSON(t, "POST", "/agents/"+parent.ID+"/spawn", nil, &child); st != 201 {
+	if st := s.DoJSON(t, "POST", "/agents/"+parent.ID+"/spawn", nil, &child); st != 201 {
 		t.Fatalf("spawn = %d", st)
 	}
 	if child.Sandbox == nil || *child.Sandbox != *parent.Sandbox {
 		t.Errorf("spawned child sandbox = %+v, want the parent's", child.Sandbox)
 	}
 	var tighter sandboxAgent
-	if st := s.doJSON(t, "POST", "/agents/"+child.ID+"/fork", map[string]any{"sandbox": map[string]string{"policy": "read-only"}}, &tighter); st != 201 {
+	if st := s.DoJSON(t, "POST", "/agents/"+child.ID+"/fork", map[string]any{"sandbox": map[string]string{"policy": "read-only"}}, &tighter); st != 201 {
 		t.Fatalf("fork tighter = %d", st)
 	}
 	if tighter.Sandbox == nil || *tighter.Sandbox != (sandboxPolicy{"read-only", "off"}) {
@@ -268,7 +270,7 @@ func TestSandboxModelCannotChoose(t *testing.T) {
 	needSandbox(t, s)
 	ws, outside := t.TempDir(), t.TempDir()
 	var a sandboxAgent
-	if st := s.doJSON(t, "POST", "/agents", map[string]any{"cwd": ws, "sandbox": map[string]string{"policy": "workspace-write", "network": "off"}}, &a); st != 201 {
+	if st := s.DoJSON(t, "POST", "/agents", map[string]any{"cwd": ws, "sandbox": map[string]string{"policy": "workspace-write", "network": "off"}}, &a); st != 201 {
 		t.Fatalf("POST /agents = %d", st)
 	}
 	target := filepath.Join(outside, "escaped")
@@ -290,7 +292,7 @@ func TestSandboxModelCannotChoose(t *testing.T) {
 			Data json.RawMessage `json:"data"`
 		} `json:"events"`
 	}
-	resp := s.doWith(t, "GET", "/agents/"+a.ID+"/transcript", nil, map[string]string{"Accept": "application/json", "Authorization": "Bearer " + s.Token})
+	resp := s.DoWith(t, "GET", "/agents/"+a.ID+"/transcript", nil, map[string]string{"Accept": "application/json", "Authorization": "Bearer " + s.Token})
 	decode(t, resp, &tr)
 	var ignored []string
 	var applied *sandboxPolicy
@@ -320,7 +322,7 @@ func TestSandboxFacts(t *testing.T) {
 	s := startServer(t, withConfig("sandbox:\n  policy: workspace-write\n  network: \"off\"\n"))
 	needSandbox(t, s)
 	var a sandboxAgent
-	if st := s.doJSON(t, "POST", "/agents", map[string]any{}, &a); st != 201 {
+	if st := s.DoJSON(t, "POST", "/agents", map[string]any{}, &a); st != 201 {
 		t.Fatalf("POST /agents = %d", st)
 	}
 	if a.Sandbox == nil || *a.Sandbox != (sandboxPolicy{"workspace-write", "off"}) {
@@ -334,7 +336,7 @@ func TestSandboxFacts(t *testing.T) {
 		Name        string `json:"name"`
 		Description string `json:"description"`
 	}
-	if st := s.doJSON(t, "GET", "/tools", nil, &defs); st != 200 {
+	if st := s.DoJSON(t, "GET", "/tools", nil, &defs); st != 200 {
 		t.Fatalf("GET /tools = %d", st)
 	}
 	for _, d := range defs {
@@ -351,7 +353,7 @@ func TestSandboxUnavailable(t *testing.T) {
 	missing := filepath.Join(t.TempDir(), "no-bwrap")
 	s := startServer(t, withConfig("sandbox:\n  mechanism: bubblewrap\n  bwrap: "+missing+"\n"))
 	var h healthSandbox
-	if st := s.doJSON(t, "GET", "/healthz", nil, &h); st != 200 || h.Details.Sandbox == nil {
+	if st := s.DoJSON(t, "GET", "/healthz", nil, &h); st != 200 || h.Details.Sandbox == nil {
 		t.Fatalf("GET /healthz = %d", st)
 	}
 	sb := h.Details.Sandbox
@@ -368,7 +370,7 @@ func TestSandboxUnavailable(t *testing.T) {
 		{"/agents", map[string]any{"sandbox": map[string]string{"policy": "workspace-write"}}},
 	} {
 		var p problemCode
-		if st := s.doJSON(t, "POST", tc.path, tc.body, &p); st != 422 || p.Code != "sandbox_unavailable" {
+		if st := s.DoJSON(t, "POST", tc.path, tc.body, &p); st != 422 || p.Code != "sandbox_unavailable" {
 			t.Errorf("POST %s %v = %d %+v, want 422 sandbox_unavailable", tc.path, tc.body, st, p)
 		}
 	}
@@ -450,7 +452,7 @@ func TestAgentFullLoopSandboxed(t *testing.T) {
 		t.Fatal(err)
 	}
 	hookLog := filepath.Join(outside, "hooks.log")
-	writeJSON(t, filepath.Join(home, "hooks", "claude-code.json"), map[string]any{"hooks": map[string]any{
+	apitest.WriteJSON(t, filepath.Join(home, "hooks", "claude-code.json"), map[string]any{"hooks": map[string]any{
 		"PreToolUse":  []any{map[string]any{"matcher": "Bash", "hooks": []any{map[string]any{"type": "command", "command": "echo pre >> " + hookLog}}}},
 		"PostToolUse": []any{map[string]any{"matcher": "Bash", "hooks": []any{map[string]any{"type": "command", "command": "echo post >> " + hookLog}}}},
 	}})
@@ -474,7 +476,7 @@ func TestAgentFullLoopSandboxed(t *testing.T) {
 	}()
 
 	var root sandboxAgent
-	if st := s.doJSON(t, "POST", "/agents", map[string]any{"cwd": ws}, &root); st != 201 {
+	if st := s.DoJSON(t, "POST", "/agents", map[string]any{"cwd": ws}, &root); st != 201 {
 		t.Fatalf("create agent = %d", st)
 	}
 	want := sandboxPolicy{"workspace-write", "off"}
@@ -528,7 +530,7 @@ func TestAgentFullLoopSandboxed(t *testing.T) {
 		t.Fatalf("background call gave no job: %+v", r)
 	}
 	var bg sandboxJob
-	s.doJSON(t, "GET", "/jobs/"+r.JobID+"?waitMs=10000", nil, &bg)
+	s.DoJSON(t, "GET", "/jobs/"+r.JobID+"?waitMs=10000", nil, &bg)
 	if bg.Sandbox == nil || *bg.Sandbox != want || !strings.Contains(bg.Stdout.Text, "refused") {
 		t.Errorf("background job = %+v", bg)
 	}
@@ -540,15 +542,15 @@ func TestAgentFullLoopSandboxed(t *testing.T) {
 	s.stop(t)
 	s = startServer(t, withHome(home), withEnv("DSH_STALE=stale-again"), config)
 	var resumed sandboxAgent
-	if st := s.doJSON(t, "POST", "/agents/"+root.ID+"/resume", nil, &resumed); st != 200 || resumed.Sandbox == nil || *resumed.Sandbox != want {
+	if st := s.DoJSON(t, "POST", "/agents/"+root.ID+"/resume", nil, &resumed); st != 200 || resumed.Sandbox == nil || *resumed.Sandbox != want {
 		t.Fatalf("resume = %d %+v", st, resumed)
 	}
 	checkFacts("after resume", root.ID)
 	var fork, child sandboxAgent
-	if st := s.doJSON(t, "POST", "/agents/"+root.ID+"/fork", map[string]any{}, &fork); st != 201 || fork.Sandbox == nil || *fork.Sandbox != want {
+	if st := s.DoJSON(t, "POST", "/agents/"+root.ID+"/fork", map[string]any{}, &fork); st != 201 || fork.Sandbox == nil || *fork.Sandbox != want {
 		t.Fatalf("fork = %d %+v", st, fork)
 	}
-	if st := s.doJSON(t, "POST", "/agents/"+root.ID+"/spawn", map[string]any{}, &child); st != 201 || child.Sandbox == nil || *child.Sandbox != want {
+	if st := s.DoJSON(t, "POST", "/agents/"+root.ID+"/spawn", map[string]any{}, &child); st != 201 || child.Sandbox == nil || *child.Sandbox != want {
 		t.Fatalf("spawn = %d %+v", st, child)
 	}
 	checkFacts("fork", fork.ID)
@@ -572,7 +574,7 @@ func TestAgentFullLoopSandboxed(t *testing.T) {
 			Data json.RawMessage `json:"data"`
 		} `json:"events"`
 	}
-	resp := s.doWith(t, "GET", "/agents/"+root.ID+"/transcript", nil, map[string]string{"Accept": "application/json", "Authorization": "Bearer " + s.Token})
+	resp := s.DoWith(t, "GET", "/agents/"+root.ID+"/transcript", nil, map[string]string{"Accept": "application/json", "Authorization": "Bearer " + s.Token})
 	decode(t, resp, &tr)
 	counts := map[string]int{}
 	for _, e := range tr.Events {

@@ -6,11 +6,9 @@ package tests
 import (
 	"bufio"
 	"bytes"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/dshd/dshd/internal/apitest"
 )
 
 // serverBinary is the dshd binary built once by TestMain; bareBinary, built
@@ -64,9 +64,8 @@ func buildAndRun(m *testing.M) int {
 
 // testServer is one running dshd process.
 type testServer struct {
-	URL   string // http://127.0.0.1:port
-	Token string
-	Home  string
+	apitest.Client // URL and token; Do, DoJSON, SendRaw, …
+	Home           string
 
 	cmd    *exec.Cmd
 	stderr *syncBuffer
@@ -221,58 +220,6 @@ func (s *testServer) stop(t testing.TB) {
 	}
 }
 
-// do sends an authenticated request with body marshalled as JSON (nil: none).
-func (s *testServer) do(t testing.TB, method, path string, body any) *http.Response {
-	t.Helper()
-	return s.doWith(t, method, path, body, map[string]string{"Authorization": "Bearer " + s.Token})
-}
-
-// doWith sends a request with exactly the given headers.
-func (s *testServer) doWith(t testing.TB, method, path string, body any, headers map[string]string) *http.Response {
-	t.Helper()
-	var r io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r = bytes.NewReader(b)
-	}
-	req, err := http.NewRequest(method, s.URL+path, r)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	for k, v := range headers {
-		req.Header.Set(k, v)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
-	}
-	return resp
-}
-
-// doJSON sends an authenticated request, decodes a JSON answer into out
-// (unless nil) and returns the status.
-func (s *testServer) doJSON(t testing.TB, method, path string, body, out any) int {
-	t.Helper()
-	resp := s.do(t, method, path, body)
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if out != nil && len(data) > 0 {
-		if err := json.Unmarshal(data, out); err != nil {
-			t.Fatalf("%s %s: decode %q: %v", method, path, data, err)
-		}
-	}
-	return resp.StatusCode
-}
-
 // syncBuffer is a bytes.Buffer safe for one writer and concurrent readers.
 type syncBuffer struct {
 	mu  sync.Mutex
@@ -292,33 +239,4 @@ func (b *syncBuffer) String() string {
 }
 
 // problem is the part of a problem+json body these tests read.
-type problem struct {
-	Status int    `json:"status"`
-	Code   string `json:"code"`
-	Detail string `json:"detail"`
-}
-
-// sendRaw sends body exactly as given, with the token, and returns the
-// status, the Content-Type and the body of the answer.
-func (s *testServer) sendRaw(t *testing.T, method, path string, body []byte, headers map[string]string) (int, string, []byte) {
-	t.Helper()
-	req, err := http.NewRequest(method, s.URL+path, bytes.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+s.Token)
-	req.Header.Set("Content-Type", "application/json")
-	for k, v := range headers {
-		req.Header.Set(k, v)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, resp.Header.Get("Content-Type"), b
-}
+type problem = apitest.Problem

@@ -19,6 +19,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/dshd/dshd/internal/apitest"
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers"
@@ -59,7 +60,7 @@ func TestEveryOperationDeclaresWhatAuthAnswers(t *testing.T) {
 			n++
 			open := op.Security != nil && len(*op.Security) == 0
 			url := pathParam.ReplaceAllString(p, "x")
-			resp := s.doWith(t, method, url, nil, map[string]string{})
+			resp := s.DoWith(t, method, url, nil, map[string]string{})
 			_, _ = io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
 			got := resp.StatusCode
@@ -152,7 +153,7 @@ func (c *conformingClient) RoundTrip(req *http.Request) (*http.Response, error) 
 // through a client that checks each answer against the contract.
 func TestResponsesConformToContract(t *testing.T) {
 	home := filepath.Join(t.TempDir(), "home")
-	writeJSON(t, filepath.Join(home, "hooks", "claude-code.json"), map[string]any{"hooks": map[string]any{
+	apitest.WriteJSON(t, filepath.Join(home, "hooks", "claude-code.json"), map[string]any{"hooks": map[string]any{
 		"SessionStart": []any{map[string]any{"hooks": []any{map[string]any{"type": "command", "command": `echo '{"hookSpecificOutput":{"additionalContext":"ctx"}}'`}}}},
 		"PreToolUse":   []any{map[string]any{"matcher": "Bash", "hooks": []any{map[string]any{"type": "command", "command": `echo '{"systemMessage":"careful"}'`}}}},
 	}})
@@ -478,7 +479,7 @@ func TestOutputEventsMatchContract(t *testing.T) {
 	// stdout: text, then (after stderr's binary) a last byte that starts a
 	// two-byte character the job never finishes.
 	cmd := `printf 'h\303\251llo\n'; sleep 0.2; printf '\377\000bin' >&2; sleep 0.2; printf 'end \303'`
-	if st := s.doJSON(t, "POST", "/exec", map[string]any{"command": cmd, "background": true}, &job); st != 202 {
+	if st := s.DoJSON(t, "POST", "/exec", map[string]any{"command": cmd, "background": true}, &job); st != 202 {
 		t.Fatalf("POST /exec = %d", st)
 	}
 	cc := newConformingClient(t, s.URL)

@@ -157,17 +157,17 @@ func (f *fuzzer) operations() []operation {
 func (f *fuzzer) seedState() {
 	t := f.t
 	var a struct{ ID string }
-	if st := f.s.doJSON(t, "POST", "/agents", map[string]any{"cwd": f.dir}, &a); st != 201 {
+	if st := f.s.DoJSON(t, "POST", "/agents", map[string]any{"cwd": f.dir}, &a); st != 201 {
 		t.Fatalf("create agent = %d", st)
 	}
 	f.remember("agent", a.ID)
 	var j struct{ ID string }
-	if st := f.s.doJSON(t, "POST", "/exec", map[string]any{"command": "echo seed", "cwd": f.dir}, &j); st != 200 {
+	if st := f.s.DoJSON(t, "POST", "/exec", map[string]any{"command": "echo seed", "cwd": f.dir}, &j); st != 200 {
 		t.Fatalf("exec = %d", st)
 	}
 	f.remember("job", j.ID)
 	var p struct{ ID string }
-	if st := f.s.doJSON(t, "POST", "/plugins", map[string]any{"name": "fuzz"}, &p); st != 201 {
+	if st := f.s.DoJSON(t, "POST", "/plugins", map[string]any{"name": "fuzz"}, &p); st != 201 {
 		t.Fatalf("open plugin = %d", st)
 	}
 	f.remember("plugin", p.ID)
@@ -176,7 +176,7 @@ func (f *fuzzer) seedState() {
 		Name        string          `json:"name"`
 		InputSchema json.RawMessage `json:"input_schema"`
 	}
-	if st := f.s.doJSON(t, "GET", "/tools?format=anthropic", nil, &defs); st != 200 || len(defs) == 0 {
+	if st := f.s.DoJSON(t, "GET", "/tools?format=anthropic", nil, &defs); st != 200 || len(defs) == 0 {
 		t.Fatalf("GET /tools = %d with %d tools", st, len(defs))
 	}
 	for _, d := range defs {

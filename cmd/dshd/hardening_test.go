@@ -16,7 +16,7 @@ import (
 func TestJSONBodyIsExactlyOneValidValue(t *testing.T) {
 	s := startServer(t)
 	var agent struct{ ID string }
-	if st := s.doJSON(t, "POST", "/agents", nil, &agent); st != 201 {
+	if st := s.DoJSON(t, "POST", "/agents", nil, &agent); st != 201 {
 		t.Fatalf("create agent = %d", st)
 	}
 	tests := []struct {
@@ -36,7 +36,7 @@ func TestJSONBodyIsExactlyOneValidValue(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			st, ct, body := s.sendRaw(t, "POST", tt.path, []byte(tt.body), nil)
+			st, ct, body := s.SendRaw(t, "POST", tt.path, []byte(tt.body), nil)
 			var p problem
 			if err := json.Unmarshal(body, &p); err != nil {
 				t.Fatalf("body %q: %v", body, err)
@@ -48,11 +48,11 @@ func TestJSONBodyIsExactlyOneValidValue(t *testing.T) {
 		})
 	}
 	var jobs []job
-	if st := s.doJSON(t, "GET", "/jobs", nil, &jobs); st != 200 || len(jobs) != 0 {
+	if st := s.DoJSON(t, "GET", "/jobs", nil, &jobs); st != 200 || len(jobs) != 0 {
 		t.Errorf("GET /jobs = %d with %d jobs, want none: a refused body ran %+v", st, len(jobs), jobs)
 	}
 	var contributors []struct{ Name string }
-	s.doJSON(t, "GET", "/contributors", nil, &contributors)
+	s.DoJSON(t, "GET", "/contributors", nil, &contributors)
 	for _, c := range contributors {
 		if c.Name == "a.b" || c.Name == "c.d" {
 			t.Errorf("contributor %s was registered from a refused body", c.Name)
@@ -60,7 +60,7 @@ func TestJSONBodyIsExactlyOneValidValue(t *testing.T) {
 	}
 
 	// What is valid stays valid: a surrogate pair, whitespace after the value.
-	st, _, body := s.sendRaw(t, "POST", "/exec", []byte("{\"command\":\"printf '%s' \\ud83d\\ude00\"} \r\n\t"), nil)
+	st, _, body := s.SendRaw(t, "POST", "/exec", []byte("{\"command\":\"printf '%s' \\ud83d\\ude00\"} \r\n\t"), nil)
 	var j job
 	if err := json.Unmarshal(body, &j); err != nil || st != 200 || j.Stdout.Text != "\U0001F600" {
 		t.Errorf("valid body = %d %q (%v), want 200 printing U+1F600", st, body, err)
@@ -124,7 +124,7 @@ func TestHostHeader(t *testing.T) {
 		t.Errorf("HTTP/1.0 request without Host = %d %s, want 421", resp.StatusCode, body)
 	}
 	var jobs []job
-	if s.doJSON(t, "GET", "/jobs", nil, &jobs); len(jobs) != 0 {
+	if s.DoJSON(t, "GET", "/jobs", nil, &jobs); len(jobs) != 0 {
 		t.Errorf("a request with a foreign Host ran %d jobs", len(jobs))
 	}
 }
@@ -134,7 +134,7 @@ func TestHostHeader(t *testing.T) {
 func TestUIHeaders(t *testing.T) {
 	s := startServer(t)
 	for _, path := range []string{"/ui/", "/ui/app.js", "/ui/style.css"} {
-		resp := s.doWith(t, "GET", path, nil, nil)
+		resp := s.DoWith(t, "GET", path, nil, nil)
 		resp.Body.Close()
 		h := resp.Header
 		if resp.StatusCode != 200 {
@@ -148,7 +148,7 @@ func TestUIHeaders(t *testing.T) {
 		}
 	}
 	for _, path := range []string{"/ui/nope.js", "/ui/nope/", "/ui/../openapi.yaml.x"} {
-		resp := s.doWith(t, "GET", path, nil, nil)
+		resp := s.DoWith(t, "GET", path, nil, nil)
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		var p problem

@@ -2,8 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
-	"encoding/json"
 	"errors"
 	"io"
 	"net"
@@ -13,6 +11,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/dshd/dshd/internal/apitest"
 )
 
 // testServer is the server run() serves in-process (startRun), for the
@@ -22,7 +22,7 @@ import (
 // framing, UI headers, slow clients). They lived in tests/, which starts the binary for
 // each test.
 type testServer struct {
-	URL, Token string
+	apitest.Client
 	*runningServer
 }
 
@@ -57,106 +57,7 @@ func startServer(t *testing.T, opts ...serverOption) *testServer {
 		args = append(args, "--config", p)
 	}
 	s := startRun(t, args, nil)
-	return &testServer{URL: s.url, Token: s.token, runningServer: s}
-}
-
-// do sends an authenticated request with body as JSON (unless nil).
-func (s *testServer) do(t testing.TB, method, path string, body any) *http.Response {
-	t.Helper()
-	return s.doWith(t, method, path, body, map[string]string{"Authorization": "Bearer " + s.Token})
-}
-
-// doWith sends a request with exactly the given headers.
-func (s *testServer) doWith(t testing.TB, method, path string, body any, headers map[string]string) *http.Response {
-	t.Helper()
-	var r io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r = bytes.NewReader(b)
-	}
-	req, err := http.NewRequest(method, s.URL+path, r)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	for k, v := range headers {
-		req.Header.Set(k, v)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
-	}
-	return resp
-}
-
-// doJSON sends an authenticated request, decodes a JSON answer into out
-// (unless nil) and returns the status.
-func (s *testServer) doJSON(t testing.TB, method, path string, body, out any) int {
-	t.Helper()
-	resp := s.do(t, method, path, body)
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if out != nil && len(data) > 0 {
-		if err := json.Unmarshal(data, out); err != nil {
-			t.Fatalf("%s %s: decode %q: %v", method, path, data, err)
-		}
-	}
-	return resp.StatusCode
-}
-
-// writeJSON writes v as JSON to path, making its directory.
-func writeJSON(t *testing.T, path string, v any) {
-	t.Helper()
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// problem is the part of a problem+json body these tests read.
-type problem struct {
-	Status int    `json:"status"`
-	Code   string `json:"code"`
-	Detail string `json:"detail"`
-}
-
-// sendRaw sends body exactly as given, with the token, and returns the
-// status, the Content-Type and the body of the answer.
-func (s *testServer) sendRaw(t *testing.T, method, path string, body []byte, headers map[string]string) (int, string, []byte) {
-	t.Helper()
-	req, err := http.NewRequest(method, s.URL+path, bytes.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+s.Token)
-	req.Header.Set("Content-Type", "application/json")
-	for k, v := range headers {
-		req.Header.Set(k, v)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, resp.Header.Get("Content-Type"), b
+	return &testServer{Client: apitest.Client{URL: s.url, Token: s.token}, runningServer: s}
 }
 
 // job is the part of a job these tests read.
@@ -206,3 +107,6 @@ func readAnswer(t *testing.T, c net.Conn, limit time.Duration) (resp *http.Respo
 	_, err = br.ReadByte()
 	return resp, string(b), errors.Is(err, io.EOF)
 }
+
+// problem is the part of a problem+json body these tests read.
+type problem = apitest.Problem

@@ -91,7 +91,7 @@ func TestSlowClientsAreCutOff(t *testing.T) {
 	})
 
 	var jobs []job
-	s.doJSON(t, "GET", "/jobs", nil, &jobs)
+	s.DoJSON(t, "GET", "/jobs", nil, &jobs)
 	if len(jobs) != 0 {
 		t.Errorf("%d jobs ran from bodies that never arrived", len(jobs))
 	}
@@ -104,16 +104,16 @@ func TestLongResponsesOutliveReadDeadlines(t *testing.T) {
 	s := startServer(t, withConfig(slowConfig))
 
 	var sse, poll, big job
-	s.doJSON(t, "POST", "/exec", map[string]any{"command": "for i in 1 2 3 4 5 6; do echo tick $i; sleep 0.3; done", "background": true}, &sse)
-	s.doJSON(t, "POST", "/exec", map[string]any{"command": "sleep 2", "background": true}, &poll)
-	s.doJSON(t, "POST", "/exec", map[string]any{"command": "head -c 8000000 /dev/zero"}, &big)
+	s.DoJSON(t, "POST", "/exec", map[string]any{"command": "for i in 1 2 3 4 5 6; do echo tick $i; sleep 0.3; done", "background": true}, &sse)
+	s.DoJSON(t, "POST", "/exec", map[string]any{"command": "sleep 2", "background": true}, &poll)
+	s.DoJSON(t, "POST", "/exec", map[string]any{"command": "head -c 8000000 /dev/zero"}, &big)
 	if sse.ID == "" || poll.ID == "" || big.State != "exited" {
 		t.Fatalf("jobs not started: %+v %+v %+v", sse, poll, big)
 	}
 
 	done := make(chan string, 3)
 	go func() {
-		resp := s.doWith(t, "GET", "/jobs/"+sse.ID+"/output", nil, map[string]string{"Authorization": "Bearer " + s.Token})
+		resp := s.DoWith(t, "GET", "/jobs/"+sse.ID+"/output", nil, map[string]string{"Authorization": "Bearer " + s.Token})
 		defer resp.Body.Close()
 		body, err := io.ReadAll(resp.Body)
 		if err != nil {
@@ -129,14 +129,14 @@ func TestLongResponsesOutliveReadDeadlines(t *testing.T) {
 	}()
 	go func() {
 		var j job
-		if st := s.doJSON(t, "GET", "/jobs/"+poll.ID+"?waitMs=10000", nil, &j); st != 200 || j.State != "exited" {
+		if st := s.DoJSON(t, "GET", "/jobs/"+poll.ID+"?waitMs=10000", nil, &j); st != 200 || j.State != "exited" {
 			done <- "long-poll answered " + strconv.Itoa(st) + " " + j.State + ", want 200 exited"
 			return
 		}
 		done <- ""
 	}()
 	go func() {
-		resp := s.do(t, "GET", "/jobs/"+big.ID+"/output?stream=stdout", nil)
+		resp := s.Do(t, "GET", "/jobs/"+big.ID+"/output?stream=stdout", nil)
 		defer resp.Body.Close()
 		var n int
 		buf := make([]byte, 1<<20)
