@@ -81,23 +81,73 @@ type Applier interface {
 	Apply(c shellenv.Change)
 }
 
+// registryStall is how long the registry watch may stay behind the
+// bucket without delivering anything before it is started again. An
+// ordered consumer lives on one NATS node; when that node dies, the
+// client notices only after missed idle heartbeats, which took longer
+// than a replica should go without the registry's changes.
+const registryStall = 3 * time.Second
+
 // FollowRegistry watches the registry bucket until ctx ends: the current
 // records go to reg.Load once, then every later change to reg.Apply, in
 // bucket order. The watch is an ordered consumer, which resumes where it
-// stopped after a lost connection. It returns an error only when the
-// watch cannot start.
+// stopped after a lost connection; when it stays behind the bucket for
+// registryStall without delivering (its consumer was on a NATS node that
+// died), a new watch resumes from the next revision. It returns an error
+// only when the watch cannot start.
 func (n *Node) FollowRegistry(ctx context.Context, reg Applier) error {
 	w, err := n.registry.WatchAll(ctx)
 	if err != nil {
 		return fmt.Errorf("cluster: watch registry: %w", err)
 	}
-	go func() {
-		defer w.Stop()
-		var initial []shellenv.Change
-		index := map[string]int{}
-		var rev uint64
-		loaded := false
-		for e := range w.Updates() {
+	go n.followRegistry(ctx, reg, w)
+	return nil
+}
+
+// followRegistry feeds reg from w, and from the watches that replace it.
+func (n *Node) followRegistry(ctx context.Context, reg Applier, w jetstream.KeyWatcher) {
+	defer func() { w.Stop() }()
+	var (
+		initial []shellenv.Change
+		index   = map[string]int{}
+		rev     uint64 // the last revision given to reg
+		loaded  bool
+		behind  time.Time // since when the bucket is ahead of rev with no delivery
+	)
+	check := time.NewTicker(time.Second)
+	defer check.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-check.C:
+			if !loaded {
+				continue
+			}
+			if !n.registryBehind(ctx, rev) {
+				behind = time.Time{}
+				continue
+			}
+			if behind.IsZero() {
+				behind = time.Now()
+				continue
+			}
+			if time.Since(behind) < registryStall {
+				continue
+			}
+			nw, err := n.registry.WatchAll(ctx, jetstream.ResumeFromRevision(rev+1))
+			if err != nil {
+				n.logger.Warn("registry watch behind the bucket and not restarted", "revision", rev, "err", err)
+				behind = time.Now()
+				continue
+			}
+			n.logger.Warn("registry watch stalled behind the bucket; watching again from the next revision", "revision", rev)
+			w.Stop()
+			w, behind = nw, time.Time{}
+		case e, ok := <-w.Updates():
+			if !ok {
+				return
+			}
 			if e == nil {
 				if !loaded {
 					reg.Load(initial, rev)
@@ -105,12 +155,17 @@ func (n *Node) FollowRegistry(ctx context.Context, reg Applier) error {
 				}
 				continue
 			}
+			if loaded && e.Revision() <= rev {
+				continue // delivered again by a restarted watch
+			}
+			behind = time.Time{}
 			c := shellenv.Change{Key: e.Key(), Revision: e.Revision(), Deleted: e.Operation() != jetstream.KeyValuePut}
 			if !c.Deleted {
 				c.Value = e.Value()
 			}
 			if loaded {
 				reg.Apply(c)
+				rev = c.Revision
 				continue
 			}
 			// Before the first snapshot, a key may come twice (a change
@@ -122,6 +177,15 @@ func (n *Node) FollowRegistry(ctx context.Context, reg Applier) error {
 			initial = append(initial, c)
 			rev = c.Revision
 		}
-	}()
-	return nil
+	}
+}
+
+// registryBehind reports whether the bucket holds a record after rev. An
+// error (NATS unreachable) counts as not behind: a new watch could not
+// start either.
+func (n *Node) registryBehind(ctx context.Context, rev uint64) bool {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	last, err := n.RegistryStore().Last(ctx)
+	return err == nil && last > rev
 }
