@@ -418,11 +418,13 @@ func TestClusterJobRouting(t *testing.T) {
 	}
 }
 
-// TestClusterAgents: an agent's id names the replica that holds it and its
-// transcript; tool calls, /exec, fork and spawn sent to any replica run
-// there (one hop), so the agent created on replica 0 and called through 1
-// and 2 has one gap-free transcript, the same bytes from every replica.
-// When that replica is gone, the agent answers 503 agent_home_unavailable.
+// TestClusterAgents: an agent's id names its home replica; tool calls,
+// /exec, fork and spawn sent to any replica run there (one hop), so the
+// agent created on replica 0 and called through 1 and 2 has one gap-free
+// transcript, the same bytes from every replica. Agents and transcripts are
+// in the shared store: when the home is gone, calls answer 503
+// agent_home_unavailable, and the agent, its lineage and its transcript are
+// still read, unchanged, through the others.
 func TestClusterAgents(t *testing.T) {
 	_, rs := startCluster(t)
 	for i, s := range rs {
@@ -485,7 +487,7 @@ func TestClusterAgents(t *testing.T) {
 			t.Fatalf("transcript through replica %d differs from replica 0's", i)
 		}
 	}
-	if n := checkTranscript(t, rs[0], a.ID); n < 2*3*3 {
+	if n := checkTranscriptBytes(t, first); n < 2*3*3 {
 		t.Fatalf("transcript has %d events, want at least %d (a call and a result per tool call)", n, 2*3*3)
 	}
 
@@ -505,6 +507,29 @@ func TestClusterAgents(t *testing.T) {
 	var p problem
 	if st := rs[2].DoJSON(t, "POST", "/exec", map[string]any{"command": "echo must not run", "agentId": a.ID}, &p); st != 503 || p.Code != "agent_home_unavailable" {
 		t.Fatalf("/exec for an agent whose replica died: %d %+v", st, p)
+	}
+	for i, s := range rs[1:] {
+		resp := s.Do(t, "GET", "/agents/"+a.ID+"/transcript", nil)
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != 200 || !bytes.Equal(b, first) {
+			t.Fatalf("transcript through replica %d with the home dead: %d %v, same bytes as before: %t", i+1, resp.StatusCode, err, bytes.Equal(b, first))
+		}
+		var got agent
+		if st := s.DoJSON(t, "GET", "/agents/"+child.ID, nil, &got); st != 200 || got.ParentID == nil || *got.ParentID != a.ID || got.RootID != a.ID || got.Depth != 1 {
+			t.Fatalf("spawned child through replica %d with the home dead: %d %+v", i+1, st, got)
+		}
+		var all []agent
+		if st := s.DoJSON(t, "GET", "/agents", nil, &all); st != 200 {
+			t.Fatalf("list agents through replica %d: %d", i+1, st)
+		}
+		listed := map[string]bool{}
+		for _, x := range all {
+			listed[x.ID] = true
+		}
+		if !listed[a.ID] || !listed[fork.ID] || !listed[child.ID] {
+			t.Fatalf("replica %d lists %v, want %s, %s and %s among them", i+1, all, a.ID, fork.ID, child.ID)
+		}
 	}
 	var list []job
 	for i, s := range rs[1:] {

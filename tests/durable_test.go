@@ -473,6 +473,12 @@ func checkTranscript(t *testing.T, s *testServer, agentID string) int {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return checkTranscriptBytes(t, b)
+}
+
+// checkTranscriptBytes is checkTranscript for a transcript read otherwise.
+func checkTranscriptBytes(t *testing.T, b []byte) int {
+	t.Helper()
 	if len(b) == 0 || b[len(b)-1] != '\n' {
 		t.Fatalf("transcript does not end with a whole line: %q", b[max(0, len(b)-80):])
 	}

@@ -386,13 +386,22 @@ func newServices(ctx context.Context, cfg config, home, token, tokenPath string,
 	}()
 	var sessions *agents.Store
 	var newAgentID func() string // the default
+	var journal agents.Journal   // none: transcripts are files in home
+	var replica string
 	if cfg.Cluster != nil {
-		// Agent ids name this replica, which holds their transcripts, so
-		// any replica routes an agent's requests here.
-		src, prefix := ids.NewSource(nil), status.AgentIDPrefix(cfg.Cluster.ReplicaID)
+		// Agent ids name this replica, their home, where their commands
+		// run, so any replica routes an agent's calls here. Headers and
+		// transcripts are in the cluster's shared store.
+		replica = cfg.Cluster.ReplicaID
+		src, prefix := ids.NewSource(nil), status.AgentIDPrefix(replica)
 		newAgentID = func() string { return src.New(prefix) }
+		if journal, err = node.Journal(ctx); err != nil {
+			return nil, err
+		}
 	}
 	sessions, err = agents.Open(ctx, agents.Options{
+		Journal:    journal,
+		Home:       replica,
 		NewID:      newAgentID,
 		Dir:        filepath.Join(home, "sessions"),
 		DefaultCwd: cwd,

@@ -180,6 +180,15 @@ type Options struct {
 	Registerer prometheus.Registerer
 	// Sync is the durability of appended events; "" means SyncCommit.
 	Sync SyncPolicy
+	// Journal, when set, holds the agents instead of Dir (cluster mode):
+	// Dir is not read or written, Sync does not apply (the journal
+	// acknowledges a line once it is stored), and agents created on other
+	// replicas are found in it.
+	Journal Journal
+	// Home is this replica's id, recorded in the header of every agent
+	// created here; required with Journal. Open recovers the interrupted
+	// tool calls of the agents whose home it is.
+	Home string
 }
 
 // SyncPolicy says when appended events are made durable.

@@ -3,6 +3,7 @@ package agents
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -224,7 +225,10 @@ func (s *Store) closeInterrupted(e *entry) {
 	pending := e.pending
 	e.pending = nil
 	for _, id := range pending {
-		if _, err := s.append(e, EventToolResult, interruptedResult{CallID: id, IsError: true, Text: InterruptedText, Interrupted: true}); err != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), journalTimeout)
+		_, err := s.append(ctx, e, EventToolResult, interruptedResult{CallID: id, IsError: true, Text: InterruptedText, Interrupted: true})
+		cancel()
+		if err != nil {
 			s.log.Warn("record interrupted tool call", "agent_id", e.agent.ID, "call_id", id, "err", err)
 			return
 		}

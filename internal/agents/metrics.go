@@ -12,6 +12,7 @@ type metrics struct {
 	tornLines    prometheus.Counter
 	invalidFiles prometheus.Counter
 	created      *prometheus.CounterVec
+	conflicts    prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -28,11 +29,16 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "dshd_agents_created_total",
 			Help: "Agents created, by origin (root, fork, spawn).",
 		}, []string{"origin"}),
+		conflicts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "dshd_transcript_append_conflicts_total",
+			Help: "Transcript appends (cluster mode) that found another line after the one they expected and tried again.",
+		}),
 	}
 	if reg != nil {
 		m.tornLines = register(reg, m.tornLines)
 		m.invalidFiles = register(reg, m.invalidFiles)
 		m.created = register(reg, m.created)
+		m.conflicts = register(reg, m.conflicts)
 	}
 	return m
 }

@@ -48,6 +48,10 @@ type Store struct {
 	syncFile func(f *os.File) error
 	// syncAppends: Append waits for an fsync (SyncCommit).
 	syncAppends bool
+	// journal, when not nil, holds the agents instead of dir (see
+	// Journal); home is this replica's id.
+	journal Journal
+	home    string
 
 	mu       sync.RWMutex
 	agents   map[string]*entry
@@ -69,6 +73,11 @@ type entry struct {
 	syncing  chan struct{} // non-nil while a leader fsyncs; closed when it ends
 	syncUpTo int64         // size the running fsync covers
 	syncErr  error         // outcome of the last fsync, for its followers
+
+	// With a journal: the version of the last line, and whether version
+	// and lastSeq are known (false until read, and after a conflict).
+	version uint64
+	synced  bool
 }
 
 // header is the first line of a transcript.
@@ -117,6 +126,8 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		metrics:     newMetrics(opts.Registerer),
 		syncFile:    (*os.File).Sync,
 		syncAppends: opts.Sync != SyncNone,
+		journal:     opts.Journal,
+		home:        opts.Home,
 		agents:      make(map[string]*entry),
 		reserved:    make(map[string]struct{}),
 	}
@@ -137,6 +148,15 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		if s.defaultCwd, err = os.Getwd(); err != nil {
 			return nil, fmt.Errorf("open agent store: default cwd: %w", err)
 		}
+	}
+	if s.journal != nil {
+		if s.home == "" {
+			return nil, errors.New("open agent store: Home is required with a Journal")
+		}
+		if err := s.openJournal(ctx); err != nil {
+			return nil, err
+		}
+		return s, nil
 	}
 	if err := os.MkdirAll(dir, dirMode); err != nil {
 		return nil, fmt.Errorf("open agent store: %w", err)
@@ -240,7 +260,7 @@ func (s *Store) Create(ctx context.Context, cwd string, b Bounds) (Agent, error)
 		return Agent{}, fmt.Errorf("create agent: %w", err)
 	}
 	a := Agent{Cwd: cwd, Origin: OriginRoot, Sandbox: b.Sandbox, Limits: b.Limits}
-	return s.create(a, nil)
+	return s.create(ctx, a, nil)
 }
 
 func checkCwd(cwd string) (string, error) {
@@ -263,7 +283,7 @@ func checkCwd(cwd string) (string, error) {
 
 // create assigns a to a new id, writes its header followed by events (raw,
 // newline-terminated lines whose last seq is lastSeq) and indexes it.
-func (s *Store) create(a Agent, events [][]byte) (Agent, error) {
+func (s *Store) create(ctx context.Context, a Agent, events [][]byte) (Agent, error) {
 	// Reserve the id under the lock, but write and fsync without it, so a
 	// slow disk does not stall lookups and appends of other agents.
 	s.mu.Lock()
@@ -304,6 +324,9 @@ func (s *Store) create(a Agent, events [][]byte) (Agent, error) {
 	}
 	if a.ParentID != "" {
 		h.ParentID = &a.ParentID
+	}
+	if s.journal != nil {
+		return s.createJournal(ctx, a, h, events)
 	}
 	line, err := json.Marshal(h)
 	if err != nil {
@@ -362,7 +385,7 @@ func (s *Store) Get(ctx context.Context, id string) (Agent, error) {
 	if err := ctx.Err(); err != nil {
 		return Agent{}, err
 	}
-	e, err := s.lookup(id)
+	e, err := s.find(ctx, id)
 	if err != nil {
 		return Agent{}, err
 	}
@@ -374,6 +397,9 @@ func (s *Store) Get(ctx context.Context, id string) (Agent, error) {
 func (s *Store) List(ctx context.Context) ([]Agent, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
+	}
+	if s.journal != nil {
+		return s.listJournal(ctx)
 	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -396,14 +422,14 @@ func (s *Store) Resume(ctx context.Context, id string) (Agent, error) {
 	if err := ctx.Err(); err != nil {
 		return Agent{}, err
 	}
-	e, err := s.lookup(id)
-	if errors.Is(err, ErrNotFound) {
+	e, err := s.find(ctx, id)
+	if errors.Is(err, ErrNotFound) && s.journal == nil {
 		e, err = s.reload(id)
 	}
 	if err != nil {
 		return Agent{}, fmt.Errorf("resume: %w", err)
 	}
-	if _, err := s.append(e, EventSessionResume, struct{}{}); err != nil {
+	if _, err := s.append(ctx, e, EventSessionResume, struct{}{}); err != nil {
 		return Agent{}, fmt.Errorf("resume %s: %w", id, err)
 	}
 	s.log.Debug("agent resumed", "agent_id", id)
@@ -461,20 +487,18 @@ func (s *Store) Fork(ctx context.Context, id string, boundary *int64, b Bounds) 
 	if err := ctx.Err(); err != nil {
 		return Agent{}, err
 	}
-	e, err := s.lookup(id)
+	e, err := s.find(ctx, id)
 	if err != nil {
 		return Agent{}, fmt.Errorf("fork: %w", err)
 	}
 	e.mu.Lock()
-	last := e.lastSeq
-	if boundary != nil && (*boundary < 0 || *boundary > last) {
-		e.mu.Unlock()
-		return Agent{}, fmt.Errorf("fork %s: %w: %d (last seq is %d)", id, ErrInvalidBoundary, *boundary, last)
-	}
-	data, err := s.readLocked(e)
+	data, last, err := s.contents(ctx, e)
 	e.mu.Unlock()
 	if err != nil {
 		return Agent{}, fmt.Errorf("fork %s: %w", id, err)
+	}
+	if boundary != nil && (*boundary < 0 || *boundary > last) {
+		return Agent{}, fmt.Errorf("fork %s: %w: %d (last seq is %d)", id, ErrInvalidBoundary, *boundary, last)
 	}
 	limit := last
 	if boundary != nil {
@@ -490,7 +514,7 @@ func (s *Store) Fork(ctx context.Context, id string, boundary *int64, b Bounds) 
 	}
 	p := e.agent
 	child := Agent{ParentID: p.ID, RootID: p.RootID, Cwd: p.Cwd, Origin: OriginFork, Depth: p.Depth, Sandbox: b.Sandbox, Limits: b.Limits}
-	a, err := s.create(child, events)
+	a, err := s.create(ctx, child, events)
 	if err != nil {
 		return Agent{}, fmt.Errorf("fork %s: %w", id, err)
 	}
@@ -508,7 +532,7 @@ func (s *Store) Spawn(ctx context.Context, id string, b Bounds) (Agent, error) {
 	if err := ctx.Err(); err != nil {
 		return Agent{}, err
 	}
-	e, err := s.lookup(id)
+	e, err := s.find(ctx, id)
 	if err != nil {
 		return Agent{}, fmt.Errorf("spawn: %w", err)
 	}
@@ -517,7 +541,7 @@ func (s *Store) Spawn(ctx context.Context, id string, b Bounds) (Agent, error) {
 		return Agent{}, fmt.Errorf("spawn from %s: %w: child depth %d, max %d", id, ErrDepthExceeded, p.Depth+1, s.maxDepth)
 	}
 	child := Agent{ParentID: p.ID, RootID: p.RootID, Cwd: p.Cwd, Origin: OriginSpawn, Depth: p.Depth + 1, Sandbox: b.Sandbox, Limits: b.Limits}
-	a, err := s.create(child, nil)
+	a, err := s.create(ctx, child, nil)
 	if err != nil {
 		return Agent{}, fmt.Errorf("spawn from %s: %w", id, err)
 	}
@@ -535,18 +559,18 @@ func (s *Store) Append(ctx context.Context, id, typ string, data any) (Event, er
 	if err := ctx.Err(); err != nil {
 		return Event{}, err
 	}
-	e, err := s.lookup(id)
+	e, err := s.find(ctx, id)
 	if err != nil {
 		return Event{}, fmt.Errorf("append: %w", err)
 	}
-	ev, err := s.append(e, typ, data)
+	ev, err := s.append(ctx, e, typ, data)
 	if err != nil {
 		return Event{}, fmt.Errorf("append to %s: %w", id, err)
 	}
 	return ev, nil
 }
 
-func (s *Store) append(e *entry, typ string, data any) (Event, error) {
+func (s *Store) append(ctx context.Context, e *entry, typ string, data any) (Event, error) {
 	if strings.TrimSpace(typ) == "" {
 		return Event{}, fmt.Errorf("%w: blank type", ErrInvalidEvent)
 	}
@@ -559,6 +583,16 @@ func (s *Store) append(e *entry, typ string, data any) (Event, error) {
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if s.journal != nil {
+		return s.appendJournal(ctx, e, func(seq int64) ([]byte, Event, error) {
+			ev := Event{Type: typ, Seq: seq, Time: s.now().UTC(), Data: raw}
+			line, err := json.Marshal(ev)
+			if err != nil {
+				return nil, Event{}, fmt.Errorf("%w: %w", ErrInvalidEvent, err)
+			}
+			return line, ev, nil
+		})
+	}
 	ev := Event{Type: typ, Seq: e.lastSeq + 1, Time: s.now().UTC(), Data: raw}
 	line, err := json.Marshal(ev)
 	if err != nil {
@@ -663,9 +697,18 @@ func (s *Store) Transcript(ctx context.Context, id string) ([]byte, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	e, err := s.lookup(id)
+	e, err := s.find(ctx, id)
 	if err != nil {
 		return nil, fmt.Errorf("transcript: %w", err)
+	}
+	if s.journal != nil {
+		// The journal orders lines itself: reading needs no lock, and
+		// does not wait for this replica's appends.
+		lines, _, err := s.journal.Read(ctx, id)
+		if err != nil {
+			return nil, fmt.Errorf("transcript %s: %w", id, err)
+		}
+		return joinLines(lines), nil
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()

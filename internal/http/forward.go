@@ -92,6 +92,16 @@ type errReader struct{ err error }
 
 func (e errReader) Read([]byte) (int, error) { return 0, e.err }
 
+// agentRead reports whether r reads an agent (GET /agents/{id} or its
+// transcript).
+func agentRead(r *http.Request) bool {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		return false
+	}
+	id := idFromPath(r.URL.Path, "/agents/")
+	return id != "" && (r.URL.Path == "/agents/"+id || r.URL.Path == "/agents/"+id+"/transcript")
+}
+
 // route says where r goes: nil when it is served here.
 func (s *Server) route(r *http.Request, router jobRouter) (*forwardTarget, error) {
 	var u *url.URL
@@ -101,6 +111,10 @@ func (s *Server) route(r *http.Request, router jobRouter) (*forwardTarget, error
 	case idFromPath(r.URL.Path, "/jobs/") != "":
 		unavailable = status.ErrOwnerUnavailable
 		u, err = router.JobOwner(idFromPath(r.URL.Path, "/jobs/"))
+	case agentRead(r):
+		// Agents and transcripts are in the cluster's shared store: any
+		// replica reads them, even while the agent's home is down.
+		return nil, nil
 	case idFromPath(r.URL.Path, "/agents/") != "":
 		unavailable = status.ErrAgentHomeUnavailable
 		u, err = router.AgentHome(idFromPath(r.URL.Path, "/agents/"))
@@ -129,10 +143,10 @@ func (s *Server) route(r *http.Request, router jobRouter) (*forwardTarget, error
 // newForwarder returns the middleware that sends every request for a job
 // another replica runs (/jobs/{id} and everything under it: state,
 // long-polls, SSE and raw output, stdin, cancel), and every request for an
-// agent another replica holds (/agents/{id} and everything under it: tool
-// calls, fork, spawn, resume, transcript; POST /exec naming the agent), to
-// that replica in one hop, streaming both ways and flushing as it writes.
-// A POST /exec with an Idempotency-Key and no agent goes to the replica
+// agent whose home is another replica (tool calls, fork, spawn, resume;
+// POST /exec naming the agent), to that replica in one hop, streaming both
+// ways and flushing as it writes. Reads of an agent and its transcript are
+// served where they land, from the shared store. A POST /exec with an Idempotency-Key and no agent goes to the replica
 // that claimed the key first in the cluster's shared store. It runs after
 // authentication (the owner checks the same token again) and before the
 // contract's validator (the owner validates). A job whose owner is not

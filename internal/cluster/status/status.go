@@ -87,3 +87,9 @@ func AgentOwner(id string) string {
 // ErrClaimUnavailable: an Idempotency-Key could not be claimed in the
 // cluster's shared store (NATS unreachable, no quorum). Nothing ran.
 var ErrClaimUnavailable = errors.New("cluster: the idempotency key could not be claimed in the shared store")
+
+// ErrAgentStoreUnavailable: the cluster's shared store of agents and
+// transcripts could not be read or written (NATS unreachable, no quorum).
+// An append that failed with it may still have been stored: read the
+// transcript before retrying.
+var ErrAgentStoreUnavailable = errors.New("cluster: the shared store of agents and transcripts could not be reached")

@@ -2070,6 +2070,9 @@ type R502 = Problem
 // R503AgentHome defines model for R503AgentHome.
 type R503AgentHome = Problem
 
+// R503AgentStore defines model for R503AgentStore.
+type R503AgentStore = Problem
+
 // R503Cluster defines model for R503Cluster.
 type R503Cluster = Problem
 
@@ -4352,6 +4355,8 @@ type R502ApplicationProblemPlusJSONResponse Problem
 
 type R503AgentHomeApplicationProblemPlusJSONResponse Problem
 
+type R503AgentStoreApplicationProblemPlusJSONResponse Problem
+
 type R503ClusterApplicationProblemPlusJSONResponse Problem
 
 type R503JobOwnerApplicationProblemPlusJSONResponse Problem
@@ -4409,6 +4414,22 @@ func (response ListAgents421ApplicationProblemPlusJSONResponse) VisitListAgentsR
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(421)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListAgents503ApplicationProblemPlusJSONResponse struct {
+	R503AgentStoreApplicationProblemPlusJSONResponse
+}
+
+func (response ListAgents503ApplicationProblemPlusJSONResponse) VisitListAgentsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -4548,6 +4569,22 @@ func (response CreateAgent422ApplicationProblemPlusJSONResponse) VisitCreateAgen
 	return err
 }
 
+type CreateAgent503ApplicationProblemPlusJSONResponse struct {
+	R503AgentStoreApplicationProblemPlusJSONResponse
+}
+
+func (response CreateAgent503ApplicationProblemPlusJSONResponse) VisitCreateAgentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type CreateAgent507ApplicationProblemPlusJSONResponse struct {
 	R507ApplicationProblemPlusJSONResponse
 }
@@ -4668,7 +4705,7 @@ func (response GetAgent421ApplicationProblemPlusJSONResponse) VisitGetAgentRespo
 }
 
 type GetAgent503ApplicationProblemPlusJSONResponse struct {
-	R503AgentHomeApplicationProblemPlusJSONResponse
+	R503AgentStoreApplicationProblemPlusJSONResponse
 }
 
 func (response GetAgent503ApplicationProblemPlusJSONResponse) VisitGetAgentResponse(w http.ResponseWriter) error {
@@ -5553,7 +5590,7 @@ func (response GetTranscript421ApplicationProblemPlusJSONResponse) VisitGetTrans
 }
 
 type GetTranscript503ApplicationProblemPlusJSONResponse struct {
-	R503AgentHomeApplicationProblemPlusJSONResponse
+	R503AgentStoreApplicationProblemPlusJSONResponse
 }
 
 func (response GetTranscript503ApplicationProblemPlusJSONResponse) VisitGetTranscriptResponse(w http.ResponseWriter) error {

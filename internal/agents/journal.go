@@ -1,0 +1,299 @@
+package agents
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// A Journal keeps every agent's header and transcript in a store shared by
+// several dshd replicas (cluster mode; package cluster implements it on
+// NATS JetStream). With Options.Journal set the Store writes no files: the
+// journal holds the same lines a transcript file would, header first, so a
+// transcript read from any replica is byte-identical to what its file
+// would be.
+//
+// Every transcript is one ordered log of lines, each with a version that
+// grows with every line (a stream sequence). Appends are conditional on the
+// version of the log's last line, so two writers can never interleave or
+// duplicate lines: the second gets ErrConflict and must look again.
+type Journal interface {
+	// Create stores a new agent: its transcript lines (the header line,
+	// then any events, without newlines) and then its header under its
+	// id, which is the moment the agent exists for every replica. It
+	// returns the version of the last line. An agent whose Create failed
+	// part way does not exist (its lines are never read).
+	Create(ctx context.Context, id string, lines [][]byte) (version uint64, err error)
+	// Append adds line to the agent's transcript if the version of its
+	// last line is still after; otherwise it returns an error wrapping
+	// ErrConflict and adds nothing.
+	Append(ctx context.Context, id string, line []byte, after uint64) (version uint64, err error)
+	// Last returns the agent's last transcript line and its version. It
+	// returns an error wrapping ErrNotFound when the agent has no lines.
+	Last(ctx context.Context, id string) (line []byte, version uint64, err error)
+	// Read returns every transcript line of the agent, header first, and
+	// the version of the last. It returns an error wrapping ErrNotFound
+	// for an agent that does not exist.
+	Read(ctx context.Context, id string) (lines [][]byte, version uint64, err error)
+	// Header returns the agent's header line, or an error wrapping
+	// ErrNotFound.
+	Header(ctx context.Context, id string) ([]byte, error)
+	// Headers returns the header line of every agent.
+	Headers(ctx context.Context) ([][]byte, error)
+}
+
+// ErrConflict: a Journal append found another line after the one it was
+// conditional on.
+var ErrConflict = errors.New("transcript changed since it was read")
+
+// journalTimeout bounds each journal call the Store makes on its own
+// account (recovering interrupted calls at Open); calls made for a request
+// carry its context.
+const journalTimeout = 10 * time.Second
+
+// maxConflictRetries bounds how often an append looks again after a
+// conflict. Each retry means another writer appended meanwhile, so the loop
+// ends as soon as the writers stop racing.
+const maxConflictRetries = 8
+
+// openJournal indexes the agents whose home is this replica and closes
+// their interrupted tool calls, as Open does for files. Other replicas'
+// agents are looked up in the journal when asked for.
+func (s *Store) openJournal(ctx context.Context) error {
+	headers, err := s.journal.Headers(ctx)
+	if err != nil {
+		return fmt.Errorf("open agent store: list agents: %w", err)
+	}
+	for _, line := range headers {
+		a, home, err := parseSharedHeader(line)
+		if err != nil {
+			s.metrics.invalidFiles.Inc()
+			s.log.Warn("skipping agent with invalid header", "err", err)
+			continue
+		}
+		if home != s.home {
+			continue
+		}
+		e, err := s.readJournal(ctx, a)
+		if err != nil {
+			return fmt.Errorf("open agent store: %w", err)
+		}
+		s.closeInterrupted(e)
+		s.agents[a.ID] = e
+	}
+	return nil
+}
+
+// readJournal builds the entry of agent a from its journal: last seq,
+// version and pending tool calls.
+func (s *Store) readJournal(ctx context.Context, a Agent) (*entry, error) {
+	lines, version, err := s.journal.Read(ctx, a.ID)
+	if err != nil {
+		return nil, fmt.Errorf("read transcript of %s: %w", a.ID, err)
+	}
+	e := &entry{agent: a, version: version, synced: true}
+	for _, line := range lines[min(1, len(lines)):] {
+		if ev, ok := parseEvent(line); ok {
+			e.lastSeq = max(e.lastSeq, ev.Seq)
+			e.pending = trackCall(e.pending, ev)
+		}
+	}
+	return e, nil
+}
+
+// lookupJournal finds an agent this replica has not indexed (another
+// replica's) in the journal and indexes its immutable header. Its last seq
+// is read when something is appended.
+func (s *Store) lookupJournal(ctx context.Context, id string) (*entry, error) {
+	notFound := fmt.Errorf("agent %s: %w", id, ErrNotFound)
+	if !validID(id) {
+		return nil, notFound
+	}
+	line, err := s.journal.Header(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("agent %s: %w", id, err)
+	}
+	a, _, err := parseSharedHeader(line)
+	if err != nil || a.ID != id {
+		s.log.Warn("agent with invalid header", "agent_id", id, "err", err)
+		return nil, notFound
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, ErrClosed
+	}
+	if e, ok := s.agents[id]; ok {
+		return e, nil
+	}
+	e := &entry{agent: a}
+	s.agents[id] = e
+	return e, nil
+}
+
+// sharedHeader is the header line of an agent in a journal: the file
+// header, plus the agent's root (no replica holds every ancestor to walk
+// to it) and home replica.
+type sharedHeader struct {
+	header
+	RootID string `json:"rootId"`
+	Home   string `json:"home"`
+}
+
+func parseSharedHeader(line []byte) (Agent, string, error) {
+	var h sharedHeader
+	if err := json.Unmarshal(line, &h); err != nil {
+		return Agent{}, "", fmt.Errorf("header: %w", err)
+	}
+	a, err := parseHeader(line, h.ID)
+	if err != nil {
+		return Agent{}, "", err
+	}
+	if h.RootID == "" || h.Home == "" {
+		return Agent{}, "", fmt.Errorf("header of %s: no rootId or home", h.ID)
+	}
+	a.RootID = h.RootID
+	return a, h.Home, nil
+}
+
+// appendJournal appends line (an event with seq e.lastSeq+1, built by
+// build) to e's journal. On a conflict it reads the log's last line again
+// and rebuilds the event with the next seq: a line this replica wrote whose
+// answer was lost is recognised and not written twice. Called with e.mu
+// held.
+func (s *Store) appendJournal(ctx context.Context, e *entry, build func(seq int64) ([]byte, Event, error)) (Event, error) {
+	for attempt := 0; ; attempt++ {
+		if !e.synced {
+			if err := s.syncJournal(ctx, e); err != nil {
+				return Event{}, err
+			}
+		}
+		line, ev, err := build(e.lastSeq + 1)
+		if err != nil {
+			return Event{}, err
+		}
+		v, err := s.journal.Append(ctx, e.agent.ID, line, e.version)
+		if err == nil {
+			e.version, e.lastSeq = v, ev.Seq
+			return ev, nil
+		}
+		e.synced = false
+		if !errors.Is(err, ErrConflict) || attempt == maxConflictRetries {
+			return Event{}, err
+		}
+		s.metrics.conflicts.Inc()
+		last, v, lerr := s.journal.Last(ctx, e.agent.ID)
+		if lerr == nil && bytes.Equal(last, line) {
+			// Our own line: the journal took it and its answer was lost.
+			e.version, e.lastSeq, e.synced = v, ev.Seq, true
+			return ev, nil
+		}
+	}
+}
+
+// syncJournal reads the version and seq of e's last line.
+func (s *Store) syncJournal(ctx context.Context, e *entry) error {
+	line, v, err := s.journal.Last(ctx, e.agent.ID)
+	if err != nil {
+		return fmt.Errorf("read transcript end: %w", err)
+	}
+	e.version, e.lastSeq, e.synced = v, 0, true
+	if ev, ok := parseEvent(line); ok {
+		e.lastSeq = ev.Seq
+	}
+	return nil
+}
+
+// listJournal returns every agent in the journal, sorted by id.
+func (s *Store) listJournal(ctx context.Context) ([]Agent, error) {
+	headers, err := s.journal.Headers(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list agents: %w", err)
+	}
+	out := make([]Agent, 0, len(headers))
+	for _, line := range headers {
+		a, _, err := parseSharedHeader(line)
+		if err != nil {
+			s.log.Warn("skipping agent with invalid header", "err", err)
+			continue
+		}
+		out = append(out, a)
+	}
+	slices.SortFunc(out, func(a, b Agent) int { return strings.Compare(a.ID, b.ID) })
+	return out, nil
+}
+
+// joinLines is a transcript as a file holds it: every line ends with '\n'.
+func joinLines(lines [][]byte) []byte {
+	n := 0
+	for _, l := range lines {
+		n += len(l) + 1
+	}
+	out := make([]byte, 0, n)
+	for _, l := range lines {
+		out = append(out, l...)
+		out = append(out, '\n')
+	}
+	return out
+}
+
+// createJournal stores agent a (header h, then events) in the journal. The
+// id was reserved by create.
+func (s *Store) createJournal(ctx context.Context, a Agent, h header, events [][]byte) (Agent, error) {
+	line, err := json.Marshal(sharedHeader{header: h, RootID: a.RootID, Home: s.home})
+	if err != nil {
+		return Agent{}, fmt.Errorf("create agent: %w", err)
+	}
+	lines := make([][]byte, 0, 1+len(events))
+	lines = append(lines, line)
+	var lastSeq int64
+	for _, ev := range events {
+		lines = append(lines, bytes.TrimSuffix(ev, []byte{'\n'}))
+		lastSeq = max(lastSeq, seqOf(ev))
+	}
+	version, err := s.journal.Create(ctx, a.ID, lines)
+	if err != nil {
+		return Agent{}, fmt.Errorf("create agent %s: %w", a.ID, err)
+	}
+	s.mu.Lock()
+	s.agents[a.ID] = &entry{agent: a, lastSeq: lastSeq, version: version, synced: true}
+	s.mu.Unlock()
+	s.metrics.created.WithLabelValues(string(a.Origin)).Inc()
+	s.log.Debug("agent created", "agent_id", a.ID, "origin", a.Origin, "parent_id", a.ParentID)
+	return a, nil
+}
+
+// find returns the entry for id: an indexed one, or with a journal one
+// looked up there.
+func (s *Store) find(ctx context.Context, id string) (*entry, error) {
+	e, err := s.lookup(id)
+	if s.journal != nil && errors.Is(err, ErrNotFound) {
+		return s.lookupJournal(ctx, id)
+	}
+	return e, err
+}
+
+// contents returns e's transcript and the seq of its last event. Called
+// with e.mu held.
+func (s *Store) contents(ctx context.Context, e *entry) ([]byte, int64, error) {
+	if s.journal == nil {
+		data, err := s.readLocked(e)
+		return data, e.lastSeq, err
+	}
+	lines, _, err := s.journal.Read(ctx, e.agent.ID)
+	if err != nil {
+		return nil, 0, err
+	}
+	var last int64
+	for _, line := range lines[min(1, len(lines)):] {
+		if ev, ok := parseEvent(line); ok {
+			last = max(last, ev.Seq)
+		}
+	}
+	return joinLines(lines), last, nil
+}
