@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"time"
@@ -57,9 +58,13 @@ var ErrConflict = errors.New("transcript changed since it was read")
 const journalTimeout = 10 * time.Second
 
 // maxConflictRetries bounds how often an append looks again after a
-// conflict. Each retry means another writer appended meanwhile, so the loop
-// ends as soon as the writers stop racing.
-const maxConflictRetries = 8
+// conflict. Each retry means another writer appended meanwhile; a writer
+// that lost waits a little (up to maxConflictBackoff, at random) before it
+// goes again, so two writers racing do not keep colliding.
+const (
+	maxConflictRetries = 32
+	maxConflictBackoff = 20 * time.Millisecond
+)
 
 // openJournal indexes the agents whose home is this replica and closes
 // their interrupted tool calls, as Open does for files. Other replicas'
@@ -192,6 +197,12 @@ func (s *Store) appendJournal(ctx context.Context, e *entry, build func(seq int6
 			// Our own line: the journal took it and its answer was lost.
 			e.version, e.lastSeq, e.synced = v, ev.Seq, true
 			return ev, nil
+		}
+		backoff := time.Duration(rand.Int64N(int64(min(time.Duration(attempt+1)*time.Millisecond, maxConflictBackoff)) + 1))
+		select {
+		case <-ctx.Done():
+			return Event{}, fmt.Errorf("append to %s: %w", e.agent.ID, ctx.Err())
+		case <-time.After(backoff):
 		}
 	}
 }

@@ -106,15 +106,18 @@ type header struct {
 // Open returns an error if Dir is empty or cannot be created or read, or if
 // ctx is cancelled.
 func Open(ctx context.Context, opts Options) (*Store, error) {
-	if opts.Dir == "" {
+	if opts.Dir == "" && opts.Journal == nil {
 		return nil, errors.New("open agent store: Dir is required")
 	}
 	if !opts.Sync.Valid() {
 		return nil, fmt.Errorf("open agent store: sync policy %q is not %s or %s", opts.Sync, SyncCommit, SyncNone)
 	}
-	dir, err := filepath.Abs(opts.Dir)
-	if err != nil {
-		return nil, fmt.Errorf("open agent store: %w", err)
+	var dir string
+	if opts.Dir != "" {
+		var err error
+		if dir, err = filepath.Abs(opts.Dir); err != nil {
+			return nil, fmt.Errorf("open agent store: %w", err)
+		}
 	}
 	s := &Store{
 		dir:         dir,
@@ -145,6 +148,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		s.log = slog.New(slog.DiscardHandler)
 	}
 	if s.defaultCwd == "" {
+		var err error
 		if s.defaultCwd, err = os.Getwd(); err != nil {
 			return nil, fmt.Errorf("open agent store: default cwd: %w", err)
 		}
