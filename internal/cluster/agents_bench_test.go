@@ -52,7 +52,6 @@ func BenchmarkTranscriptAppend(b *testing.B) {
 	shared := openBenchStore(b, agents.Options{
 		Journal:    j,
 		Home:       "r0",
-		Dir:        b.TempDir(), // required by Open, neither read nor written with a Journal
 		DefaultCwd: "/",
 		NewID:      func() string { return src.New(prefix) },
 	})
