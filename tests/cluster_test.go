@@ -652,3 +652,68 @@ func TestClusterReplicaRestart(t *testing.T) {
 		t.Fatalf("the agent after its replica restarted: %+v", r)
 	}
 }
+
+// waitForReplicas waits until every replica sees all of them.
+func waitForReplicas(t *testing.T, rs []*testServer) {
+	t.Helper()
+	for i, s := range rs {
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			var h clusterHealth
+			s.DoJSON(t, "GET", "/healthz", nil, &h)
+			if h.Details.Cluster != nil && len(h.Details.Cluster.Replicas) == len(rs) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("replica %d does not see the others", i)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+}
+
+// TestClusterMCP: an MCP session naming an agent, opened through any
+// replica, lives on the agent's home, and every request of the session
+// reaches it there (one hop): the commands run at the home and the calls
+// are in the agent's one transcript. A session naming no agent lives where
+// it was opened. When the session's replica dies, its requests answer 503
+// session_home_unavailable.
+func TestClusterMCP(t *testing.T) {
+	_, rs := startCluster(t)
+	waitForReplicas(t, rs)
+	var a agent
+	if st := rs[0].DoJSON(t, "POST", "/agents", map[string]any{}, &a); st != 201 {
+		t.Fatalf("create agent: %d", st)
+	}
+	c := startMCPClient(t)
+	viaB := c.connect(rs[1], "b", "?agentId="+a.ID, nil)
+	if viaB.AgentID != a.ID || !strings.HasPrefix(viaB.SessionID, "mcp_replica-0.") {
+		t.Fatalf("session naming replica 0's agent, opened through replica 1: %+v", viaB)
+	}
+	if r := c.call("b", "bash", map[string]any{"command": `printf '%s %s' "$DSH_SESSION_ID" "$DSH_HOME"`}); r.Result.IsError || r.text() != a.ID+" "+rs[0].Home {
+		t.Fatalf("bash over the forwarded session = %q, want the agent and replica 0's home %s", r.text(), rs[0].Home)
+	}
+	own := c.connect(rs[2], "c", "", nil)
+	if !strings.HasPrefix(own.SessionID, "mcp_replica-2.") || !strings.HasPrefix(own.AgentID, "agt_replica-2_") {
+		t.Fatalf("session naming no agent, opened through replica 2: %+v", own)
+	}
+	if r := c.call("c", "bash", map[string]any{"command": `printf %s "$DSH_HOME"`}); r.Result.IsError || r.text() != rs[2].Home {
+		t.Fatalf("bash over replica 2's own session = %q, want %s", r.text(), rs[2].Home)
+	}
+	resp := rs[2].Do(t, "GET", "/agents/"+a.ID+"/transcript", nil)
+	tr, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != 200 || !bytes.Contains(tr, []byte(`"type":"tool/call"`)) {
+		t.Fatalf("transcript of the agent through replica 2: %d %v\n%s", resp.StatusCode, err, tr)
+	}
+	checkTranscriptBytes(t, tr)
+
+	rs[0].crash(t)
+	raw := string(c.try(map[string]any{"op": "call", "session": "b", "name": "bash", "arguments": map[string]any{"command": "echo must not run"}}))
+	if !strings.Contains(raw, "503") || !strings.Contains(raw, "session_home_unavailable") {
+		t.Fatalf("a call on the session of a dead replica answered %s", raw)
+	}
+	if r := c.call("c", "bash", map[string]any{"command": "echo still here"}); r.Result.IsError || r.text() != "still here" {
+		t.Fatalf("replica 2's own session after replica 0 died = %q", r.text())
+	}
+}

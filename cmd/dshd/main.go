@@ -444,8 +444,20 @@ func newServices(ctx context.Context, cfg config, home, token, tokenPath string,
 			Pipeline:       pipeline,
 			Jobs:           executor,
 			SessionTimeout: mcpSessionTimeout,
+			// In cluster mode a session id names this replica, which
+			// holds the session, so any replica routes it here.
+			SessionIDPrefix: mcpSessionPrefix(cfg),
 		}),
 	}, nil
+}
+
+// mcpSessionPrefix is the MCP session id prefix: this replica's in cluster
+// mode, else none.
+func mcpSessionPrefix(cfg config) string {
+	if cfg.Cluster == nil {
+		return ""
+	}
+	return status.MCPSessionPrefix(cfg.Cluster.ReplicaID)
 }
 
 // newExecutor builds the executor from the configuration's env and jobs

@@ -247,6 +247,13 @@ func (n *Node) AgentHome(id string) (*url.URL, error) {
 	return n.route("agent", id, status.AgentOwner(id), status.ErrAgentHomeUnavailable)
 }
 
+// SessionHome returns the base URL of the replica that holds MCP session
+// id, or nil when this replica does (or the id names no replica). Errors
+// wrap status.ErrSessionHomeUnavailable.
+func (n *Node) SessionHome(id string) (*url.URL, error) {
+	return n.route("MCP session", id, status.MCPSessionOwner(id), status.ErrSessionHomeUnavailable)
+}
+
 func (n *Node) route(what, id, owner string, unavailable error) (*url.URL, error) {
 	if owner == "" || owner == n.cfg.ReplicaID {
 		return nil, nil

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/dshd/dshd/internal/cluster/status"
+	"github.com/dshd/dshd/internal/mcp"
 )
 
 // jobRouter says where a job runs and where an agent lives (cluster mode
@@ -24,6 +25,9 @@ type jobRouter interface {
 	// AgentHome is the same for the replica that holds agent id. Errors
 	// wrap status.ErrAgentHomeUnavailable.
 	AgentHome(id string) (*url.URL, error)
+	// SessionHome is the same for the replica that holds MCP session id.
+	// Errors wrap status.ErrSessionHomeUnavailable.
+	SessionHome(id string) (*url.URL, error)
 	// ClaimKey claims the Idempotency-Key of a request that names no
 	// agent, before anything runs, and returns the replica that holds it
 	// (nil: this one). Errors wrap status.ErrOwnerUnavailable or
@@ -92,6 +96,20 @@ type errReader struct{ err error }
 
 func (e errReader) Read([]byte) (int, error) { return 0, e.err }
 
+// mcpSessionHeader carries an MCP session's id on every request after
+// initialize (Streamable HTTP transport).
+const mcpSessionHeader = "Mcp-Session-Id"
+
+// mcpAgent returns the agent a request to the MCP endpoint names: the
+// agentId query parameter, else the Dsh-Agent-Id header. (When both are
+// given and differ, the replica that serves the request refuses it.)
+func mcpAgent(r *http.Request) string {
+	if id := r.URL.Query().Get(mcp.AgentQuery); id != "" {
+		return id
+	}
+	return r.Header.Get(mcp.AgentHeader)
+}
+
 // agentRead reports whether r reads an agent (GET /agents/{id} or its
 // transcript).
 func agentRead(r *http.Request) bool {
@@ -111,6 +129,17 @@ func (s *Server) route(r *http.Request, router jobRouter) (*forwardTarget, error
 	case idFromPath(r.URL.Path, "/jobs/") != "":
 		unavailable = status.ErrOwnerUnavailable
 		u, err = router.JobOwner(idFromPath(r.URL.Path, "/jobs/"))
+	case r.URL.Path == mcpPath:
+		// A session lives on the replica that opened it; a new session
+		// naming an agent is opened at the agent's home, where its
+		// commands run.
+		if sid := r.Header.Get(mcpSessionHeader); sid != "" {
+			unavailable = status.ErrSessionHomeUnavailable
+			u, err = router.SessionHome(sid)
+		} else if id := mcpAgent(r); id != "" {
+			unavailable = status.ErrAgentHomeUnavailable
+			u, err = router.AgentHome(id)
+		}
 	case agentRead(r):
 		// Agents and transcripts are in the cluster's shared store: any
 		// replica reads them, even while the agent's home is down.
@@ -144,7 +173,9 @@ func (s *Server) route(r *http.Request, router jobRouter) (*forwardTarget, error
 // another replica runs (/jobs/{id} and everything under it: state,
 // long-polls, SSE and raw output, stdin, cancel), and every request for an
 // agent whose home is another replica (tool calls, fork, spawn, resume;
-// POST /exec naming the agent), to that replica in one hop, streaming both
+// POST /exec naming the agent; a new MCP session naming the agent), and
+// every request of an MCP session another replica opened, to that replica
+// in one hop, streaming both
 // ways and flushing as it writes. Reads of an agent and its transcript are
 // served where they land, from the shared store. A POST /exec with an Idempotency-Key and no agent goes to the replica
 // that claimed the key first in the cluster's shared store. It runs after

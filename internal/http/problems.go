@@ -50,6 +50,7 @@ var errorCodes = []struct {
 	{status.ErrOwnerUnavailable, http.StatusServiceUnavailable, "job_owner_unavailable", "The replica that runs this job is not available"},
 	{status.ErrClaimUnavailable, http.StatusServiceUnavailable, "cluster_unavailable", "The cluster's shared store could not claim the idempotency key"},
 	{status.ErrAgentHomeUnavailable, http.StatusServiceUnavailable, "agent_home_unavailable", "The replica that holds this agent is not available"},
+	{status.ErrSessionHomeUnavailable, http.StatusServiceUnavailable, "session_home_unavailable", "The replica that holds this MCP session is not available"},
 	{status.ErrAgentStoreUnavailable, http.StatusServiceUnavailable, "cluster_unavailable", "The cluster's shared store of agents and transcripts could not be reached"},
 	{exec.ErrTooManyJobs, http.StatusTooManyRequests, "too_many_jobs", "Too many running jobs"},
 	{exec.ErrIdempotencyKeyReused, http.StatusUnprocessableEntity, "idempotency_key_reused", "Idempotency key reused for a different request"},

@@ -123,6 +123,15 @@ func (f *failing) AgentHome(string) (*url.URL, error) {
 	return nil, nil
 }
 
+// SessionHome plays a cluster whose MCP session's replica is gone when
+// f.err says so; otherwise every session is local.
+func (f *failing) SessionHome(string) (*url.URL, error) {
+	if errors.Is(f.err, status.ErrSessionHomeUnavailable) {
+		return nil, f.err
+	}
+	return nil, nil
+}
+
 // skillsFailing is a skillLister: its List has the same name as the agent
 // service's, so it cannot live on failing.
 type skillsFailing struct{ f *failing }
@@ -286,6 +295,8 @@ func TestErrorTableRowsAreReached(t *testing.T) {
 		// invalid_format: the contract's enum refuses an unknown format
 		// first (bad_request); ListTools keeps the check for direct callers.
 		"invalid_format": true,
+		// The MCP endpoint is outside the contract: TestMCPSessionHome.
+		"session_home_unavailable": true,
 	}
 	for _, rt := range routes {
 		for _, err := range rt.errs {
@@ -296,6 +307,38 @@ func TestErrorTableRowsAreReached(t *testing.T) {
 	for _, e := range errorCodes {
 		if !reached[e.code] {
 			t.Errorf("error table row %s (%d) is reached by no route of the table", e.code, e.status)
+		}
+	}
+}
+
+// TestMCPSessionHome: a request of an MCP session whose replica is gone is
+// answered 503 session_home_unavailable as a problem. (tests/ drives the
+// routing itself through real replicas: TestClusterMCP.)
+func TestMCPSessionHome(t *testing.T) {
+	srv, f := newFailingServer(t)
+	f.err = status.ErrSessionHomeUnavailable
+	for _, tc := range []struct {
+		session string
+		status  int
+		code    string
+	}{
+		{"mcp_replica-b.0123456789abcdef", 503, "session_home_unavailable"},
+	} {
+		req, _ := http.NewRequest("POST", srv.URL+"/mcp", strings.NewReader(`{}`))
+		req.Header.Set("Authorization", "Bearer "+testToken)
+		req.Header.Set("Content-Type", "application/json")
+		if tc.session != "" {
+			req.Header.Set("Mcp-Session-Id", tc.session)
+		}
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var p struct{ Code string }
+		_ = json.NewDecoder(resp.Body).Decode(&p)
+		resp.Body.Close()
+		if resp.StatusCode != tc.status || p.Code != tc.code {
+			t.Errorf("session %q: %d %q, want %d %q", tc.session, resp.StatusCode, p.Code, tc.status, tc.code)
 		}
 	}
 }

@@ -14,6 +14,7 @@ package mcp
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -83,6 +84,10 @@ type Options struct {
 	// ProgressBytes caps the output one progress notification carries per
 	// stream (default 16 KiB); output beyond it follows in later ones.
 	ProgressBytes int
+	// SessionIDPrefix starts every session id (cluster mode: it names the
+	// replica, so any replica routes a session's requests here); "" leaves
+	// the ids to the SDK.
+	SessionIDPrefix string
 }
 
 // Handler serves the MCP endpoint. It is safe for concurrent use.
@@ -98,6 +103,8 @@ type Handler struct {
 	streamable    *sdk.StreamableHTTPHandler
 	progressEvery time.Duration
 	progressBytes int
+	// sessionIDPrefix: see Options.SessionIDPrefix.
+	sessionIDPrefix string
 }
 
 // sessionVersions are the protocol versions that have sessions (2025-11-25
@@ -112,12 +119,13 @@ func New(o Options) *Handler {
 		panic("mcp.New: Pipeline and Jobs are required")
 	}
 	h := &Handler{
-		log:           o.Logger,
-		pipeline:      o.Pipeline,
-		jobs:          o.Jobs,
-		impl:          &sdk.Implementation{Name: "dshd", Title: "dshd shell", Version: o.Version},
-		progressEvery: o.ProgressInterval,
-		progressBytes: o.ProgressBytes,
+		log:             o.Logger,
+		pipeline:        o.Pipeline,
+		jobs:            o.Jobs,
+		impl:            &sdk.Implementation{Name: "dshd", Title: "dshd shell", Version: o.Version},
+		progressEvery:   o.ProgressInterval,
+		progressBytes:   o.ProgressBytes,
+		sessionIDPrefix: o.SessionIDPrefix,
 	}
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
@@ -140,12 +148,16 @@ func New(o Options) *Handler {
 }
 
 func (h *Handler) serverOptions() *sdk.ServerOptions {
-	return &sdk.ServerOptions{
+	o := &sdk.ServerOptions{
 		Logger: h.log,
 		// Tools only: no logging capability, which the SDK offers by default.
 		Capabilities:              &sdk.ServerCapabilities{},
 		SupportedProtocolVersions: sessionVersions,
 	}
+	if prefix := h.sessionIDPrefix; prefix != "" {
+		o.GetSessionID = func() string { return prefix + rand.Text() }
+	}
+	return o
 }
 
 // serverKey is the context key of the server built for a new session.

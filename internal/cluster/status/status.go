@@ -93,3 +93,27 @@ var ErrClaimUnavailable = errors.New("cluster: the idempotency key could not be 
 // An append that failed with it may still have been stored: read the
 // transcript before retrying.
 var ErrAgentStoreUnavailable = errors.New("cluster: the shared store of agents and transcripts could not be reached")
+
+// ErrSessionHomeUnavailable: a request names an MCP session (its
+// Mcp-Session-Id) whose replica has not been heard from within the
+// heartbeat TTL, or could not be reached. The agent the session ran as is
+// not affected; a new session naming it goes to the agent's home.
+var ErrSessionHomeUnavailable = errors.New("cluster: the replica that holds the MCP session is not available")
+
+// MCPSessionPrefix is the prefix of the MCP session ids replica makes:
+// "mcp_<replica>.".
+func MCPSessionPrefix(replica string) string { return "mcp_" + replica + "." }
+
+// MCPSessionOwner returns the replica named by a cluster MCP session id
+// ("mcp_<replica>.<random>"), or "" for an id that names none.
+func MCPSessionOwner(id string) string {
+	rest, ok := strings.CutPrefix(id, "mcp_")
+	if !ok {
+		return ""
+	}
+	owner, _, ok := strings.Cut(rest, ".")
+	if !ok {
+		return ""
+	}
+	return owner
+}

@@ -30,3 +30,17 @@ func TestAgentOwner(t *testing.T) {
 		}
 	}
 }
+
+func TestMCPSessionOwner(t *testing.T) {
+	for id, want := range map[string]string{
+		MCPSessionPrefix("vm-a") + "W4MIQUXGN7FWOYA4QXCF55ZMRE": "vm-a",
+		"W4MIQUXGN7FWOYA4QXCF55ZMRE":                            "",
+		"mcp_W4MIQUXGN7FWOYA4QXCF55ZMRE":                        "",
+		JobIDPrefix("vm-a") + "01m8rk36x1nqbe98jk6bb615qc":      "",
+		"": "",
+	} {
+		if got := MCPSessionOwner(id); got != want {
+			t.Errorf("MCPSessionOwner(%q) = %q, want %q", id, got, want)
+		}
+	}
+}
