@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -22,17 +23,26 @@ import (
 func startCluster(t testing.TB) (*natstest.Cluster, []*testServer) {
 	t.Helper()
 	nc := natstest.Start(t, 3)
+	return nc, startReplicas(t, nc, func(i int) []string {
+		return append([]string{nc.URLs[i]}, append(append([]string(nil), nc.URLs[:i]...), nc.URLs[i+1:]...)...)
+	})
+}
+
+// startReplicas starts three replicas against nc; replica i connects to
+// the NATS URLs urls(i).
+func startReplicas(t testing.TB, nc *natstest.Cluster, urls func(i int) []string) []*testServer {
+	t.Helper()
 	tokenFile := filepath.Join(t.TempDir(), "token")
 	if err := os.WriteFile(tokenFile, []byte(strings.Repeat("c", 64)+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	var rs []*testServer
 	for i := range 3 {
-		urls := append([]string{nc.URLs[i]}, append(append([]string(nil), nc.URLs[:i]...), nc.URLs[i+1:]...)...)
+		urls := urls(i)
 		cfg := fmt.Sprintf("cluster:\n  replicaId: replica-%d\n  urls: [%s]\n", i, strings.Join(urls, ", "))
 		rs = append(rs, startServer(t, withConfig(cfg), withArgs("--token-file", tokenFile)))
 	}
-	return nc, rs
+	return rs
 }
 
 type declarationList struct {
@@ -715,5 +725,130 @@ func TestClusterMCP(t *testing.T) {
 	}
 	if r := c.call("c", "bash", map[string]any{"command": "echo still here"}); r.Result.IsError || r.text() != "still here" {
 		t.Fatalf("replica 2's own session after replica 0 died = %q", r.text())
+	}
+}
+
+// TestClusterPartition cuts replica 2 off from NATS (its only way there
+// is a proxy, which drops every connection) while it stays reachable over
+// HTTP, then heals the cut, and checks what the README says of a
+// partition: the cut-off replica keeps running its jobs and refuses
+// registry changes and its agents' calls (their transcripts cannot be
+// written) with 503 cluster_unavailable, running nothing; the others stop
+// routing to it once its heartbeat lapses (503 job_owner_unavailable,
+// never a re-run) and go on registering; after the heal it catches up
+// with what changed meanwhile, and everything is reachable again.
+func TestClusterPartition(t *testing.T) {
+	nc := natstest.StartWith(t, 3, natstest.Options{NoAdvertise: true})
+	proxy := natstest.NewProxy(t, nc.URLs[2])
+	rs := startReplicas(t, nc, func(i int) []string {
+		if i == 2 {
+			return []string{proxy.URL}
+		}
+		return []string{nc.URLs[i]}
+	})
+	waitForReplicas(t, rs)
+	var a agent
+	if st := rs[2].DoJSON(t, "POST", "/agents", map[string]any{}, &a); st != 201 {
+		t.Fatalf("create agent on replica 2: %d", st)
+	}
+	if r := rs[2].callTool(t, a.ID, "bash", map[string]any{"command": "echo before"}); r.Text != "before" {
+		t.Fatalf("tool call before the cut: %+v", r)
+	}
+	var j job
+	if st := rs[0].DoJSON(t, "POST", "/exec", map[string]any{"command": "sleep 0.5; echo done", "background": true, "agentId": a.ID}, &j); st != 202 || !strings.HasPrefix(j.ID, "job_replica-2.") {
+		t.Fatalf("background job for replica 2's agent: %d %+v", st, j)
+	}
+
+	proxy.Cut()
+	cut := time.Now()
+	// The cut-off replica: registry changes are refused once its
+	// connection is found gone.
+	for {
+		var p problem
+		st := rs[2].DoJSON(t, "POST", "/contributors", staticContributor("cut.off", "DSH_CUT_OFF", "1"), &p)
+		if st == 503 && p.Code == "cluster_unavailable" {
+			break
+		}
+		if time.Since(cut) > 30*time.Second {
+			t.Fatalf("registration on the cut-off replica: %d %+v", st, p)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("replica 2 refused a registration %s after the cut", time.Since(cut).Round(time.Millisecond))
+	marker := filepath.Join(t.TempDir(), "ran")
+	var p problem
+	if st := rs[2].DoJSON(t, "POST", "/agents/"+a.ID+"/tools/bash", map[string]any{"arguments": map[string]any{"command": "touch " + marker}}, &p); st != 503 || p.Code != "cluster_unavailable" {
+		t.Fatalf("tool call on the cut-off replica: %d %+v", st, p)
+	}
+	var h clusterHealth
+	if st := rs[2].DoJSON(t, "GET", "/healthz", nil, &h); st != 200 || h.Details.Cluster.Connected {
+		t.Fatalf("health of the cut-off replica: %d %+v", st, h.Details.Cluster)
+	}
+	// Its job ran to its end meanwhile, on its own.
+	var ended job
+	if st := rs[2].DoJSON(t, "GET", "/jobs/"+j.ID+"?waitMs=10000", nil, &ended); st != 200 || ended.State != "exited" || ended.Stdout.Text != "done\n" {
+		t.Fatalf("the cut-off replica's job: %d %+v", st, ended)
+	}
+	// The others: once its heartbeat lapses they stop routing to it.
+	for {
+		var p problem
+		st := rs[0].DoJSON(t, "GET", "/jobs/"+j.ID, nil, &p)
+		if st == 503 && p.Code == "job_owner_unavailable" {
+			break
+		}
+		if st != 200 || time.Since(cut) > 30*time.Second {
+			t.Fatalf("the cut-off replica's job through replica 0: %d %+v", st, p)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if st := rs[1].DoJSON(t, "POST", "/contributors", staticContributor("during.cut", "DSH_DURING_CUT", "1"), nil); st != 201 {
+		t.Fatalf("registration on the majority side: %d", st)
+	}
+	if _, err := os.Stat(marker); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the refused tool call ran: %v", err)
+	}
+
+	proxy.Heal()
+	healed := time.Now()
+	for rs[2].declaredBy(t, "DSH_DURING_CUT") != "during.cut" {
+		if time.Since(healed) > 30*time.Second {
+			t.Fatal("replica 2 did not catch up with the registry after the heal")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("replica 2 caught up %s after the heal", time.Since(healed).Round(time.Millisecond))
+	waitForReplicas(t, rs)
+	var again job
+	if st := rs[0].DoJSON(t, "GET", "/jobs/"+j.ID, nil, &again); st != 200 || again.Stdout.Text != "done\n" {
+		t.Fatalf("the job through replica 0 after the heal: %d %+v", st, again)
+	}
+	for {
+		st := rs[2].DoJSON(t, "POST", "/contributors", staticContributor("after.cut", "DSH_AFTER_CUT", "1"), nil)
+		if st == 201 {
+			break
+		}
+		if time.Since(healed) > 30*time.Second {
+			t.Fatalf("registration on replica 2 after the heal: %d", st)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if r := rs[1].callTool(t, a.ID, "bash", map[string]any{"command": "echo after"}); r.IsError || r.Text != "after" {
+		t.Fatalf("tool call after the heal: %+v", r)
+	}
+	resp := rs[0].Do(t, "GET", "/agents/"+a.ID+"/transcript", nil)
+	tr, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("transcript after the heal: %d %v", resp.StatusCode, err)
+	}
+	checkTranscriptBytes(t, tr)
+	// What was refused during the cut was not stored later either.
+	if bytes.Contains(tr, []byte(marker)) {
+		t.Fatalf("the refused tool call is in the transcript:\n%s", tr)
+	}
+	for i, r := range rs {
+		if by := r.declaredBy(t, "DSH_CUT_OFF"); by != "" {
+			t.Fatalf("the refused registration is declared on replica %d", i)
+		}
 	}
 }

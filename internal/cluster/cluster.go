@@ -35,6 +35,10 @@ const (
 	markerTTL = time.Hour
 )
 
+// pingInterval is how often the client pings its NATS server; two
+// unanswered pings mark the connection dead.
+const pingInterval = 2 * time.Second
+
 // ErrInvalidConfig is wrapped by Config.Validate.
 var ErrInvalidConfig = errors.New("cluster: invalid configuration")
 
@@ -122,6 +126,14 @@ func Connect(ctx context.Context, cfg Config) (*Node, error) {
 		nats.Timeout(cfg.ConnectTimeout),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(250 * time.Millisecond),
+		// While the connection is down a write fails at once instead of
+		// waiting in the client's buffer to be sent after the reconnect:
+		// a change this replica refused (503) must not be applied later.
+		nats.ReconnectBufSize(-1),
+		// Find a dead connection (a partition that drops packets without
+		// a reset) within seconds, not the default minutes.
+		nats.PingInterval(pingInterval),
+		nats.MaxPingsOutstanding(2),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			logger.Warn("disconnected from NATS", "err", err)
 		}),

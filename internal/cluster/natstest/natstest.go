@@ -41,10 +41,24 @@ func freePorts(tb testing.TB, n int) []int {
 	return ports
 }
 
+// Options change how Start configures the servers.
+type Options struct {
+	// NoAdvertise: servers do not tell clients the other servers'
+	// addresses, so a client reaches only the URLs it was given (a Proxy
+	// in front of one server then stands for the client's whole network).
+	NoAdvertise bool
+}
+
 // Start starts a cluster of n JetStream servers and waits until it has a
 // JetStream meta leader that every server follows. Every server is shut
 // down, and waited for, when tb ends.
 func Start(tb testing.TB, n int) *Cluster {
+	tb.Helper()
+	return StartWith(tb, n, Options{})
+}
+
+// StartWith is Start with options.
+func StartWith(tb testing.TB, n int, o Options) *Cluster {
 	tb.Helper()
 	ports := freePorts(tb, 2*n)
 	var routes []string
@@ -61,9 +75,10 @@ func Start(tb testing.TB, n int) *Cluster {
 			JetStream:  true,
 			StoreDir:   tb.TempDir(),
 			Cluster: server.ClusterOpts{
-				Name: "dshd-test",
-				Host: "127.0.0.1",
-				Port: ports[n+i],
+				Name:        "dshd-test",
+				Host:        "127.0.0.1",
+				Port:        ports[n+i],
+				NoAdvertise: o.NoAdvertise,
 			},
 			Routes: server.RoutesFromStr(strings.Join(routes, ",")),
 			NoLog:  true,
