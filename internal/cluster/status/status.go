@@ -49,8 +49,12 @@ func JobIDPrefix(replica string) string { return "job_" + replica + "." }
 // JobOwner returns the replica named by a cluster job id
 // ("job_<replica>.<ulid>"), or "" for an id that names none (a job of a
 // dshd running alone).
-func JobOwner(id string) string {
-	rest, ok := strings.CutPrefix(id, "job_")
+func JobOwner(id string) string { return ownerBeforeDot(id, "job_") }
+
+// ownerBeforeDot returns the replica of an id "<prefix><replica>.<rest>",
+// or "" when id has another shape. Replica ids have no '.'.
+func ownerBeforeDot(id, prefix string) string {
+	rest, ok := strings.CutPrefix(id, prefix)
 	if !ok {
 		return ""
 	}
@@ -106,14 +110,4 @@ func MCPSessionPrefix(replica string) string { return "mcp_" + replica + "." }
 
 // MCPSessionOwner returns the replica named by a cluster MCP session id
 // ("mcp_<replica>.<random>"), or "" for an id that names none.
-func MCPSessionOwner(id string) string {
-	rest, ok := strings.CutPrefix(id, "mcp_")
-	if !ok {
-		return ""
-	}
-	owner, _, ok := strings.Cut(rest, ".")
-	if !ok {
-		return ""
-	}
-	return owner
-}
+func MCPSessionOwner(id string) string { return ownerBeforeDot(id, "mcp_") }
