@@ -54,6 +54,17 @@
 // logged and counted in dshd_transcript_invalid_files_total; it is left as it
 // is on disk for a person to inspect.
 //
+// # In a cluster
+//
+// With Options.Journal the Store keeps no files: headers and transcripts are
+// in a store shared by every replica (see Journal), holding the same lines a
+// file would, and each header also names the agent's root and its home
+// replica. Appends are conditional on the transcript's last line, so two
+// replicas writing to one agent cannot interleave or duplicate events: the
+// one that loses reads the end again and writes with the next seq. Open
+// answers the interrupted tool calls of the agents whose home is this
+// replica; other replicas' agents are read from the journal when asked for.
+//
 // # Managed environment values
 //
 // This package never writes managed (DSH_*) environment values: it stores the

@@ -103,8 +103,12 @@ type header struct {
 // an invalid header are skipped and reported, never fatal. Leftover temporary
 // files from an interrupted Create, Fork or Spawn are removed.
 //
-// Open returns an error if Dir is empty or cannot be created or read, or if
-// ctx is cancelled.
+// With opts.Journal, Open reads no directory: it indexes the agents whose
+// home is opts.Home from the journal and answers their interrupted tool
+// calls there.
+//
+// Open returns an error if Dir is empty (without a Journal) or cannot be
+// created or read, if the journal cannot be read, or if ctx is cancelled.
 func Open(ctx context.Context, opts Options) (*Store, error) {
 	if opts.Dir == "" && opts.Journal == nil {
 		return nil, errors.New("open agent store: Dir is required")
