@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -850,5 +851,84 @@ func TestClusterPartition(t *testing.T) {
 		if by := r.declaredBy(t, "DSH_CUT_OFF"); by != "" {
 			t.Fatalf("the refused registration is declared on replica %d", i)
 		}
+	}
+}
+
+// TestClusterJobList: GET /jobs through any replica lists the jobs of
+// every replica, sorted by id, filtered by state on each; naming an agent
+// asks the agent's home. A replica that does not answer is named in
+// Dsh-Unavailable-Replicas, and the others' jobs are still listed.
+func TestClusterJobList(t *testing.T) {
+	_, rs := startCluster(t)
+	waitForReplicas(t, rs)
+	var want []string
+	var running job
+	for i, s := range rs {
+		var j job
+		if st := s.DoJSON(t, "POST", "/exec", map[string]any{"command": "true"}, &j); st != 200 || !strings.HasPrefix(j.ID, fmt.Sprintf("job_replica-%d.", i)) {
+			t.Fatalf("exec on replica %d: %d %+v", i, st, j)
+		}
+		want = append(want, j.ID)
+	}
+	if st := rs[1].DoJSON(t, "POST", "/exec", map[string]any{"command": "sleep 30", "background": true}, &running); st != 202 {
+		t.Fatalf("background job on replica 1: %d", st)
+	}
+	want = append(want, running.ID)
+	var a agent
+	if st := rs[2].DoJSON(t, "POST", "/agents", map[string]any{}, &a); st != 201 {
+		t.Fatalf("create agent: %d", st)
+	}
+	var agentJob job
+	if st := rs[0].DoJSON(t, "POST", "/exec", map[string]any{"command": "true", "agentId": a.ID}, &agentJob); st != 200 || !strings.HasPrefix(agentJob.ID, "job_replica-2.") {
+		t.Fatalf("exec for replica 2's agent through replica 0: %d %+v", st, agentJob)
+	}
+	want = append(want, agentJob.ID)
+	slices.Sort(want)
+	ids := func(jobs []job) []string {
+		var out []string
+		for _, j := range jobs {
+			out = append(out, j.ID)
+		}
+		return out
+	}
+	for i, s := range rs {
+		resp := s.Do(t, "GET", "/jobs", nil)
+		var list []job
+		if err := json.NewDecoder(resp.Body).Decode(&list); err != nil || resp.StatusCode != 200 {
+			t.Fatalf("GET /jobs through replica %d: %d %v", i, resp.StatusCode, err)
+		}
+		resp.Body.Close()
+		if got := ids(list); !slices.Equal(got, want) || resp.Header.Get("Dsh-Unavailable-Replicas") != "" {
+			t.Fatalf("GET /jobs through replica %d = %v (unavailable %q), want %v", i, got, resp.Header.Get("Dsh-Unavailable-Replicas"), want)
+		}
+		var list2 []job
+		if st := s.DoJSON(t, "GET", "/jobs?state=running", nil, &list2); st != 200 || !slices.Equal(ids(list2), []string{running.ID}) {
+			t.Fatalf("running jobs through replica %d: %d %v", i, st, ids(list2))
+		}
+		if st := s.DoJSON(t, "GET", "/jobs?agentId="+a.ID, nil, &list2); st != 200 || !slices.Equal(ids(list2), []string{agentJob.ID}) {
+			t.Fatalf("the agent's jobs through replica %d: %d %v", i, st, ids(list2))
+		}
+	}
+
+	// Cancelled through replica 2 first: a crashed replica leaves its
+	// processes to its next start, and replica 1 is not started again.
+	if st := rs[2].DoJSON(t, "DELETE", "/jobs/"+running.ID, nil, &running); st != 200 || running.State != "cancelled" {
+		t.Fatalf("cancel replica 1's job through replica 2: %d %+v", st, running)
+	}
+	rs[1].crash(t)
+	resp := rs[0].Do(t, "GET", "/jobs", nil)
+	var list []job
+	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("GET /jobs with replica 1 dead: %d %v", resp.StatusCode, err)
+	}
+	resp.Body.Close()
+	var others []string
+	for _, id := range want {
+		if !strings.HasPrefix(id, "job_replica-1.") {
+			others = append(others, id)
+		}
+	}
+	if got := ids(list); !slices.Equal(got, others) || resp.Header.Get("Dsh-Unavailable-Replicas") != "replica-1" {
+		t.Fatalf("GET /jobs with replica 1 dead = %v (unavailable %q), want %v and replica-1 named", got, resp.Header.Get("Dsh-Unavailable-Replicas"), others)
 	}
 }

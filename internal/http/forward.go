@@ -129,6 +129,10 @@ func (s *Server) route(r *http.Request, router jobRouter) (*forwardTarget, error
 	case idFromPath(r.URL.Path, "/jobs/") != "":
 		unavailable = status.ErrOwnerUnavailable
 		u, err = router.JobOwner(idFromPath(r.URL.Path, "/jobs/"))
+	case r.Method == http.MethodGet && r.URL.Path == "/jobs" && r.URL.Query().Get("agentId") != "":
+		// An agent's jobs all run at its home.
+		unavailable = status.ErrAgentHomeUnavailable
+		u, err = router.AgentHome(r.URL.Query().Get("agentId"))
 	case r.URL.Path == mcpPath:
 		// A session lives on the replica that opened it; a new session
 		// naming an agent is opened at the agent's home, where its
@@ -214,7 +218,7 @@ func (s *Server) newForwarder(router jobRouter, self string) func(http.Handler) 
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if r.Header.Get(forwardedHeader) != "" {
-				next.ServeHTTP(w, r)
+				next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), servedForPeerKey{}, true)))
 				return
 			}
 			target, err := s.route(r, router)

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/dshd/dshd/internal/agents"
@@ -343,13 +345,28 @@ func waitJob(ctx context.Context, job *exec.Job) exec.Snapshot {
 	return job.Snapshot()
 }
 
-// ListJobs lists jobs, optionally by agent and state.
-func (s *Server) ListJobs(_ context.Context, req api.ListJobsRequestObject) (api.ListJobsResponseObject, error) {
+// ListJobs lists jobs, optionally by agent and state. In cluster mode a
+// request naming no agent (an agent's jobs all run at its home, where the
+// forwarder sent the request) also lists the other replicas' jobs, and
+// names those that did not answer.
+func (s *Server) ListJobs(ctx context.Context, req api.ListJobsRequestObject) (api.ListJobsResponseObject, error) {
 	var state exec.State
 	if req.Params.State != nil {
 		state = exec.State(*req.Params.State)
 	}
-	return api.ListJobs200JSONResponse(convertAll(s.jobs.Jobs(deref(req.Params.AgentId), state), toAPIJob)), nil
+	jobs := convertAll(s.jobs.Jobs(deref(req.Params.AgentId), state), toAPIJob)
+	resp := api.ListJobs200JSONResponse{Body: jobs}
+	if s.peers == nil || req.Params.AgentId != nil || servedForPeer(ctx) {
+		return resp, nil
+	}
+	theirs, missing := s.peers.jobs(ctx, string(state))
+	resp.Body = append(resp.Body, theirs...)
+	slices.SortFunc(resp.Body, func(a, b api.Job) int { return strings.Compare(a.Id, b.Id) })
+	if len(missing) > 0 {
+		h := joinIDs(missing)
+		resp.Headers.DshUnavailableReplicas = &h
+	}
+	return resp, nil
 }
 
 // GetJob returns a job, long-polling up to waitMs for it to end.

@@ -205,7 +205,7 @@ var routes = []route{
 		[]error{agents.ErrNotFound, tools.ErrInvalidArguments, shellenv.ErrResolution, &exec.TooManyJobsError{Limit: "global", Max: 1, RetryAfter: time.Second},
 			exec.ErrInvalidCwd, exec.ErrManagedKeyInEnv, exec.ErrInvalidInput, exec.ErrTooLarge, exec.ErrTimeoutTooLong, exec.ErrClosed,
 			exec.ErrIdempotencyKeyReused, exec.ErrIdempotencyKeyInUse, exec.ErrIdempotencyJobGone, sandbox.ErrLooser, sandbox.ErrUnavailable, limits.ErrLooser, limits.ErrInvalid, enospc, status.ErrAgentHomeUnavailable, status.ErrClaimUnavailable, status.ErrOwnerUnavailable, status.ErrAgentStoreUnavailable}},
-	{"GET", "/jobs", "/jobs", "", nil},
+	{"GET", "/jobs", "/jobs?agentId=agt_1", "", []error{status.ErrAgentHomeUnavailable}},
 	{"GET", "/jobs/{id}", "/jobs/job_1", "", []error{exec.ErrJobNotFound, status.ErrOwnerUnavailable}},
 	{"DELETE", "/jobs/{id}", "/jobs/job_1", "", []error{exec.ErrJobNotFound, status.ErrOwnerUnavailable}},
 	{"GET", "/jobs/{id}/output", "/jobs/job_1/output", "", []error{exec.ErrJobNotFound, status.ErrOwnerUnavailable}},

@@ -195,6 +195,8 @@ type Server struct {
 	metrics     *httpMetrics
 	ids         *ids.Source
 	router      *chi.Mux
+	// peers, in cluster mode, asks the other replicas for their lists.
+	peers *peerLister
 }
 
 // mcpPath is where the MCP endpoint is mounted.
@@ -269,6 +271,9 @@ func NewServer(d Deps) (http.Handler, error) {
 	mws := []func(http.Handler) http.Handler{s.bodyDeadline, s.closeChunked, s.requestID, s.observe, s.checkHost, s.secureHeaders, s.authenticate}
 	if d.JobRouter != nil {
 		mws = append(mws, s.newForwarder(d.JobRouter, d.ReplicaID))
+		if d.Cluster != nil {
+			s.peers = newPeerLister(d.Cluster, d.ReplicaID, d.Token)
+		}
 	}
 	r.Use(append(mws, s.limitBody, validator)...)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) { s.writeError(w, r, errNotFound) })

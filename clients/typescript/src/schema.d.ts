@@ -219,7 +219,7 @@ export interface paths {
         };
         /**
          * Every agent.
-         * @description Every agent known to this server, persisted ones included, sorted by id.
+         * @description Every agent known to this server, persisted ones included, sorted by id. In cluster mode, every agent of every replica (they share one store).
          */
         get: operations["listAgents"];
         put?: never;
@@ -443,7 +443,7 @@ export interface paths {
         };
         /**
          * Jobs, optionally of one agent or in one state.
-         * @description Running jobs and finished jobs still retained, sorted by id.
+         * @description Running jobs and finished jobs still retained, sorted by id. In cluster mode, the jobs of every replica heard from in the last 5 s; a request naming `agentId` is answered by the agent's home, which runs all of its jobs (503 `agent_home_unavailable` while it is down).
          */
         get: operations["listJobs"];
         put?: never;
@@ -1974,7 +1974,7 @@ export interface components {
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
-        /** @description `shutting_down`: the server is stopping and starts no more jobs. Cluster mode only, and nothing ran: `agent_home_unavailable`, the request names an agent whose replica has not been heard from for 5 s or could not be reached; `job_owner_unavailable`, the request's `Idempotency-Key` (without an agent) was first claimed by a replica that is not available; `cluster_unavailable`, the key could not be claimed in the shared store. */
+        /** @description `shutting_down`: the server is stopping and starts no more jobs. Cluster mode only, and nothing ran: `agent_home_unavailable`, the request names an agent whose replica has not been heard from for 5 s or could not be reached; `job_owner_unavailable`, the request's `Idempotency-Key` (without an agent) was first claimed by a replica that is not available; `cluster_unavailable`, the key could not be claimed in the shared store, or the shared store of agents and transcripts could not be reached (read the transcript before retrying). */
         R503RunAgent: {
             headers: {
                 [name: string]: unknown;
@@ -1992,7 +1992,7 @@ export interface components {
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
-        /** @description `agent_home_unavailable` (cluster mode only): the agent id names the replica that holds the agent and its transcript, and that replica has not been heard from for 5 s (it died, stopped or is cut off) or could not be reached. Nothing ran; retry once the replica is back. */
+        /** @description Cluster mode only. `agent_home_unavailable`: the agent id names its home replica, where its commands run and its hooks and held context live, and that replica has not been heard from for 5 s (it died, stopped or is cut off) or could not be reached. Nothing ran; retry once the replica is back (the agent and its transcript stay readable from every replica meanwhile). `cluster_unavailable`: the shared store of agents and transcripts could not be reached within 10 s; an event it was writing may have been stored, so read the transcript before retrying. */
         R503AgentHome: {
             headers: {
                 [name: string]: unknown;
@@ -2005,6 +2005,24 @@ export interface components {
                  *       "status": 503,
                  *       "code": "agent_home_unavailable",
                  *       "instance": "/agents/agt_vm-b_01m8rk3468mk6yta9t5hevkezw/tools/bash"
+                 *     }
+                 */
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /** @description `cluster_unavailable` (cluster mode only): the shared store of agents and transcripts could not be reached within 10 s (NATS is unreachable from this replica, or the store has no quorum). Nothing changed, except that an agent being created may have been stored: list the agents before retrying. */
+        R503AgentStore: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                /**
+                 * @example {
+                 *       "type": "about:blank",
+                 *       "title": "The cluster's shared store of agents and transcripts could not be reached",
+                 *       "status": 503,
+                 *       "code": "cluster_unavailable",
+                 *       "instance": "/agents"
                  *     }
                  */
                 "application/problem+json": components["schemas"]["Problem"];
@@ -2642,6 +2660,7 @@ export interface operations {
             };
             401: components["responses"]["R401"];
             421: components["responses"]["R421"];
+            503: components["responses"]["R503AgentStore"];
             default: components["responses"]["Problem"];
         };
     };
@@ -2690,6 +2709,7 @@ export interface operations {
             413: components["responses"]["R413"];
             421: components["responses"]["R421"];
             422: components["responses"]["R422"];
+            503: components["responses"]["R503AgentStore"];
             507: components["responses"]["R507"];
             default: components["responses"]["Problem"];
         };
@@ -2729,7 +2749,7 @@ export interface operations {
             401: components["responses"]["R401"];
             404: components["responses"]["R404"];
             421: components["responses"]["R421"];
-            503: components["responses"]["R503AgentHome"];
+            503: components["responses"]["R503AgentStore"];
             default: components["responses"]["Problem"];
         };
     };
@@ -2955,7 +2975,7 @@ export interface operations {
             401: components["responses"]["R401"];
             404: components["responses"]["R404"];
             421: components["responses"]["R421"];
-            503: components["responses"]["R503AgentHome"];
+            503: components["responses"]["R503AgentStore"];
             default: components["responses"]["Problem"];
         };
     };
@@ -3209,6 +3229,8 @@ export interface operations {
             /** @description Jobs, sorted by id. */
             200: {
                 headers: {
+                    /** @description Cluster mode only: the ids of the replicas, comma-separated, whose jobs are missing from the list because they did not answer in time (5 s). Absent when every replica answered. */
+                    "Dsh-Unavailable-Replicas"?: string;
                     [name: string]: unknown;
                 };
                 content: {
@@ -3284,6 +3306,7 @@ export interface operations {
             400: components["responses"]["R400"];
             401: components["responses"]["R401"];
             421: components["responses"]["R421"];
+            503: components["responses"]["R503AgentHome"];
             default: components["responses"]["Problem"];
         };
     };

@@ -6613,15 +6613,25 @@ type ListJobsResponseObject interface {
 	VisitListJobsResponse(w http.ResponseWriter) error
 }
 
-type ListJobs200JSONResponse []Job
+type ListJobs200ResponseHeaders struct {
+	DshUnavailableReplicas *string
+}
+
+type ListJobs200JSONResponse struct {
+	Body    []Job
+	Headers ListJobs200ResponseHeaders
+}
 
 func (response ListJobs200JSONResponse) VisitListJobsResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.DshUnavailableReplicas != nil {
+		w.Header().Set("Dsh-Unavailable-Replicas", fmt.Sprint(*response.Headers.DshUnavailableReplicas))
+	}
 	w.WriteHeader(200)
 	_, err := buf.WriteTo(w)
 	return err
@@ -6671,6 +6681,22 @@ func (response ListJobs421ApplicationProblemPlusJSONResponse) VisitListJobsRespo
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(421)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListJobs503ApplicationProblemPlusJSONResponse struct {
+	R503AgentHomeApplicationProblemPlusJSONResponse
+}
+
+func (response ListJobs503ApplicationProblemPlusJSONResponse) VisitListJobsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(503)
 	_, err := buf.WriteTo(w)
 	return err
 }
