@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -12,33 +14,36 @@ import (
 	"github.com/dshd/dshd/internal/cluster/status"
 )
 
-// Agents are kept in two JetStream objects every replica shares:
+// Agents are kept in one JetStream stream every replica shares,
+// AgentsStream, with two subjects per agent:
 //
-//   - the stream TranscriptStream, one subject per agent
-//     (TranscriptSubjectPrefix + id), whose messages are the agent's
-//     transcript lines, header first. Every append names the sequence of
-//     the subject's last message (Nats-Expected-Last-Subject-Sequence), so
-//     appends of two writers cannot interleave or duplicate;
-//   - the bucket AgentsBucket, agent id → header line (with the agent's
+//   - TranscriptSubjectPrefix + id: the agent's transcript lines, header
+//     first. Every append names the sequence of the subject's last message
+//     (Nats-Expected-Last-Subject-Sequence), so appends of two writers
+//     cannot interleave or duplicate;
+//   - HeaderSubjectPrefix + id: the header line again (with the agent's
 //     root and home replica), written once the transcript's first lines are
-//     stored: a key there is what makes an agent exist.
+//     stored, on the condition that the subject is empty: a message there is
+//     what makes an agent exist, and only one creation of an id succeeds.
+//
+// The stream does not allow direct gets: every read goes to the stream's
+// leader, so a read that follows a write (through any replica) sees it.
 const (
-	TranscriptStream        = "DSHD_TRANSCRIPTS"
+	AgentsStream            = "DSHD_AGENTS"
 	TranscriptSubjectPrefix = "dshd.transcript."
-	AgentsBucket            = "dshd_agents"
+	HeaderSubjectPrefix     = "dshd.agent."
 )
 
 // journal is the agents.Journal of a Node.
 type journal struct {
-	js      jetstream.JetStream
-	stream  jetstream.Stream
-	headers jetstream.KeyValue
+	js     jetstream.JetStream
+	stream jetstream.Stream
 }
 
 var _ agents.Journal = (*journal)(nil)
 
 // Journal returns the store of agents and transcripts every replica
-// shares, creating its stream and bucket when they do not exist.
+// shares, creating its stream when it does not exist.
 func (n *Node) Journal(ctx context.Context) (agents.Journal, error) {
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.ConnectTimeout)
 	defer cancel()
@@ -46,25 +51,17 @@ func (n *Node) Journal(ctx context.Context) (agents.Journal, error) {
 	var err error
 	for attempt := 0; attempt < 20; attempt++ {
 		j.stream, err = n.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-			Name:        TranscriptStream,
-			Description: "dshd agent transcripts: one subject per agent, header line first",
-			Subjects:    []string{TranscriptSubjectPrefix + "*"},
+			Name:        AgentsStream,
+			Description: "dshd agents: dshd.transcript.<id> holds an agent's transcript lines, header first; dshd.agent.<id> its header, once it exists",
+			Subjects:    []string{TranscriptSubjectPrefix + "*", HeaderSubjectPrefix + "*"},
 			Storage:     jetstream.FileStorage,
 			Replicas:    n.cfg.StoreReplicas,
 			// Transcripts are append-only: nothing deletes a line.
-			DenyDelete:  true,
-			DenyPurge:   true,
-			AllowDirect: true,
+			DenyDelete: true,
+			DenyPurge:  true,
+			// Reads go to the leader (see above).
+			AllowDirect: false,
 		})
-		if err == nil {
-			j.headers, err = n.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-				Bucket:      AgentsBucket,
-				Description: "dshd agent headers: agent id → header line with root and home replica",
-				History:     1,
-				Storage:     jetstream.FileStorage,
-				Replicas:    n.cfg.StoreReplicas,
-			})
-		}
 		if err == nil {
 			return j, nil
 		}
@@ -77,7 +74,8 @@ func (n *Node) Journal(ctx context.Context) (agents.Journal, error) {
 	return nil, fmt.Errorf("cluster: agents store: %w", err)
 }
 
-func subject(id string) string { return TranscriptSubjectPrefix + id }
+func transcriptSubject(id string) string { return TranscriptSubjectPrefix + id }
+func headerSubject(id string) string     { return HeaderSubjectPrefix + id }
 
 // unavailable wraps err, a failure to reach the store.
 func unavailable(what, id string, err error) error {
@@ -90,7 +88,7 @@ func (j *journal) Create(ctx context.Context, id string, lines [][]byte) (uint64
 	}
 	var last uint64
 	for i, line := range lines {
-		ack, err := j.js.Publish(ctx, subject(id), line,
+		ack, err := j.js.Publish(ctx, transcriptSubject(id), line,
 			jetstream.WithExpectLastSequencePerSubject(last),
 			jetstream.WithMsgID(fmt.Sprintf("%s/%d", id, i)))
 		if err != nil {
@@ -101,8 +99,8 @@ func (j *journal) Create(ctx context.Context, id string, lines [][]byte) (uint64
 		}
 		last = ack.Sequence
 	}
-	if _, err := j.headers.Create(ctx, id, lines[0]); err != nil {
-		if errors.Is(err, jetstream.ErrKeyExists) {
+	if _, err := j.js.Publish(ctx, headerSubject(id), lines[0], jetstream.WithExpectLastSequencePerSubject(0)); err != nil {
+		if isWrongLastSeq(err) {
 			return 0, fmt.Errorf("create agent %s: the id exists: %w", id, agents.ErrConflict)
 		}
 		return 0, unavailable("create agent", id, err)
@@ -111,7 +109,7 @@ func (j *journal) Create(ctx context.Context, id string, lines [][]byte) (uint64
 }
 
 func (j *journal) Append(ctx context.Context, id string, line []byte, after uint64) (uint64, error) {
-	ack, err := j.js.Publish(ctx, subject(id), line, jetstream.WithExpectLastSequencePerSubject(after))
+	ack, err := j.js.Publish(ctx, transcriptSubject(id), line, jetstream.WithExpectLastSequencePerSubject(after))
 	if err != nil {
 		if isWrongLastSeq(err) {
 			return 0, fmt.Errorf("append to %s: %w", id, agents.ErrConflict)
@@ -122,7 +120,7 @@ func (j *journal) Append(ctx context.Context, id string, line []byte, after uint
 }
 
 func (j *journal) Last(ctx context.Context, id string) ([]byte, uint64, error) {
-	m, err := j.stream.GetLastMsgForSubject(ctx, subject(id))
+	m, err := j.stream.GetLastMsgForSubject(ctx, transcriptSubject(id))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return nil, 0, fmt.Errorf("agent %s: %w", id, agents.ErrNotFound)
 	}
@@ -132,9 +130,10 @@ func (j *journal) Last(ctx context.Context, id string) ([]byte, uint64, error) {
 	return m.Data, m.Sequence, nil
 }
 
-// Read reads the transcript with an ordered consumer up to the line that
-// was last when Read began: lines appended meanwhile are left for the
-// next read, as a file read would.
+// Read reads the transcript line by line (each the next message of the
+// subject, from the leader) up to the line that was last when Read began:
+// lines appended meanwhile are left for the next read, as a file read
+// would.
 func (j *journal) Read(ctx context.Context, id string) ([][]byte, uint64, error) {
 	if _, err := j.Header(ctx, id); err != nil {
 		return nil, 0, err
@@ -143,67 +142,49 @@ func (j *journal) Read(ctx context.Context, id string) ([][]byte, uint64, error)
 	if err != nil {
 		return nil, 0, err
 	}
-	cons, err := j.stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{subject(id)},
-		DeliverPolicy:  jetstream.DeliverAllPolicy,
-	})
-	if err != nil {
-		return nil, 0, unavailable("read transcript of", id, err)
-	}
-	it, err := cons.Messages()
-	if err != nil {
-		return nil, 0, unavailable("read transcript of", id, err)
-	}
-	defer it.Stop()
 	var lines [][]byte
-	for {
-		m, err := it.Next(jetstream.NextContext(ctx))
+	for seq := uint64(1); seq <= last; {
+		m, err := j.stream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(transcriptSubject(id)))
 		if err != nil {
 			return nil, 0, unavailable("read transcript of", id, err)
 		}
-		md, err := m.Metadata()
-		if err != nil {
-			return nil, 0, unavailable("read transcript of", id, err)
-		}
-		lines = append(lines, m.Data())
-		if md.Sequence.Stream >= last {
-			return lines, md.Sequence.Stream, nil
-		}
+		lines = append(lines, m.Data)
+		seq = m.Sequence + 1
 	}
+	return lines, last, nil
 }
 
 func (j *journal) Header(ctx context.Context, id string) ([]byte, error) {
-	e, err := j.headers.Get(ctx, id)
-	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrInvalidKey) {
+	m, err := j.stream.GetLastMsgForSubject(ctx, headerSubject(id))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return nil, fmt.Errorf("agent %s: %w", id, agents.ErrNotFound)
 	}
 	if err != nil {
 		return nil, unavailable("read agent", id, err)
 	}
-	return e.Value(), nil
+	return m.Data, nil
 }
 
+// Headers lists the header subjects, then reads each header.
 func (j *journal) Headers(ctx context.Context) ([][]byte, error) {
-	w, err := j.headers.WatchAll(ctx, jetstream.IgnoreDeletes())
+	info, err := j.stream.Info(ctx, jetstream.WithSubjectFilter(HeaderSubjectPrefix+"*"))
 	if err != nil {
 		return nil, unavailable("list", "agents", err)
 	}
-	defer w.Stop()
-	var out [][]byte
-	for {
-		select {
-		case e, ok := <-w.Updates():
-			if !ok {
-				return nil, unavailable("list", "agents", errors.New("watch ended"))
-			}
-			if e == nil {
-				return out, nil // every current value has been delivered
-			}
-			out = append(out, e.Value())
-		case <-ctx.Done():
-			return nil, unavailable("list", "agents", ctx.Err())
-		}
+	subjects := make([]string, 0, len(info.State.Subjects))
+	for subj := range info.State.Subjects {
+		subjects = append(subjects, subj)
 	}
+	slices.Sort(subjects)
+	out := make([][]byte, 0, len(subjects))
+	for _, subj := range subjects {
+		m, err := j.stream.GetLastMsgForSubject(ctx, subj)
+		if err != nil {
+			return nil, unavailable("read agent", strings.TrimPrefix(subj, HeaderSubjectPrefix), err)
+		}
+		out = append(out, m.Data)
+	}
+	return out, nil
 }
 
 // isWrongLastSeq reports whether err is JetStream's answer to a publish

@@ -20,7 +20,7 @@ import (
 // files with the single-node default (SyncCommit: the event is fsynced,
 // group commit, before Append returns) and one on the journal of replica
 // r0 connected to a three-node natstest cluster (the event is stored in
-// the R3 stream DSHD_TRANSCRIPTS, acknowledged once a quorum has it). The
+// the R3 stream DSHD_AGENTS, acknowledged once a quorum has it). The
 // two stores take turns each round, so machine noise hits both alike. Each
 // append's latency is recorded; it reports median and p99 in µs for both
 // and the journal's ratio to the files at each.
