@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 )
 
 // A Journal keeps every agent's header and transcript in a store shared by
@@ -74,25 +76,44 @@ func (s *Store) openJournal(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("open agent store: list agents: %w", err)
 	}
+	var home []Agent
 	for _, line := range headers {
-		a, home, err := parseSharedHeader(line)
+		a, h, err := parseSharedHeader(line)
 		if err != nil {
 			s.metrics.invalidFiles.Inc()
 			s.log.Warn("skipping agent with invalid header", "err", err)
 			continue
 		}
-		if home != s.home {
-			continue
+		if h == s.home {
+			home = append(home, a)
 		}
-		e, err := s.readJournal(ctx, a)
-		if err != nil {
-			return fmt.Errorf("open agent store: %w", err)
-		}
-		s.closeInterrupted(e)
-		s.agents[a.ID] = e
+	}
+	// Each read is a round trip per line: read several agents at once.
+	entries := make([]*entry, len(home))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(openReaders)
+	for i, a := range home {
+		g.Go(func() error {
+			e, err := s.readJournal(gctx, a)
+			if err != nil {
+				return err
+			}
+			s.closeInterrupted(e)
+			entries[i] = e
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return fmt.Errorf("open agent store: %w", err)
+	}
+	for _, e := range entries {
+		s.agents[e.agent.ID] = e
 	}
 	return nil
 }
+
+// openReaders is how many home agents Open reads from the journal at once.
+const openReaders = 16
 
 // readJournal builds the entry of agent a from its journal: last seq,
 // version and pending tool calls.

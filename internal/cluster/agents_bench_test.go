@@ -169,3 +169,79 @@ func percentiles(d []time.Duration) (p50, p99 time.Duration) {
 }
 
 func micros(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+
+// BenchmarkAgentStoreOpen500 measures what a replica's start and a
+// transcript read cost in cluster mode beside a lone dshd in the same run:
+// 500 agents of 5 events each (whose home the opening store is, so it
+// reads every transcript to answer interrupted calls), then one agent with
+// 500 events more, in a store on files and one on the journal. Each
+// iteration opens both stores again and reads the long transcript from
+// both; it reports milliseconds for each and the journal's ratio.
+func BenchmarkAgentStoreOpen500(b *testing.B) {
+	ctx := context.Background()
+	nc := natstest.Start(b, 3)
+	node, err := cluster.Connect(ctx, cluster.Config{URLs: []string{nc.URLs[0]}, ReplicaID: "r0"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(node.Close)
+	j, err := node.Journal(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	dir := b.TempDir()
+	src, prefix := idsource.NewSource(nil), status.AgentIDPrefix("r0")
+	fileOpts := agents.Options{Dir: dir, DefaultCwd: "/", Sync: agents.SyncNone}
+	sharedOpts := agents.Options{Journal: j, Home: "r0", DefaultCwd: "/", NewID: func() string { return src.New(prefix) }}
+	data := map[string]any{"callId": "call_1", "isError": false, "text": "hello from the benchmark\n", "exitCode": 0}
+	var longIDs [2]string
+	for k, opts := range []agents.Options{fileOpts, sharedOpts} {
+		s := openBenchStore(b, opts)
+		ids := createBenchAgents(b, s, 500)
+		for _, id := range ids {
+			for range 5 {
+				if _, err := s.Append(ctx, id, agents.EventToolResult, data); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		longIDs[k] = ids[0]
+		for range 500 {
+			if _, err := s.Append(ctx, ids[0], agents.EventToolResult, data); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	var open, read [2]time.Duration
+	var size [2]int
+	for b.Loop() {
+		for k, opts := range []agents.Options{fileOpts, sharedOpts} {
+			start := time.Now()
+			s := openBenchStore(b, opts)
+			open[k] += time.Since(start)
+			start = time.Now()
+			t, err := s.Transcript(ctx, longIDs[k])
+			read[k] += time.Since(start)
+			if err != nil {
+				b.Fatal(err)
+			}
+			size[k] = len(t)
+			if list, err := s.List(ctx); err != nil || len(list) != 500 {
+				b.Fatalf("store %d lists %d agents (%v), want 500", k, len(list), err)
+			}
+			_ = s.Close()
+		}
+	}
+	if size[0] == 0 || size[1] == 0 {
+		b.Fatal("empty transcript")
+	}
+	n := float64(b.N)
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 / n }
+	b.ReportMetric(ms(open[0]), "file-open-ms")
+	b.ReportMetric(ms(open[1]), "nats-open-ms")
+	b.ReportMetric(float64(open[1])/float64(max(open[0], 1)), "x-file-open")
+	b.ReportMetric(ms(read[0]), "file-read505-ms")
+	b.ReportMetric(ms(read[1]), "nats-read505-ms")
+	b.ReportMetric(float64(read[1])/float64(max(read[0], 1)), "x-file-read")
+	b.ReportMetric(0, "ns/op") // an iteration holds both stores; the figures above say it
+}
