@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/synadia-io/orbit.go/jetstreamext"
 
 	"github.com/dshd/dshd/internal/agents"
 	"github.com/dshd/dshd/internal/cluster/status"
@@ -26,8 +28,11 @@ import (
 //     stored, on the condition that the subject is empty: a message there is
 //     what makes an agent exist, and only one creation of an id succeeds.
 //
-// The stream does not allow direct gets: every read goes to the stream's
-// leader, so a read that follows a write (through any replica) sees it.
+// What must see every acknowledged write (a header, the last line of a
+// transcript) is read from the stream's leader. A transcript's lines up to
+// that last one are read in batches from whichever server answers (direct
+// gets); a server that has not caught up yet answers fewer lines, and the
+// rest are read from the leader.
 const (
 	AgentsStream            = "DSHD_AGENTS"
 	TranscriptSubjectPrefix = "dshd.transcript."
@@ -38,6 +43,61 @@ const (
 type journal struct {
 	js     jetstream.JetStream
 	stream jetstream.Stream
+}
+
+// msgGetRequest is a request of JetStream's message get API
+// ($JS.API.STREAM.MSG.GET.<stream>), which the stream's leader answers.
+type msgGetRequest struct {
+	Seq           uint64 `json:"seq,omitempty"`
+	NextBySubject string `json:"next_by_subj,omitempty"`
+	LastBySubject string `json:"last_by_subj,omitempty"`
+}
+
+// msgGetResponse is its answer.
+type msgGetResponse struct {
+	Message *struct {
+		Subject  string `json:"subject"`
+		Sequence uint64 `json:"seq"`
+		Data     []byte `json:"data"`
+	} `json:"message"`
+	Error *jetstream.APIError `json:"error"`
+}
+
+// storedMsg is a message read from the leader.
+type storedMsg struct {
+	Sequence uint64
+	Data     []byte
+}
+
+// leaderGet reads one message from the stream's leader. (The client's own
+// get goes to any server when the stream allows direct gets.) A missing
+// message is jetstream.ErrMsgNotFound.
+func (j *journal) leaderGet(ctx context.Context, req msgGetRequest) (storedMsg, error) {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return storedMsg{}, err
+	}
+	prefix := j.js.Options().APIPrefix
+	if prefix == "" {
+		prefix = jetstream.DefaultAPIPrefix
+	}
+	msg, err := j.js.Conn().RequestWithContext(ctx, prefix+"STREAM.MSG.GET."+AgentsStream, body)
+	if err != nil {
+		return storedMsg{}, err
+	}
+	var resp msgGetResponse
+	if err := json.Unmarshal(msg.Data, &resp); err != nil {
+		return storedMsg{}, fmt.Errorf("message get answer: %w", err)
+	}
+	switch {
+	case resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
+		return storedMsg{}, jetstream.ErrMsgNotFound
+	case resp.Error != nil:
+		return storedMsg{}, resp.Error
+	case resp.Message == nil:
+		return storedMsg{}, errors.New("message get answer without a message")
+	}
+	return storedMsg{Sequence: resp.Message.Sequence, Data: resp.Message.Data}, nil
 }
 
 var _ agents.Journal = (*journal)(nil)
@@ -59,8 +119,8 @@ func (n *Node) Journal(ctx context.Context) (agents.Journal, error) {
 			// Transcripts are append-only: nothing deletes a line.
 			DenyDelete: true,
 			DenyPurge:  true,
-			// Reads go to the leader (see above).
-			AllowDirect: false,
+			// Batched reads of transcript lines (see above).
+			AllowDirect: true,
 		})
 		if err == nil {
 			return j, nil
@@ -120,7 +180,7 @@ func (j *journal) Append(ctx context.Context, id string, line []byte, after uint
 }
 
 func (j *journal) Last(ctx context.Context, id string) ([]byte, uint64, error) {
-	m, err := j.stream.GetLastMsgForSubject(ctx, transcriptSubject(id))
+	m, err := j.leaderGet(ctx, msgGetRequest{LastBySubject: transcriptSubject(id)})
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return nil, 0, fmt.Errorf("agent %s: %w", id, agents.ErrNotFound)
 	}
@@ -130,8 +190,10 @@ func (j *journal) Last(ctx context.Context, id string) ([]byte, uint64, error) {
 	return m.Data, m.Sequence, nil
 }
 
-// Read reads the transcript line by line (each the next message of the
-// subject, from the leader) up to the line that was last when Read began:
+// readBatch is how many transcript lines one read request asks for.
+const readBatch = 256
+
+// Read reads the transcript up to the line that was last when Read began:
 // lines appended meanwhile are left for the next read, as a file read
 // would.
 func (j *journal) Read(ctx context.Context, id string) ([][]byte, uint64, error) {
@@ -142,20 +204,54 @@ func (j *journal) Read(ctx context.Context, id string) ([][]byte, uint64, error)
 	if err != nil {
 		return nil, 0, err
 	}
+	subj := transcriptSubject(id)
 	var lines [][]byte
-	for seq := uint64(1); seq <= last; {
-		m, err := j.stream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(transcriptSubject(id)))
+	for next := uint64(1); next <= last; {
+		if got, err := j.readBatch(ctx, subj, next, last, &lines); err == nil && got > 0 {
+			next = got + 1
+			continue
+		}
+		// No server answered with line next: the one that answered has not
+		// caught up to it yet, or none serves direct gets (yet). The
+		// leader has it.
+		m, err := j.leaderGet(ctx, msgGetRequest{Seq: next, NextBySubject: subj})
 		if err != nil {
 			return nil, 0, unavailable("read transcript of", id, err)
 		}
 		lines = append(lines, m.Data)
-		seq = m.Sequence + 1
+		next = m.Sequence + 1
 	}
 	return lines, last, nil
 }
 
+// readBatch appends to lines the lines of subj from sequence from up to
+// last, as many as one direct get answers, and returns the sequence of the
+// last line it appended (0: none).
+func (j *journal) readBatch(ctx context.Context, subj string, from, last uint64, lines *[][]byte) (uint64, error) {
+	msgs, err := jetstreamext.GetBatch(ctx, j.js, AgentsStream, readBatch,
+		jetstreamext.GetBatchSeq(from), jetstreamext.GetBatchSubject(subj))
+	if err != nil {
+		return 0, err
+	}
+	var got uint64
+	for m, err := range msgs {
+		if errors.Is(err, jetstreamext.ErrNoMessages) {
+			break
+		}
+		if err != nil {
+			return 0, err
+		}
+		if m.Sequence > last {
+			break
+		}
+		*lines = append(*lines, m.Data)
+		got = m.Sequence
+	}
+	return got, nil
+}
+
 func (j *journal) Header(ctx context.Context, id string) ([]byte, error) {
-	m, err := j.stream.GetLastMsgForSubject(ctx, headerSubject(id))
+	m, err := j.leaderGet(ctx, msgGetRequest{LastBySubject: headerSubject(id)})
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return nil, fmt.Errorf("agent %s: %w", id, agents.ErrNotFound)
 	}
@@ -178,7 +274,7 @@ func (j *journal) Headers(ctx context.Context) ([][]byte, error) {
 	slices.Sort(subjects)
 	out := make([][]byte, 0, len(subjects))
 	for _, subj := range subjects {
-		m, err := j.stream.GetLastMsgForSubject(ctx, subj)
+		m, err := j.leaderGet(ctx, msgGetRequest{LastBySubject: subj})
 		if err != nil {
 			return nil, unavailable("read agent", strings.TrimPrefix(subj, HeaderSubjectPrefix), err)
 		}

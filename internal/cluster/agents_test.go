@@ -10,7 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/synadia-io/orbit.go/jetstreamext"
 
 	"github.com/dshd/dshd/internal/agents"
 	"github.com/dshd/dshd/internal/cluster"
@@ -32,7 +35,7 @@ func openAgentsWithMetrics(t *testing.T, id, url string) (*agents.Store, agents.
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	ctx := context.Background()
-	node, err := cluster.Connect(ctx, cluster.Config{URLs: []string{url}, ReplicaID: id, ConnectTimeout: 5 * time.Second})
+	node, err := cluster.Connect(ctx, cluster.Config{URLs: []string{url}, ReplicaID: id})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -278,5 +281,66 @@ func TestJournalUnavailable(t *testing.T) {
 		if d := time.Since(start); d > 5*time.Second {
 			t.Errorf("%s took %s past its 1 s deadline", name, d)
 		}
+	}
+}
+
+// TestJournalReadFromLeader: when no server answers the batched reads (the
+// stream stops allowing direct gets), transcripts are read from the
+// stream's leader, the same bytes.
+func TestJournalReadFromLeader(t *testing.T) {
+	nc := natstest.Start(t, 3)
+	a, _ := openAgents(t, "r0", nc.URLs[0])
+	ctx := context.Background()
+	ag, err := a.Create(ctx, "/", agents.Bounds{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 300 { // more than one batch
+		if _, err := a.Append(ctx, ag.ID, "test/note", map[string]int{"i": i}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	batched, evs := transcript(t, a, ag.ID)
+	if len(evs) != 300 {
+		t.Fatalf("%d events, want 300", len(evs))
+	}
+	conn, err := nats.Connect(nc.URLs[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	js, err := jetstream.New(conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := js.Stream(ctx, cluster.AgentsStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := st.CachedInfo().Config
+	cfg.AllowDirect = false
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	// Batched reads fail now (nothing serves them), so the read below
+	// takes the leader's path.
+	directGetFails := func() bool {
+		msgs, err := jetstreamext.GetBatch(ctx, js, cluster.AgentsStream, 1)
+		if err != nil {
+			return true
+		}
+		for _, err := range msgs {
+			return err != nil
+		}
+		return true
+	}
+	for deadline := time.Now().Add(10 * time.Second); !directGetFails(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("direct gets still answered 10 s after the stream stopped allowing them")
+		}
+	}
+	fromLeader, _ := transcript(t, a, ag.ID)
+	if !bytes.Equal(fromLeader, batched) {
+		t.Fatal("the transcript read from the leader differs from the batched read")
 	}
 }
