@@ -1,6 +1,9 @@
 // Package cluster runs dshd in cluster mode: several replicas share, through
 // NATS JetStream, the registry of contributors and plugins (a key-value
-// bucket every replica follows) and announce themselves with heartbeats.
+// bucket every replica follows), the claims of Idempotency-Keys, and the
+// agents with their transcripts (a stream, see Journal), and announce
+// themselves with heartbeats, by which each routes requests to the replica
+// that runs a job, is an agent's home or holds an MCP session.
 // It owns the NATS connection; nothing else in dshd imports NATS, and
 // nothing here runs unless the configuration file has a cluster section.
 package cluster
