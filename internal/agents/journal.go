@@ -198,6 +198,9 @@ func (s *Store) appendJournal(ctx context.Context, e *entry, build func(seq int6
 			if err := s.syncJournal(ctx, e); err != nil {
 				return Event{}, err
 			}
+			if err := s.closeNotRun(ctx, e); err != nil {
+				return Event{}, err
+			}
 		}
 		line, ev, err := build(e.lastSeq + 1)
 		if err != nil {
@@ -209,7 +212,13 @@ func (s *Store) appendJournal(ctx context.Context, e *entry, build func(seq int6
 			return ev, nil
 		}
 		e.synced = false
-		if !errors.Is(err, ErrConflict) || attempt == maxConflictRetries {
+		if !errors.Is(err, ErrConflict) {
+			// The journal may have stored the line all the same (its
+			// answer was lost): the next sync looks.
+			e.unsure = line
+			return Event{}, err
+		}
+		if attempt == maxConflictRetries {
 			return Event{}, err
 		}
 		s.metrics.conflicts.Inc()
@@ -228,15 +237,62 @@ func (s *Store) appendJournal(ctx context.Context, e *entry, build func(seq int6
 	}
 }
 
-// syncJournal reads the version and seq of e's last line.
+// syncJournal reads the version and seq of e's last line. When that line is
+// the one an append reported failed (e.unsure), the journal stored it after
+// all; a tool call among such lines is remembered in e.notRun, since its
+// caller was told it failed and ran nothing.
 func (s *Store) syncJournal(ctx context.Context, e *entry) error {
 	line, v, err := s.journal.Last(ctx, e.agent.ID)
 	if err != nil {
 		return fmt.Errorf("read transcript end: %w", err)
 	}
 	e.version, e.lastSeq, e.synced = v, 0, true
-	if ev, ok := parseEvent(line); ok {
+	ev, ok := parseEvent(line)
+	if ok {
 		e.lastSeq = ev.Seq
+	}
+	if ok && e.unsure != nil && bytes.Equal(line, e.unsure) {
+		e.notRun = trackCall(e.notRun, ev)
+	}
+	e.unsure = nil
+	return nil
+}
+
+// NotRunText is the text of the result appended for a tool call whose
+// recording was reported failed, so that it did not run, but which the
+// journal had stored.
+const NotRunText = "[not run: the call could not be recorded, so its command did not run]"
+
+// notRunResult is the data of that tool/result event.
+type notRunResult struct {
+	CallID  string `json:"callId"`
+	IsError bool   `json:"isError"`
+	Text    string `json:"text"`
+	NotRun  bool   `json:"notRun"`
+}
+
+// closeNotRun appends a result for every call in e.notRun, so a model
+// reading the transcript is never left waiting for one. Called with e.mu
+// held, after a sync.
+func (s *Store) closeNotRun(ctx context.Context, e *entry) error {
+	for len(e.notRun) > 0 {
+		// Taken off first: the append below may sync again (after a
+		// conflict) and come back here for the others.
+		id := e.notRun[0]
+		e.notRun = e.notRun[1:]
+		raw, err := json.Marshal(notRunResult{CallID: id, IsError: true, Text: NotRunText, NotRun: true})
+		if err == nil {
+			_, err = s.appendJournal(ctx, e, func(seq int64) ([]byte, Event, error) {
+				ev := Event{Type: EventToolResult, Seq: seq, Time: s.now().UTC(), Data: raw}
+				line, err := json.Marshal(ev)
+				return line, ev, err
+			})
+		}
+		if err != nil {
+			e.notRun = append([]string{id}, e.notRun...)
+			return fmt.Errorf("record that call %s did not run: %w", id, err)
+		}
+		s.log.Info("recorded a tool call that did not run", "agent_id", e.agent.ID, "call_id", id)
 	}
 	return nil
 }

@@ -75,9 +75,14 @@ type entry struct {
 	syncErr  error         // outcome of the last fsync, for its followers
 
 	// With a journal: the version of the last line, and whether version
-	// and lastSeq are known (false until read, and after a conflict).
+	// and lastSeq are known (false until read, and after a failed append).
 	version uint64
 	synced  bool
+	// unsure is the line of the last append that failed other than by a
+	// conflict: the journal may have stored it. notRun are the tool calls
+	// such lines turned out to hold (see syncJournal).
+	unsure []byte
+	notRun []string
 }
 
 // header is the first line of a transcript.

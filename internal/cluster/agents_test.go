@@ -5,8 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -342,5 +344,78 @@ func TestJournalReadFromLeader(t *testing.T) {
 	fromLeader, _ := transcript(t, a, ag.ID)
 	if !bytes.Equal(fromLeader, batched) {
 		t.Fatal("the transcript read from the leader differs from the batched read")
+	}
+}
+
+// lossyJournal is a real journal whose next append goes wrong once: with
+// store set the line is stored and its answer lost, without it the line is
+// not stored; the caller hears an error either way.
+type lossyJournal struct {
+	agents.Journal
+	fail, store atomic.Bool
+}
+
+func (l *lossyJournal) Append(ctx context.Context, id string, line []byte, after uint64) (uint64, error) {
+	if !l.fail.CompareAndSwap(true, false) {
+		return l.Journal.Append(ctx, id, line, after)
+	}
+	if l.store.Load() {
+		if _, err := l.Journal.Append(ctx, id, line, after); err != nil {
+			return 0, err
+		}
+	}
+	return 0, fmt.Errorf("append to %s: the answer was lost: %w", id, status.ErrAgentStoreUnavailable)
+}
+
+// TestJournalLostAnswer: a tool call whose recording was reported failed
+// did not run; when the journal stored it all the same, the next append
+// first records that it did not run, so the call is never left without a
+// result. One that was not stored leaves nothing behind.
+func TestJournalLostAnswer(t *testing.T) {
+	nc := natstest.Start(t, 3)
+	_, j := openAgents(t, "r0", nc.URLs[0])
+	lossy := &lossyJournal{Journal: j}
+	src, prefix := idsrc.NewSource(nil), status.AgentIDPrefix("r0")
+	s, err := agents.Open(context.Background(), agents.Options{Journal: lossy, Home: "r0", DefaultCwd: "/", NewID: func() string { return src.New(prefix) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	ag, err := s.Create(ctx, "/", agents.Bounds{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := func(id string) error {
+		_, err := s.Append(ctx, ag.ID, agents.EventToolCall, map[string]string{"callId": id, "name": "bash"})
+		return err
+	}
+	lossy.fail.Store(true)
+	lossy.store.Store(true)
+	if err := call("call_stored"); !errors.Is(err, status.ErrAgentStoreUnavailable) {
+		t.Fatalf("the call whose answer was lost: %v", err)
+	}
+	lossy.fail.Store(true)
+	lossy.store.Store(false)
+	if err := call("call_lost"); !errors.Is(err, status.ErrAgentStoreUnavailable) {
+		t.Fatalf("the call that was not stored: %v", err)
+	}
+	if err := call("call_next"); err != nil {
+		t.Fatal(err)
+	}
+	_, evs := transcript(t, s, ag.ID)
+	var got []string
+	for _, ev := range evs {
+		var d struct {
+			CallID string `json:"callId"`
+			NotRun bool   `json:"notRun"`
+		}
+		if err := json.Unmarshal(ev.Data, &d); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, fmt.Sprintf("%s %s %t", ev.Type, d.CallID, d.NotRun))
+	}
+	want := []string{"tool/call call_stored false", "tool/result call_stored true", "tool/call call_next false"}
+	if strings.Join(got, "; ") != strings.Join(want, "; ") {
+		t.Fatalf("transcript events:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
