@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -172,7 +173,15 @@ func TestInteractivePipeStdin(t *testing.T) {
 	s := startServer(t, withConfig("jobs:\n  recordInput: true\n"))
 	j := s.startInteractive(t, map[string]any{"command": `while read -r l; do echo "got $l"; done; echo eof`, "openStdin": true, "stdin": "first\n"})
 	s.waitStdout(t, j.ID, 0, "got first\n")
-	s.control(t, j.ID, "stdin", map[string]any{"data": "second\n"})
+	// With Prefer: return=minimal the write answers 204 and no body.
+	resp := s.DoWith(t, "POST", "/jobs/"+j.ID+"/stdin", map[string]any{"data": "second\n"},
+		map[string]string{"Authorization": "Bearer " + s.Token, "Prefer": "return=minimal"})
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != 204 || len(body) != 0 || resp.Header.Get("Preference-Applied") != "return=minimal" {
+		t.Fatalf("minimal write = %d %q (%v), Preference-Applied %q; want 204, no body, return=minimal",
+			resp.StatusCode, body, err, resp.Header.Get("Preference-Applied"))
+	}
 	got := s.control(t, j.ID, "stdin", map[string]any{"data": "third\n", "close": true})
 	if got.Input == nil || !got.Input.Closed || got.Input.Text == nil || *got.Input.Text != "second\nthird\n" {
 		t.Errorf("input = %+v; want closed, with the recorded text", got.Input)

@@ -84,7 +84,8 @@ export function createTerminal(container, job, { onState, onError }) {
 
   async function send(body) {
     try {
-      await requestJSON(path('jobs', job.id, 'stdin'), { method: 'POST', body });
+      // A key needs no job back (204 instead of the whole job, output included).
+      await requestJSON(path('jobs', job.id, 'stdin'), { method: 'POST', body, headers: { Prefer: 'return=minimal' } });
     } catch (err) {
       if (!isQuiet(err)) onError(`Could not send keys to job ${job.id}: ${err.message}`);
     }

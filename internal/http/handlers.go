@@ -411,7 +411,26 @@ func (s *Server) WriteJobInput(ctx context.Context, req api.WriteJobInputRequest
 	if err != nil {
 		return nil, err
 	}
+	if prefersMinimal(deref(req.Params.Prefer)) {
+		applied := "return=minimal"
+		return api.WriteJobInput204Response{Headers: api.WriteJobInput204ResponseHeaders{PreferenceApplied: &applied}}, nil
+	}
 	return api.WriteJobInput200JSONResponse(toAPIJob(snap)), nil
+}
+
+// prefersMinimal reports whether a Prefer header (RFC 7240: preferences
+// separated by commas, each token[=value] with parameters after ';')
+// asks for return=minimal.
+func prefersMinimal(prefer string) bool {
+	for _, p := range strings.Split(prefer, ",") {
+		pref, _, _ := strings.Cut(p, ";")
+		name, value, _ := strings.Cut(strings.TrimSpace(pref), "=")
+		if strings.EqualFold(strings.TrimSpace(name), "return") &&
+			strings.EqualFold(strings.Trim(strings.TrimSpace(value), `"`), "minimal") {
+			return true
+		}
+	}
+	return false
 }
 
 // ResizeJob resizes a running job's terminal.

@@ -542,7 +542,8 @@ export interface paths {
          *     409 `input_blocked`, whose `detail` says how many bytes it took (those
          *     cannot be taken back). Writes are recorded on the job's `input` (size and
          *     time; the bytes themselves only with `jobs.recordInput`). The answer is the
-         *     job after the write.
+         *     job after the write, or nothing (204) with `Prefer: return=minimal`: a
+         *     terminal that sends every key needs no job back.
          */
         post: operations["writeJobInput"];
         delete?: never;
@@ -3521,7 +3522,10 @@ export interface operations {
     writeJobInput: {
         parameters: {
             query?: never;
-            header?: never;
+            header?: {
+                /** @description `return=minimal` (RFC 7240) answers 204 with no body instead of the job. */
+                Prefer?: string;
+            };
             path: {
                 id: string;
             };
@@ -3590,6 +3594,15 @@ export interface operations {
                      */
                     "application/json": components["schemas"]["Job"];
                 };
+            };
+            /** @description The bytes were taken (and the input closed, with `close`); the request preferred `return=minimal`. */
+            204: {
+                headers: {
+                    /** @description `return=minimal`. */
+                    "Preference-Applied"?: string;
+                    [name: string]: unknown;
+                };
+                content?: never;
             };
             400: components["responses"]["R400"];
             401: components["responses"]["R401"];

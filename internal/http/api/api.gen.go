@@ -2113,6 +2113,12 @@ type GetJobOutputParams struct {
 // GetJobOutputParamsStream defines parameters for GetJobOutput.
 type GetJobOutputParamsStream string
 
+// WriteJobInputParams defines parameters for WriteJobInput.
+type WriteJobInputParams struct {
+	// Prefer `return=minimal` (RFC 7240) answers 204 with no body instead of the job.
+	Prefer *string `json:"Prefer,omitempty"`
+}
+
 // ListToolsParams defines parameters for ListTools.
 type ListToolsParams struct {
 	// Format `generic` (default): `{name, description, inputSchema}`. `openai`: Chat
@@ -3121,7 +3127,7 @@ type ServerInterface interface {
 	SignalJob(w http.ResponseWriter, r *http.Request, id string)
 	// WriteJobInput Write to a running job's input, and optionally close it.
 	// (POST /jobs/{id}/stdin)
-	WriteJobInput(w http.ResponseWriter, r *http.Request, id string)
+	WriteJobInput(w http.ResponseWriter, r *http.Request, id string, params WriteJobInputParams)
 	// ListPlugins Open plugins.
 	// (GET /plugins)
 	ListPlugins(w http.ResponseWriter, r *http.Request)
@@ -3283,7 +3289,7 @@ func (_ Unimplemented) SignalJob(w http.ResponseWriter, r *http.Request, id stri
 
 // WriteJobInput Write to a running job's input, and optionally close it.
 // (POST /jobs/{id}/stdin)
-func (_ Unimplemented) WriteJobInput(w http.ResponseWriter, r *http.Request, id string) {
+func (_ Unimplemented) WriteJobInput(w http.ResponseWriter, r *http.Request, id string, params WriteJobInputParams) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
@@ -3951,8 +3957,32 @@ func (siw *ServerInterfaceWrapper) WriteJobInput(w http.ResponseWriter, r *http.
 		return
 	}
 
+	// Parameter object where we will unmarshal all parameters from the context
+	var params WriteJobInputParams
+
+	headers := r.Header
+
+	// ------------- Optional header parameter "Prefer" -------------
+	if valueList, found := headers[http.CanonicalHeaderKey("Prefer")]; found {
+		var Prefer string
+		n := len(valueList)
+		if n != 1 {
+			siw.ErrorHandlerFunc(w, r, &TooManyValuesForParamError{ParamName: "Prefer", Count: n})
+			return
+		}
+
+		err = runtime.BindStyledParameterWithOptions("simple", "Prefer", valueList[0], &Prefer, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""})
+		if err != nil {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "Prefer", Err: err})
+			return
+		}
+
+		params.Prefer = &Prefer
+
+	}
+
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		siw.Handler.WriteJobInput(w, r, id)
+		siw.Handler.WriteJobInput(w, r, id, params)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -7501,8 +7531,9 @@ func (response SignalJobdefaultApplicationProblemPlusJSONResponse) VisitSignalJo
 }
 
 type WriteJobInputRequestObject struct {
-	Id   string `json:"id"`
-	Body *WriteJobInputJSONRequestBody
+	Id     string `json:"id"`
+	Params WriteJobInputParams
+	Body   *WriteJobInputJSONRequestBody
 }
 
 type WriteJobInputResponseObject interface {
@@ -7521,6 +7552,22 @@ func (response WriteJobInput200JSONResponse) VisitWriteJobInputResponse(w http.R
 	w.WriteHeader(200)
 	_, err := buf.WriteTo(w)
 	return err
+}
+
+type WriteJobInput204ResponseHeaders struct {
+	PreferenceApplied *string
+}
+
+type WriteJobInput204Response struct {
+	Headers WriteJobInput204ResponseHeaders
+}
+
+func (response WriteJobInput204Response) VisitWriteJobInputResponse(w http.ResponseWriter) error {
+	if response.Headers.PreferenceApplied != nil {
+		w.Header().Set("Preference-Applied", fmt.Sprint(*response.Headers.PreferenceApplied))
+	}
+	w.WriteHeader(204)
+	return nil
 }
 
 type WriteJobInput400ApplicationProblemPlusJSONResponse struct {
@@ -9198,10 +9245,11 @@ func (sh *strictHandler) SignalJob(w http.ResponseWriter, r *http.Request, id st
 }
 
 // WriteJobInput operation middleware
-func (sh *strictHandler) WriteJobInput(w http.ResponseWriter, r *http.Request, id string) {
+func (sh *strictHandler) WriteJobInput(w http.ResponseWriter, r *http.Request, id string, params WriteJobInputParams) {
 	var request WriteJobInputRequestObject
 
 	request.Id = id
+	request.Params = params
 
 	var body WriteJobInputJSONRequestBody
 	if err := runtime.BindJSONBody(r, &body); err != nil {
