@@ -137,12 +137,26 @@ func (n *Node) Journal(ctx context.Context) (agents.Journal, error) {
 func transcriptSubject(id string) string { return TranscriptSubjectPrefix + id }
 func headerSubject(id string) string     { return HeaderSubjectPrefix + id }
 
+// storeTimeout bounds every call of the journal whose context has no
+// deadline of its own: past it the store counts as unreachable.
+const storeTimeout = 10 * time.Second
+
+// bounded returns ctx with storeTimeout when it has no deadline.
+func bounded(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, storeTimeout)
+}
+
 // unavailable wraps err, a failure to reach the store.
 func unavailable(what, id string, err error) error {
 	return fmt.Errorf("%s %s: %w: %w", what, id, status.ErrAgentStoreUnavailable, err)
 }
 
 func (j *journal) Create(ctx context.Context, id string, lines [][]byte) (uint64, error) {
+	ctx, cancel := bounded(ctx)
+	defer cancel()
 	if len(lines) == 0 {
 		return 0, fmt.Errorf("create agent %s: no header line", id)
 	}
@@ -169,6 +183,8 @@ func (j *journal) Create(ctx context.Context, id string, lines [][]byte) (uint64
 }
 
 func (j *journal) Append(ctx context.Context, id string, line []byte, after uint64) (uint64, error) {
+	ctx, cancel := bounded(ctx)
+	defer cancel()
 	ack, err := j.js.Publish(ctx, transcriptSubject(id), line, jetstream.WithExpectLastSequencePerSubject(after))
 	if err != nil {
 		if isWrongLastSeq(err) {
@@ -180,6 +196,8 @@ func (j *journal) Append(ctx context.Context, id string, line []byte, after uint
 }
 
 func (j *journal) Last(ctx context.Context, id string) ([]byte, uint64, error) {
+	ctx, cancel := bounded(ctx)
+	defer cancel()
 	m, err := j.leaderGet(ctx, msgGetRequest{LastBySubject: transcriptSubject(id)})
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return nil, 0, fmt.Errorf("agent %s: %w", id, agents.ErrNotFound)
@@ -197,6 +215,8 @@ const readBatch = 256
 // lines appended meanwhile are left for the next read, as a file read
 // would.
 func (j *journal) Read(ctx context.Context, id string) ([][]byte, uint64, error) {
+	ctx, cancel := bounded(ctx)
+	defer cancel()
 	if _, err := j.Header(ctx, id); err != nil {
 		return nil, 0, err
 	}
@@ -251,6 +271,8 @@ func (j *journal) readBatch(ctx context.Context, subj string, from, last uint64,
 }
 
 func (j *journal) Header(ctx context.Context, id string) ([]byte, error) {
+	ctx, cancel := bounded(ctx)
+	defer cancel()
 	m, err := j.leaderGet(ctx, msgGetRequest{LastBySubject: headerSubject(id)})
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return nil, fmt.Errorf("agent %s: %w", id, agents.ErrNotFound)
@@ -263,6 +285,8 @@ func (j *journal) Header(ctx context.Context, id string) ([]byte, error) {
 
 // Headers lists the header subjects, then reads each header.
 func (j *journal) Headers(ctx context.Context) ([][]byte, error) {
+	ctx, cancel := bounded(ctx)
+	defer cancel()
 	info, err := j.stream.Info(ctx, jetstream.WithSubjectFilter(HeaderSubjectPrefix+"*"))
 	if err != nil {
 		return nil, unavailable("list", "agents", err)
