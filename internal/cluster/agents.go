@@ -283,7 +283,12 @@ func (j *journal) Header(ctx context.Context, id string) ([]byte, error) {
 	return m.Data, nil
 }
 
-// Headers lists the header subjects, then reads each header.
+// headersBatch is how many headers one read request asks for.
+const headersBatch = 256
+
+// Headers lists the header subjects on the leader, reads their messages in
+// batches from whichever server answers (direct gets), and the ones a
+// server that has not caught up lacks from the leader.
 func (j *journal) Headers(ctx context.Context) ([][]byte, error) {
 	ctx, cancel := bounded(ctx)
 	defer cancel()
@@ -296,13 +301,30 @@ func (j *journal) Headers(ctx context.Context) ([][]byte, error) {
 		subjects = append(subjects, subj)
 	}
 	slices.Sort(subjects)
+	found := make(map[string][]byte, len(subjects))
+	for chunk := range slices.Chunk(subjects, headersBatch) {
+		msgs, err := jetstreamext.GetLastMsgsFor(ctx, j.js, AgentsStream, chunk)
+		if err != nil {
+			continue // the leader answers for these below
+		}
+		for m, err := range msgs {
+			if err != nil {
+				break
+			}
+			found[m.Subject] = m.Data
+		}
+	}
 	out := make([][]byte, 0, len(subjects))
 	for _, subj := range subjects {
-		m, err := j.leaderGet(ctx, msgGetRequest{LastBySubject: subj})
-		if err != nil {
-			return nil, unavailable("read agent", strings.TrimPrefix(subj, HeaderSubjectPrefix), err)
+		data, ok := found[subj]
+		if !ok {
+			m, err := j.leaderGet(ctx, msgGetRequest{LastBySubject: subj})
+			if err != nil {
+				return nil, unavailable("read agent", strings.TrimPrefix(subj, HeaderSubjectPrefix), err)
+			}
+			data = m.Data
 		}
-		out = append(out, m.Data)
+		out = append(out, data)
 	}
 	return out, nil
 }

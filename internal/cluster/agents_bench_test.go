@@ -175,8 +175,9 @@ func micros(d time.Duration) float64 { return float64(d) / float64(time.Microsec
 // 500 agents of 5 events each (whose home the opening store is, so it
 // reads every transcript to answer interrupted calls), then one agent with
 // 500 events more, in a store on files and one on the journal. Each
-// iteration opens both stores again and reads the long transcript from
-// both; it reports milliseconds for each and the journal's ratio.
+// iteration opens both stores again, reads the long transcript from both
+// and lists the agents; it reports milliseconds for each and the
+// journal's ratio.
 func BenchmarkAgentStoreOpen500(b *testing.B) {
 	ctx := context.Background()
 	nc := natstest.Start(b, 3)
@@ -212,7 +213,7 @@ func BenchmarkAgentStoreOpen500(b *testing.B) {
 			}
 		}
 	}
-	var open, read [2]time.Duration
+	var open, read, lists [2]time.Duration
 	var size [2]int
 	for b.Loop() {
 		for k, opts := range []agents.Options{fileOpts, sharedOpts} {
@@ -226,7 +227,10 @@ func BenchmarkAgentStoreOpen500(b *testing.B) {
 				b.Fatal(err)
 			}
 			size[k] = len(t)
-			if list, err := s.List(ctx); err != nil || len(list) != 500 {
+			start = time.Now()
+			list, err := s.List(ctx)
+			lists[k] += time.Since(start)
+			if err != nil || len(list) != 500 {
 				b.Fatalf("store %d lists %d agents (%v), want 500", k, len(list), err)
 			}
 			_ = s.Close()
@@ -243,5 +247,8 @@ func BenchmarkAgentStoreOpen500(b *testing.B) {
 	b.ReportMetric(ms(read[0]), "file-read505-ms")
 	b.ReportMetric(ms(read[1]), "nats-read505-ms")
 	b.ReportMetric(float64(read[1])/float64(max(read[0], 1)), "x-file-read")
+	b.ReportMetric(ms(lists[0]), "file-list500-ms")
+	b.ReportMetric(ms(lists[1]), "nats-list500-ms")
+	b.ReportMetric(float64(lists[1])/float64(max(lists[0], 1)), "x-file-list")
 	b.ReportMetric(0, "ns/op") // an iteration holds both stores; the figures above say it
 }

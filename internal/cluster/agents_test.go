@@ -288,7 +288,7 @@ func TestJournalUnavailable(t *testing.T) {
 
 // TestJournalReadFromLeader: when no server answers the batched reads (the
 // stream stops allowing direct gets), transcripts are read from the
-// stream's leader, the same bytes.
+// stream's leader, the same bytes, and agents are listed from it.
 func TestJournalReadFromLeader(t *testing.T) {
 	nc := natstest.Start(t, 3)
 	a, _ := openAgents(t, "r0", nc.URLs[0])
@@ -344,6 +344,9 @@ func TestJournalReadFromLeader(t *testing.T) {
 	fromLeader, _ := transcript(t, a, ag.ID)
 	if !bytes.Equal(fromLeader, batched) {
 		t.Fatal("the transcript read from the leader differs from the batched read")
+	}
+	if list, err := a.List(ctx); err != nil || len(list) != 1 || list[0].ID != ag.ID {
+		t.Fatalf("agents listed from the leader: %v, %v", list, err)
 	}
 }
 
