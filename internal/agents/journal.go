@@ -88,7 +88,8 @@ func (s *Store) openJournal(ctx context.Context) error {
 			home = append(home, a)
 		}
 	}
-	// Each read is a round trip per line: read several agents at once.
+	// Each read is a few round trips to the store: read several agents at
+	// once.
 	entries := make([]*entry, len(home))
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(openReaders)
