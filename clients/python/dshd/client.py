@@ -325,11 +325,13 @@ class Client:
         return self._json("DELETE", "/jobs/" + self._q(job_id))
 
     def write_input(self, job_id: str, data: Union[str, bytes, None] = None, close: bool = False,
-                    timeout_ms: Optional[int] = None) -> JSON:
+                    timeout_ms: Optional[int] = None, minimal: bool = False) -> Optional[JSON]:
         """POST /jobs/{id}/stdin: write data (text, or any bytes) to a running
         job started with tty or open_stdin, then with close end its input. The
-        answer is the job. Raises Problem 409 input_blocked (the program did not
-        take the bytes in time), input_closed, not_running ...."""
+        answer is the job, or None with minimal (Prefer: return=minimal: the
+        server sends no job back, as for every key of a terminal). Raises
+        Problem 409 input_blocked (the program did not take the bytes in
+        time), input_closed, not_running ...."""
         body: JSON = {}
         if isinstance(data, bytes):
             body["base64"] = base64.b64encode(data).decode("ascii")
@@ -339,7 +341,8 @@ class Client:
             body["close"] = True
         if timeout_ms is not None:
             body["timeoutMs"] = timeout_ms
-        return self._json("POST", f"/jobs/{self._q(job_id)}/stdin", body)
+        headers = {"Prefer": "return=minimal"} if minimal else None
+        return self._json("POST", f"/jobs/{self._q(job_id)}/stdin", body, headers=headers)
 
     def resize_job(self, job_id: str, cols: int, rows: int) -> JSON:
         """POST /jobs/{id}/resize: the terminal's new size (409 not_a_terminal

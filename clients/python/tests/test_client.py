@@ -160,9 +160,10 @@ class EveryOperation(unittest.TestCase):
         # close), a terminal resized and interrupted.
         piped = c.exec("cat", background=True, open_stdin=True)
         self.assertEqual(c.write_input(piped["id"], "hello ", timeout_ms=5000)["input"]["bytes"], 6)
+        self.assertIsNone(c.write_input(piped["id"], "there ", minimal=True))
         c.write_input(piped["id"], b"\xffbin\n", close=True)
         self.assertEqual(c.job(piped["id"], wait_ms=10000)["state"], "exited")
-        self.assertEqual(c.job_output(piped["id"], "stdout", 0), b"hello \xffbin\n")
+        self.assertEqual(c.job_output(piped["id"], "stdout", 0), b"hello there \xffbin\n")
         term = c.exec("trap 'exit 5' INT; echo ready; while :; do sleep 0.05; done", background=True, tty=True,
                       cols=100, rows=30)
         self.assertEqual((term["terminal"]["cols"], term["terminal"]["rows"]), (100, 30))
