@@ -173,20 +173,25 @@ func (s *Server) route(r *http.Request, router jobRouter) (*forwardTarget, error
 	return &forwardTarget{url: u, unavailable: unavailable}, nil
 }
 
-// newForwarder returns the middleware that sends every request for a job
-// another replica runs (/jobs/{id} and everything under it: state,
-// long-polls, SSE and raw output, stdin, cancel), and every request for an
-// agent whose home is another replica (tool calls, fork, spawn, resume;
-// POST /exec naming the agent; a new MCP session naming the agent), and
-// every request of an MCP session another replica opened, to that replica
-// in one hop, streaming both
-// ways and flushing as it writes. Reads of an agent and its transcript are
-// served where they land, from the shared store. A POST /exec with an Idempotency-Key and no agent goes to the replica
-// that claimed the key first in the cluster's shared store. It runs after
-// authentication (the owner checks the same token again) and before the
-// contract's validator (the owner validates). A job whose owner is not
-// available is answered 503 job_owner_unavailable here, and is not run
-// elsewhere.
+// newForwarder returns the middleware that sends to the replica concerned,
+// in one hop, streaming both ways and flushing as it writes:
+//   - every request for a job another replica runs (/jobs/{id} and
+//     everything under it: state, long-polls, SSE and raw output, stdin,
+//     cancel);
+//   - every call for an agent whose home is another replica (tool calls,
+//     fork, spawn, resume; POST /exec and GET /jobs naming the agent; a new
+//     MCP session naming the agent);
+//   - every request of an MCP session another replica opened;
+//   - a POST /exec with an Idempotency-Key and no agent, to the replica that
+//     claimed the key first in the cluster's shared store.
+//
+// Reads of an agent and its transcript are served where they land, from
+// the shared store. The middleware runs after authentication (the owner
+// checks the same token again) and before the contract's validator (the
+// owner validates). A request whose replica is not available is answered
+// 503 here (job_owner_unavailable, agent_home_unavailable,
+// session_home_unavailable), and nothing is run elsewhere. A request
+// another replica forwarded is served here, marked so (servedForPeer).
 func (s *Server) newForwarder(router jobRouter, self string) func(http.Handler) http.Handler {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.Proxy = nil // replicas talk directly, whatever the proxy variables say
