@@ -154,15 +154,20 @@ func unavailable(what, id string, err error) error {
 	return fmt.Errorf("%s %s: %w: %w", what, id, status.ErrAgentStoreUnavailable, err)
 }
 
+// Create bounds each of its writes by storeTimeout, not all of them: a
+// fork copies its parent's events, however many.
 func (j *journal) Create(ctx context.Context, id string, lines [][]byte) (uint64, error) {
-	ctx, cancel := bounded(ctx)
-	defer cancel()
 	if len(lines) == 0 {
 		return 0, fmt.Errorf("create agent %s: no header line", id)
 	}
+	publish := func(subj string, line []byte, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
+		ctx, cancel := bounded(ctx)
+		defer cancel()
+		return j.js.Publish(ctx, subj, line, opts...)
+	}
 	var last uint64
 	for i, line := range lines {
-		ack, err := j.js.Publish(ctx, transcriptSubject(id), line,
+		ack, err := publish(transcriptSubject(id), line,
 			jetstream.WithExpectLastSequencePerSubject(last),
 			jetstream.WithMsgID(fmt.Sprintf("%s/%d", id, i)))
 		if err != nil {
@@ -173,7 +178,7 @@ func (j *journal) Create(ctx context.Context, id string, lines [][]byte) (uint64
 		}
 		last = ack.Sequence
 	}
-	if _, err := j.js.Publish(ctx, headerSubject(id), lines[0], jetstream.WithExpectLastSequencePerSubject(0)); err != nil {
+	if _, err := publish(headerSubject(id), lines[0], jetstream.WithExpectLastSequencePerSubject(0)); err != nil {
 		if isWrongLastSeq(err) {
 			return 0, fmt.Errorf("create agent %s: the id exists: %w", id, agents.ErrConflict)
 		}
