@@ -87,6 +87,11 @@ type config struct {
 		// HiddenPaths are hidden inside every sandbox; absent means
 		// sandbox.DefaultHidden, [] hides nothing more than the home.
 		HiddenPaths []string `yaml:"hiddenPaths"`
+		// GitScanMaxEntries bounds the search for .git directories in a
+		// command's writable roots (default
+		// sandbox.DefaultGitScanMaxEntries); a command whose roots hold
+		// more entries is refused, never run with a .git left writable.
+		GitScanMaxEntries int `yaml:"gitScanMaxEntries"`
 	} `yaml:"sandbox"`
 	// Cluster turns on cluster mode (see package cluster). Without it dshd
 	// runs alone and never connects to NATS.
@@ -156,6 +161,9 @@ func (c *config) validate() error {
 	}
 	if !sandbox.ValidMechanism(sandbox.Mechanism(c.Sandbox.Mechanism)) {
 		errs = append(errs, fmt.Errorf("sandbox.mechanism: %q is not auto, namespaces or bubblewrap", c.Sandbox.Mechanism))
+	}
+	if c.Sandbox.GitScanMaxEntries < 0 {
+		errs = append(errs, fmt.Errorf("sandbox.gitScanMaxEntries: %d is negative", c.Sandbox.GitScanMaxEntries))
 	}
 	for _, p := range slices.Concat(c.Sandbox.WritableRoots, c.Sandbox.ProtectedPaths, c.Sandbox.HiddenPaths) {
 		if !filepath.IsAbs(p) {

@@ -354,13 +354,14 @@ func newServices(ctx context.Context, cfg config, home, token, tokenPath string,
 	}
 	policy := cfg.sandboxPolicy()
 	sbx := sandbox.NewHost(ctx, sandbox.Config{
-		Mechanism:     sandbox.Mechanism(cfg.Sandbox.Mechanism),
-		Bwrap:         cfg.Sandbox.Bwrap,
-		Home:          home,
-		TokenFile:     tokenPath,
-		WritableRoots: cfg.Sandbox.WritableRoots,
-		Protected:     cfg.Sandbox.ProtectedPaths,
-		Hidden:        cfg.Sandbox.HiddenPaths,
+		Mechanism:         sandbox.Mechanism(cfg.Sandbox.Mechanism),
+		Bwrap:             cfg.Sandbox.Bwrap,
+		Home:              home,
+		TokenFile:         tokenPath,
+		WritableRoots:     cfg.Sandbox.WritableRoots,
+		Protected:         cfg.Sandbox.ProtectedPaths,
+		Hidden:            cfg.Sandbox.HiddenPaths,
+		GitScanMaxEntries: cfg.Sandbox.GitScanMaxEntries,
 	})
 	if err := sbx.Check(policy); err != nil {
 		return nil, fmt.Errorf("sandbox default: %w", err)

@@ -351,9 +351,14 @@ type Spec struct {
 	// Sandbox is the job's sandbox policy; empty fields take
 	// Options.SandboxDefault. Only the harness sets it, never a model.
 	Sandbox sandbox.Policy
-	// WritableRoots are the agent's workspace roots, writable besides the
-	// cwd under sandbox.WorkspaceWrite.
+	// WritableRoots are the roots the harness chose (the agent's
+	// workspace), writable under sandbox.WorkspaceWrite and visible under
+	// sandbox.ReadOnly. Cwd is not among them unless CwdIsRoot is set.
 	WritableRoots []string
+	// CwdIsRoot makes the job's cwd one of its writable roots too. Only the
+	// harness's own cwd may be: a model's workdir is a place to start in,
+	// inside the view the harness's roots make, never a new root.
+	CwdIsRoot bool
 	// TTY runs the command in a new pseudo-terminal of Cols×Rows cells (0:
 	// DefaultCols, DefaultRows; at most MaxTerminalSize), with TERM set to
 	// Options.Term and without NO_COLOR. Its output is one stream, Stdout;

@@ -221,7 +221,7 @@ func TestTerminalContainment(t *testing.T) {
 			t.Skipf("this host cannot enforce read-only: %v", err)
 		}
 		e := newTestExecutor(t, func(o *Options) { o.Sandbox = host })
-		snap := mustRun(t, e, Spec{Command: `[ -t 0 ] && echo tty; touch /nope 2>/dev/null || echo read-only; stty size`, TTY: true, Cols: 90, Rows: 20, Sandbox: pol})
+		snap := mustRun(t, e, Spec{Command: `[ -t 0 ] && echo tty; touch /nope 2>/dev/null || echo read-only; stty size`, TTY: true, Cols: 90, Rows: 20, Sandbox: pol, CwdIsRoot: true})
 		if got := strings.ReplaceAll(snap.Stdout.Text, "\r\n", "\n"); got != "tty\nread-only\n20 90\n" {
 			t.Errorf("sandboxed terminal job: %q", got)
 		}

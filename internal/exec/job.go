@@ -119,7 +119,7 @@ type Job struct {
 	sandbox    sandbox.Policy // complete: the policy the job runs under
 	limits     Limits         // in effect: the spec's, completed by the defaults
 	enforce    LimitEnforcement
-	roots      []string // the agent's workspace roots
+	roots      []string // the roots the harness chose (Spec.WritableRoots, and the cwd with CwdIsRoot)
 	createdAt  time.Time
 	timer      *time.Timer
 	spoolBytes int64         // granted from the executor's spool budget; under e.mu

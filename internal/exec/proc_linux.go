@@ -170,7 +170,7 @@ func (p *proc) spawn(s *spawnSpec) error {
 	if err != nil {
 		st.closeParentEnds()
 		removeGroup(cg)
-		return spawnError(err, s.dir)
+		return spawnError(err, s.dir, s.sandbox != nil)
 	}
 	if cg != nil {
 		cg.CloseFD()
@@ -541,13 +541,20 @@ func pipe(parentReads bool) (r, w *os.File, err error) {
 // spawnError maps start failures to sentinels. The child's chdir failure
 // comes back from fork/exec as a bare errno (ENOENT, ENOTDIR, EACCES) that
 // cannot be told from a problem with bash itself, so on this error path only
-// (the hot path does no extra stat) we look at the directory.
-func spawnError(err error, dir string) error {
+// (the hot path does no extra stat) we look at the directory. In a sandbox
+// (sandboxed) the directory is looked up in the sandbox's view, where bash
+// always is: such an errno means the directory is not there (a workdir
+// under the host's /tmp, say, which the sandbox replaces with its own).
+func spawnError(err error, dir string, sandboxed bool) error {
 	if errors.Is(err, syscall.E2BIG) {
 		// checkArgSize predicts this; the kernel has the last word.
 		return fmt.Errorf("%w: %w", ErrTooLarge, err)
 	}
 	var pe *fs.PathError
+	if sandboxed && errors.As(err, &pe) && (pe.Op == "chdir" || pe.Op == "fork/exec") &&
+		(errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ENOTDIR) || errors.Is(err, syscall.EACCES)) {
+		return fmt.Errorf("%w: %s is not a directory inside the sandbox (the sandbox shows the harness's roots and a read-only rest of the file system, with a private /tmp): %w", ErrInvalidCwd, dir, pe.Err)
+	}
 	if errors.As(err, &pe) && pe.Op == "chdir" {
 		return errors.Join(ErrInvalidCwd, err)
 	}

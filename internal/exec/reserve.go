@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -78,13 +79,18 @@ func (e *Executor) Reserve(ctx context.Context, s Spec) (*Reservation, error) {
 		}
 	}
 	limits := s.Limits.Or(e.opts.Limits)
+	cwd := e.ResolveCwd(s.Cwd)
+	roots := slices.Clip(s.WritableRoots)
+	if s.CwdIsRoot {
+		roots = append(roots, cwd)
+	}
 	j := &Job{
 		e:          e,
 		proc:       e.run.newProc(),
 		id:         s.ID,
 		command:    s.Command,
 		agentID:    s.AgentID,
-		cwd:        e.ResolveCwd(s.Cwd),
+		cwd:        cwd,
 		background: s.Background,
 		timeout:    timeout,
 		idemKey:    s.IdempotencyKey,
@@ -92,7 +98,7 @@ func (e *Executor) Reserve(ctx context.Context, s Spec) (*Reservation, error) {
 		sandbox:    policy,
 		limits:     limits,
 		enforce:    e.run.cont.enforcement(limits),
-		roots:      s.WritableRoots,
+		roots:      roots,
 		createdAt:  e.now(),
 		state:      StateRunning,
 		openInput:  s.TTY || s.OpenStdin,

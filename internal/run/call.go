@@ -259,7 +259,7 @@ func (s *Service) bash(ctx context.Context, agent agents.Agent, callID string, a
 		addHookOutput(&res, preOut)
 		return res, nil
 	case errors.Is(err, exec.ErrInvalidCwd), errors.Is(err, exec.ErrInvalidInput), errors.Is(err, exec.ErrTooManyJobs),
-		errors.Is(err, exec.ErrTooLarge), errors.Is(err, exec.ErrTimeoutTooLong):
+		errors.Is(err, exec.ErrTooLarge), errors.Is(err, exec.ErrTimeoutTooLong), errors.Is(err, sandbox.ErrUnavailable):
 		// The model can fix these itself: tell it rather than fail the request.
 		return CallResult{IsError: true, Text: "could not start the command: " + err.Error()}, nil
 	case err != nil:

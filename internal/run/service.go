@@ -209,6 +209,7 @@ func (s *Service) Exec(ctx context.Context, r ExecRequest) (*exec.Job, error) {
 	return s.start(ctx, agent, exec.Spec{
 		Command:                r.Command,
 		Cwd:                    r.Cwd,
+		CwdIsRoot:              true, // the harness's cwd is its own choice of a root
 		Env:                    r.Env,
 		Stdin:                  r.Stdin,
 		HasStdin:               r.HasStdin,

@@ -53,6 +53,11 @@ type Config struct {
 	// read-only tmpfs, anything else under /dev/null. nil means
 	// DefaultHidden.
 	Hidden []string
+	// GitScanMaxEntries bounds how many directory entries the search for
+	// the .git directories of a command's writable roots may read; a
+	// command whose roots hold more is refused (ErrUnavailable) rather
+	// than run with a .git left writable. 0 means DefaultGitScanMaxEntries.
+	GitScanMaxEntries int
 }
 
 // DefaultHidden are the sockets of services that run commands for whoever
@@ -78,6 +83,8 @@ type Host struct {
 	// nsWhy says why auto did not use namespaces; "" if it did, or was
 	// not asked to.
 	nsWhy string
+	// git finds the .git directories of writable roots.
+	git gitScanner
 }
 
 // probeTimeout bounds each startup probe.
@@ -249,17 +256,25 @@ func (h *Host) Mechanism() Mechanism {
 }
 
 // Start starts the program path with args (args[0] its name) under p in
-// cwd, with roots (the agent's workspace) also writable under
-// workspace-write, by calling start exactly once with the program to
-// start, or not at all when building the sandbox fails. start must start
-// the process on the calling goroutine (os/exec's Cmd.Start does) and
-// return. For an unconfined p it calls start(path, args). Call Check
-// first: Start assumes p is enforceable.
+// cwd, by calling start exactly once with the program to start, or not at
+// all when building the sandbox fails. Under workspace-write the command
+// may write in roots (and the configured writable roots) only; under
+// read-only, roots under /tmp stay visible in the private /tmp. cwd is
+// where the command starts and nothing more: it grants nothing, so a
+// model's workdir can only move inside the view the harness's roots make
+// (a cwd the view lacks fails to start). start must start the process on
+// the calling goroutine (os/exec's Cmd.Start does) and return. For an
+// unconfined p it calls start(path, args). Call Check first: Start assumes
+// p is enforceable. A protection that cannot be applied in full fails with
+// ErrUnavailable, and nothing starts.
 func (h *Host) Start(p Policy, cwd string, roots []string, path string, args []string, start func(path string, args []string) error) error {
 	if !p.Confined() {
 		return start(path, args)
 	}
-	pl := h.planFor(p, cwd, roots)
+	pl, err := h.planFor(p, roots)
+	if err != nil {
+		return err
+	}
 	switch h.mech {
 	case MechanismNamespaces:
 		return startInNamespaces(pl, func() error { return start(path, args) })

@@ -35,26 +35,43 @@ type plan struct {
 	newNet bool
 }
 
-// planFor computes the sandbox of p for a command in cwd with the agent's
-// workspace roots. It looks at the file system: paths that do not exist
-// are left out (a missing cwd fails later, as without a sandbox).
-func (h *Host) planFor(p Policy, cwd string, roots []string) plan {
+// planFor computes the sandbox of p for a command whose writable (or, under
+// read-only, visible) roots are roots: the directories the harness chose
+// (its cwd, the agent's workspace), never one a model named. The command's
+// own working directory is not among them unless the harness put it there:
+// a model's workdir moves only inside the view. It looks at the file
+// system: roots that do not exist are left out (a missing cwd fails later,
+// as without a sandbox), and so are roots on the kernel's file systems
+// (/proc, /sys, /dev), which are never writable inside a sandbox.
+//
+// It fails, and nothing may run, when a protection cannot be applied in
+// full: a writable root too large to search for its .git directories.
+func (h *Host) planFor(p Policy, roots []string) (plan, error) {
 	pl := plan{newNet: p.Network == NetworkOff, readOnlyRoot: p.FS != Unrestricted}
 	switch p.FS {
 	case ReadOnly:
-		for _, r := range append([]string{cwd}, roots...) {
+		for _, r := range roots {
 			if r != "" && !slices.Contains(pl.visible, r) && within(r, "/tmp") && isDir(r) {
 				pl.visible = append(pl.visible, r)
 			}
 		}
 	case WorkspaceWrite:
-		for _, r := range append(append([]string{cwd}, roots...), h.cfg.WritableRoots...) {
-			if r != "" && !slices.Contains(pl.writable, r) && isDir(r) {
+		for _, r := range append(slices.Clip(roots), h.cfg.WritableRoots...) {
+			if r != "" && !slices.Contains(pl.writable, r) && !kernelFS(r) && isDir(r) {
 				pl.writable = append(pl.writable, r)
 			}
 		}
+		limit := h.cfg.GitScanMaxEntries
+		if limit <= 0 {
+			limit = DefaultGitScanMaxEntries
+		}
+		budget := limit
 		for _, r := range pl.writable {
-			for _, g := range gitDirs(r) {
+			gits, err := h.git.scan(r, &budget, limit)
+			if err != nil {
+				return plan{}, err
+			}
+			for _, g := range gits {
 				if !slices.Contains(pl.protected, g) {
 					pl.protected = append(pl.protected, g)
 				}
@@ -84,53 +101,29 @@ func (h *Host) planFor(p Policy, cwd string, roots []string) plan {
 		}
 		pl.hidden = append(pl.hidden, r)
 	}
-	return pl
+	return pl, nil
 }
 
-// gitDirMaxDepth bounds how deep below a writable root nested repositories
-// are looked for; gitDirMaxEntries bounds how many directory entries the
-// search reads, so a huge workspace costs a bounded time per command.
-const (
-	gitDirMaxDepth   = 3
-	gitDirMaxEntries = 4096
-)
-
-// gitDirs returns the .git entries (directories, or the files of worktrees
-// and submodules) of root and of repositories nested in it, down to
-// gitDirMaxDepth levels, root's own first. It does not descend into .git
-// directories, symbolic links, or node_modules.
-func gitDirs(root string) []string {
-	var out []string
-	budget := gitDirMaxEntries
-	var walk func(dir string, depth int)
-	walk = func(dir string, depth int) {
-		if budget <= 0 {
-			return
-		}
-		g := filepath.Join(dir, ".git")
-		if exists(g) {
-			out = append(out, g)
-		}
-		if depth == gitDirMaxDepth {
-			return
-		}
-		ents, err := os.ReadDir(dir)
-		if err != nil {
-			return
-		}
-		budget -= len(ents)
-		for _, e := range ents {
-			if budget <= 0 {
-				return
+// kernelFS reports whether p is on one of the kernel's own file systems,
+// where a writable root would let a command change the host (a sysctl, a
+// cgroup's members, a device): /proc, /sys and /dev, also through links.
+func kernelFS(p string) bool {
+	for _, q := range []string{p, evalOr(p)} {
+		for _, k := range []string{"/proc", "/sys", "/dev"} {
+			if within(q, k) {
+				return true
 			}
-			if !e.IsDir() || e.Name() == ".git" || e.Name() == "node_modules" {
-				continue
-			}
-			walk(filepath.Join(dir, e.Name()), depth+1)
 		}
 	}
-	walk(root, 0)
-	return out
+	return false
+}
+
+// evalOr returns p with its links resolved, or p when that fails.
+func evalOr(p string) string {
+	if r, err := filepath.EvalSymlinks(p); err == nil {
+		return r
+	}
+	return p
 }
 
 func exists(p string) bool {

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -79,8 +80,7 @@ func TestSentence(t *testing.T) {
 }
 
 // layout makes a workspace with a repository, a nested one two levels
-// down, a worktree's .git file, a nested one inside node_modules (not
-// looked at), a home with skills and a token, and a token file outside.
+// down, a worktree's .git file, a nested one inside node_modules, a home with skills and a token, and a token file outside.
 type layout struct {
 	ws, outside, home, skills, homeToken, token string
 }
@@ -128,7 +128,7 @@ func TestPlanFor(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := &Host{cfg: Config{Home: l.home, Skills: l.skills, TokenFile: l.token, WritableRoots: []string{extra, "/does/not/exist"}, Protected: []string{protected, "/does/not/exist/either"}}}
-	gits := []string{filepath.Join(l.ws, ".git"), filepath.Join(l.ws, "a", "b", ".git"), filepath.Join(l.ws, "wt", ".git")}
+	gits := []string{filepath.Join(l.ws, ".git"), filepath.Join(l.ws, "a", "b", ".git"), filepath.Join(l.ws, "node_modules", "x", ".git"), filepath.Join(l.ws, "wt", ".git")}
 	for _, tc := range []struct {
 		name  string
 		p     Policy
@@ -137,15 +137,18 @@ func TestPlanFor(t *testing.T) {
 	}{
 		{"unrestricted, network off", Policy{Unrestricted, NetworkOff}, nil,
 			plan{newNet: true, home: l.home, skills: l.skills, token: l.token}},
-		{"workspace-write", Policy{WorkspaceWrite, NetworkOn}, []string{l.ws, l.outside},
+		{"workspace-write", Policy{WorkspaceWrite, NetworkOn}, []string{l.ws, l.outside, l.ws},
 			plan{readOnlyRoot: true, writable: []string{l.ws, l.outside, extra}, protected: append(gits, protected), home: l.home, skills: l.skills, token: l.token}},
-		{"workspace-write, network off", Policy{WorkspaceWrite, NetworkOff}, nil,
+		{"workspace-write, network off", Policy{WorkspaceWrite, NetworkOff}, []string{l.ws, "/proc/sys/kernel", "/sys/fs/cgroup", "/dev/shm"},
 			plan{readOnlyRoot: true, newNet: true, writable: []string{l.ws, extra}, protected: append(gits, protected), home: l.home, skills: l.skills, token: l.token}},
-		{"read-only", Policy{ReadOnly, NetworkOff}, []string{l.outside},
+		{"read-only", Policy{ReadOnly, NetworkOff}, []string{l.ws, l.outside},
 			plan{readOnlyRoot: true, newNet: true, visible: []string{l.ws, l.outside}, home: l.home, skills: l.skills, token: l.token}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := h.planFor(tc.p, l.ws, tc.roots)
+			got, err := h.planFor(tc.p, tc.roots)
+			if err != nil {
+				t.Fatal(err)
+			}
 			if d := cmp.Diff(tc.want, got, cmp.AllowUnexported(plan{})); d != "" {
 				t.Errorf("plan (-want +got):\n%s", d)
 			}
@@ -161,30 +164,63 @@ func TestPlanFor(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.cfg.Hidden = []string{hiddenDir, link, l.token, "/does/not/exist", l.homeToken}
-	if got, want := h.planFor(Policy{WorkspaceWrite, NetworkOn}, l.ws, nil).hidden, []string{hiddenDir, l.token}; !slices.Equal(got, want) {
-		t.Errorf("hidden = %v, want %v", got, want)
+	if pl, _ := h.planFor(Policy{WorkspaceWrite, NetworkOn}, []string{l.ws}); !slices.Equal(pl.hidden, []string{hiddenDir, l.token}) {
+		t.Errorf("hidden = %v, want %v", pl.hidden, []string{hiddenDir, l.token})
 	}
 	h.cfg.Hidden = nil
 
 	// A token inside the home is hidden with it, not covered on its own.
 	h.cfg.TokenFile = l.homeToken
-	if pl := h.planFor(Policy{ReadOnly, NetworkOn}, l.ws, nil); pl.token != "" {
+	if pl, _ := h.planFor(Policy{ReadOnly, NetworkOn}, []string{l.ws}); pl.token != "" {
 		t.Errorf("token inside the home covered on its own: %q", pl.token)
 	}
 }
 
-func TestGitDirsBounded(t *testing.T) {
+// TestGitDirsEveryDepth: every .git in a writable root is found, at any
+// depth and however many entries come before it, and a search that would
+// read more entries than allowed fails rather than leave one writable.
+func TestGitDirsEveryDepth(t *testing.T) {
 	root := t.TempDir()
-	deep := filepath.Join(root, "1", "2", "3", "4")
-	for _, d := range []string{filepath.Join(root, "1", "2", "3", ".git"), filepath.Join(deep, ".git"), filepath.Join(root, ".git", "modules", "m", ".git")} {
+	deep := filepath.Join(root, "1", "2", "3", "4", "5", "6")
+	// 4,100 directories before the nested repository: the old search gave
+	// up after 4,096 entries and left sub/.git writable.
+	for i := range 4100 {
+		if err := os.Mkdir(filepath.Join(root, fmt.Sprintf("zz%04d", i)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, d := range []string{filepath.Join(root, "1", "2", "3", ".git"), filepath.Join(deep, ".git"), filepath.Join(root, ".git", "modules", "m", ".git"), filepath.Join(root, "zz4099", "sub", ".git", "hooks")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
-	got := gitDirs(root)
-	want := []string{filepath.Join(root, ".git"), filepath.Join(root, "1", "2", "3", ".git")}
+	// A link to a repository elsewhere is not followed (its target is not
+	// writable through it unless it is in a root itself).
+	if err := os.Symlink(filepath.Join(root, "1"), filepath.Join(root, "link")); err != nil {
+		t.Fatal(err)
+	}
+	var g gitScanner
+	budget := DefaultGitScanMaxEntries
+	got, err := g.scan(root, &budget, DefaultGitScanMaxEntries)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{filepath.Join(root, ".git"), filepath.Join(root, "1", "2", "3", ".git"), filepath.Join(deep, ".git"), filepath.Join(root, "zz4099", "sub", ".git")}
 	if !slices.Equal(got, want) {
-		t.Errorf("gitDirs = %v, want %v (depth %d, not inside .git)", got, want, gitDirMaxDepth)
+		t.Errorf("gitDirs = %v, want %v (every depth, not inside .git, not through links)", got, want)
+	}
+	used := DefaultGitScanMaxEntries - budget
+
+	limit := used - 1
+	budget = limit
+	if _, err := g.scan(root, &budget, limit); !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), fmt.Sprint(limit)) {
+		t.Errorf("gitDirs over its budget = %v, want ErrUnavailable naming the limit", err)
+	}
+	h := &Host{cfg: Config{GitScanMaxEntries: limit}, mech: MechanismBubblewrap}
+	called := false
+	err = h.Start(Policy{WorkspaceWrite, NetworkOff}, root, []string{root}, "/bin/true", []string{"true"}, func(string, []string) error { called = true; return nil })
+	if !errors.Is(err, ErrUnavailable) || called {
+		t.Errorf("Start with a root too large to protect = %v, started %v; want ErrUnavailable and nothing started", err, called)
 	}
 }
 
@@ -193,6 +229,7 @@ func TestBwrapArgs(t *testing.T) {
 	h := &Host{cfg: Config{Home: l.home, Skills: l.skills, TokenFile: l.token}}
 	g := filepath.Join(l.ws, ".git")
 	ng := filepath.Join(l.ws, "a", "b", ".git")
+	mg := filepath.Join(l.ws, "node_modules", "x", ".git")
 	wg := filepath.Join(l.ws, "wt", ".git")
 	tail := []string{"--tmpfs", l.home, "--ro-bind", l.skills, l.skills, "--remount-ro", l.home, "--ro-bind", os.DevNull, l.token, "--chdir", l.ws, "--", "/bin/bash", "-c", "true"}
 	for _, tc := range []struct {
@@ -203,12 +240,16 @@ func TestBwrapArgs(t *testing.T) {
 			"--bind", "/", "/", "--dev-bind", "/dev", "/dev", "--proc", "/proc"}, tail...)},
 		{Policy{WorkspaceWrite, NetworkOn}, append([]string{"/usr/bin/bwrap", "--cap-drop", "ALL", "--unshare-pid",
 			"--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--remount-ro", "/proc", "--tmpfs", "/tmp",
-			"--bind", l.ws, l.ws, "--ro-bind", g, g, "--ro-bind", ng, ng, "--ro-bind", wg, wg}, tail...)},
+			"--bind", l.ws, l.ws, "--ro-bind", g, g, "--ro-bind", ng, ng, "--ro-bind", mg, mg, "--ro-bind", wg, wg}, tail...)},
 		{Policy{ReadOnly, NetworkOff}, append([]string{"/usr/bin/bwrap", "--cap-drop", "ALL", "--unshare-pid", "--unshare-net",
 			"--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--remount-ro", "/proc", "--tmpfs", "/tmp", "--ro-bind", l.ws, l.ws}, tail...)},
 	} {
 		t.Run(tc.p.String(), func(t *testing.T) {
-			got := bwrapArgs("/usr/bin/bwrap", h.planFor(tc.p, l.ws, nil), l.ws, "/bin/bash", []string{"bash", "-c", "true"})
+			pl, err := h.planFor(tc.p, []string{l.ws})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := bwrapArgs("/usr/bin/bwrap", pl, l.ws, "/bin/bash", []string{"bash", "-c", "true"})
 			if d := cmp.Diff(tc.want, got); d != "" {
 				t.Errorf("bwrap argv (-want +got):\n%s", d)
 			}
@@ -302,11 +343,12 @@ func TestNamespaces(t *testing.T) {
 			if h.Mechanism() != mech {
 				t.Fatalf("mechanism %q unavailable: %s", mech, h.Support().Reason)
 			}
-			run := func(p Policy, script string) (string, error) {
-				cmd := &osexec.Cmd{Dir: l.ws}
+			// runIn runs script in cwd with roots as the harness's roots.
+			runIn := func(p Policy, cwd string, roots []string, script string) (string, error) {
+				cmd := &osexec.Cmd{Dir: cwd}
 				var out strings.Builder
 				cmd.Stdout, cmd.Stderr = &out, &out
-				err := h.Start(p, l.ws, nil, "/bin/bash", []string{"bash", "-c", script}, func(path string, args []string) error {
+				err := h.Start(p, cwd, roots, "/bin/bash", []string{"bash", "-c", script}, func(path string, args []string) error {
 					cmd.Path, cmd.Args = path, args
 					return cmd.Start()
 				})
@@ -315,6 +357,14 @@ func TestNamespaces(t *testing.T) {
 				}
 				return out.String(), err
 			}
+			run := func(p Policy, script string) (string, error) { return runIn(p, l.ws, []string{l.ws}, script) }
+			// A directory outside the roots and outside /tmp (which is
+			// private inside a sandbox).
+			elsewhere, err := os.MkdirTemp("/var/tmp", "dshd-sandbox-test-")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { os.RemoveAll(elsewhere) })
 			ln, err := net.Listen("tcp", "127.0.0.1:0")
 			if err != nil {
 				t.Fatal(err)
@@ -409,6 +459,27 @@ func TestNamespaces(t *testing.T) {
 						}
 					}
 					check("connect to a listener on 127.0.0.1", connect, tc.p.Network == NetworkOn)
+
+					// A model's workdir is where the command starts, never a
+					// root: outside the harness's roots it runs read-only.
+					checkIn := func(what, cwd, script string, want bool) {
+						t.Helper()
+						out, err := runIn(tc.p, cwd, []string{l.ws}, script)
+						if (err == nil) != want {
+							t.Errorf("%s (cwd %s): err %v, output %q; want success %v", what, cwd, err, out, want)
+						}
+					}
+					checkIn("write in a workdir outside the roots", elsewhere, "echo x > wd && rm wd", tc.outside)
+					checkIn("write in the workspace from a workdir outside it", elsewhere, "echo x > "+filepath.Join(l.ws, "in")+" && rm "+filepath.Join(l.ws, "in"), tc.inside)
+					// The host's /tmp is not in the view: a workdir there
+					// does not exist inside.
+					checkIn("start in a workdir the private /tmp lacks", l.outside, "true", tc.p.FS == Unrestricted)
+					if tc.p.FS != Unrestricted {
+						checkIn("write a sysctl from workdir /proc/sys/kernel", "/proc/sys/kernel", "exec 3>>core_pattern", false)
+						if exists("/sys/fs/cgroup/cgroup.procs") || exists("/sys/fs/cgroup/unified/cgroup.procs") {
+							checkIn("leave the cgroup from workdir /sys/fs/cgroup", "/sys/fs/cgroup", "for f in cgroup.procs unified/cgroup.procs; do test -e $f && echo $$ > $f && exit 0; done; exit 1", false)
+						}
+					}
 					check("/dev/null", "echo x > /dev/null && head -c1 /dev/urandom >/dev/null", true)
 					if tc.p.FS != Unrestricted {
 						check("raw disks hidden", "ls /dev | grep -qvE '^(null|zero|full|random|urandom|tty|pts|shm|ptmx|fd|stdin|stdout|stderr|core)$' && exit 1 || exit 0", true)
@@ -445,7 +516,7 @@ func TestNamespacesOnHost(t *testing.T) {
 	before, caps := mustRead(t, "/proc/self/mountinfo"), capEff()
 	for range 5 {
 		cmd := &osexec.Cmd{}
-		if err := h.Start(Policy{WorkspaceWrite, NetworkOff}, l.ws, nil, "/bin/true", []string{"true"}, func(p string, a []string) error {
+		if err := h.Start(Policy{WorkspaceWrite, NetworkOff}, l.ws, []string{l.ws}, "/bin/true", []string{"true"}, func(p string, a []string) error {
 			cmd.Path, cmd.Args = p, a
 			return cmd.Start()
 		}); err != nil {
@@ -473,4 +544,177 @@ func mustRead(t *testing.T, path string) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// TestHomeInsideRoot: with the dshd home inside a writable root (home
+// ~/.dsh, the agent's workspace ~), the home is still hidden and read-only:
+// it is covered after the writable roots are in place, never before (a
+// root attached later would show the home again).
+func TestHomeInsideRoot(t *testing.T) {
+	needRoot(t)
+	ws := t.TempDir()
+	home := filepath.Join(ws, ".dsh")
+	skills := filepath.Join(home, "skills")
+	if err := os.MkdirAll(skills, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for p, body := range map[string]string{filepath.Join(home, "server.token"): "secret-in-home\n", filepath.Join(skills, "SKILL.md"): "skill\n"} {
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, mech := range []Mechanism{MechanismNamespaces, MechanismBubblewrap} {
+		t.Run(string(mech), func(t *testing.T) {
+			h := NewHost(context.Background(), Config{Mechanism: mech, Home: home})
+			if h.Mechanism() != mech {
+				t.Fatalf("mechanism %q unavailable: %s", mech, h.Support().Reason)
+			}
+			for _, tc := range []struct {
+				what, script string
+				want         bool
+			}{
+				{"write in the workspace", "echo x > in && rm in", true},
+				{"read the token in the home", "cat .dsh/server.token", false},
+				{"list the home", "ls -A .dsh | grep -qv skills && exit 1 || exit 0", true},
+				{"write in the home", "echo x > .dsh/x", false},
+				{"replace the home's skills", "echo x > .dsh/skills/SKILL.md", false},
+				{"read skills", "grep -q skill .dsh/skills/SKILL.md", true},
+			} {
+				cmd := &osexec.Cmd{Dir: ws}
+				var out strings.Builder
+				cmd.Stdout, cmd.Stderr = &out, &out
+				err := h.Start(Policy{WorkspaceWrite, NetworkOff}, ws, []string{ws}, "/bin/bash", []string{"bash", "-c", tc.script}, func(path string, args []string) error {
+					cmd.Path, cmd.Args = path, args
+					return cmd.Start()
+				})
+				if err == nil {
+					err = cmd.Wait()
+				}
+				if (err == nil) != tc.want {
+					t.Errorf("%s: err %v, output %q; want success %v", tc.what, err, out.String(), tc.want)
+				}
+			}
+			if _, err := os.Stat(filepath.Join(home, "x")); err == nil {
+				t.Error("a sandboxed command wrote into the home")
+			}
+		})
+	}
+}
+
+// TestGitScanCache: a later search reads again only the directories that
+// changed, and still finds every .git: one made deep down, one moved in
+// with its directory, and none of one removed; a directory changed just
+// before it was read is read again, whatever its ctime says.
+func TestGitScanCache(t *testing.T) {
+	root := t.TempDir()
+	for _, d := range []string{"a/b/c", "x/y", ".git"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var g gitScanner
+	scan := func() ([]string, int) {
+		t.Helper()
+		before := g.reads
+		budget := DefaultGitScanMaxEntries
+		got, err := g.scan(root, &budget, DefaultGitScanMaxEntries)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got, g.reads - before
+	}
+	// Everything was just made: racy, so read again each time.
+	if _, n := scan(); n != 6 {
+		t.Errorf("first search read %d directories, want 6", n)
+	}
+	if _, n := scan(); n != 6 {
+		t.Errorf("search right after changes read %d directories, want all 6 again (racy)", n)
+	}
+	// Later: nothing changed, nothing read.
+	g.now = func() time.Time { return time.Now().Add(time.Hour) }
+	scan()
+	if got, n := scan(); n != 0 || !slices.Equal(got, []string{filepath.Join(root, ".git")}) {
+		t.Errorf("unchanged tree: read %d, found %v; want 0 and the root's .git", n, got)
+	}
+	deep := filepath.Join(root, "a", "b", "c", ".git")
+	if err := os.Mkdir(deep, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if got, n := scan(); n != 1 || !slices.Contains(got, deep) {
+		t.Errorf("after mkdir a/b/c/.git: read %d, found %v; want 1 read and it found", n, got)
+	}
+	// A repository moved in from outside, with its directory.
+	outside := filepath.Join(t.TempDir(), "repo")
+	if err := os.MkdirAll(filepath.Join(outside, "inner", ".git"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(outside, filepath.Join(root, "x", "y", "repo")); err != nil {
+		t.Fatal(err)
+	}
+	moved := filepath.Join(root, "x", "y", "repo", "inner", ".git")
+	if got, _ := scan(); !slices.Contains(got, moved) {
+		t.Errorf("after moving a repository in: found %v, want %s", got, moved)
+	}
+	if err := os.RemoveAll(filepath.Join(root, "a")); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := scan(); slices.Contains(got, deep) || len(g.roots[root]) != 5 {
+		t.Errorf("after removing a: found %v, %d directories kept; want %s gone and 5 kept (root, x, x/y, repo, repo/inner)", got, len(g.roots[root]), deep)
+	}
+}
+
+// BenchmarkGitDirs: what protecting every .git of a writable root costs a
+// confined command, by the size of the root: this repository (with its
+// npm packages once make deps ran), and made trees of 10,000 and 100,000
+// entries (files, in directories of 100); cold is the first search of a
+// root, warm a later one with nothing changed.
+func BenchmarkGitDirs(b *testing.B) {
+	repo, err := filepath.Abs("../..")
+	if err != nil {
+		b.Fatal(err)
+	}
+	made := func(b *testing.B, entries int) string {
+		root := b.TempDir()
+		for i := range entries / 100 {
+			d := filepath.Join(root, fmt.Sprintf("d%04d", i))
+			if err := os.Mkdir(d, 0o755); err != nil {
+				b.Fatal(err)
+			}
+			for j := range 99 {
+				if err := os.WriteFile(filepath.Join(d, fmt.Sprintf("f%02d", j)), nil, 0o644); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		return root
+	}
+	for _, tc := range []struct {
+		name string
+		root func(b *testing.B) string
+	}{
+		{"repository", func(*testing.B) string { return repo }},
+		{"entries=10000", func(b *testing.B) string { return made(b, 10_000) }},
+		{"entries=100000", func(b *testing.B) string { return made(b, 100_000) }},
+	} {
+		for _, warm := range []bool{false, true} {
+			b.Run(fmt.Sprintf("%s/warm=%v", tc.name, warm), func(b *testing.B) {
+				root := tc.root(b)
+				var g gitScanner
+				g.now = func() time.Time { return time.Now().Add(time.Hour) } // nothing racy
+				var entries int
+				for b.Loop() {
+					if !warm {
+						g.roots = nil
+					}
+					budget := DefaultGitScanMaxEntries
+					if _, err := g.scan(root, &budget, DefaultGitScanMaxEntries); err != nil {
+						b.Fatal(err)
+					}
+					entries = DefaultGitScanMaxEntries - budget
+				}
+				b.ReportMetric(float64(entries), "entries")
+				b.ReportMetric(float64(len(g.roots[root])), "dirs")
+			})
+		}
+	}
 }
