@@ -168,6 +168,26 @@ func testAdversarial(t *testing.T, mcp *mcpClient, mech string) {
 					return r.text(), r.Result.IsError
 				},
 			}
+			// Workdirs that cannot be: a tool error the model reads, never a
+			// server error.
+			t.Run("bad workdirs", func(t *testing.T) {
+				file := filepath.Join(ws, "a-file")
+				if err := os.WriteFile(file, nil, 0o644); err != nil {
+					t.Fatal(err)
+				}
+				link := filepath.Join(ws, "link-to-file")
+				if err := os.Symlink(file, link); err != nil && !os.IsExist(err) {
+					t.Fatal(err)
+				}
+				for _, wd := range []string{file, link, filepath.Join(ws, "missing"), "/proc/self/fd/0", "/dev/null", "/proc/1/root/nonexistent", strings.Repeat("x/", 3000)} {
+					for _, tr := range []string{"http", "mcp"} {
+						out, isErr := transports[tr](t, map[string]any{"command": "echo started", "workdir": wd})
+						if !isErr || strings.Contains(out, "started") {
+							t.Errorf("%s: workdir %.60q: isError %v, %q; want a tool error and nothing run", tr, wd, isErr, out)
+						}
+					}
+				}
+			})
 			for _, row := range rows {
 				t.Run(row.name, func(t *testing.T) {
 					for _, tr := range []string{"http", "mcp"} {
