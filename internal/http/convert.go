@@ -195,7 +195,7 @@ func fromAPILimits(in *api.Limits) limits.Limits {
 	if in == nil {
 		return limits.Limits{}
 	}
-	return limits.Limits{Pids: deref(in.Pids), MemoryBytes: deref(in.MemoryBytes), CPU: float64(deref(in.Cpu))}
+	return limits.Limits{Pids: deref(in.Pids), MemoryBytes: deref(in.MemoryBytes), CPU: deref(in.Cpu)}
 }
 
 // toAPIAgentLimits are an agent's recorded limits; nil when none were.
@@ -203,7 +203,7 @@ func toAPIAgentLimits(l limits.Limits) *api.AgentLimits {
 	if l.IsZero() {
 		return nil
 	}
-	return &api.AgentLimits{Pids: optional(l.Pids), MemoryBytes: optional(l.MemoryBytes), Cpu: optional(float32(l.CPU))}
+	return &api.AgentLimits{Pids: optional(l.Pids), MemoryBytes: optional(l.MemoryBytes), Cpu: optional(l.CPU)}
 }
 
 // toAPIJobLimits are a job's limits in effect and how each is enforced;
@@ -215,7 +215,7 @@ func toAPIJobLimits(l limits.Limits, e exec.LimitEnforcement) *api.JobLimits {
 	return &api.JobLimits{
 		Pids:        optional(l.Pids),
 		MemoryBytes: optional(l.MemoryBytes),
-		Cpu:         optional(float32(l.CPU)),
+		Cpu:         optional(l.CPU),
 		Enforcement: toAPIEnforcement(e),
 	}
 }

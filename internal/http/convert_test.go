@@ -121,9 +121,17 @@ func TestFromAPIExecRequest(t *testing.T) {
 	if got := fromAPIExecRequest(api.ExecRequest{Command: "true"}, nil); got.HasStdin || got.Stdin != nil || got.Limits != (exec.Limits{}) {
 		t.Errorf("absent stdin and limits became %+v", got)
 	}
-	got = fromAPIExecRequest(api.ExecRequest{Command: "true", Limits: &api.Limits{Pids: ptr(int64(64)), MemoryBytes: ptr(int64(1 << 28)), Cpu: ptr(float32(0.5))}}, nil)
-	if want := (exec.Limits{Pids: 64, MemoryBytes: 1 << 28, CPU: 0.5}); got.Limits != want {
+	// A share no float32 holds: limits keep the exact value given, both ways.
+	const cpu = 4.908383222582934
+	got = fromAPIExecRequest(api.ExecRequest{Command: "true", Limits: &api.Limits{Pids: ptr(int64(64)), MemoryBytes: ptr(int64(1 << 28)), Cpu: ptr(cpu)}}, nil)
+	if want := (exec.Limits{Pids: 64, MemoryBytes: 1 << 28, CPU: cpu}); got.Limits != want {
 		t.Errorf("limits = %+v, want %+v", got.Limits, want)
+	}
+	if a := toAPIAgentLimits(got.Limits); a == nil || a.Cpu == nil || *a.Cpu != cpu {
+		t.Errorf("agent limits = %+v, want cpu %v exactly", a, cpu)
+	}
+	if j := toAPIJobLimits(got.Limits, exec.LimitEnforcement{}); j == nil || j.Cpu == nil || *j.Cpu != cpu {
+		t.Errorf("job limits = %+v, want cpu %v exactly", j, cpu)
 	}
 }
 

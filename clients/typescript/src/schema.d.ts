@@ -1339,7 +1339,10 @@ export interface components {
              * @description Most memory.
              */
             memoryBytes?: number;
-            /** @description Share of one CPU (0.5: half a CPU). */
+            /**
+             * Format: double
+             * @description Share of one CPU (0.5: half a CPU), kept exactly as given.
+             */
             cpu?: number;
         };
         /**
@@ -1358,7 +1361,10 @@ export interface components {
              * @description Most memory.
              */
             memoryBytes?: number;
-            /** @description Share of one CPU (0.5: half a CPU). */
+            /**
+             * Format: double
+             * @description Share of one CPU (0.5: half a CPU).
+             */
             cpu?: number;
         };
         /**
@@ -1376,7 +1382,10 @@ export interface components {
              * @description Most memory.
              */
             memoryBytes?: number;
-            /** @description Share of one CPU (0.5: half a CPU). */
+            /**
+             * Format: double
+             * @description Share of one CPU (0.5: half a CPU).
+             */
             cpu?: number;
             enforcement: components["schemas"]["JobLimitsEnforcement"];
         };

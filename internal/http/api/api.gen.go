@@ -850,7 +850,7 @@ type AgentInput struct {
 // `jobs.limits`.
 type AgentLimits struct {
 	// Cpu Share of one CPU (0.5: half a CPU).
-	Cpu *float32 `json:"cpu,omitempty"`
+	Cpu *float64 `json:"cpu,omitempty"`
 
 	// MemoryBytes Most memory.
 	MemoryBytes *int64 `json:"memoryBytes,omitempty"`
@@ -1385,7 +1385,7 @@ type JobInputRequest struct {
 // server's), and how this host enforced each one. A limit that is not set is absent.
 type JobLimits struct {
 	// Cpu Share of one CPU (0.5: half a CPU).
-	Cpu *float32 `json:"cpu,omitempty"`
+	Cpu *float64 `json:"cpu,omitempty"`
 
 	// Enforcement How each limit that is set was enforced.
 	Enforcement JobLimitsEnforcement `json:"enforcement"`
@@ -1508,8 +1508,8 @@ type LimitEnforcement string
 // (`details.containment.limits`); each job's `limits.enforcement` says what applied
 // to it.
 type Limits struct {
-	// Cpu Share of one CPU (0.5: half a CPU).
-	Cpu *float32 `json:"cpu,omitempty"`
+	// Cpu Share of one CPU (0.5: half a CPU), kept exactly as given.
+	Cpu *float64 `json:"cpu,omitempty"`
 
 	// MemoryBytes Most memory.
 	MemoryBytes *int64 `json:"memoryBytes,omitempty"`
