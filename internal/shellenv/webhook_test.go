@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -28,6 +29,8 @@ type hookServer struct {
 	barrierN int32
 	barrier  chan struct{}
 	once     sync.Once
+	// slowIn counts requests to /slow in flight; slowMax is the most at once.
+	slowIn, slowMax atomic.Int32
 }
 
 func newHookServer(tb testing.TB) *hookServer {
@@ -74,6 +77,13 @@ func (h *hookServer) serve(w http.ResponseWriter, req *http.Request) {
 	case "/big":
 		_, _ = io.WriteString(w, `{"`+in.Keys[0]+`": "`+strings.Repeat("x", MaxWebhookResponse)+`"}`)
 	case "/slow":
+		n := h.slowIn.Add(1)
+		defer h.slowIn.Add(-1)
+		for {
+			if m := h.slowMax.Load(); n <= m || h.slowMax.CompareAndSwap(m, n) {
+				break
+			}
+		}
 		select {
 		case <-req.Context().Done():
 		case <-time.After(10 * time.Second):
@@ -274,21 +284,34 @@ func TestWebhooksRunConcurrently(t *testing.T) {
 }
 
 func TestWebhookOneDeadline(t *testing.T) {
-	h := newHookServer(t)
-	r, _ := mustNew(t, Options{WebhookTimeout: 300 * time.Millisecond})
-	for _, n := range []string{"a", "b", "c", "d"} {
-		mustRegister(t, r, hookSpec("slow-"+n, h.URL+"/slow", "DSH_SLOW_"+strings.ToUpper(n)))
+	const deadline = 300 * time.Millisecond
+	collect := func(n int) (time.Duration, *hookServer) {
+		t.Helper()
+		h := newHookServer(t)
+		r, _ := mustNew(t, Options{WebhookTimeout: deadline})
+		for i := range n {
+			mustRegister(t, r, hookSpec(fmt.Sprintf("slow-%d", i), h.URL+"/slow", fmt.Sprintf("DSH_SLOW_%d", i)))
+		}
+		start := time.Now()
+		_, err := r.Collect(context.Background(), Execution{})
+		elapsed := time.Since(start)
+		var re *ResolutionError
+		if !errors.As(err, &re) || !strings.Contains(re.Reason, "timed out after 300ms") {
+			t.Fatalf("Collect() with %d slow webhooks: error = %v, want a timeout", n, err)
+		}
+		return elapsed, h
 	}
-	start := time.Now()
-	_, err := r.Collect(context.Background(), Execution{})
-	elapsed := time.Since(start)
-	var re *ResolutionError
-	if !errors.As(err, &re) || !strings.Contains(re.Reason, "timed out after 300ms") {
-		t.Fatalf("Collect() error = %v, want a timeout", err)
+	// The baseline, in this run: one slow webhook under the deadline.
+	one, _ := collect(1)
+	four, h := collect(4)
+	// All four were in flight at once, not one after another...
+	if m := h.slowMax.Load(); m != 4 {
+		t.Errorf("at most %d of four slow webhooks were in flight at once, want 4", m)
 	}
-	// Four sequential deadlines would take 1.2s.
-	if elapsed > time.Second {
-		t.Errorf("Collect took %v with four slow webhooks under one 300ms deadline", elapsed)
+	// ...under one deadline: four in turn would take at least four
+	// deadlines, three more than the baseline's one, whatever the load.
+	if four >= one+3*deadline {
+		t.Errorf("Collect took %v with four slow webhooks; one took %v: four deadlines in turn, not one", four, one)
 	}
 }
 
