@@ -65,9 +65,17 @@ func startRun(t *testing.T, args []string, env map[string]string) *runningServer
 	}
 	rest := strings.TrimPrefix(s.line, "dshd listening on ")
 	s.url, _, _ = strings.Cut(rest, " ")
-	_, s.token, _ = strings.Cut(s.line, "#token=")
 	_, h, _ := strings.Cut(s.line, "(home ")
 	s.home, _, _ = strings.Cut(h, ",")
+	// The line names the token's file, never the token.
+	_, file, _ := strings.Cut(s.line, ", token in ")
+	file, _, _ = strings.Cut(file, ") ui ")
+	b, err := os.ReadFile(file)
+	if err != nil {
+		cancel()
+		t.Fatalf("read the token file the startup line names (%q): %v", s.line, err)
+	}
+	s.token = strings.TrimSpace(string(b))
 	t.Cleanup(func() { s.shutdown(t) })
 	return s
 }
@@ -259,21 +267,25 @@ func TestHomeAndTokenModes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if tok := strings.TrimSpace(string(b)); len(tok) != 64 || tok != s.token {
-		t.Errorf("token file holds %q (len %d); want the 64 hex digits (256 bits) the startup line shows (%q)", tok, len(tok), s.token)
+	tok := strings.TrimSpace(string(b))
+	if len(tok) != 64 || strings.Trim(tok, "0123456789abcdef") != "" {
+		t.Errorf("token file holds %d characters; want 64 hex digits (256 bits)", len(tok))
 	}
-	if !strings.Contains(s.line, "token in "+filepath.Join(home, "server.token")) || !strings.Contains(s.line, "/ui/#token=") {
+	if !strings.Contains(s.line, "token in "+filepath.Join(home, "server.token")) || !strings.Contains(s.line, " ui "+s.url+"/ui/ ") {
 		t.Errorf("startup line %q does not say where the token and the UI are", s.line)
+	}
+	if strings.Contains(s.line, tok) || strings.Contains(s.line, "#") {
+		t.Errorf("startup line %q carries the token or a fragment", s.line)
 	}
 }
 
 func TestTokenFile(t *testing.T) {
 	tf := filepath.Join(t.TempDir(), "token")
-	if err := os.WriteFile(tf, []byte("a-token-chosen-by-the-operator\n"), 0o600); err != nil {
+	if err := os.WriteFile(tf, []byte("a-token-chosen-by-the-operator-32\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	s := startRun(t, []string{"--home", t.TempDir(), "--token-file", tf}, nil)
-	if resp, body := s.request(t, "GET", "/jobs", "", map[string]string{"Authorization": "Bearer a-token-chosen-by-the-operator"}); resp.StatusCode != 200 {
+	if resp, body := s.request(t, "GET", "/jobs", "", map[string]string{"Authorization": "Bearer a-token-chosen-by-the-operator-32"}); resp.StatusCode != 200 {
 		t.Fatalf("status = %d with the token file's token: %s", resp.StatusCode, body)
 	}
 }
