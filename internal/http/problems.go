@@ -158,6 +158,9 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 // token. The problem's instance is the path the client sent, left as is.
 func (s *Server) redact(p api.Problem) api.Problem {
 	tok := string(s.token)
+	if tok == "" {
+		return p
+	}
 	if p.Detail != nil && strings.Contains(*p.Detail, tok) {
 		p.Detail = ptr(strings.ReplaceAll(*p.Detail, tok, "[token]"))
 	}

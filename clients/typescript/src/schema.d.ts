@@ -4025,6 +4025,7 @@ export interface operations {
             };
             400: components["responses"]["R400"];
             401: components["responses"]["R401"];
+            408: components["responses"]["R408"];
             413: components["responses"]["R413"];
             421: components["responses"]["R421"];
             default: components["responses"]["Problem"];
