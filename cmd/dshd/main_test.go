@@ -613,3 +613,62 @@ func TestAllowedHosts(t *testing.T) {
 		})
 	}
 }
+
+// TestUICommand: dshd ui prints a login URL of the running server that
+// signs in once, and says what is wrong when it cannot: no token file, a
+// short one, a Unix socket, a token the server does not take.
+func TestUICommand(t *testing.T) {
+	home := filepath.Join(t.TempDir(), "home")
+	s := startRun(t, []string{"--home", home}, nil)
+	addr := strings.TrimPrefix(s.url, "http://")
+	ui := func(args ...string) (string, error) {
+		t.Helper()
+		var out strings.Builder
+		err := run(context.Background(), append([]string{"dshd", "ui"}, args...), func(string) string { return "" }, nil, &out, io.Discard)
+		return out.String(), err
+	}
+	out, err := ui("--addr", addr, "--home", home)
+	if err != nil {
+		t.Fatalf("dshd ui: %v", err)
+	}
+	_, code, ok := strings.Cut(strings.TrimSpace(out), s.url+"/ui/#login=")
+	if !ok || code == "" || strings.Contains(out, s.token) {
+		t.Fatalf("dshd ui printed %q; want %s/ui/#login=<code>, without the token", out, s.url)
+	}
+	if resp, body := s.request(t, "POST", "/ui/session", `{"code":"`+code+`"}`, nil); resp.StatusCode != http.StatusCreated {
+		t.Errorf("sign-in with the printed code = %d: %s", resp.StatusCode, body)
+	}
+
+	dir := t.TempDir()
+	short := filepath.Join(dir, "short")
+	wrong := filepath.Join(dir, "wrong")
+	if err := os.WriteFile(short, []byte("short\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(wrong, []byte(strings.Repeat("w", 40)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name string
+		args []string
+		want []string
+	}{
+		{"no token file", []string{"--addr", addr, "--home", filepath.Join(dir, "nohome")}, []string{"no token file at", filepath.Join(dir, "nohome", "server.token")}},
+		{"short token file", []string{"--addr", addr, "--token-file", short}, []string{short, "at least 32"}},
+		{"Unix socket", []string{"--addr", "unix:" + filepath.Join(dir, "s.sock"), "--home", home}, []string{"Unix socket"}},
+		{"wrong token", []string{"--addr", addr, "--token-file", wrong}, []string{"401", wrong}},
+		{"no server", []string{"--addr", "127.0.0.1:1", "--home", home}, []string{"is dshd running at 127.0.0.1:1"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			out, err := ui(tt.args...)
+			if err == nil || out != "" {
+				t.Fatalf("dshd ui = %q, %v; want an error and no output", out, err)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not say %q", err, w)
+				}
+			}
+		})
+	}
+}
