@@ -584,6 +584,18 @@ func TestBrowserTokenPrompt(t *testing.T) {
 	// Without a session the page asks for nothing that needs one.
 	b.checkConsole()
 
+	// The old way in, the token in the fragment, is not honoured: the
+	// token leaves the address bar and the prompt stays.
+	b.do("open with the token in the fragment", chromedp.Navigate(srv.URL+"/ui/#token="+srv.Token))
+	b.do("prompt still shown", chromedp.WaitVisible(chromedp.CSS(testID("token-form"))))
+	if hash := b.eval(`location.hash`); strings.Contains(hash, srv.Token) {
+		t.Errorf("location.hash = %q still holds the token", hash)
+	}
+	if got := b.eval(`String(localStorage.getItem('dshd.sessionKey'))`); got != "null" {
+		t.Errorf("session key = %q: the fragment's token signed in", got)
+	}
+	b.checkConsole()
+
 	b.do("open with a wrong login code", chromedp.Navigate(srv.URL+"/ui/#login=not-a-code"))
 	b.do("prompt shown again", chromedp.WaitVisible(chromedp.CSS(testID("token-form"))))
 	b.waitText("#token-error", "401")

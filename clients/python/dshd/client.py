@@ -115,8 +115,8 @@ class OutputStream:
 class Client:
     """A client for one dshd server.
 
-    ``base_url`` is ``http://host:port``; ``token`` the bearer token (see the
-    server's startup line). Methods return the JSON objects the contract
+    ``base_url`` is ``http://host:port``; ``token`` the bearer token (the
+    server's startup line says which file holds it). Methods return the JSON objects the contract
     describes (dicts with camelCase keys), raise Problem for every error, and
     take ids as strings.
     """
