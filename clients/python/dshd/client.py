@@ -190,6 +190,11 @@ class Client:
         """GET /metrics: Prometheus text."""
         return self._send("GET", "/metrics", headers={"Accept": "text/plain"})[1].decode("utf-8")
 
+    def ui_login_url(self) -> JSON:
+        """POST /ui/login-codes: ``{url, expiresAt}``, a one-time login URL of
+        the diagnostics UI (its code works once, within 60 seconds)."""
+        return self._json("POST", "/ui/login-codes")
+
     # -- environment ----------------------------------------------------
 
     def declarations(self) -> JSON:
