@@ -114,8 +114,10 @@ func TestBrowserUI(t *testing.T) {
 		"resolver": map[string]any{"kind": "static", "values": map[string]string{"DSH_UI_LEASED": "yes"}},
 	})
 
-	// Declarations: the default view, opened the way the startup line says.
-	b.do("open the UI with the token", chromedp.Navigate(srv.URL+"/ui/#token="+srv.Token))
+	// Declarations: the default view, opened with the login URL "dshd ui"
+	// prints, as the README says.
+	loginURL, _ := uiLogin(t, srv)
+	b.do("open the UI with the login URL", chromedp.Navigate(loginURL))
 	for _, key := range []string{"DSH_HOME", "DSH_SHELL", "DSH_SESSION_ID", "DSH_UI_TEST", "DSH_UI_TMPL", "DSH_UI_HOOK", "DSH_UI_LEASED"} {
 		b.do("see declaration "+key, chromedp.WaitVisible(chromedp.CSS(declRow(key))))
 	}
@@ -145,10 +147,18 @@ func TestBrowserUI(t *testing.T) {
 	b.waitText(fmt.Sprintf(`#plugins-body tr[data-plugin-id=%q]`, plugin.ID), "test.ui.leased")
 	b.waitText(fmt.Sprintf(`#plugins-body tr[data-plugin-id=%q] [data-expires]`, plugin.ID), "expires in 9m")
 	if hash := b.eval(`location.hash`); hash != "#/declarations" {
-		t.Errorf("location.hash = %q after load, want %q (the token must leave the URL)", hash, "#/declarations")
+		t.Errorf("location.hash = %q after load, want %q (the login code must leave the URL)", hash, "#/declarations")
 	}
-	if got := b.eval(`sessionStorage.getItem('dshd.token')`); got != srv.Token {
-		t.Errorf("sessionStorage token = %q, want the server token", got)
+	// The page holds the session's key, never the token; the session id
+	// is in an HttpOnly cookie no script reads.
+	if got := b.eval(`String(localStorage.getItem('dshd.sessionKey'))`); len(got) < 40 || got == srv.Token {
+		t.Errorf("stored session key = %q, want a random key (not the token)", got)
+	}
+	if got := b.eval(`document.cookie`); got != "" {
+		t.Errorf("document.cookie = %q, want the session cookie invisible to scripts", got)
+	}
+	if got := b.eval(`JSON.stringify([Object.entries(localStorage), Object.entries(sessionStorage), document.documentElement.outerHTML])`); strings.Contains(got, srv.Token) {
+		t.Error("the page or its storage holds the token")
 	}
 	b.checkView("declarations")
 
@@ -538,7 +548,8 @@ func TestBrowserLostJob(t *testing.T) {
 	}
 	b := newBrowser(t, chrome)
 
-	b.do("open the jobs view", chromedp.Navigate(s2.URL+"/ui/#token="+s2.Token+"&view=jobs"))
+	loginURL, _ := uiLogin(t, s2)
+	b.do("open the jobs view", chromedp.Navigate(loginURL+"&view=jobs"))
 	b.waitText(testID("job-state-"+lost.ID), "lost")
 	b.waitText(testID("job-exit-"+lost.ID), "none")
 	b.waitText(testID("job-state-"+finished.ID), "exited")
@@ -555,29 +566,44 @@ func TestBrowserLostJob(t *testing.T) {
 	b.checkConsole()
 }
 
-// TestBrowserTokenPrompt checks the token paths: no token shows the prompt;
-// a wrong token in the fragment gets a 401, which clears it and shows the
-// prompt with an error; the right token typed into the form opens the UI.
+// TestBrowserTokenPrompt checks the ways in: no session shows the prompt;
+// a wrong login code in the fragment gets a 401, which leaves the code out
+// of the URL and shows the prompt with an error; the right token typed into
+// the form signs in (and is kept nowhere); a login URL works once (opened
+// again, in the same page, it is refused); signing out ends the session,
+// also after a reload.
 func TestBrowserTokenPrompt(t *testing.T) {
 	chrome := chromiumPath(t)
 	srv := startServer(t)
 	b := newBrowser(t, chrome)
 
-	b.do("open without a token", chromedp.Navigate(srv.URL+"/ui/"))
+	b.do("open without a session", chromedp.Navigate(srv.URL+"/ui/"))
 	b.do("prompt shown", chromedp.WaitVisible(chromedp.CSS(testID("token-form"))))
 	b.do("no error yet", chromedp.WaitNotVisible(chromedp.ID("token-error")))
 	b.checkView("token-prompt-empty")
-	// Without a token the page asks for nothing that needs one.
+	// Without a session the page asks for nothing that needs one.
 	b.checkConsole()
 
-	b.do("open with a wrong token", chromedp.Navigate(srv.URL+"/ui/#token=not-the-token"))
+	// The old way in, the token in the fragment, is not honoured: the
+	// token leaves the address bar and the prompt stays.
+	b.do("open with the token in the fragment", chromedp.Navigate(srv.URL+"/ui/#token="+srv.Token))
+	b.do("prompt still shown", chromedp.WaitVisible(chromedp.CSS(testID("token-form"))))
+	if hash := b.eval(`location.hash`); strings.Contains(hash, srv.Token) {
+		t.Errorf("location.hash = %q still holds the token", hash)
+	}
+	if got := b.eval(`String(localStorage.getItem('dshd.sessionKey'))`); got != "null" {
+		t.Errorf("session key = %q: the fragment's token signed in", got)
+	}
+	b.checkConsole()
+
+	b.do("open with a wrong login code", chromedp.Navigate(srv.URL+"/ui/#login=not-a-code"))
 	b.do("prompt shown again", chromedp.WaitVisible(chromedp.CSS(testID("token-form"))))
 	b.waitText("#token-error", "401")
-	if hash := b.eval(`location.hash`); strings.Contains(hash, "token") {
-		t.Errorf("location.hash = %q, the token must leave the URL", hash)
+	if hash := b.eval(`location.hash`); strings.Contains(hash, "login") || strings.Contains(hash, "not-a-code") {
+		t.Errorf("location.hash = %q, the login code must leave the URL", hash)
 	}
-	if got := b.eval(`String(sessionStorage.getItem('dshd.token'))`); got != "null" {
-		t.Errorf("sessionStorage token = %q after a 401, want it cleared", got)
+	if got := b.eval(`String(localStorage.getItem('dshd.sessionKey'))`); got != "null" {
+		t.Errorf("session key = %q after a refused sign-in, want none", got)
 	}
 	if got := b.eval(`document.activeElement.id`); got != "token-input" {
 		t.Errorf("focus is on %q, want the token input", got)
@@ -586,18 +612,38 @@ func TestBrowserTokenPrompt(t *testing.T) {
 	b.do("narrow viewport", chromedp.EmulateViewport(390, 844))
 	b.checkView("token-prompt-narrow")
 	b.do("wide viewport", chromedp.EmulateViewport(1280, 800))
-	// The wrong token costs exactly one rejected request, which the browser
+	// The wrong code costs exactly one rejected request, which the browser
 	// logs; nothing else may reach the console.
-	if n := b.checkConsole(regexp.MustCompile(`status of 401 .*/env/declarations`)); n != 1 {
-		t.Errorf("%d requests were rejected with 401 for the wrong token, want 1", n)
+	if n := b.checkConsole(regexp.MustCompile(`status of 401 .*/ui/session`)); n != 1 {
+		t.Errorf("%d requests were rejected with 401 for the wrong code, want 1", n)
 	}
 
 	// Enter submits the form, as it would for a person at the keyboard.
 	b.do("type the right token", chromedp.SendKeys(chromedp.ID("token-input"), srv.Token+"\r"))
 	b.do("declarations shown", chromedp.WaitVisible(chromedp.CSS(declRow("DSH_HOME"))))
 	b.do("prompt hidden", chromedp.WaitNotVisible(chromedp.CSS(testID("token-form"))))
-
+	if got := b.eval(`JSON.stringify([Object.entries(localStorage), Object.entries(sessionStorage), document.cookie, document.getElementById('token-input').value])`); strings.Contains(got, srv.Token) {
+		t.Error("the page keeps the token it was given")
+	}
 	b.checkConsole()
+
+	// Sign out: the prompt comes back, and a reload does not bring the
+	// session back (the server ended it).
+	b.do("sign out", chromedp.Click(chromedp.ID("forget-token")))
+	b.do("prompt after signing out", chromedp.WaitVisible(chromedp.CSS(testID("token-form"))))
+	b.do("reload", chromedp.Reload())
+	b.do("prompt after the reload", chromedp.WaitVisible(chromedp.CSS(testID("token-form"))))
+
+	// A login URL signs in once; the same URL again is refused.
+	loginURL, _ := uiLogin(t, srv)
+	b.do("open the login URL", chromedp.Navigate(loginURL))
+	b.do("declarations shown after the login URL", chromedp.WaitVisible(chromedp.CSS(declRow("DSH_HOME"))))
+	b.do("open the same login URL again", chromedp.Navigate(loginURL))
+	b.do("prompt for a spent login URL", chromedp.WaitVisible(chromedp.CSS(testID("token-form"))))
+	b.waitText("#token-error", "used already or has expired")
+	if n := b.checkConsole(regexp.MustCompile(`status of 401 .*/ui/session`)); n != 1 {
+		t.Errorf("%d requests were rejected with 401 for the spent login URL, want 1", n)
+	}
 }
 
 // browser is one headless Chromium tab bound to a test.
@@ -967,7 +1013,8 @@ func TestBrowserTerminal(t *testing.T) {
 	}
 
 	b := newBrowser(t, chrome)
-	b.do("open the UI", chromedp.Navigate(srv.URL+"/ui/#token="+srv.Token))
+	loginURL, _ := uiLogin(t, srv)
+	b.do("open the UI", chromedp.Navigate(loginURL))
 	b.do("open the jobs view", chromedp.Click(chromedp.CSS(`[data-testid="nav-jobs"]`)))
 	b.do("select the terminal job", chromedp.Click(chromedp.CSS(testID("job-select-"+term.ID))))
 	rows := testID("job-terminal") + " .xterm-rows"

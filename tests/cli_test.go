@@ -7,7 +7,7 @@ import (
 )
 
 // TestCLIFirstContact runs the built binary the way a new user does first:
-// --help and --version answer on stdout and exit 0.
+// --help, --version and ui --help answer on stdout and exit 0.
 func TestCLIFirstContact(t *testing.T) {
 	for _, tt := range []struct {
 		arg  string
@@ -15,9 +15,10 @@ func TestCLIFirstContact(t *testing.T) {
 	}{
 		{"--help", "Usage: dshd [flags]"},
 		{"--version", "dshd "},
+		{"ui --help", "Usage: dshd ui [flags]"},
 	} {
 		t.Run(tt.arg, func(t *testing.T) {
-			out, err := exec.Command(serverBinary, tt.arg).Output()
+			out, err := exec.Command(serverBinary, strings.Fields(tt.arg)...).Output()
 			if err != nil {
 				t.Fatalf("dshd %s: %v", tt.arg, err)
 			}

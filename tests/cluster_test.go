@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -930,5 +931,39 @@ func TestClusterJobList(t *testing.T) {
 	}
 	if got := ids(list); !slices.Equal(got, others) || resp.Header.Get("Dsh-Unavailable-Replicas") != "replica-1" {
 		t.Fatalf("GET /jobs with replica 1 dead = %v (unavailable %q), want %v and replica-1 named", got, resp.Header.Get("Dsh-Unavailable-Replicas"), others)
+	}
+}
+
+// TestClusterUISession: a UI session lives in the memory of the replica it
+// signed in on; its requests for another replica's job are forwarded there
+// with the shared token, so the UI sees and streams every replica's jobs.
+func TestClusterUISession(t *testing.T) {
+	_, rs := startCluster(t)
+	var j job
+	if st := rs[1].DoJSON(t, "POST", "/exec", map[string]any{"command": "echo on-replica-1", "background": true}, &j); st != http.StatusAccepted {
+		t.Fatalf("POST /exec on replica 1 = %d", st)
+	}
+	resp, body := rawRequest(t, "POST", rs[0].URL+"/ui/session", `{"token":"`+rs[0].Token+`"}`, nil)
+	if resp.StatusCode != http.StatusCreated || len(resp.Cookies()) != 1 {
+		t.Fatalf("sign-in on replica 0 = %d: %s", resp.StatusCode, body)
+	}
+	var session struct{ Key string }
+	decodeBody(t, body, &session)
+	c := resp.Cookies()[0]
+	h := map[string]string{"Cookie": c.Name + "=" + c.Value, "X-Dshd-UI-Key": session.Key, "Sec-Fetch-Site": "same-origin"}
+
+	resp, body = rawRequest(t, "GET", rs[0].URL+"/jobs/"+j.ID+"?waitMs=5000", "", h)
+	if resp.StatusCode != http.StatusOK || !strings.Contains(body, `"id":"`+j.ID+`"`) {
+		t.Fatalf("GET replica 1's job through replica 0 with the UI session = %d: %s", resp.StatusCode, body)
+	}
+	h["Accept"] = "text/event-stream"
+	resp, body = rawRequest(t, "GET", rs[0].URL+"/jobs/"+j.ID+"/output", "", h)
+	if resp.StatusCode != http.StatusOK || !strings.Contains(body, "on-replica-1") {
+		t.Errorf("output of replica 1's job through replica 0 with the UI session = %d:\n%s", resp.StatusCode, body)
+	}
+	// The session is replica 0's: replica 1 does not take it directly.
+	delete(h, "Accept")
+	if resp, body := rawRequest(t, "GET", rs[1].URL+"/jobs", "", h); resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("replica 1 took replica 0's UI session: %d %s", resp.StatusCode, body)
 	}
 }

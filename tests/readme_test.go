@@ -152,3 +152,32 @@ func TestREADMEConfigAndHooks(t *testing.T) {
 		t.Errorf("echo through the hooks = %d %+v", st, ok)
 	}
 }
+
+// TestREADMEOpenUI runs the README's command that opens the UI, with the
+// built binary in place of "go run ./cmd/dshd" and the test server's
+// address, for a user whose home is the default (~/.dsh of a fake HOME): it
+// must print a login URL that signs the UI in.
+func TestREADMEOpenUI(t *testing.T) {
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	block := strings.TrimSpace(fencedBlock(t, string(readme), "Open the UI with a one-time login link", "sh"))
+	const command = "go run ./cmd/dshd ui"
+	if block != command {
+		t.Fatalf("the README opens the UI with %q; update this test with it (want %q)", block, command)
+	}
+	userHome := t.TempDir()
+	s := startServer(t, withHome(filepath.Join(userHome, ".dsh")))
+	cmd := exec.Command(serverBinary, "ui", "--addr", strings.TrimPrefix(s.URL, "http://"))
+	cmd.Env = append(cleanEnv(), "HOME="+userHome)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("%s: %v", command, err)
+	}
+	loginURL := strings.TrimSpace(string(out))
+	resp, body := rawRequest(t, "POST", s.URL+"/ui/session", `{"code":"`+loginCode(t, s, loginURL)+`"}`, nil)
+	if resp.StatusCode != 201 {
+		t.Errorf("the printed URL's code did not sign in: %d %s", resp.StatusCode, body)
+	}
+}

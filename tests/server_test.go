@@ -68,6 +68,7 @@ type testServer struct {
 	Home           string
 
 	cmd    *exec.Cmd
+	stdout *syncBuffer // everything the server printed on stdout
 	stderr *syncBuffer
 	done   chan struct{}
 	err    error // the process's exit, valid after done
@@ -139,7 +140,7 @@ func startServer(t testing.TB, opts ...serverOption) *testServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &testServer{Home: c.home, cmd: cmd, stderr: &syncBuffer{}, done: make(chan struct{})}
+	s := &testServer{Home: c.home, cmd: cmd, stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan struct{})}
 	cmd.Stderr = s.stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -152,12 +153,12 @@ func startServer(t testing.TB, opts ...serverOption) *testServer {
 
 	line := make(chan string, 1)
 	go func() {
-		sc := bufio.NewScanner(stdout)
+		sc := bufio.NewScanner(io.TeeReader(stdout, s.stdout))
 		if sc.Scan() {
 			line <- sc.Text()
 		}
 		close(line)
-		_, _ = io.Copy(io.Discard, stdout)
+		_, _ = io.Copy(s.stdout, stdout)
 	}()
 	select {
 	case l, ok := <-line:
@@ -171,8 +172,9 @@ func startServer(t testing.TB, opts ...serverOption) *testServer {
 	return s
 }
 
-// parseStartupLine reads the address and token from
-// "dshd listening on http://… (…) ui http://…/ui/#token=…".
+// parseStartupLine reads the address and the token file's name from
+// "dshd listening on http://… (home …, token in <file>) ui http://…/ui/ …",
+// and the token from that file: the line itself never carries it.
 func parseStartupLine(t testing.TB, line string) (url, token string) {
 	t.Helper()
 	rest, ok := strings.CutPrefix(line, "dshd listening on ")
@@ -180,9 +182,18 @@ func parseStartupLine(t testing.TB, line string) (url, token string) {
 		t.Fatalf("unexpected startup line %q", line)
 	}
 	url, _, _ = strings.Cut(rest, " ")
-	_, token, ok = strings.Cut(line, "#token=")
-	if !ok || token == "" {
-		t.Fatalf("startup line %q has no #token=", line)
+	_, file, ok := strings.Cut(line, ", token in ")
+	file, _, ok2 := strings.Cut(file, ") ui ")
+	if !ok || !ok2 || file == "" {
+		t.Fatalf("startup line %q does not say where the token is", line)
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatalf("read the token file the startup line names: %v", err)
+	}
+	token = strings.TrimSpace(string(b))
+	if token == "" {
+		t.Fatalf("token file %s is empty", file)
 	}
 	return url, token
 }

@@ -1,7 +1,13 @@
-// HTTP access to the dshd API. Every call sends the bearer token; a 401
-// forgets the token and tells the app, which shows the token prompt.
+// HTTP access to the dshd API. The page never holds the bearer token: it
+// signs in once (a login code from "dshd ui", or the token pasted into the
+// form, exchanged by POST /ui/session) for a session. The server keeps the
+// session id in an HttpOnly cookie the page cannot read; the page keeps the
+// session's key and sends it in a header with every call (the cookie alone
+// authenticates nothing). A 401 forgets the key and tells the app, which
+// shows the sign-in prompt.
 
-const TOKEN_KEY = 'dshd.token';
+const KEY_STORAGE = 'dshd.sessionKey';
+const KEY_HEADER = 'X-Dshd-UI-Key';
 
 // The UI is served under /ui/; the API lives one level up. Resolving against
 // the page keeps working if a proxy mounts the server under a prefix.
@@ -9,10 +15,10 @@ const apiBase = new URL('../', document.baseURI);
 
 let unauthorizedHandler = () => {};
 
-/** Error for a 401: the token is missing, wrong or stale. */
+/** Error for a 401: the session or the credential is missing, wrong or stale. */
 export class UnauthorizedError extends Error {
   constructor() {
-    super('The server rejected the token.');
+    super('The server rejected the session.');
     this.name = 'UnauthorizedError';
   }
 }
@@ -28,16 +34,46 @@ export class APIError extends Error {
   }
 }
 
-export function getToken() {
-  return sessionStorage.getItem(TOKEN_KEY) ?? '';
+function sessionKey() {
+  return localStorage.getItem(KEY_STORAGE) ?? '';
 }
 
-export function setToken(token) {
-  sessionStorage.setItem(TOKEN_KEY, token);
+/** Whether the page holds a session (which the server may still refuse). */
+export function hasSession() {
+  return sessionKey() !== '';
 }
 
-export function clearToken() {
-  sessionStorage.removeItem(TOKEN_KEY);
+/** Forgets the session's key (the cookie alone is of no use). */
+export function forgetSession() {
+  localStorage.removeItem(KEY_STORAGE);
+}
+
+/**
+ * Signs in with {code} (a one-time login code) or {token} (the bearer
+ * token) and keeps the session's key. Throws UnauthorizedError when the
+ * server refuses the credential, APIError on other failures.
+ */
+export async function signIn(credential) {
+  const res = await fetch(new URL('ui/session', apiBase), {
+    method: 'POST',
+    cache: 'no-store',
+    credentials: 'same-origin',
+    headers: { Accept: 'application/json', 'Content-Type': 'application/json' },
+    body: JSON.stringify(credential),
+  });
+  if (res.status === 401) {
+    forgetSession();
+    throw new UnauthorizedError();
+  }
+  if (!res.ok) throw new APIError(res.status, await readProblem(res));
+  const session = await res.json();
+  localStorage.setItem(KEY_STORAGE, session.key);
+}
+
+/** Ends the session on the server (which clears the cookie) and forgets it. */
+export async function signOut() {
+  forgetSession();
+  await fetch(new URL('ui/session', apiBase), { method: 'DELETE', cache: 'no-store', credentials: 'same-origin' });
 }
 
 /** Registers the function called after any 401. */
@@ -59,7 +95,8 @@ export async function request(route, { method = 'GET', body, accept = 'applicati
     method,
     signal,
     cache: 'no-store',
-    headers: { Accept: accept, Authorization: `Bearer ${getToken()}`, ...headers },
+    credentials: 'same-origin',
+    headers: { Accept: accept, [KEY_HEADER]: sessionKey(), ...headers },
   };
   if (body !== undefined) {
     init.headers['Content-Type'] = 'application/json';
@@ -67,7 +104,7 @@ export async function request(route, { method = 'GET', body, accept = 'applicati
   }
   const res = await fetch(new URL(route.replace(/^\//, ''), apiBase), init);
   if (res.status === 401) {
-    clearToken();
+    forgetSession();
     unauthorizedHandler();
     throw new UnauthorizedError();
   }

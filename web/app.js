@@ -1,12 +1,14 @@
-// Entry point: token handling and hash routing between the views.
+// Entry point: signing in and hash routing between the views.
 //
-// The fragment does two jobs. On first load the server's startup line gives
-// "#token=…"; the token moves to sessionStorage and leaves the address bar at
-// once. Afterwards the fragment is the route: #/declarations, #/jobs,
-// #/agents, #/hooks, with optional parameters after "?" (#/jobs?job=ID,
+// The fragment does two jobs. A login URL from "dshd ui" gives "#login=…"
+// (optionally "&view=jobs"): the one-time code leaves the address bar at
+// once and is exchanged for a session (see api.js). Without a session the
+// page asks for the token, which it exchanges the same way and never keeps.
+// Otherwise the fragment is the route: #/declarations, #/jobs, #/agents,
+// #/hooks, with optional parameters after "?" (#/jobs?job=ID,
 // #/jobs?agent=ID&state=running, #/agents?agent=ID) so views link to each other.
 
-import { clearToken, getToken, onUnauthorized, setToken } from './api.js';
+import { hasSession, onUnauthorized, signIn, signOut, UnauthorizedError } from './api.js';
 import { createAgentsView } from './agents.js';
 import { createDeclarationsView } from './declarations.js';
 import { setMessage, watchOverflow } from './dom.js';
@@ -37,19 +39,39 @@ const forget = $('forget-token');
 let current = null; // the route shown, or null while the prompt is up
 
 /**
- * Moves a "#token=…" fragment into sessionStorage and out of the URL.
- * Returns whether the fragment held a token.
+ * Takes a "#login=…" fragment out of the URL (and an old "#token=…" one,
+ * which is no longer honoured: the token does not belong in a URL).
+ * Returns the login code, or '' when the fragment held none.
  */
-function takeTokenFromFragment() {
+function takeLoginFromFragment() {
   const hash = location.hash.slice(1);
-  if (!hash.startsWith('token=')) return false;
+  if (!hash.startsWith('login=') && !hash.startsWith('token=')) return '';
   const params = new URLSearchParams(hash);
-  const token = params.get('token')?.trim();
+  const code = params.get('login')?.trim() ?? '';
   const view = params.get('view');
-  if (token) setToken(token);
   const route = view in views ? view : DEFAULT_ROUTE;
   history.replaceState(null, '', `${location.pathname}${location.search}#/${route}`);
-  return Boolean(token);
+  return code;
+}
+
+/** Signs in with a login code from the fragment, then shows the page. */
+async function signInFromFragment() {
+  const code = takeLoginFromFragment();
+  if (!code) {
+    render({ focus: true });
+    return;
+  }
+  if (current) views[current].hide();
+  current = null;
+  try {
+    await signIn({ code });
+  } catch (err) {
+    showPrompt(err instanceof UnauthorizedError
+      ? 'This login link was used already or has expired (401). Run "dshd ui" for a new one, or paste the token.'
+      : `Signing in failed: ${err.message}`);
+    return;
+  }
+  render({ focus: true });
 }
 
 function routeFromFragment() {
@@ -59,7 +81,7 @@ function routeFromFragment() {
 }
 
 function render({ focus = false } = {}) {
-  if (!getToken()) {
+  if (!hasSession()) {
     showPrompt();
     return;
   }
@@ -98,32 +120,39 @@ function showPrompt(message = '') {
 }
 
 onUnauthorized(() => {
-  showPrompt('The server rejected the token (401). Paste the current token.');
+  showPrompt('The server refused the session (401): it expired, or dshd restarted. Run "dshd ui" for a login link, or paste the token.');
 });
 
-tokenForm.addEventListener('submit', (event) => {
+tokenForm.addEventListener('submit', async (event) => {
   event.preventDefault();
   const token = tokenInput.value.trim();
   if (!token) return;
-  setToken(token);
   tokenInput.value = '';
   setMessage(tokenError, '');
-  render({ focus: true });
-});
-
-forget.addEventListener('click', () => {
-  clearToken();
-  showPrompt();
-});
-
-window.addEventListener('hashchange', () => {
-  if (takeTokenFromFragment() && current) {
-    // A new token: reload the view with it.
-    views[current].hide();
-    current = null;
+  try {
+    await signIn({ token });
+  } catch (err) {
+    showPrompt(err instanceof UnauthorizedError
+      ? 'The server rejected the token (401). Paste the current token.'
+      : `Signing in failed: ${err.message}`);
+    return;
   }
   render({ focus: true });
 });
 
-takeTokenFromFragment();
-render();
+forget.addEventListener('click', () => {
+  // The key is forgotten at once, whether or not the server answers.
+  signOut().catch(() => {});
+  showPrompt();
+});
+
+window.addEventListener('hashchange', () => {
+  if (location.hash.startsWith('#login=') || location.hash.startsWith('#token=')) {
+    signInFromFragment();
+    return;
+  }
+  render({ focus: true });
+});
+
+if (location.hash.startsWith('#login=') || location.hash.startsWith('#token=')) signInFromFragment();
+else render();

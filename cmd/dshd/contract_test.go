@@ -59,13 +59,18 @@ func TestEveryOperationDeclaresWhatAuthAnswers(t *testing.T) {
 		for method, op := range doc.Paths.Value(p).Operations() {
 			n++
 			open := op.Security != nil && len(*op.Security) == 0
+			// An open operation whose body is the credential (the UI's
+			// sign-in) cannot succeed without one: it must say 400.
+			needsBody := op.RequestBody != nil && op.RequestBody.Value != nil && op.RequestBody.Value.Required
 			url := pathParam.ReplaceAllString(p, "x")
 			resp := s.DoWith(t, method, url, nil, map[string]string{})
 			_, _ = io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
 			got := resp.StatusCode
 			switch {
-			case open && (got < 200 || got > 299):
+			case open && needsBody && got != http.StatusBadRequest:
+				t.Errorf("%s %s (open, credential in the body) without a body = %d, want 400", method, p, got)
+			case open && !needsBody && (got < 200 || got > 299):
 				t.Errorf("%s %s (open) without a token = %d, want 2xx", method, p, got)
 			case !open && got != http.StatusUnauthorized:
 				t.Errorf("%s %s without a token = %d, want 401", method, p, got)
@@ -207,6 +212,21 @@ func TestResponsesConformToContract(t *testing.T) {
 
 	st, b := call("GET", "/healthz", nil, nil)
 	want(st, 200, "healthz", b)
+
+	// The UI's sign-in: a login code, spent once, then sign-out.
+	st, b = call("POST", "/ui/login-codes", nil, nil)
+	want(st, 201, "login code", b)
+	var lc struct{ URL string }
+	_ = json.Unmarshal(b, &lc)
+	_, code, _ := strings.Cut(lc.URL, "#login=")
+	st, b = call("POST", "/ui/session", map[string]string{"code": code}, nil)
+	want(st, 201, "sign-in", b)
+	st, b = call("POST", "/ui/session", map[string]string{"code": code}, nil)
+	want(st, 401, "sign-in with a spent code", b)
+	st, b = call("POST", "/ui/session", map[string]any{"code": code, "token": s.Token}, nil)
+	want(st, 400, "sign-in with both a code and the token", b)
+	st, b = call("DELETE", "/ui/session", nil, nil)
+	want(st, 204, "sign-out", b)
 	st, b = call("GET", "/openapi.yaml", nil, nil)
 	want(st, 200, "openapi.yaml", b)
 	st, b = call("GET", "/openapi.json", nil, nil)

@@ -10,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -40,6 +41,7 @@ import (
 	"github.com/dshd/dshd/internal/sandbox"
 	"github.com/dshd/dshd/internal/shellenv"
 	"github.com/dshd/dshd/internal/skills"
+	"github.com/dshd/dshd/internal/uiauth"
 	"github.com/dshd/dshd/web"
 )
 
@@ -69,10 +71,12 @@ type options struct {
 var errExit = errors.New("nothing to serve")
 
 const usageHead = `Usage: dshd [flags]
+       dshd ui [flags]   print a one-time login URL of the running server's UI
 
 dshd runs bash commands for agent harnesses over HTTP/JSON, each with a
 trusted environment of managed DSH_* facts. The contract is served at
-/openapi.yaml; the startup line says where the token is.
+/openapi.yaml; the startup line says where the token is. The token is never
+printed: open the UI with the URL "dshd ui" prints.
 
 Flags:
 `
@@ -160,6 +164,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Re
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
+	if len(args) > 1 && args[1] == "ui" {
+		return runUI(ctx, args[2:], getenv, stdout, stderr)
+	}
 	o, err := parseFlags(args, stdout, stderr)
 	if errors.Is(err, errExit) {
 		return nil
@@ -167,7 +174,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Re
 	if err != nil {
 		return err
 	}
-	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: o.logLevel}))
 	cfg, err := loadConfig(o.config)
 	if err != nil {
 		return err
@@ -184,6 +190,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Re
 	if err != nil {
 		return err
 	}
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: o.logLevel, ReplaceAttr: redactToken(token)}))
 	ln, err := listen(o.addr, o.allowRemote)
 	if err != nil {
 		return err
@@ -205,6 +212,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Re
 	deps := httpapi.Deps{
 		Logger:       logger.With("component", "http"),
 		Token:        token,
+		Logins:       uiauth.New(uiauth.Options{}),
 		Env:          svc.env,
 		Jobs:         svc.executor,
 		Pipeline:     svc.pipeline,
@@ -249,8 +257,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Re
 			return err
 		}
 	}
-	fmt.Fprintf(stdout, "dshd listening on %s (home %s, token in %s) ui %s/ui/#token=%s\n",
-		base, home, tokenPath, base, token)
+	// The token is never printed: whatever keeps dshd's output (a terminal's
+	// scrollback, journald, a log file) may be readable by commands. The UI
+	// is opened with a one-time login URL: dshd ui.
+	fmt.Fprintf(stdout, "dshd listening on %s (home %s, token in %s) ui %s\n",
+		base, home, tokenPath, uiURL(base))
 	// The shutdown budget covers the jobs' grace: every job gets its
 	// SIGTERM, the whole grace, then SIGKILL, before dshd exits.
 	budget := shutdownBudget(ms(cfg.Jobs.GraceMs))
@@ -589,33 +600,70 @@ func ensureHome(home string) error {
 	})
 }
 
+// redactToken rewrites log attributes that hold the token, which no log
+// line may carry: a client can send it where an error quotes the request
+// (an unknown field's name, say), and the log is readable by whoever keeps
+// dshd's output.
+func redactToken(token string) func([]string, slog.Attr) slog.Attr {
+	return func(_ []string, a slog.Attr) slog.Attr {
+		var text string
+		switch v := a.Value.Resolve(); v.Kind() {
+		case slog.KindString:
+			text = v.String()
+		case slog.KindAny:
+			text = fmt.Sprint(v.Any())
+		default:
+			return a
+		}
+		if !strings.Contains(text, token) {
+			return a
+		}
+		return slog.String(a.Key, strings.ReplaceAll(text, token, redacted))
+	}
+}
+
+// redacted stands where the token would have been.
+const redacted = "[token]"
+
+// minTokenLen is the shortest token dshd accepts: 32 characters (the
+// generated one is 64 hex digits, 256 bits).
+const minTokenLen = 32
+
 // loadToken reads the token from tokenFile, or from <home>/server.token,
-// generating 256 random bits into it (mode 0600) when it holds none.
+// generating 256 random bits into the latter (mode 0600) when it does not
+// exist. A token file that exists but holds fewer than minTokenLen
+// characters is refused, naming the file: it is never replaced, since
+// harnesses may read it.
 func loadToken(home, tokenFile string) (token, path string, err error) {
 	if tokenFile != "" {
 		b, err := os.ReadFile(tokenFile)
 		if err != nil {
 			return "", "", fmt.Errorf("read token file: %w", err)
 		}
-		token = strings.TrimSpace(string(b))
-		if len(token) < 16 {
-			return "", "", fmt.Errorf("token file %s: token must be at least 16 characters", tokenFile)
+		if token, err = checkToken(tokenFile, b); err != nil {
+			return "", "", err
 		}
 		return token, tokenFile, nil
 	}
 	path = filepath.Join(home, "server.token")
 	// O_NOFOLLOW: a link planted in the home is never read or chmodded.
-	if f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0); err == nil {
-		b, rerr := io.ReadAll(io.LimitReader(f, 4096))
-		if rerr == nil && len(strings.TrimSpace(string(b))) >= 32 {
-			cerr := f.Chmod(0o600)
-			f.Close()
-			if cerr != nil {
-				return "", "", fmt.Errorf("secure token file: %w", cerr)
-			}
-			return strings.TrimSpace(string(b)), path, nil
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	switch {
+	case err == nil:
+		defer f.Close()
+		b, err := io.ReadAll(io.LimitReader(f, 4096))
+		if err != nil {
+			return "", "", fmt.Errorf("read token file: %w", err)
 		}
-		f.Close()
+		if token, err = checkToken(path, b); err != nil {
+			return "", "", err
+		}
+		if err := f.Chmod(0o600); err != nil {
+			return "", "", fmt.Errorf("secure token file: %w", err)
+		}
+		return token, path, nil
+	case !errors.Is(err, fs.ErrNotExist):
+		return "", "", fmt.Errorf("read token file: %w", err)
 	}
 	var raw [32]byte
 	if _, err := rand.Read(raw[:]); err != nil {
@@ -628,6 +676,17 @@ func loadToken(home, tokenFile string) (token, path string, err error) {
 		return "", "", fmt.Errorf("write token: %w", err)
 	}
 	return token, path, nil
+}
+
+// checkToken returns the token held in b, read from path, without the white
+// space around it, or an error naming path when it is too short. The error
+// never quotes the file's content.
+func checkToken(path string, b []byte) (string, error) {
+	token := strings.TrimSpace(string(b))
+	if len(token) < minTokenLen {
+		return "", fmt.Errorf("token file %s holds %d characters; a token must have at least %d (delete the file to have dshd generate one)", path, len(token), minTokenLen)
+	}
+	return token, nil
 }
 
 // listen opens addr: "unix:/path" or host:port. A host that is not loopback

@@ -65,9 +65,17 @@ func startRun(t *testing.T, args []string, env map[string]string) *runningServer
 	}
 	rest := strings.TrimPrefix(s.line, "dshd listening on ")
 	s.url, _, _ = strings.Cut(rest, " ")
-	_, s.token, _ = strings.Cut(s.line, "#token=")
 	_, h, _ := strings.Cut(s.line, "(home ")
 	s.home, _, _ = strings.Cut(h, ",")
+	// The line names the token's file, never the token.
+	_, file, _ := strings.Cut(s.line, ", token in ")
+	file, _, _ = strings.Cut(file, ") ui ")
+	b, err := os.ReadFile(file)
+	if err != nil {
+		cancel()
+		t.Fatalf("read the token file the startup line names (%q): %v", s.line, err)
+	}
+	s.token = strings.TrimSpace(string(b))
 	t.Cleanup(func() { s.shutdown(t) })
 	return s
 }
@@ -259,21 +267,25 @@ func TestHomeAndTokenModes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if tok := strings.TrimSpace(string(b)); len(tok) != 64 || tok != s.token {
-		t.Errorf("token file holds %q (len %d); want the 64 hex digits (256 bits) the startup line shows (%q)", tok, len(tok), s.token)
+	tok := strings.TrimSpace(string(b))
+	if len(tok) != 64 || strings.Trim(tok, "0123456789abcdef") != "" {
+		t.Errorf("token file holds %d characters; want 64 hex digits (256 bits)", len(tok))
 	}
-	if !strings.Contains(s.line, "token in "+filepath.Join(home, "server.token")) || !strings.Contains(s.line, "/ui/#token=") {
+	if !strings.Contains(s.line, "token in "+filepath.Join(home, "server.token")) || !strings.Contains(s.line, " ui "+s.url+"/ui/ ") {
 		t.Errorf("startup line %q does not say where the token and the UI are", s.line)
+	}
+	if strings.Contains(s.line, tok) || strings.Contains(s.line, "#") {
+		t.Errorf("startup line %q carries the token or a fragment", s.line)
 	}
 }
 
 func TestTokenFile(t *testing.T) {
 	tf := filepath.Join(t.TempDir(), "token")
-	if err := os.WriteFile(tf, []byte("a-token-chosen-by-the-operator\n"), 0o600); err != nil {
+	if err := os.WriteFile(tf, []byte("a-token-chosen-by-the-operator-32\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	s := startRun(t, []string{"--home", t.TempDir(), "--token-file", tf}, nil)
-	if resp, body := s.request(t, "GET", "/jobs", "", map[string]string{"Authorization": "Bearer a-token-chosen-by-the-operator"}); resp.StatusCode != 200 {
+	if resp, body := s.request(t, "GET", "/jobs", "", map[string]string{"Authorization": "Bearer a-token-chosen-by-the-operator-32"}); resp.StatusCode != 200 {
 		t.Fatalf("status = %d with the token file's token: %s", resp.StatusCode, body)
 	}
 }
@@ -597,6 +609,65 @@ func TestAllowedHosts(t *testing.T) {
 			}
 			if len(tt.want) == 1 && len(hosts) != 1 {
 				t.Errorf("hosts = %q, want only %q", hosts, tt.want)
+			}
+		})
+	}
+}
+
+// TestUICommand: dshd ui prints a login URL of the running server that
+// signs in once, and says what is wrong when it cannot: no token file, a
+// short one, a Unix socket, a token the server does not take.
+func TestUICommand(t *testing.T) {
+	home := filepath.Join(t.TempDir(), "home")
+	s := startRun(t, []string{"--home", home}, nil)
+	addr := strings.TrimPrefix(s.url, "http://")
+	ui := func(args ...string) (string, error) {
+		t.Helper()
+		var out strings.Builder
+		err := run(context.Background(), append([]string{"dshd", "ui"}, args...), func(string) string { return "" }, nil, &out, io.Discard)
+		return out.String(), err
+	}
+	out, err := ui("--addr", addr, "--home", home)
+	if err != nil {
+		t.Fatalf("dshd ui: %v", err)
+	}
+	_, code, ok := strings.Cut(strings.TrimSpace(out), s.url+"/ui/#login=")
+	if !ok || code == "" || strings.Contains(out, s.token) {
+		t.Fatalf("dshd ui printed %q; want %s/ui/#login=<code>, without the token", out, s.url)
+	}
+	if resp, body := s.request(t, "POST", "/ui/session", `{"code":"`+code+`"}`, nil); resp.StatusCode != http.StatusCreated {
+		t.Errorf("sign-in with the printed code = %d: %s", resp.StatusCode, body)
+	}
+
+	dir := t.TempDir()
+	short := filepath.Join(dir, "short")
+	wrong := filepath.Join(dir, "wrong")
+	if err := os.WriteFile(short, []byte("short\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(wrong, []byte(strings.Repeat("w", 40)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name string
+		args []string
+		want []string
+	}{
+		{"no token file", []string{"--addr", addr, "--home", filepath.Join(dir, "nohome")}, []string{"no token file at", filepath.Join(dir, "nohome", "server.token")}},
+		{"short token file", []string{"--addr", addr, "--token-file", short}, []string{short, "at least 32"}},
+		{"Unix socket", []string{"--addr", "unix:" + filepath.Join(dir, "s.sock"), "--home", home}, []string{"Unix socket"}},
+		{"wrong token", []string{"--addr", addr, "--token-file", wrong}, []string{"401", wrong}},
+		{"no server", []string{"--addr", "127.0.0.1:1", "--home", home}, []string{"is dshd running at 127.0.0.1:1"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			out, err := ui(tt.args...)
+			if err == nil || out != "" {
+				t.Fatalf("dshd ui = %q, %v; want an error and no output", out, err)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not say %q", err, w)
+				}
 			}
 		})
 	}

@@ -205,6 +205,13 @@ func (s *Server) newForwarder(router jobRouter, self string) func(http.Handler) 
 			pr.SetXForwarded()
 			pr.Out.Header.Set(forwardedHeader, self)
 			pr.Out.Header.Set("X-Request-ID", requestIDFrom(pr.In.Context()))
+			if authFrom(pr.In.Context()) == authSession {
+				// UI sessions live in this replica's memory; the owner
+				// takes the token every replica shares.
+				pr.Out.Header.Del("Cookie")
+				pr.Out.Header.Del(uiKeyHeader)
+				pr.Out.Header.Set("Authorization", "Bearer "+string(s.token))
+			}
 		},
 		ModifyResponse: func(resp *http.Response) error {
 			for _, h := range headersSetHere {

@@ -3,7 +3,6 @@ package httpapi
 import (
 	"bytes"
 	"context"
-	"crypto/subtle"
 	"errors"
 	"fmt"
 	"io"
@@ -354,31 +353,44 @@ func (s *Server) secureHeaders(next http.Handler) http.Handler {
 func isUI(p string) bool { return p == "/" || p == "/ui" || strings.HasPrefix(p, "/ui/") }
 
 // isOpen reports whether a request may go without a token: liveness, the
-// contract and the static UI files (which hold no data; the UI's own API calls
-// carry the token).
+// contract, the static UI files (which hold no data; the UI's own API calls
+// carry its session) and the UI's sign-in and sign-out (whose body, or
+// cookie, is the credential).
 func isOpen(r *http.Request) bool {
+	p := r.URL.Path
+	if p == uiSessionPath && (r.Method == http.MethodPost || r.Method == http.MethodDelete) {
+		return true
+	}
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		return false
 	}
-	p := r.URL.Path
 	return p == "/healthz" || p == "/openapi.yaml" || p == "/openapi.json" || isUI(p)
 }
 
 // authenticate requires "Authorization: Bearer <token>", the token compared
-// in constant time. The scheme is matched without regard to case (RFC 9110
-// §11.1), as some clients, MCP clients among them, send "bearer".
+// in constant time, or, without that header, a UI session (see
+// sessionAuth). The scheme is matched without regard to case (RFC 9110
+// §11.1), as some clients, MCP clients among them, send "bearer". The
+// request's context records which was given (authFrom).
 func (s *Server) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if isOpen(r) {
 			next.ServeHTTP(w, r)
 			return
 		}
-		scheme, got, ok := strings.Cut(r.Header.Get("Authorization"), " ")
-		if !ok || !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare([]byte(strings.TrimSpace(got)), s.token) != 1 {
+		method := authBearer
+		ok, present := s.bearerOK(r)
+		var err error = errUnauthorized
+		if !present {
+			if err = s.sessionAuth(r); err == nil {
+				ok, method = true, authSession
+			}
+		}
+		if !ok {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="dshd"`)
-			s.writeError(w, r, errUnauthorized)
+			s.writeError(w, r, err)
 			return
 		}
-		next.ServeHTTP(w, r)
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), authKey{}, method)))
 	})
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/dshd/dshd/internal/agents"
@@ -138,7 +139,7 @@ func problemFor(err error) api.Problem {
 // server: the validator, the strict request and response error handlers, the
 // parameter binder, auth and the body limit all end here.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
-	p := problemFor(err)
+	p := s.redact(problemFor(err))
 	if p.Status >= 500 && p.Code != "env_resolution_failed" {
 		s.logger.ErrorContext(r.Context(), "request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 	} else {
@@ -150,6 +151,27 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		w.Header().Set("Retry-After", strconv.Itoa(max(secs, 1)))
 	}
 	writeProblem(w, r, p)
+}
+
+// redact takes the token out of p's texts: an error may quote what the
+// client sent (an unknown field's name, say), and no answer carries the
+// token. The problem's instance is the path the client sent, left as is.
+func (s *Server) redact(p api.Problem) api.Problem {
+	tok := string(s.token)
+	if tok == "" {
+		return p
+	}
+	if p.Detail != nil && strings.Contains(*p.Detail, tok) {
+		p.Detail = ptr(strings.ReplaceAll(*p.Detail, tok, "[token]"))
+	}
+	if p.Errors != nil {
+		errs := make([]string, len(*p.Errors))
+		for i, e := range *p.Errors {
+			errs[i] = strings.ReplaceAll(e, tok, "[token]")
+		}
+		p.Errors = &errs
+	}
+	return p
 }
 
 // writeProblem writes p with the request id of r.

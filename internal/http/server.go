@@ -37,6 +37,7 @@ import (
 	"github.com/dshd/dshd/internal/sandbox"
 	"github.com/dshd/dshd/internal/shellenv"
 	"github.com/dshd/dshd/internal/skills"
+	"github.com/dshd/dshd/internal/uiauth"
 )
 
 // envRegistry is what the handlers need of the managed-environment registry.
@@ -156,6 +157,9 @@ type Deps struct {
 	Registerer prometheus.Registerer
 	Spec       []byte // the OpenAPI contract, served and validated against
 	UI         fs.FS  // static files served under /ui/; nil serves none
+	// Logins keeps the UI's login codes and sessions; nil makes a store
+	// with the defaults (uiauth.New).
+	Logins uiLogins
 	// MCP serves /mcp, behind the token but outside the contract's
 	// validator (its messages are JSON-RPC); nil serves none.
 	MCP mcpEndpoint
@@ -177,6 +181,7 @@ type Deps struct {
 type Server struct {
 	logger      *slog.Logger
 	token       []byte
+	logins      uiLogins
 	env         envRegistry
 	jobs        jobService
 	containment containmentReporter
@@ -211,6 +216,7 @@ func NewServer(d Deps) (http.Handler, error) {
 	s := &Server{
 		logger:      d.Logger,
 		token:       []byte(d.Token),
+		logins:      d.Logins,
 		env:         d.Env,
 		jobs:        d.Jobs,
 		containment: d.Containment,
@@ -230,6 +236,9 @@ func NewServer(d Deps) (http.Handler, error) {
 	}
 	if s.logger == nil {
 		s.logger = slog.New(slog.DiscardHandler)
+	}
+	if s.logins == nil {
+		s.logins = uiauth.New(uiauth.Options{})
 	}
 	if s.maxBody <= 0 {
 		s.maxBody = 1 << 20
@@ -261,8 +270,9 @@ func NewServer(d Deps) (http.Handler, error) {
 		},
 		ErrorHandlerWithOpts: s.validationError,
 		DoNotValidateServers: true,
+		// The UI's files are not in the contract; its sign-in routes are.
 		Skipper: func(r *http.Request) bool {
-			return isUI(r.URL.Path) || r.URL.Path == mcpPath
+			return (isUI(r.URL.Path) && r.Method != http.MethodPost && r.Method != http.MethodDelete) || r.URL.Path == mcpPath
 		},
 	})
 
@@ -301,6 +311,9 @@ func NewServer(d Deps) (http.Handler, error) {
 		r.Get("/ui", func(w http.ResponseWriter, r *http.Request) {
 			http.Redirect(w, r, "/ui/", http.StatusMovedPermanently)
 		})
+		r.Post(loginCodesPath, s.createLoginCode)
+		r.Post(uiSessionPath, s.createUISession)
+		r.Delete(uiSessionPath, s.deleteUISession)
 		files := http.StripPrefix("/ui/", http.FileServerFS(d.UI))
 		r.Get("/ui/*", func(w http.ResponseWriter, r *http.Request) {
 			if !hasUIFile(d.UI, strings.TrimPrefix(r.URL.Path, "/ui/")) {

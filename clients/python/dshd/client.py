@@ -115,8 +115,8 @@ class OutputStream:
 class Client:
     """A client for one dshd server.
 
-    ``base_url`` is ``http://host:port``; ``token`` the bearer token (see the
-    server's startup line). Methods return the JSON objects the contract
+    ``base_url`` is ``http://host:port``; ``token`` the bearer token (the
+    server's startup line says which file holds it). Methods return the JSON objects the contract
     describes (dicts with camelCase keys), raise Problem for every error, and
     take ids as strings.
     """
@@ -189,6 +189,11 @@ class Client:
     def metrics(self) -> str:
         """GET /metrics: Prometheus text."""
         return self._send("GET", "/metrics", headers={"Accept": "text/plain"})[1].decode("utf-8")
+
+    def ui_login_url(self) -> JSON:
+        """POST /ui/login-codes: ``{url, expiresAt}``, a one-time login URL of
+        the diagnostics UI (its code works once, within 60 seconds)."""
+        return self._json("POST", "/ui/login-codes")
 
     # -- environment ----------------------------------------------------
 

@@ -100,6 +100,9 @@ class EveryOperation(unittest.TestCase):
         self.assertIn("openapi: 3.0.3", c.openapi_yaml())
         self.assertEqual(c.openapi()["openapi"], "3.0.3")
         self.assertIn("dshd_", c.metrics())
+        login = c.ui_login_url()
+        self.assertIn("/ui/#login=", login["url"])
+        self.assertNotIn(c.token, login["url"])
         self.assertEqual(c.declarations()["prefix"], "DSH_")
 
         plugin = c.open_plugin("py.plugin", lease_seconds=60)

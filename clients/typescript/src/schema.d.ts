@@ -660,10 +660,89 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/ui/login-codes": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * A one-time login URL for the diagnostics UI.
+         * @description Mints a login code and answers the UI's URL carrying it in the fragment
+         *     (`/ui/#login=<code>`, never a query string). Opening the URL signs the
+         *     browser in once: the page exchanges the code (`POST /ui/session`). The
+         *     code works once, within 60 seconds. Needs the bearer token itself (a UI
+         *     session cannot mint codes). `dshd ui` calls this and prints the URL.
+         */
+        post: operations["createLoginCode"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/ui/session": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Sign the UI in with a login code or the token.
+         * @description Exchanges a login code (once) or the bearer token for a UI session: an
+         *     `HttpOnly`, `SameSite=Strict`, `Path=/` cookie (`Secure` over TLS)
+         *     holding a random session id, never the token, and a `key` the page keeps
+         *     and sends in the `X-Dshd-UI-Key` header. A request with the cookie and
+         *     that header is authenticated like one with the bearer token; the cookie
+         *     alone is not (browsers send a host's cookies to its other ports too),
+         *     nor a request another site's page makes (`Sec-Fetch-Site` other than
+         *     `same-origin`, or an `Origin` other than this server). Sessions live in
+         *     memory for 12 hours; a restart ends them. Needs no bearer token: the
+         *     body is the credential. A wrong, used or expired code is 401.
+         */
+        post: operations["createUISession"];
+        /**
+         * Sign the UI out.
+         * @description Ends the session named by the request's cookie, if any, and clears the cookie. Needs no token.
+         */
+        delete: operations["deleteUISession"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
+        LoginCode: {
+            /** @description The UI's URL with the one-time code in its fragment (`/ui/#login=<code>`). */
+            url: string;
+            /**
+             * Format: date-time
+             * @description When the code stops working.
+             */
+            expiresAt: string;
+        };
+        /** @description Exactly one of `code` and `token`. */
+        UISessionRequest: {
+            /** @description A login code from `POST /ui/login-codes`. */
+            code?: string;
+            /** @description The bearer token, as pasted into the UI's form. */
+            token?: string;
+        };
+        UISession: {
+            /** @description The session's key: send it in the `X-Dshd-UI-Key` header with every request. */
+            key: string;
+            /** Format: date-time */
+            expiresAt: string;
+        };
         Problem: {
             /** @example about:blank */
             type: string;
@@ -3886,6 +3965,101 @@ export interface operations {
             };
             401: components["responses"]["R401"];
             421: components["responses"]["R421"];
+        };
+    };
+    createLoginCode: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The login URL and when its code expires. */
+            201: {
+                headers: {
+                    "Cache-Control"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "url": "http://127.0.0.1:7433/ui/#login=q1Z3kP0Qw8pN5sRt7uVx9yA2bC4dE6fG8hJ0kL1mN3o",
+                     *       "expiresAt": "2025-04-01T12:01:00Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["LoginCode"];
+                };
+            };
+            401: components["responses"]["R401"];
+            421: components["responses"]["R421"];
+            default: components["responses"]["Problem"];
+        };
+    };
+    createUISession: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                /**
+                 * @example {
+                 *       "code": "q1Z3kP0Qw8pN5sRt7uVx9yA2bC4dE6fG8hJ0kL1mN3o"
+                 *     }
+                 */
+                "application/json": components["schemas"]["UISessionRequest"];
+            };
+        };
+        responses: {
+            /** @description Signed in; the response sets the session cookie. */
+            201: {
+                headers: {
+                    "Set-Cookie"?: string;
+                    "Cache-Control"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "key": "b7Yp2Qm9Xc4Vt1Rz8Kw3Ns6Hf0Jd5Lg2Aa7Ee9Ii1Oo",
+                     *       "expiresAt": "2025-04-02T00:00:00Z"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["UISession"];
+                };
+            };
+            400: components["responses"]["R400"];
+            401: components["responses"]["R401"];
+            408: components["responses"]["R408"];
+            413: components["responses"]["R413"];
+            421: components["responses"]["R421"];
+            default: components["responses"]["Problem"];
+        };
+    };
+    deleteUISession: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Signed out (or there was no session). */
+            204: {
+                headers: {
+                    "Set-Cookie"?: string;
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            401: components["responses"]["R401"];
+            421: components["responses"]["R421"];
+            default: components["responses"]["Problem"];
         };
     };
 }

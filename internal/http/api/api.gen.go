@@ -1518,6 +1518,15 @@ type Limits struct {
 	Pids *int64 `json:"pids,omitempty"`
 }
 
+// LoginCode defines model for LoginCode.
+type LoginCode struct {
+	// ExpiresAt When the code stops working.
+	ExpiresAt time.Time `json:"expiresAt"`
+
+	// Url The UI's URL with the one-time code in its fragment (`/ui/#login=<code>`).
+	Url string `json:"url"`
+}
+
 // OpenAIChatTool A Chat Completions function tool.
 type OpenAIChatTool struct {
 	Function struct {
@@ -1993,6 +2002,23 @@ type Transcript struct {
 // TranscriptEvent One transcript event, told apart by `type`.
 type TranscriptEvent struct {
 	union json.RawMessage
+}
+
+// UISession defines model for UISession.
+type UISession struct {
+	ExpiresAt time.Time `json:"expiresAt"`
+
+	// Key The session's key: send it in the `X-Dshd-UI-Key` header with every request.
+	Key string `json:"key"`
+}
+
+// UISessionRequest Exactly one of `code` and `token`.
+type UISessionRequest struct {
+	// Code A login code from `POST /ui/login-codes`.
+	Code *string `json:"code,omitempty"`
+
+	// Token The bearer token, as pasted into the UI's form.
+	Token *string `json:"token,omitempty"`
 }
 
 // WebhookContributor A contributor whose values a webhook of the harness answers for each execution.
