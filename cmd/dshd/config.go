@@ -87,6 +87,9 @@ type config struct {
 		// HiddenPaths are hidden inside every sandbox; absent means
 		// sandbox.DefaultHidden, [] hides nothing more than the home.
 		HiddenPaths []string `yaml:"hiddenPaths"`
+		// Seccomp: false turns the system-call filter of confined
+		// commands off (absent: on), to measure what it costs.
+		Seccomp *bool `yaml:"seccomp"`
 	} `yaml:"sandbox"`
 	// Cluster turns on cluster mode (see package cluster). Without it dshd
 	// runs alone and never connects to NATS.

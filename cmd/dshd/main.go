@@ -361,6 +361,7 @@ func newServices(ctx context.Context, cfg config, home, token, tokenPath string,
 		WritableRoots: cfg.Sandbox.WritableRoots,
 		Protected:     cfg.Sandbox.ProtectedPaths,
 		Hidden:        cfg.Sandbox.HiddenPaths,
+		NoSeccomp:     cfg.Sandbox.Seccomp != nil && !*cfg.Sandbox.Seccomp,
 	})
 	if err := sbx.Check(policy); err != nil {
 		return nil, fmt.Errorf("sandbox default: %w", err)

@@ -230,6 +230,9 @@ type Support struct {
 	// Mechanism names how ("namespaces", "bubblewrap /usr/bin/bwrap"), ""
 	// if none.
 	Mechanism string
+	// Seccomp describes the system-call filter confined commands run
+	// under ("x86_64: 43 calls denied"); "" without one.
+	Seccomp string
 	// Reason says why something is not enforceable; "" when all is.
 	Reason string
 }
@@ -246,8 +249,13 @@ func (h *Host) Support() Support {
 		return s
 	}
 	s.Mechanism = string(h.mech)
+	f := h.nsFilter
 	if h.mech == MechanismBubblewrap {
 		s.Mechanism += " " + h.bwrap
+		f = h.bwrapFilter
+	}
+	if f != nil {
+		s.Seccomp = f.desc
 	}
 	s.Policies = append(s.Policies, WorkspaceWrite, ReadOnly)
 	if h.net {

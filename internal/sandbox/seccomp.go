@@ -100,6 +100,7 @@ var filterArch = ""
 // syscallFilter is a compiled filter (a struct sock_filter array).
 type syscallFilter struct {
 	prog []unix.SockFilter
+	desc string // for GET /healthz
 }
 
 // newSyscallFilter compiles the filter for the running architecture. It
@@ -151,7 +152,10 @@ func newSyscallFilter(c cloneFilter) (*syscallFilter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("seccomp filter: %w", err)
 	}
-	f := &syscallFilter{prog: make([]unix.SockFilter, len(raw))}
+	f := &syscallFilter{prog: make([]unix.SockFilter, len(raw)), desc: fmt.Sprintf("%s: %d calls denied", info.Name, len(names)+1)}
+	if c == clone3NoSys {
+		f.desc += ", clone3 ENOSYS"
+	}
 	for i, r := range raw {
 		f.prog[i] = unix.SockFilter{Code: r.Op, Jt: r.Jt, Jf: r.Jf, K: r.K}
 	}
