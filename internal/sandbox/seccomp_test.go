@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	osexec "os/exec"
 	"path/filepath"
@@ -213,5 +214,63 @@ func TestBwrapSeccompArg(t *testing.T) {
 	}
 	if a := bwrapArgs("/usr/bin/bwrap", plan{}, -1, "/", "/bin/true", []string{"true"}); slices.Contains(a, "--seccomp") {
 		t.Errorf("bwrap argv %q without a filter names one", a)
+	}
+}
+
+// BenchmarkSyscallFilter measures what the filter adds to every allowed
+// system call (getppid, a call near the end of no list): a command under
+// workspace-write with the network off makes 10^6 of them, with and
+// without the filter, each mechanism; the metric is ns per call (median of
+// the runs).
+func BenchmarkSyscallFilter(b *testing.B) {
+	if os.Getuid() != 0 {
+		b.Skip("the namespaces mechanism needs root")
+	}
+	ctx := context.Background()
+	dir := b.TempDir()
+	probe := filepath.Join(dir, "sysprobe")
+	if out, err := osexec.Command("go", "build", "-o", probe, "./testdata/sysprobe").CombinedOutput(); err != nil {
+		b.Fatalf("build sysprobe: %v\n%s", err, out)
+	}
+	type row struct {
+		name string
+		h    *Host
+		ns   []float64
+	}
+	var rows []*row
+	for _, mech := range []Mechanism{MechanismNamespaces, MechanismBubblewrap} {
+		for _, off := range []bool{false, true} {
+			h := NewHost(ctx, Config{Mechanism: mech, NoSeccomp: off})
+			if h.Mechanism() != mech {
+				b.Fatalf("mechanism %q unavailable: %s", mech, h.Support().Reason)
+			}
+			name := string(mech)
+			if off {
+				name += "-noseccomp"
+			}
+			rows = append(rows, &row{name: name, h: h})
+		}
+	}
+	b.ResetTimer()
+	for range b.N {
+		for _, r := range rows {
+			cmd := &osexec.Cmd{Dir: dir}
+			var out strings.Builder
+			cmd.Stdout = &out
+			err := r.h.Start(Policy{WorkspaceWrite, NetworkOff}, dir, nil, probe, []string{"sysprobe", "loop"}, startWith(cmd))
+			if err == nil {
+				err = cmd.Wait()
+			}
+			var v float64
+			if _, serr := fmt.Sscanf(out.String(), "loop %g", &v); err != nil || serr != nil {
+				b.Fatalf("%s: %v %v: %q", r.name, err, serr, out.String())
+			}
+			r.ns = append(r.ns, v)
+		}
+	}
+	b.StopTimer()
+	for _, r := range rows {
+		slices.Sort(r.ns)
+		b.ReportMetric(r.ns[len(r.ns)/2], r.name+"-ns/call")
 	}
 }
