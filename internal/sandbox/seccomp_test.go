@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/elastic/go-seccomp-bpf/arch"
 )
 
 // startWith starts cmd as Host.Start's callback does in dshd.
@@ -201,6 +203,22 @@ func TestSyscallFilterFailsClosed(t *testing.T) {
 		if !errors.Is(err, ErrUnavailable) || called {
 			t.Errorf("%s: Start = %v, started %v; want ErrUnavailable and nothing started", mech, err, called)
 		}
+	}
+}
+
+// TestSyscallFilterArches: the filter can be built on both supported
+// architectures (a denied call missing from one table would make confined
+// policies unavailable there).
+func TestSyscallFilterArches(t *testing.T) {
+	for _, a := range []*arch.Info{arch.X86_64, arch.AARCH64} {
+		for _, n := range slices.Concat(deniedCalls, []string{"clone", "clone3"}) {
+			if _, ok := a.SyscallNames[n]; !ok {
+				t.Errorf("%s has no %s", a.Name, n)
+			}
+		}
+	}
+	if _, ok := arch.X86_64.SyscallNames["iopl"]; !ok {
+		t.Error("x86_64 has no iopl: deniedIfPresent would deny nothing there")
 	}
 }
 
