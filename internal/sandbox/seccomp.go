@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"cmp"
 	"encoding/binary"
 	"fmt"
 	"os"
@@ -108,7 +109,7 @@ type syscallFilter struct {
 func newSyscallFilter(c cloneFilter) (*syscallFilter, error) {
 	info, err := arch.GetInfo(filterArch)
 	if err != nil {
-		return nil, fmt.Errorf("seccomp filter for %s: %w", runtime.GOARCH, err)
+		return nil, fmt.Errorf("seccomp filter for %s: %w", cmp.Or(filterArch, runtime.GOARCH), err)
 	}
 	// The library assembles for the running architecture; its table must
 	// name every call denied (a missing one is an error, never a hole).
