@@ -13,18 +13,23 @@ import (
 // unrestricted at the median. The policies run on a server with the
 // default mechanism (namespaces where dshd may create them); the last row
 // is workspace-write with the network off on a second server forced to
-// bubblewrap, the fallback, for comparison.
+// bubblewrap, the fallback, for comparison. The -noseccomp rows are the
+// same workspace-write with the network off on servers with the seccomp
+// filter turned off (sandbox.seccomp: false): the filter's cost is the
+// difference.
 func BenchmarkExecSandbox(b *testing.B) {
 	s := startServer(b)
 	bw := startServer(b, withConfig("sandbox:\n  mechanism: bubblewrap\n"))
-	for _, srv := range []*testServer{s, bw} {
+	s0 := startServer(b, withConfig("sandbox:\n  seccomp: false\n"))
+	bw0 := startServer(b, withConfig("sandbox:\n  mechanism: bubblewrap\n  seccomp: false\n"))
+	for _, srv := range []*testServer{s, bw, s0, bw0} {
 		var h healthSandbox
 		if st := srv.DoJSON(b, "GET", "/healthz", nil, &h); st != 200 || h.Details.Sandbox == nil || len(h.Details.Sandbox.Networks) < 2 {
 			b.Skip("this host cannot enforce sandbox policies (needs bubblewrap, or root for namespaces)")
 		}
 		if srv == s {
 			b.Logf("default mechanism: %s", h.Details.Sandbox.Mechanism)
-		} else if !strings.HasPrefix(h.Details.Sandbox.Mechanism, "bubblewrap") {
+		} else if (srv == bw || srv == bw0) && !strings.HasPrefix(h.Details.Sandbox.Mechanism, "bubblewrap") {
 			b.Fatalf("forced bubblewrap, got %q", h.Details.Sandbox.Mechanism)
 		}
 	}
@@ -39,6 +44,8 @@ func BenchmarkExecSandbox(b *testing.B) {
 		{"workspace-write-off", s, `{"command":"true","sandbox":{"policy":"workspace-write","network":"off"}}`},
 		{"read-only-off", s, `{"command":"true","sandbox":{"policy":"read-only","network":"off"}}`},
 		{"bubblewrap-workspace-write-off", bw, `{"command":"true","sandbox":{"policy":"workspace-write","network":"off"}}`},
+		{"workspace-write-off-noseccomp", s0, `{"command":"true","sandbox":{"policy":"workspace-write","network":"off"}}`},
+		{"bubblewrap-workspace-write-off-noseccomp", bw0, `{"command":"true","sandbox":{"policy":"workspace-write","network":"off"}}`},
 	}
 	for range 20 { // warm up every path
 		for _, p := range policies {

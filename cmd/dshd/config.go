@@ -92,6 +92,9 @@ type config struct {
 		// sandbox.DefaultGitScanMaxEntries); a command whose roots hold
 		// more entries is refused, never run with a .git left writable.
 		GitScanMaxEntries int `yaml:"gitScanMaxEntries"`
+		// Seccomp: false turns the system-call filter of confined
+		// commands off (absent: on), to measure what it costs.
+		Seccomp *bool `yaml:"seccomp"`
 	} `yaml:"sandbox"`
 	// Cluster turns on cluster mode (see package cluster). Without it dshd
 	// runs alone and never connects to NATS.

@@ -373,6 +373,7 @@ func newServices(ctx context.Context, cfg config, home, token, tokenPath string,
 		Protected:         cfg.Sandbox.ProtectedPaths,
 		Hidden:            cfg.Sandbox.HiddenPaths,
 		GitScanMaxEntries: cfg.Sandbox.GitScanMaxEntries,
+		NoSeccomp:         cfg.Sandbox.Seccomp != nil && !*cfg.Sandbox.Seccomp,
 	})
 	if err := sbx.Check(policy); err != nil {
 		return nil, fmt.Errorf("sandbox default: %w", err)

@@ -393,12 +393,12 @@ func (j *Job) remove() {
 
 // sandboxed returns how the job's command line is started in its
 // sandbox: nil when its policy confines nothing.
-func (j *Job) sandboxed() func(path string, args []string, start func(string, []string) error) error {
+func (j *Job) sandboxed() func(path string, args []string, start sandbox.StartFunc) error {
 	if !j.sandbox.Confined() {
 		return nil
 	}
 	h := j.e.opts.Sandbox
-	return func(path string, args []string, start func(string, []string) error) error {
+	return func(path string, args []string, start sandbox.StartFunc) error {
 		return h.Start(j.sandbox, j.cwd, j.roots, path, args, start)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/dshd/dshd/internal/cgroup"
+	"github.com/dshd/dshd/internal/sandbox"
 )
 
 // drainTimeout bounds how long output is still read after the leader has
@@ -96,7 +97,7 @@ type spawnSpec struct {
 	// sandbox, if set, starts the command line (bash -c command) in the
 	// job's sandbox: it calls start once, with the program to start (bash
 	// itself on a confined thread, or bubblewrap with bash inside).
-	sandbox func(path string, args []string, start func(path string, args []string) error) error
+	sandbox func(path string, args []string, start sandbox.StartFunc) error
 }
 
 // start spawns the process. On error nothing is left running, done is
@@ -146,15 +147,15 @@ func (p *proc) spawn(s *spawnSpec) error {
 		cmd.SysProcAttr.UseCgroupFD = true
 		cmd.SysProcAttr.CgroupFD = cg.FD()
 	}
-	startCmd := func(path string, args []string) error {
-		cmd.Path, cmd.Args = path, args
+	startCmd := func(path string, args []string, extra []*os.File) error {
+		cmd.Path, cmd.Args, cmd.ExtraFiles = path, args, extra
 		return cmd.Start()
 	}
 	registered := reaperOf.spawning()
 	if s.sandbox != nil {
 		err = s.sandbox(s.bash, []string{"bash", "-c", s.command}, startCmd)
 	} else {
-		err = startCmd(s.bash, []string{"bash", "-c", s.command})
+		err = startCmd(s.bash, []string{"bash", "-c", s.command}, nil)
 	}
 	if err == nil {
 		registered(cmd.Process.Pid)

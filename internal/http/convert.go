@@ -256,7 +256,7 @@ func toAPISandbox(p sandbox.Policy) *api.SandboxPolicy {
 }
 
 func toAPISandboxSupport(s sandbox.Support, def sandbox.Policy) api.SandboxSupport {
-	out := api.SandboxSupport{Default: *toAPISandbox(def), Mechanism: optional(s.Mechanism), Reason: optional(s.Reason)}
+	out := api.SandboxSupport{Default: *toAPISandbox(def), Mechanism: optional(s.Mechanism), Seccomp: optional(s.Seccomp), Reason: optional(s.Reason)}
 	for _, f := range s.Policies {
 		out.Policies = append(out.Policies, api.SandboxFS(f))
 	}

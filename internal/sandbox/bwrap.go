@@ -1,15 +1,23 @@
 package sandbox
 
-import "os"
+import (
+	"os"
+	"strconv"
+)
 
 // bwrapArgs renders pl as bubblewrap's command line running path with args
-// (args[0] is replaced by path, which bubblewrap executes) in cwd.
-func bwrapArgs(bwrap string, pl plan, cwd, path string, args []string) []string {
+// (args[0] is replaced by path, which bubblewrap executes) in cwd, under
+// the seccomp filter bubblewrap reads from descriptor seccompFD (none if
+// negative).
+func bwrapArgs(bwrap string, pl plan, seccompFD int, cwd, path string, args []string) []string {
 	a := make([]string, 0, 48)
 	// No capabilities inside: root in the sandbox could otherwise remount
 	// / read-write or unmount what hides the dshd home. A pid namespace of
 	// its own: the command cannot signal or trace anything outside.
 	a = append(a, bwrap, "--cap-drop", "ALL", "--unshare-pid")
+	if seccompFD >= 0 {
+		a = append(a, "--seccomp", strconv.Itoa(seccompFD))
+	}
 	if pl.newNet {
 		a = append(a, "--unshare-net")
 	}

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"fmt"
+	"os"
 	osexec "os/exec"
 	"path/filepath"
 	"strings"
@@ -58,6 +59,10 @@ type Config struct {
 	// command whose roots hold more is refused (ErrUnavailable) rather
 	// than run with a .git left writable. 0 means DefaultGitScanMaxEntries.
 	GitScanMaxEntries int
+	// NoSeccomp turns the system-call filter (see seccomp.go) off, to
+	// measure what it costs; confined commands otherwise always run under
+	// it, or not at all.
+	NoSeccomp bool
 }
 
 // DefaultHidden are the sockets of services that run commands for whoever
@@ -85,6 +90,9 @@ type Host struct {
 	nsWhy string
 	// git finds the .git directories of writable roots.
 	git gitScanner
+	// nsFilter and bwrapFilter are the system-call filters of each
+	// mechanism; nil with Config.NoSeccomp.
+	nsFilter, bwrapFilter *syscallFilter
 }
 
 // probeTimeout bounds each startup probe.
@@ -120,9 +128,21 @@ func NewHost(ctx context.Context, cfg Config) *Host {
 	if p, err := osexec.LookPath(shell); err == nil {
 		shell, _ = filepath.Abs(p)
 	}
+	if !cfg.NoSeccomp {
+		// No filter, no confinement: never run a confined command
+		// without it.
+		var err error
+		if h.nsFilter, err = newSyscallFilter(clone3Allowed); err == nil {
+			h.bwrapFilter, err = newSyscallFilter(clone3NoSys)
+		}
+		if err != nil {
+			h.why, h.netWhy = err.Error(), err.Error()
+			return h
+		}
+	}
 	var nsWhy string
 	if h.cfg.Mechanism != MechanismBubblewrap {
-		err := probeNamespaces(ctx, shell)
+		err := probeNamespaces(ctx, shell, h.nsFilter)
 		if err == nil {
 			h.mech, h.net = MechanismNamespaces, true
 			return h
@@ -160,8 +180,15 @@ func (h *Host) probeBwrap(ctx context.Context) {
 	probe := func(net bool) error {
 		ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 		defer cancel()
-		argv := bwrapArgs(path, plan{readOnlyRoot: true, newNet: net}, "/", "/bin/true", []string{"true"})
-		out, err := osexec.CommandContext(ctx, path, argv[1:]...).CombinedOutput()
+		extra, fd, err := h.bwrapFiles()
+		if err != nil {
+			return err
+		}
+		defer closeAll(extra)
+		argv := bwrapArgs(path, plan{readOnlyRoot: true, newNet: net}, fd, "/", "/bin/true", []string{"true"})
+		cmd := osexec.CommandContext(ctx, path, argv[1:]...)
+		cmd.ExtraFiles = extra
+		out, err := cmd.CombinedOutput()
 		if err != nil {
 			return fmt.Errorf("%s: %v: %s", path, err, strings.TrimSpace(string(out)))
 		}
@@ -210,6 +237,9 @@ type Support struct {
 	// Mechanism names how ("namespaces", "bubblewrap /usr/bin/bwrap"), ""
 	// if none.
 	Mechanism string
+	// Seccomp describes the system-call filter confined commands run
+	// under ("x86_64: 43 calls denied"); "" without one.
+	Seccomp string
 	// Reason says why something is not enforceable; "" when all is.
 	Reason string
 }
@@ -226,8 +256,13 @@ func (h *Host) Support() Support {
 		return s
 	}
 	s.Mechanism = string(h.mech)
+	f := h.nsFilter
 	if h.mech == MechanismBubblewrap {
 		s.Mechanism += " " + h.bwrap
+		f = h.bwrapFilter
+	}
+	if f != nil {
+		s.Seccomp = f.desc
 	}
 	s.Policies = append(s.Policies, WorkspaceWrite, ReadOnly)
 	if h.net {
@@ -255,6 +290,12 @@ func (h *Host) Mechanism() Mechanism {
 	return h.mech
 }
 
+// StartFunc starts the program path with args (args[0] its name), with
+// extra open in it as descriptors 3, 4, … (os/exec's Cmd.ExtraFiles), on
+// the calling goroutine (os/exec's Cmd.Start does), and returns. The
+// caller of a StartFunc closes extra afterwards.
+type StartFunc func(path string, args []string, extra []*os.File) error
+
 // Start starts the program path with args (args[0] its name) under p in
 // cwd, by calling start exactly once with the program to start, or not at
 // all when building the sandbox fails. Under workspace-write the command
@@ -262,14 +303,13 @@ func (h *Host) Mechanism() Mechanism {
 // read-only, roots under /tmp stay visible in the private /tmp. cwd is
 // where the command starts and nothing more: it grants nothing, so a
 // model's workdir can only move inside the view the harness's roots make
-// (a cwd the view lacks fails to start). start must start the process on
-// the calling goroutine (os/exec's Cmd.Start does) and return. For an
-// unconfined p it calls start(path, args). Call Check first: Start assumes
+// (a cwd the view lacks fails to start). For an unconfined p it calls
+// start(path, args, nil). Call Check first: Start assumes
 // p is enforceable. A protection that cannot be applied in full fails with
 // ErrUnavailable, and nothing starts.
-func (h *Host) Start(p Policy, cwd string, roots []string, path string, args []string, start func(path string, args []string) error) error {
+func (h *Host) Start(p Policy, cwd string, roots []string, path string, args []string, start StartFunc) error {
 	if !p.Confined() {
-		return start(path, args)
+		return start(path, args, nil)
 	}
 	pl, err := h.planFor(p, roots)
 	if err != nil {
@@ -277,10 +317,34 @@ func (h *Host) Start(p Policy, cwd string, roots []string, path string, args []s
 	}
 	switch h.mech {
 	case MechanismNamespaces:
-		return startInNamespaces(pl, func() error { return start(path, args) })
+		return startInNamespaces(pl, h.nsFilter, func() error { return start(path, args, nil) })
 	case MechanismBubblewrap:
-		a := bwrapArgs(h.bwrap, pl, cwd, path, args)
-		return start(h.bwrap, append([]string{"bwrap"}, a[1:]...))
+		extra, fd, err := h.bwrapFiles()
+		if err != nil {
+			return err
+		}
+		defer closeAll(extra)
+		a := bwrapArgs(h.bwrap, pl, fd, cwd, path, args)
+		return start(h.bwrap, append([]string{"bwrap"}, a[1:]...), extra)
 	}
 	return fmt.Errorf("%w: %s: %s", ErrUnavailable, p, h.why)
+}
+
+// bwrapFiles returns what bubblewrap's child gets besides its streams: the
+// filter's pipe as descriptor 3 (fd), or nothing (fd -1) without a filter.
+func (h *Host) bwrapFiles() (extra []*os.File, fd int, err error) {
+	if h.bwrapFilter == nil {
+		return nil, -1, nil
+	}
+	f, err := h.bwrapFilter.file()
+	if err != nil {
+		return nil, -1, fmt.Errorf("sandbox: %w", err)
+	}
+	return []*os.File{f}, 3, nil
+}
+
+func closeAll(fs []*os.File) {
+	for _, f := range fs {
+		f.Close()
+	}
 }

@@ -44,8 +44,8 @@ func landlockABI() (int, error) {
 
 // probeNamespaces checks that this process may build the strictest plan
 // (read-only root, private /tmp and /dev, its own network) and start shell
-// in it.
-func probeNamespaces(ctx context.Context, shell string) error {
+// in it under filter f (nil: none).
+func probeNamespaces(ctx context.Context, shell string, f *syscallFilter) error {
 	abi, err := landlockABI()
 	if err != nil {
 		return err
@@ -58,7 +58,7 @@ func probeNamespaces(ctx context.Context, shell string) error {
 	cmd := osexec.CommandContext(ctx, shell, "-c", ":")
 	cmd.Dir = "/"
 	pl := plan{readOnlyRoot: true, newNet: true}
-	if err := startInNamespaces(pl, cmd.Start); err != nil {
+	if err := startInNamespaces(pl, f, cmd.Start); err != nil {
 		return err
 	}
 	if err := cmd.Wait(); err != nil {
@@ -67,9 +67,9 @@ func probeNamespaces(ctx context.Context, shell string) error {
 	return nil
 }
 
-// startInNamespaces builds pl on a fresh locked thread and calls start
-// there.
-func startInNamespaces(pl plan, start func() error) error {
+// startInNamespaces builds pl on a fresh locked thread, installs the
+// system-call filter f there (nil: none) and calls start there.
+func startInNamespaces(pl plan, f *syscallFilter, start func() error) error {
 	errc := make(chan error, 1)
 	go func() {
 		// Never unlocked: the thread dies with this goroutine.
@@ -81,6 +81,15 @@ func startInNamespaces(pl plan, start func() error) error {
 		if err := pl.enter(); err != nil {
 			errc <- fmt.Errorf("sandbox: %w", err)
 			return
+		}
+		// Last, with no_new_privs set: the filter denies calls that
+		// building the view made. Go's fork and exec of the command
+		// (clone3, dup3, setpgid, ioctl, execve) make none it denies.
+		if f != nil {
+			if err := f.load(); err != nil {
+				errc <- fmt.Errorf("sandbox: %w", err)
+				return
+			}
 		}
 		errc <- start()
 	}()

@@ -8,7 +8,8 @@
 // protected paths read-only again inside them, the dshd home hidden under an
 // empty tmpfs (skills bound back read-only), the token file covered, a
 // private /tmp and a minimal /dev; a network namespace of its own (loopback
-// only) when the network is off; no capabilities and no way to gain any.
+// only) when the network is off; no capabilities and no way to gain any;
+// a seccomp filter denying the kernel surface no command needs (seccomp.go).
 // Two mechanisms build it (see Mechanism): the kernel's namespaces entered
 // by the spawning thread itself, with Landlock scoping the command's signals
 // and ptrace to its own processes (no extra process, the default where dshd

@@ -218,7 +218,7 @@ func TestGitDirsEveryDepth(t *testing.T) {
 	}
 	h := &Host{cfg: Config{GitScanMaxEntries: limit}, mech: MechanismBubblewrap}
 	called := false
-	err = h.Start(Policy{WorkspaceWrite, NetworkOff}, root, []string{root}, "/bin/true", []string{"true"}, func(string, []string) error { called = true; return nil })
+	err = h.Start(Policy{WorkspaceWrite, NetworkOff}, root, []string{root}, "/bin/true", []string{"true"}, func(string, []string, []*os.File) error { called = true; return nil })
 	if !errors.Is(err, ErrUnavailable) || called {
 		t.Errorf("Start with a root too large to protect = %v, started %v; want ErrUnavailable and nothing started", err, called)
 	}
@@ -249,7 +249,7 @@ func TestBwrapArgs(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := bwrapArgs("/usr/bin/bwrap", pl, l.ws, "/bin/bash", []string{"bash", "-c", "true"})
+			got := bwrapArgs("/usr/bin/bwrap", pl, -1, l.ws, "/bin/bash", []string{"bash", "-c", "true"})
 			if d := cmp.Diff(tc.want, got); d != "" {
 				t.Errorf("bwrap argv (-want +got):\n%s", d)
 			}
@@ -272,7 +272,7 @@ func TestHostFallback(t *testing.T) {
 			t.Errorf("Check(%v) = %v, want ErrUnavailable", p, err)
 		}
 		called := false
-		err := h.Start(p, "/", nil, "/bin/true", []string{"true"}, func(string, []string) error { called = true; return nil })
+		err := h.Start(p, "/", nil, "/bin/true", []string{"true"}, func(string, []string, []*os.File) error { called = true; return nil })
 		if !errors.Is(err, ErrUnavailable) || called {
 			t.Errorf("Start(%v) = %v, started %v; want ErrUnavailable and nothing started", p, err, called)
 		}
@@ -281,7 +281,7 @@ func TestHostFallback(t *testing.T) {
 		t.Errorf("Check(unrestricted) = %v", err)
 	}
 	var path string
-	if err := h.Start(Default, "/", nil, "/bin/true", []string{"true"}, func(p string, _ []string) error { path = p; return nil }); err != nil || path != "/bin/true" {
+	if err := h.Start(Default, "/", nil, "/bin/true", []string{"true"}, func(p string, _ []string, _ []*os.File) error { path = p; return nil }); err != nil || path != "/bin/true" {
 		t.Errorf("Start(unrestricted) = %v, started %q; want the command as is", err, path)
 	}
 	var nilHost *Host
@@ -348,8 +348,8 @@ func TestNamespaces(t *testing.T) {
 				cmd := &osexec.Cmd{Dir: cwd}
 				var out strings.Builder
 				cmd.Stdout, cmd.Stderr = &out, &out
-				err := h.Start(p, cwd, roots, "/bin/bash", []string{"bash", "-c", script}, func(path string, args []string) error {
-					cmd.Path, cmd.Args = path, args
+				err := h.Start(p, cwd, roots, "/bin/bash", []string{"bash", "-c", script}, func(path string, args []string, extra []*os.File) error {
+					cmd.Path, cmd.Args, cmd.ExtraFiles = path, args, extra
 					return cmd.Start()
 				})
 				if err == nil {
@@ -516,8 +516,8 @@ func TestNamespacesOnHost(t *testing.T) {
 	before, caps := mustRead(t, "/proc/self/mountinfo"), capEff()
 	for range 5 {
 		cmd := &osexec.Cmd{}
-		if err := h.Start(Policy{WorkspaceWrite, NetworkOff}, l.ws, []string{l.ws}, "/bin/true", []string{"true"}, func(p string, a []string) error {
-			cmd.Path, cmd.Args = p, a
+		if err := h.Start(Policy{WorkspaceWrite, NetworkOff}, l.ws, []string{l.ws}, "/bin/true", []string{"true"}, func(p string, a []string, extra []*os.File) error {
+			cmd.Path, cmd.Args, cmd.ExtraFiles = p, a, extra
 			return cmd.Start()
 		}); err != nil {
 			t.Fatal(err)
@@ -583,8 +583,8 @@ func TestHomeInsideRoot(t *testing.T) {
 				cmd := &osexec.Cmd{Dir: ws}
 				var out strings.Builder
 				cmd.Stdout, cmd.Stderr = &out, &out
-				err := h.Start(Policy{WorkspaceWrite, NetworkOff}, ws, []string{ws}, "/bin/bash", []string{"bash", "-c", tc.script}, func(path string, args []string) error {
-					cmd.Path, cmd.Args = path, args
+				err := h.Start(Policy{WorkspaceWrite, NetworkOff}, ws, []string{ws}, "/bin/bash", []string{"bash", "-c", tc.script}, func(path string, args []string, extra []*os.File) error {
+					cmd.Path, cmd.Args, cmd.ExtraFiles = path, args, extra
 					return cmd.Start()
 				})
 				if err == nil {
