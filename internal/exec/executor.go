@@ -153,6 +153,7 @@ type finishedJob struct {
 // environment once. It returns ErrInvalidOptions for an invalid policy or
 // Home, and an error if bash is not found or metrics cannot be registered.
 func New(opts Options) (*Executor, error) {
+	CloseInheritedOnExec()
 	if err := normalize(&opts); err != nil {
 		return nil, err
 	}
