@@ -151,10 +151,11 @@ func (p *proc) spawn(s *spawnSpec) error {
 		return cmd.Start()
 	}
 	registered := reaperOf.spawning()
+	argv := s.contain.commandLine(s.command)
 	if s.sandbox != nil {
-		err = s.sandbox(s.bash, []string{"bash", "-c", s.command}, startCmd)
+		err = s.sandbox(s.bash, argv, startCmd)
 	} else {
-		err = startCmd(s.bash, []string{"bash", "-c", s.command})
+		err = startCmd(s.bash, argv)
 	}
 	if err == nil {
 		registered(cmd.Process.Pid)
