@@ -230,15 +230,50 @@ func (p *proc) releaseGroup() bool {
 	if p.cg == nil {
 		return true
 	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.released {
+		return true
+	}
 	if p.cg.Populated() {
 		return false
 	}
-	u := p.cg.Usage()
-	p.mu.Lock()
-	p.usage = u
-	p.mu.Unlock()
+	p.usage = p.cg.Usage()
+	p.released = true
 	_ = p.cg.Remove()
 	return true
+}
+
+// countRemaining counts the live processes of p: the members of its cgroup,
+// or, in group mode, of its process group and its traced descendants
+// outside it. procs is a scan of /proc shared by the counts of one sweep,
+// taken on first use; nil to scan alone.
+func (p *proc) countRemaining(procs *[]procStat) int {
+	if p.cg != nil {
+		return len(p.cg.Procs())
+	}
+	if procs == nil {
+		procs = new([]procStat)
+	}
+	if *procs == nil {
+		*procs = scanProcs()
+	}
+	n := 0
+	for _, st := range *procs {
+		if st.pgid == p.pid && st.state != 'Z' {
+			n++
+		}
+	}
+	if p.tree != nil {
+		p.tree.mu.Lock()
+		for _, pid := range p.tree.live() {
+			if st, ok := readStat(pid); ok && st.pgid != p.pid {
+				n++
+			}
+		}
+		p.tree.mu.Unlock()
+	}
+	return n
 }
 
 // tree traces, in group mode, the processes descended from a job's leader,

@@ -569,7 +569,7 @@ func (e *Executor) unregister(j *Job) {
 
 func (e *Executor) releaseLocked(j *Job) {
 	e.running--
-	if j.background && j.agentID != "" {
+	if (j.background || j.heldAsBg) && j.agentID != "" {
 		if e.bgRunning[j.agentID]--; e.bgRunning[j.agentID] <= 0 {
 			delete(e.bgRunning, j.agentID)
 		}
@@ -578,12 +578,27 @@ func (e *Executor) releaseLocked(j *Job) {
 
 // jobFinished updates accounting when j ended; it runs before j's done is
 // closed, so a caller that saw done can start a job in its place.
+//
+// A job whose leader left processes behind keeps its running slot, counts
+// as a background job of its agent, and is neither pruned nor evicted (so
+// it stays listed and cancellable) until the last of them is gone
+// (remainderGone).
 func (e *Executor) jobFinished(j *Job, state State) {
-	e.indexRemove(j)
+	held := j.proc.lingering()
+	if !held {
+		e.indexRemove(j)
+	}
 	now := e.now()
 	e.mu.Lock()
-	e.releaseLocked(j)
-	e.finished = append(e.finished, finishedJob{job: j, at: now})
+	if held {
+		if !j.background && j.agentID != "" {
+			j.heldAsBg = true
+			e.bgRunning[j.agentID]++
+		}
+	} else {
+		e.releaseLocked(j)
+		e.finished = append(e.finished, finishedJob{job: j, at: now})
+	}
 	removed := e.pruneLocked(now)
 	e.mu.Unlock()
 	e.m.running.Dec()
@@ -592,6 +607,19 @@ func (e *Executor) jobFinished(j *Job, state State) {
 	if e.log.Enabled(context.Background(), slog.LevelDebug) {
 		e.log.Debug("job finished", "job_id", j.id, "state", state)
 	}
+}
+
+// remainderGone releases what a job held while processes outlived its
+// leader, once the last of them is gone, and hands it to retention.
+func (e *Executor) remainderGone(j *Job) {
+	e.indexRemove(j)
+	now := e.now()
+	e.mu.Lock()
+	e.releaseLocked(j)
+	e.finished = append(e.finished, finishedJob{job: j, at: now})
+	removed := e.pruneLocked(now)
+	e.mu.Unlock()
+	e.removeJobs(removed)
 }
 
 // pruneLocked forgets finished jobs beyond Retention or RetainMax and
@@ -686,7 +714,7 @@ func (e *Executor) prune() {
 	e.idemPruneLocked(now)
 	e.mu.Unlock()
 	e.removeJobs(removed)
-	e.run.forgetEmptyGroups()
+	e.run.sweepLingering(false)
 }
 
 func (e *Executor) janitor() {
@@ -739,7 +767,9 @@ func (e *Executor) Jobs(agentID string, state State) []Snapshot {
 
 // Cancel stops a running job through the kill path (SIGTERM the group, the
 // grace, SIGKILL) and waits until it is finished or ctx is done; the job
-// ends in StateCancelled. Cancelling a finished job changes nothing. It
+// ends in StateCancelled. Cancelling a finished job changes nothing but
+// its Remaining: processes that outlived its leader go through the same
+// kill path, and Cancel waits until they are gone. It
 // returns ErrJobNotFound for an unknown id, and ctx's error (with the
 // current snapshot) if ctx ends first.
 func (e *Executor) Cancel(ctx context.Context, id string) (Snapshot, error) {
@@ -748,7 +778,27 @@ func (e *Executor) Cancel(ctx context.Context, id string) (Snapshot, error) {
 		return Snapshot{}, err
 	}
 	j.proc.stop(StateCancelled)
-	return j.Wait(ctx)
+	snap, err := j.Wait(ctx)
+	if err != nil || !j.proc.stopRemainder() {
+		return snap, err
+	}
+	// The leader had exited, leaving processes behind: they go through the
+	// kill path, and the job's slot is freed as soon as they are gone.
+	if !j.proc.waitKilled(ctx.Done()) {
+		return j.Snapshot(), ctx.Err()
+	}
+	// A SIGKILL at the grace's end takes a moment to empty the group.
+	tick := time.NewTicker(groupPollInterval)
+	defer tick.Stop()
+	for deadline := time.Now().Add(forceKillWait); j.proc.jobAlive() && time.Now().Before(deadline); {
+		select {
+		case <-ctx.Done():
+			return j.Snapshot(), ctx.Err()
+		case <-tick.C:
+		}
+	}
+	e.run.sweepLingering(false)
+	return j.Snapshot(), nil
 }
 
 // Close stops every running job and hook process through the kill path
