@@ -30,16 +30,25 @@ func TestOneSIGTERMPerProcess(t *testing.T) {
 			}
 			const rounds = 12
 			for i := range rounds {
-				cmd := `trap 'echo T' TERM; (trap 'echo C' TERM; while :; do :; done) & while :; do :; done`
+				cmd := `trap 'echo T' TERM; (trap 'echo C' TERM; echo ready; while :; do :; done) & echo ready; while :; do :; done`
+				ready := 2
 				if i%2 == 1 {
 					// A descendant outside the group: signalled on its own.
-					cmd = `setsid bash -c "trap 'echo S' TERM; while :; do :; done" & ` + cmd
+					cmd = `setsid bash -c "trap 'echo S' TERM; echo ready; while :; do :; done" & ` + cmd
+					ready = 3
 				}
 				j, err := e.Start(testCtx(t), Spec{Command: cmd, Background: true})
 				if err != nil {
 					t.Fatal(err)
 				}
-				time.Sleep(100 * time.Millisecond) // every trap is set
+				ctx := testCtx(t)
+				for strings.Count(j.Snapshot().Stdout.Text, "ready") < ready { // every trap is set
+					select {
+					case <-ctx.Done():
+						t.Fatalf("round %d: the traps were not set: %q", i, j.Snapshot().Stdout.Text)
+					case <-time.After(5 * time.Millisecond):
+					}
+				}
 				snap, err := e.Cancel(testCtx(t), j.ID())
 				if err != nil {
 					t.Fatal(err)
