@@ -136,6 +136,7 @@ type Executor struct {
 
 	stopJanitor chan struct{}
 	janitorDone chan struct{}
+	adoptDone   chan struct{} // closed when watchAdopted returns; nil if it never ran
 	closeOnce   sync.Once
 
 	idemMu  sync.Mutex // guards idemLog; taken before mu, never while holding it
@@ -195,6 +196,10 @@ func New(opts Options) (*Executor, error) {
 		return nil, fmt.Errorf("load idempotency keys: %w", err)
 	}
 	go e.janitor()
+	if e.run.cont.info.Subreaper && e.indexDir() != "" {
+		e.adoptDone = make(chan struct{})
+		go e.watchAdopted(e.stopJanitor, e.adoptDone)
+	}
 	return e, nil
 }
 
@@ -829,6 +834,14 @@ func (e *Executor) Close(ctx context.Context) error {
 	e.mu.Unlock()
 	if err := e.run.close(ctx); err != nil {
 		return errors.Join(cutShort, fmt.Errorf("close executor: %w", err))
+	}
+	if e.adoptDone != nil {
+		// Every adopted process was killed: the record has nothing left
+		// for a next start.
+		<-e.adoptDone
+		if err := writeAdopted(filepath.Join(e.indexDir(), adoptedFile), nil); err != nil {
+			e.log.Warn("remove the record of adopted processes", "err", err)
+		}
 	}
 	e.removeJobs(js)
 	e.idemMu.Lock()

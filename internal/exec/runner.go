@@ -34,6 +34,7 @@ type runner struct {
 	live      map[*proc]struct{} // spawning or running processes, jobs and hooks alike
 	lingering map[*proc]struct{} // finished, but processes outlived their leader
 	sweeping  bool               // watchLingering runs
+	launches  int                // launch calls so far
 }
 
 // newRunner resolves bash on the server's PATH, computes the inherited part
@@ -82,6 +83,7 @@ func (r *runner) launch(p *proc, s *spawnSpec) error {
 		return ErrClosed
 	}
 	r.live[p] = struct{}{}
+	r.launches++
 	r.mu.Unlock()
 
 	s.bash, s.devNull = r.bash, r.devNull
@@ -123,6 +125,14 @@ func (r *runner) exited(p *proc) {
 		}
 	}
 	r.mu.Unlock()
+}
+
+// activity reports whether any process of the runner is live or
+// lingering, and how many launches there were so far.
+func (r *runner) activity() (busy bool, launches int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.live)+len(r.lingering) > 0, r.launches
 }
 
 // remainderPoll is how often what is left of finished processes is
