@@ -56,8 +56,9 @@ type proc struct {
 	// (groupAlive), counted when the leader is reaped and then by the
 	// runner's sweep until none is left.
 	remaining   int
-	remainStop  bool   // stopRemainder started the kill path for them
-	remainGone  bool   // remainderGone ran
+	remainStop  bool // stopRemainder started the kill path for them
+	remainGone  bool // remainderGone ran
+	countedAt   time.Time
 	onRemainder func() // runs once, when the last of them is gone; nil if none
 
 	// Interactive input (see input_linux.go): the pty master of a terminal
@@ -330,7 +331,7 @@ func (p *proc) wait(cmd *osexec.Cmd, pid, pidfd int, st *streams, readers *sync.
 	p.mu.Lock()
 	p.exited = true
 	p.groupAlive = alive
-	p.remaining = remaining
+	p.remaining, p.countedAt = remaining, time.Now()
 	p.inClosed = true
 	p.mu.Unlock()
 
@@ -468,6 +469,18 @@ func (p *proc) remainder() int {
 		return 0
 	}
 	return p.remaining
+}
+
+// recount reports whether the remainder is due for a count at now: at
+// every sweep in cgroup mode, every groupRecount in group mode.
+func (p *proc) recount(now time.Time) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cg == nil && now.Sub(p.countedAt) < groupRecount {
+		return false
+	}
+	p.countedAt = now
+	return true
 }
 
 // setRemaining records a new count of the remainder.

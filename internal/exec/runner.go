@@ -135,9 +135,14 @@ func (r *runner) activity() (busy bool, launches int) {
 	return len(r.live)+len(r.lingering) > 0, r.launches
 }
 
-// remainderPoll is how often what is left of finished processes is
-// counted. Nothing can wait for processes that are not dshd's children.
+// remainderPoll is how often dshd checks whether anything is left of
+// finished processes, and counts it in cgroup mode. Nothing can wait for
+// processes that are not dshd's children.
 const remainderPoll = 200 * time.Millisecond
+
+// groupRecount is how often what is left is counted in group mode, where a
+// count reads every process's stat (the check in between is one kill(2)).
+const groupRecount = time.Second
 
 // watchLingering sweeps the lingering processes every remainderPoll while
 // there are any.
@@ -165,12 +170,12 @@ func (r *runner) sweepLingering(watch bool) bool {
 	r.mu.Unlock()
 	var scan []procStat // one scan of /proc for every group-mode count
 	var gone []*proc
+	now := time.Now()
 	for _, p := range procs {
-		n := p.countRemaining(&scan)
-		if n == 0 && !p.jobAlive() && p.releaseGroup() {
+		if !p.jobAlive() && p.releaseGroup() {
 			gone = append(gone, p)
-		} else {
-			p.setRemaining(max(n, 1))
+		} else if p.recount(now) {
+			p.setRemaining(max(p.countRemaining(&scan), 1))
 		}
 	}
 	r.mu.Lock()

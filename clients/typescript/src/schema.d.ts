@@ -1552,7 +1552,7 @@ export interface components {
         JobRemaining: {
             /**
              * Format: int32
-             * @description How many are left, counted every 200 ms.
+             * @description How many are left, counted every 200 ms (every second in group mode).
              */
             processes: number;
             /**

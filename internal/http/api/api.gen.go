@@ -1447,7 +1447,7 @@ type JobOutputEvent struct {
 
 // JobRemaining defines model for JobRemaining.
 type JobRemaining struct {
-	// Processes How many are left, counted every 200 ms.
+	// Processes How many are left, counted every 200 ms (every second in group mode).
 	Processes int32 `json:"processes"`
 
 	// Since When the leader exited (the job's `endedAt`).
