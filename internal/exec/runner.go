@@ -117,7 +117,7 @@ func (p *proc) failed(err error) {
 func (r *runner) exited(p *proc) {
 	r.mu.Lock()
 	delete(r.live, p)
-	if p.lingering() && !r.closed {
+	if p.lingering() {
 		r.lingering[p] = struct{}{}
 		if !r.sweeping {
 			r.sweeping = true
