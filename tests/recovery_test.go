@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -165,5 +166,47 @@ func testCrashRecovery(t *testing.T, mode string) {
 	}
 	if r := s2.callTool(t, a.ID, "bash", map[string]any{"command": "echo resumed"}); r.IsError || strings.TrimSpace(r.Text) != "resumed" {
 		t.Errorf("tool call after resume = %+v", r)
+	}
+}
+
+// TestCrashRecoveryAdopted: in group mode a `setsid -f` process is adopted
+// by dshd and tied to no job. After `kill -9` of dshd the restart on the
+// same home stops it with the rest (it had recorded it, by pid and start
+// time, in its running index).
+func TestCrashRecoveryAdopted(t *testing.T) {
+	home := t.TempDir()
+	config := withConfig("jobs:\n  graceMs: 200\n  containment: group\n")
+	s := startServer(t, withHome(home), config)
+	run := randomMark(t)
+	t.Cleanup(func() { killPIDs(survivorsNow(run)) })
+	for i, cmd := range []string{"setsid -f sleep 300; sleep 300", "setsid -f sleep 300; echo left"} {
+		var j job
+		body := map[string]any{"command": fmt.Sprintf("export %s='%s/%d;'; %s", markEnv, run, i, cmd), "background": true}
+		if st := s.DoJSON(t, "POST", "/exec", body, &j); st != 202 {
+			t.Fatalf("exec = %d", st)
+		}
+	}
+	waitMarked(t, run+"/0")
+	// Wait for both setsid'd sleeps to be recorded (within 100 ms of their
+	// adoption).
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		b, _ := os.ReadFile(filepath.Join(home, "jobs", "running", "adopted"))
+		if strings.Count(string(b), `"pid"`) == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("adopted processes not recorded: %q", b)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	s.crash(t)
+	if _, sleeps := marked(run + "/"); sleeps != 3 {
+		t.Fatalf("after the crash %d sleeps run, want 3", sleeps)
+	}
+	startServer(t, withHome(home), config)
+	if left := survivors(run+"/", 5*time.Second); len(left) > 0 {
+		t.Errorf("%d process(es) of the crashed run alive 5s after the restart: %v", len(left), left)
 	}
 }

@@ -80,6 +80,7 @@ type serverConfig struct {
 	env         []string
 	args        []string
 	config      string
+	extraFiles  []*os.File
 }
 
 type serverOption func(*serverConfig)
@@ -104,6 +105,12 @@ func withEnv(kv ...string) serverOption {
 // withArgs adds command-line flags.
 func withArgs(args ...string) serverOption {
 	return func(c *serverConfig) { c.args = append(c.args, args...) }
+}
+
+// withExtraFiles starts the server with files open as its descriptors 3,
+// 4, … (inherited without close-on-exec, as a shell's `dshd 3>>log`).
+func withExtraFiles(fs ...*os.File) serverOption {
+	return func(c *serverConfig) { c.extraFiles = append(c.extraFiles, fs...) }
 }
 
 // withConfig writes YAML into a config file passed with --config.
@@ -136,6 +143,7 @@ func startServer(t testing.TB, opts ...serverOption) *testServer {
 
 	cmd := exec.Command(serverBinary, args...)
 	cmd.Env = append(cleanEnv(), c.env...)
+	cmd.ExtraFiles = c.extraFiles
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

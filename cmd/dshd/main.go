@@ -46,6 +46,9 @@ import (
 )
 
 func main() {
+	// Before anything is started: a descriptor dshd inherited open across
+	// exec must not reach its jobs and hooks.
+	exec.CloseInheritedOnExec()
 	if err := run(context.Background(), os.Args, os.Getenv, os.Stdin, os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintf(os.Stderr, "dshd: %v\n", err)
 		os.Exit(1)

@@ -2,6 +2,7 @@ package exec
 
 import (
 	"context"
+	"fmt"
 	osexec "os/exec"
 	"runtime"
 	"sort"
@@ -103,3 +104,18 @@ func BenchmarkLatency(b *testing.B) {
 }
 
 func testingProcs() int { return runtime.GOMAXPROCS(0) }
+
+// BenchmarkGroupMemoryLimit is a foreground job of `true` in group mode,
+// with and without a memory limit: the limit costs the exec of the shell
+// that sets RLIMIT_AS (commandLine).
+func BenchmarkGroupMemoryLimit(b *testing.B) {
+	for _, lim := range []int64{0, 512 << 20} {
+		b.Run(fmt.Sprintf("memoryBytes=%d", lim), func(b *testing.B) {
+			e := newTestExecutor(b, func(o *Options) { o.Containment = ContainmentGroup })
+			spec := Spec{Command: "true", Limits: Limits{MemoryBytes: lim}}
+			for b.Loop() {
+				runTrue(b, e, context.Background(), spec)
+			}
+		})
+	}
+}

@@ -156,24 +156,56 @@ func (c *container) close() {
 	}
 }
 
-// signalJob sends sig to every process of p that can be found: its process
-// group, and its cgroup (SIGKILL through cgroup.kill) or, in group mode,
-// the descendants traced from the leader.
+// signalJob sends sig to every process of p that can be found, once each:
+// its process group, and the members of its cgroup or, in group mode, the
+// descendants traced from the leader, that are outside the group. SIGKILL
+// ends with cgroup.kill, which nothing in the group escapes.
 func (p *proc) signalJob(sig syscall.Signal) {
-	if p.tree != nil {
+	switch {
+	case p.tree != nil:
 		// Trace before any signal: once a parent dies its children are
 		// adopted by dshd and no longer lead back to the job.
-		p.tree.signal(sig, func() { signalGroup(p.pid, sig) })
-		return
+		p.tree.signal(p.pid, sig)
+	case p.cg != nil && sig == syscall.SIGKILL:
+		signalGroup(p.pid, sig)
+		_ = p.cg.Kill()
+	case p.cg != nil:
+		signalOnce(p.pid, sig, p.cg.Procs)
+	default:
+		signalGroup(p.pid, sig)
 	}
-	signalGroup(p.pid, sig)
-	if p.cg != nil {
-		if sig == syscall.SIGKILL {
-			_ = p.cg.Kill()
-		} else {
-			p.cg.Signal(sig)
+}
+
+// signalOnce sends sig to the process group pgid and to each process
+// members lists that is outside it, so that every process gets it once (a
+// trap would run twice for a second SIGTERM). Members are read, with their
+// group, before the group is signalled: one that leaves the group after it
+// was signalled is not signalled again. They are read once more after, for
+// the processes started outside the group in between. A pid is signalled
+// only while it has the start time it was listed with.
+func signalOnce(pgid int, sig syscall.Signal, members func() []int) {
+	before := make(map[int]procStat)
+	for _, pid := range members() {
+		if st, ok := readStat(pid); ok {
+			before[pid] = st
 		}
-		return
+	}
+	signalGroup(pgid, sig)
+	for pid, st := range before {
+		if st.pgid == pgid || st.state == 'Z' {
+			continue
+		}
+		if now, ok := readStat(pid); ok && now.start == st.start {
+			_ = syscall.Kill(pid, sig)
+		}
+	}
+	for _, pid := range members() {
+		if _, seen := before[pid]; seen {
+			continue
+		}
+		if st, ok := readStat(pid); ok && st.pgid != pgid && st.state != 'Z' {
+			_ = syscall.Kill(pid, sig)
+		}
 	}
 }
 
@@ -198,15 +230,50 @@ func (p *proc) releaseGroup() bool {
 	if p.cg == nil {
 		return true
 	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.released {
+		return true
+	}
 	if p.cg.Populated() {
 		return false
 	}
-	u := p.cg.Usage()
-	p.mu.Lock()
-	p.usage = u
-	p.mu.Unlock()
+	p.usage = p.cg.Usage()
+	p.released = true
 	_ = p.cg.Remove()
 	return true
+}
+
+// countRemaining counts the live processes of p: the members of its cgroup,
+// or, in group mode, of its process group and its traced descendants
+// outside it. procs is a scan of /proc shared by the counts of one sweep,
+// taken on first use; nil to scan alone.
+func (p *proc) countRemaining(procs *[]procStat) int {
+	if p.cg != nil {
+		return len(p.cg.Procs())
+	}
+	if procs == nil {
+		procs = new([]procStat)
+	}
+	if *procs == nil {
+		*procs = scanProcs()
+	}
+	n := 0
+	for _, st := range *procs {
+		if st.pgid == p.pid && st.state != 'Z' {
+			n++
+		}
+	}
+	if p.tree != nil {
+		p.tree.mu.Lock()
+		for _, pid := range p.tree.live() {
+			if st, ok := readStat(pid); ok && st.pgid != p.pid {
+				n++
+			}
+		}
+		p.tree.mu.Unlock()
+	}
+	return n
 }
 
 // tree traces, in group mode, the processes descended from a job's leader,
@@ -252,18 +319,24 @@ func (t *tree) trace() {
 	}
 }
 
-// signal traces, runs first (which signals the process group), then
-// signals every known process that still runs.
-func (t *tree) signal(sig syscall.Signal, first func()) {
+// signal traces, then sends sig to the process group pgid and to every
+// known process outside it that still runs, once each (signalOnce).
+func (t *tree) signal(pgid int, sig syscall.Signal) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.trace()
-	first()
+	signalOnce(pgid, sig, t.live)
+}
+
+// live returns the known processes that still run. Caller holds t.mu.
+func (t *tree) live() []int {
+	var pids []int
 	for pid, start := range t.known {
 		if st, ok := readStat(pid); ok && st.start == start && st.state != 'Z' {
-			_ = syscall.Kill(pid, sig)
+			pids = append(pids, pid)
 		}
 	}
+	return pids
 }
 
 // alive reports whether a known process other than a zombie still runs.

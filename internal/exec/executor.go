@@ -136,6 +136,7 @@ type Executor struct {
 
 	stopJanitor chan struct{}
 	janitorDone chan struct{}
+	adoptDone   chan struct{} // closed when watchAdopted returns; nil if it never ran
 	closeOnce   sync.Once
 
 	idemMu  sync.Mutex // guards idemLog; taken before mu, never while holding it
@@ -153,6 +154,7 @@ type finishedJob struct {
 // environment once. It returns ErrInvalidOptions for an invalid policy or
 // Home, and an error if bash is not found or metrics cannot be registered.
 func New(opts Options) (*Executor, error) {
+	CloseInheritedOnExec()
 	if err := normalize(&opts); err != nil {
 		return nil, err
 	}
@@ -194,6 +196,10 @@ func New(opts Options) (*Executor, error) {
 		return nil, fmt.Errorf("load idempotency keys: %w", err)
 	}
 	go e.janitor()
+	if e.run.cont.info.Subreaper && e.indexDir() != "" {
+		e.adoptDone = make(chan struct{})
+		go e.watchAdopted(e.stopJanitor, e.adoptDone)
+	}
 	return e, nil
 }
 
@@ -573,7 +579,7 @@ func (e *Executor) unregister(j *Job) {
 
 func (e *Executor) releaseLocked(j *Job) {
 	e.running--
-	if j.background && j.agentID != "" {
+	if (j.background || j.heldAsBg) && j.agentID != "" {
 		if e.bgRunning[j.agentID]--; e.bgRunning[j.agentID] <= 0 {
 			delete(e.bgRunning, j.agentID)
 		}
@@ -582,12 +588,27 @@ func (e *Executor) releaseLocked(j *Job) {
 
 // jobFinished updates accounting when j ended; it runs before j's done is
 // closed, so a caller that saw done can start a job in its place.
+//
+// A job whose leader left processes behind keeps its running slot, counts
+// as a background job of its agent, and is neither pruned nor evicted (so
+// it stays listed and cancellable) until the last of them is gone
+// (remainderGone).
 func (e *Executor) jobFinished(j *Job, state State) {
-	e.indexRemove(j)
+	held := j.proc.lingering()
+	if !held {
+		e.indexRemove(j)
+	}
 	now := e.now()
 	e.mu.Lock()
-	e.releaseLocked(j)
-	e.finished = append(e.finished, finishedJob{job: j, at: now})
+	if held {
+		if !j.background && j.agentID != "" {
+			j.heldAsBg = true
+			e.bgRunning[j.agentID]++
+		}
+	} else {
+		e.releaseLocked(j)
+		e.finished = append(e.finished, finishedJob{job: j, at: now})
+	}
 	removed := e.pruneLocked(now)
 	e.mu.Unlock()
 	e.m.running.Dec()
@@ -596,6 +617,19 @@ func (e *Executor) jobFinished(j *Job, state State) {
 	if e.log.Enabled(context.Background(), slog.LevelDebug) {
 		e.log.Debug("job finished", "job_id", j.id, "state", state)
 	}
+}
+
+// remainderGone releases what a job held while processes outlived its
+// leader, once the last of them is gone, and hands it to retention.
+func (e *Executor) remainderGone(j *Job) {
+	e.indexRemove(j)
+	now := e.now()
+	e.mu.Lock()
+	e.releaseLocked(j)
+	e.finished = append(e.finished, finishedJob{job: j, at: now})
+	removed := e.pruneLocked(now)
+	e.mu.Unlock()
+	e.removeJobs(removed)
 }
 
 // pruneLocked forgets finished jobs beyond Retention or RetainMax and
@@ -690,7 +724,7 @@ func (e *Executor) prune() {
 	e.idemPruneLocked(now)
 	e.mu.Unlock()
 	e.removeJobs(removed)
-	e.run.forgetEmptyGroups()
+	e.run.sweepLingering(false)
 }
 
 func (e *Executor) janitor() {
@@ -743,7 +777,9 @@ func (e *Executor) Jobs(agentID string, state State) []Snapshot {
 
 // Cancel stops a running job through the kill path (SIGTERM the group, the
 // grace, SIGKILL) and waits until it is finished or ctx is done; the job
-// ends in StateCancelled. Cancelling a finished job changes nothing. It
+// ends in StateCancelled. Cancelling a finished job changes nothing but
+// its Remaining: processes that outlived its leader go through the same
+// kill path, and Cancel waits until they are gone. It
 // returns ErrJobNotFound for an unknown id, and ctx's error (with the
 // current snapshot) if ctx ends first.
 func (e *Executor) Cancel(ctx context.Context, id string) (Snapshot, error) {
@@ -752,7 +788,27 @@ func (e *Executor) Cancel(ctx context.Context, id string) (Snapshot, error) {
 		return Snapshot{}, err
 	}
 	j.proc.stop(StateCancelled)
-	return j.Wait(ctx)
+	snap, err := j.Wait(ctx)
+	if err != nil || !j.proc.stopRemainder() {
+		return snap, err
+	}
+	// The leader had exited, leaving processes behind: they go through the
+	// kill path, and the job's slot is freed as soon as they are gone.
+	if !j.proc.waitKilled(ctx.Done()) {
+		return j.Snapshot(), ctx.Err()
+	}
+	// A SIGKILL at the grace's end takes a moment to empty the group.
+	tick := time.NewTicker(groupPollInterval)
+	defer tick.Stop()
+	for deadline := time.Now().Add(forceKillWait); j.proc.jobAlive() && time.Now().Before(deadline); {
+		select {
+		case <-ctx.Done():
+			return j.Snapshot(), ctx.Err()
+		case <-tick.C:
+		}
+	}
+	e.run.sweepLingering(false)
+	return j.Snapshot(), nil
 }
 
 // Close stops every running job and hook process through the kill path
@@ -783,6 +839,14 @@ func (e *Executor) Close(ctx context.Context) error {
 	e.mu.Unlock()
 	if err := e.run.close(ctx); err != nil {
 		return errors.Join(cutShort, fmt.Errorf("close executor: %w", err))
+	}
+	if e.adoptDone != nil {
+		// Every adopted process was killed: the record has nothing left
+		// for a next start.
+		<-e.adoptDone
+		if err := writeAdopted(filepath.Join(e.indexDir(), adoptedFile), nil); err != nil {
+			e.log.Warn("remove the record of adopted processes", "err", err)
+		}
 	}
 	e.removeJobs(js)
 	e.idemMu.Lock()

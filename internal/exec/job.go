@@ -101,6 +101,21 @@ type Snapshot struct {
 	// Input records writes to the job's input; nil for a job whose input
 	// is not held open (neither a terminal nor OpenStdin).
 	Input *InputRecord
+	// Remaining is what is left of a finished job whose leader exited
+	// while other processes of it ran on; nil once none is left (and for
+	// a running job).
+	Remaining *Remainder
+}
+
+// Remainder is the processes of a job that outlived its leader. They stay
+// in the job's cgroup (or process group), under its limits, and count as
+// one running background job of its agent until the last is gone; Cancel
+// kills them, as shutdown does.
+type Remainder struct {
+	// Processes is how many are left, as counted every remainderPoll.
+	Processes int
+	// Since is when the leader exited (the job's EndedAt).
+	Since time.Time
 }
 
 // Job is one recorded execution. Its methods are safe for concurrent use.
@@ -123,6 +138,7 @@ type Job struct {
 	createdAt  time.Time
 	timer      *time.Timer
 	spoolBytes int64         // granted from the executor's spool budget; under e.mu
+	heldAsBg   bool          // a foreground job's remainder counts as a background job; under e.mu
 	started    chan struct{} // only for idempotent starts: closed after the spawn attempt
 	existing   *Job          // set by register on an idempotency hit
 
@@ -195,6 +211,9 @@ func (j *Job) Snapshot() Snapshot {
 		end := j.endedAt
 		s.EndedAt = &end
 		s.Duration = end.Sub(j.startedAt)
+		if n := j.proc.remainder(); n > 0 {
+			s.Remaining = &Remainder{Processes: n, Since: end}
+		}
 	} else if !j.startedAt.IsZero() {
 		s.Duration = j.e.now().Sub(j.startedAt)
 	}

@@ -8,8 +8,6 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/dshd/dshd/internal/cgroup"
 	"github.com/dshd/dshd/internal/limits"
 )
@@ -291,30 +289,44 @@ func (p *proc) limitKill(reason string) {
 	p.signalJob(syscall.SIGKILL)
 }
 
-// applyLimits enforces l on the started leader pid: a cgroup whose
-// controllers lack some limit is watched; in group mode memory becomes the
-// leader's RLIMIT_AS. Set right after the spawn, before bash has parsed
-// its command, so what it starts inherits it.
+// applyLimits enforces l on the started leader pid in cgroup mode: a
+// cgroup whose controllers lack some limit is watched. (The cgroup's own
+// limits were set before the leader was born in it; in group mode the
+// memory limit is set by the command line itself, see commandLine.)
 func (p *proc) applyLimits(cs containSpec, pid int) {
 	l := cs.limits
-	if l == (Limits{}) || cs.c == nil {
+	if l == (Limits{}) || cs.c == nil || p.cg == nil {
 		return
 	}
-	if p.cg != nil {
-		m := cs.mgr
-		throttleCPU := l.CPU > 0 && !m.Has("cpu") && cs.c.canFreeze
-		if (l.Pids > 0 && !m.Has("pids")) || (l.MemoryBytes > 0 && !m.Has("memory")) || throttleCPU {
-			p.watch = &cs.c.watch
-			p.watch.add(p, l, throttleCPU)
-		}
-		return
+	m := cs.mgr
+	throttleCPU := l.CPU > 0 && !m.Has("cpu") && cs.c.canFreeze
+	if (l.Pids > 0 && !m.Has("pids")) || (l.MemoryBytes > 0 && !m.Has("memory")) || throttleCPU {
+		p.watch = &cs.c.watch
+		p.watch.add(p, l, throttleCPU)
 	}
-	if l.MemoryBytes > 0 {
-		lim := unix.Rlimit{Cur: uint64(l.MemoryBytes), Max: uint64(l.MemoryBytes)}
-		if err := unix.Prlimit(pid, unix.RLIMIT_AS, &lim, nil); err != nil {
-			cs.c.log.Warn("set RLIMIT_AS", "pid", pid, "err", err)
-		}
+}
+
+// rlimitShim sets RLIMIT_AS (soft and hard) to $1 KiB and execs `bash -c
+// $2` with the argv[0] every job's shell has. It runs in POSIX mode, so it
+// reads no startup file ($BASH_ENV is read once, by the shell it execs). A
+// hard limit already lower stays (ulimit fails; the tighter bound holds).
+const rlimitShim = `ulimit -HSv "$1" 2>/dev/null; shift; exec -a bash "$BASH" -c "$1"`
+
+// commandLine returns the argv of the shell that runs command: `bash -c
+// command`. In group mode a memory limit is RLIMIT_AS, which is per
+// process and inherited: no thread of dshd can carry it into the fork
+// (rlimits are shared by all of dshd's threads), and a prlimit after the
+// spawn leaves a window in which the command and what it starts run
+// unlimited. So a bash in POSIX mode sets it first and execs the same
+// `bash -c command` in place (the same pid): the limit holds from the
+// command's first instruction. RLIMIT_AS counts whole pages, so the KiB
+// that ulimit takes lose nothing.
+func (s containSpec) commandLine(command string) []string {
+	if s.mgr != nil || s.c == nil || s.limits.MemoryBytes <= 0 {
+		return []string{"bash", "-c", command}
 	}
+	kib := max(s.limits.MemoryBytes>>10, 1)
+	return []string{"bash", "--posix", "-c", rlimitShim, "bash", strconv.FormatInt(kib, 10), command}
 }
 
 // stopForShutdown stops p through the kill path, recording the shutdown

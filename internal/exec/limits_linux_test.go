@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -169,5 +170,44 @@ func TestCPULimitByFreezing(t *testing.T) {
 	}
 	if took := time.Since(start); took > 3*time.Second || snap.Stdout.Text != "got-term\n" {
 		t.Errorf("cancelling a throttled job took %v, stdout %q; want the trap's output well within the 5 s grace", took, snap.Stdout.Text)
+	}
+}
+
+// TestMemoryLimitBeforeFirstInstruction starts 200 jobs at once in group
+// mode, each with a memory limit, whose command reads its own RLIMIT_AS
+// first thing, and a child's: every one must be limited (a limit set after
+// the spawn leaves a window in which the command runs without it).
+func TestMemoryLimitBeforeFirstInstruction(t *testing.T) {
+	const jobs = 200
+	const limit = 512 << 20
+	e := newTestExecutor(t, func(o *Options) {
+		o.Containment = ContainmentGroup
+		o.MaxRunning = jobs
+	})
+	cmd := `ulimit -v; ulimit -Hv; grep '^Max address space' /proc/self/limits`
+	js := make([]*Job, jobs)
+	for i := range js {
+		j, err := e.Start(testCtx(t), Spec{Command: cmd, Background: true, Limits: Limits{MemoryBytes: limit}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		js[i] = j
+	}
+	want := fmt.Sprintf("%d\n%d\nMax address space %d %d bytes", limit>>10, limit>>10, limit, limit)
+	unlimited := 0
+	for _, j := range js {
+		s, err := j.Wait(testCtx(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Join(strings.Fields(s.Stdout.Text), " "); got != strings.Join(strings.Fields(want), " ") {
+			unlimited++
+			if unlimited <= 3 {
+				t.Errorf("job %s saw %q, want %q", s.ID, s.Stdout.Text, want)
+			}
+		}
+	}
+	if unlimited > 0 {
+		t.Errorf("%d of %d jobs ran some instruction without their memory limit", unlimited, jobs)
 	}
 }

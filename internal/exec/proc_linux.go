@@ -51,6 +51,16 @@ type proc struct {
 	killedBy   string        // why the job was killed (KilledBy*), "" if it was not
 	watch      *limitWatch   // enforcing limits the cgroup lacks; nil if none
 	frozen     bool          // cg is frozen by the CPU throttle
+	released   bool          // releaseGroup ran: cg is removed, usage recorded
+
+	// The remainder: processes of the job that outlived the leader
+	// (groupAlive), counted when the leader is reaped and then by the
+	// runner's sweep until none is left.
+	remaining   int
+	remainStop  bool // stopRemainder started the kill path for them
+	remainGone  bool // remainderGone ran
+	countedAt   time.Time
+	onRemainder func() // runs once, when the last of them is gone; nil if none
 
 	// Interactive input (see input_linux.go): the pty master of a terminal
 	// job, or the write end of a stdin pipe held open. nil for jobs whose
@@ -94,6 +104,9 @@ type spawnSpec struct {
 	// onStart, if set, runs once the process is started, before its waiter
 	// can run onExit.
 	onStart func(pid int)
+	// onRemainder, if set, runs once when the last process that outlived
+	// the leader is gone (never if none did, nor at shutdown).
+	onRemainder func()
 	// sandbox, if set, starts the command line (bash -c command) in the
 	// job's sandbox: it calls start once, with the program to start (bash
 	// itself on a confined thread, or bubblewrap with bash inside).
@@ -152,10 +165,11 @@ func (p *proc) spawn(s *spawnSpec) error {
 		return cmd.Start()
 	}
 	registered := reaperOf.spawning()
+	argv := s.contain.commandLine(s.command)
 	if s.sandbox != nil {
-		err = s.sandbox(s.bash, []string{"bash", "-c", s.command}, startCmd)
+		err = s.sandbox(s.bash, argv, startCmd)
 	} else {
-		err = startCmd(s.bash, []string{"bash", "-c", s.command}, nil)
+		err = startCmd(s.bash, argv, nil)
 	}
 	if err == nil {
 		registered(cmd.Process.Pid)
@@ -179,6 +193,7 @@ func (p *proc) spawn(s *spawnSpec) error {
 
 	p.mu.Lock()
 	p.cg = cg
+	p.onRemainder = s.onRemainder
 	if s.contain.track {
 		p.tree = newTree(cmd.Process.Pid)
 	}
@@ -306,7 +321,10 @@ func (p *proc) wait(cmd *osexec.Cmd, pid, pidfd int, st *streams, readers *sync.
 	// group member lives, so the probe cannot hit an unrelated process.
 	exitWork <- struct{}{}
 	alive := p.jobAlive()
-	if !alive {
+	remaining := 0
+	if alive {
+		remaining = max(p.countRemaining(nil), 1)
+	} else {
 		p.releaseGroup()
 	}
 	p.ended(ru)
@@ -314,6 +332,7 @@ func (p *proc) wait(cmd *osexec.Cmd, pid, pidfd int, st *streams, readers *sync.
 	p.mu.Lock()
 	p.exited = true
 	p.groupAlive = alive
+	p.remaining, p.countedAt = remaining, time.Now()
 	p.inClosed = true
 	p.mu.Unlock()
 
@@ -440,6 +459,77 @@ func (p *proc) lingering() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.exited && p.groupAlive && p.pid != 0
+}
+
+// remainder returns how many processes of the job outlived the leader and
+// are still there, as last counted; 0 once they are all gone.
+func (p *proc) remainder() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.exited || !p.groupAlive {
+		return 0
+	}
+	return p.remaining
+}
+
+// recount reports whether the remainder is due for a count at now: at
+// every sweep in cgroup mode, every groupRecount in group mode.
+func (p *proc) recount(now time.Time) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cg == nil && now.Sub(p.countedAt) < groupRecount {
+		return false
+	}
+	p.countedAt = now
+	return true
+}
+
+// setRemaining records a new count of the remainder.
+func (p *proc) setRemaining(n int) {
+	p.mu.Lock()
+	p.remaining = n
+	p.mu.Unlock()
+}
+
+// remainderGone records that no process of the job is left and runs
+// onRemainder, once.
+// The record says none is left only once onRemainder has released what
+// the job held: a caller that sees the remainder gone finds its slot free.
+func (p *proc) remainderGone() {
+	p.mu.Lock()
+	if !p.groupAlive || p.remainGone {
+		p.mu.Unlock()
+		return
+	}
+	p.remainGone = true
+	f := p.onRemainder
+	p.mu.Unlock()
+	if f != nil {
+		f()
+	}
+	p.mu.Lock()
+	p.groupAlive, p.remaining = false, 0
+	p.mu.Unlock()
+}
+
+// stopRemainder starts the kill path (SIGTERM, the grace, SIGKILL) for the
+// processes of a finished job that outlived its leader, once, and reports
+// whether there were any.
+func (p *proc) stopRemainder() bool {
+	p.mu.Lock()
+	if !p.exited || !p.groupAlive || p.pid == 0 {
+		p.mu.Unlock()
+		return false
+	}
+	if p.remainStop {
+		p.mu.Unlock()
+		return true
+	}
+	p.remainStop = true
+	p.killDone = make(chan struct{})
+	p.mu.Unlock()
+	go p.kill()
+	return true
 }
 
 func readStream(f *os.File, sink func([]byte), wg *sync.WaitGroup) {

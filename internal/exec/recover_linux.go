@@ -84,9 +84,10 @@ func (e *Executor) indexRemove(j *Job) {
 }
 
 // recoverLost runs once in New, before any job starts. It stops every
-// process an earlier run left: the groups under dshd's cgroup subtree, and
-// the process groups of indexed jobs whose leader still has the recorded
-// start time. It records the indexed jobs as StateLost, so they stay
+// process an earlier run left: the groups under dshd's cgroup subtree, the
+// process groups of indexed jobs whose leader still has the recorded
+// start time, and the processes it had adopted (group mode; see
+// watchAdopted) that still have theirs. It records the indexed jobs as StateLost, so they stay
 // answerable until retention drops them, and empties the index.
 func (e *Executor) recoverLost() error {
 	dir := e.indexDir()
@@ -139,6 +140,9 @@ func (e *Executor) recoverLost() error {
 	procs := scanProcs()
 	for _, ent := range ents {
 		killIndexed(ent, procs, killed)
+	}
+	if err := killRecordedAdopted(dir, procs, killed); err != nil {
+		e.log.Warn("stop processes adopted by a previous run", "err", err)
 	}
 	if len(gs) > 0 {
 		// Removing a group waits for its processes to be gone; nothing

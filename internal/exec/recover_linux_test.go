@@ -7,6 +7,7 @@ import (
 	"os"
 	osexec "os/exec"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -122,5 +123,60 @@ func TestIndexFollowsRunningJobs(t *testing.T) {
 	}
 	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("finished job still indexed: %v", err)
+	}
+}
+
+// TestAdoptedRecordedForRecovery: in group mode a `setsid -f` process is
+// adopted by dshd and tied to no job; it is recorded (pid and start time)
+// in the running index within a poll, and the next start on the same home
+// (after a crash: the first executor is never closed before it) kills it,
+// but not a process whose pid matches with another start time.
+func TestAdoptedRecordedForRecovery(t *testing.T) {
+	home := t.TempDir()
+	a := newTestExecutor(t, func(o *Options) { o.Home = home; o.Containment = ContainmentGroup })
+	if !a.Containment().Subreaper {
+		t.Fatalf("group mode without the subreaper: %+v", a.Containment())
+	}
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	s := mustRun(t, a, Spec{Command: "setsid -f sh -c 'echo $$ > " + pidFile + "; exec sleep 300'; echo ok"})
+	if s.ExitCode == nil || *s.ExitCode != 0 {
+		t.Fatalf("job = %+v", s)
+	}
+	pid := proctest.ReadPID(t, pidFile)
+	t.Cleanup(func() { proctest.KillIfAlive(pid) })
+	st, ok := readStat(pid)
+	if !ok || st.ppid != os.Getpid() {
+		t.Fatalf("the setsid'd process %d is not adopted (stat %+v)", pid, st)
+	}
+
+	path := filepath.Join(home, "jobs", "running", adoptedFile)
+	deadline := time.Now().Add(proctest.Deadline)
+	for {
+		var refs []procRef
+		b, _ := os.ReadFile(path)
+		if json.Unmarshal(b, &refs) == nil && slices.Contains(refs, procRef{PID: pid, Start: st.start}) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s = %q, want %d recorded with its start time", path, b, pid)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	other := osexec.Command("sleep", "300")
+	if err := other.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = other.Process.Kill(); _ = other.Wait() })
+	ost, _ := readStat(other.Process.Pid)
+	b, _ := json.Marshal([]procRef{{PID: pid, Start: st.start}, {PID: other.Process.Pid, Start: ost.start + 1}})
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	newTestExecutor(t, func(o *Options) { o.Home = home; o.Containment = ContainmentGroup })
+	proctest.WaitGone(t, pid)
+	if proctest.Gone(other.Process.Pid) {
+		t.Error("a process whose pid matched but start time did not was killed")
 	}
 }

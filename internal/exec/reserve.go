@@ -260,19 +260,20 @@ func (r *Reservation) start(managed shellenv.Overlay) (*Job, error) {
 	j.startedAt = e.now() // before the spawn: the job may end before start returns
 	j.mu.Unlock()
 	err := e.run.launch(j.proc, &spawnSpec{
-		command:   j.command,
-		dir:       j.cwd,
-		env:       env,
-		stdin:     r.stdin,
-		hasStdin:  r.hasStdin,
-		openStdin: r.openIn,
-		tty:       j.winsize(),
-		stdout:    j.sink(&j.stdout, "stdout"),
-		stderr:    j.sink(&j.stderr, "stderr"),
-		onExit:    j.finish,
-		contain:   e.run.cont.forJob(j.id, j.limits),
-		onStart:   func(pid int) { e.indexAdd(j, pid) },
-		sandbox:   j.sandboxed(),
+		command:     j.command,
+		dir:         j.cwd,
+		env:         env,
+		stdin:       r.stdin,
+		hasStdin:    r.hasStdin,
+		openStdin:   r.openIn,
+		tty:         j.winsize(),
+		stdout:      j.sink(&j.stdout, "stdout"),
+		stderr:      j.sink(&j.stderr, "stderr"),
+		onExit:      j.finish,
+		contain:     e.run.cont.forJob(j.id, j.limits),
+		onStart:     func(pid int) { e.indexAdd(j, pid) },
+		onRemainder: func() { e.remainderGone(j) },
+		sandbox:     j.sandboxed(),
 	})
 	if err != nil {
 		return fail(err)

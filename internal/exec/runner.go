@@ -33,6 +33,8 @@ type runner struct {
 	closed    bool
 	live      map[*proc]struct{} // spawning or running processes, jobs and hooks alike
 	lingering map[*proc]struct{} // finished, but processes outlived their leader
+	sweeping  bool               // watchLingering runs
+	launches  int                // launch calls so far
 }
 
 // newRunner resolves bash on the server's PATH, computes the inherited part
@@ -81,6 +83,7 @@ func (r *runner) launch(p *proc, s *spawnSpec) error {
 		return ErrClosed
 	}
 	r.live[p] = struct{}{}
+	r.launches++
 	r.mu.Unlock()
 
 	s.bash, s.devNull = r.bash, r.devNull
@@ -109,39 +112,85 @@ func (p *proc) failed(err error) {
 	close(p.done)
 }
 
-// exited forgets p, remembering it if processes outlived the leader.
+// exited forgets p, remembering it if processes outlived the leader; those
+// are counted every remainderPoll until none is left (watchLingering).
 func (r *runner) exited(p *proc) {
 	r.mu.Lock()
 	delete(r.live, p)
 	if p.lingering() {
 		r.lingering[p] = struct{}{}
+		if !r.sweeping {
+			r.sweeping = true
+			go r.watchLingering()
+		}
 	}
 	r.mu.Unlock()
 }
 
-// forgetEmptyGroups forgets jobs whose processes are all gone (removing
-// their cgroups), so close does not signal a pgid that may by then belong
-// to someone else.
-func (r *runner) forgetEmptyGroups() {
+// activity reports whether any process of the runner is live or
+// lingering, and how many launches there were so far.
+func (r *runner) activity() (busy bool, launches int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.live)+len(r.lingering) > 0, r.launches
+}
+
+// remainderPoll is how often dshd checks whether anything is left of
+// finished processes, and counts it in cgroup mode. Nothing can wait for
+// processes that are not dshd's children.
+const remainderPoll = 200 * time.Millisecond
+
+// groupRecount is how often what is left is counted in group mode, where a
+// count reads every process's stat (the check in between is one kill(2)).
+const groupRecount = time.Second
+
+// watchLingering sweeps the lingering processes every remainderPoll while
+// there are any.
+func (r *runner) watchLingering() {
+	t := time.NewTicker(remainderPoll)
+	defer t.Stop()
+	for range t.C {
+		if !r.sweepLingering(true) {
+			return
+		}
+	}
+}
+
+// sweepLingering counts what is left of each finished process whose
+// descendants outlived it, and forgets those with none left (removing their
+// cgroups and running their onRemainder), so close does not signal a pgid
+// that may by then belong to someone else. It reports whether any is left;
+// from the watch (watch), an empty set ends it.
+func (r *runner) sweepLingering(watch bool) bool {
 	r.mu.Lock()
 	procs := make([]*proc, 0, len(r.lingering))
 	for p := range r.lingering {
 		procs = append(procs, p)
 	}
 	r.mu.Unlock()
+	var scan []procStat // one scan of /proc for every group-mode count
 	var gone []*proc
+	now := time.Now()
 	for _, p := range procs {
 		if !p.jobAlive() && p.releaseGroup() {
 			gone = append(gone, p)
+		} else if p.recount(now) {
+			p.setRemaining(max(p.countRemaining(&scan), 1))
 		}
 	}
-	if len(gone) > 0 {
-		r.mu.Lock()
-		for _, p := range gone {
-			delete(r.lingering, p)
-		}
-		r.mu.Unlock()
+	r.mu.Lock()
+	for _, p := range gone {
+		delete(r.lingering, p)
 	}
+	left := len(r.lingering) > 0
+	if watch && !left {
+		r.sweeping = false
+	}
+	r.mu.Unlock()
+	for _, p := range gone {
+		p.remainderGone()
+	}
+	return left
 }
 
 // stopAll refuses new launches, stops every live process through the kill
@@ -199,6 +248,7 @@ func (r *runner) forceKill(procs []*proc, cause error) error {
 // and closes /dev/null. Call it after stopAll.
 func (r *runner) close(ctx context.Context) error {
 	r.mu.Lock()
+	r.closed = true
 	lingering := make([]*proc, 0, len(r.lingering))
 	for p := range r.lingering {
 		lingering = append(lingering, p)

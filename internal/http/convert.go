@@ -387,6 +387,9 @@ func toAPIJob(s exec.Snapshot) api.Job {
 	if s.KilledBy != "" {
 		j.KilledBy = ptr(api.JobKilledBy(s.KilledBy))
 	}
+	if r := s.Remaining; r != nil {
+		j.Remaining = &api.JobRemaining{Processes: int32(r.Processes), Since: r.Since}
+	}
 	return j
 }
 

@@ -502,15 +502,20 @@ func (s *Service) jobList(agentID string, a tools.Args) CallResult {
 }
 
 // status is a job's state with how it ended: "running", "exited 0",
-// "cancelled SIGTERM".
+// "cancelled SIGTERM", and what it left running: "exited 0, 1 process
+// left running".
 func status(sn exec.Snapshot) string {
+	st := string(sn.State)
 	switch {
 	case sn.Signal != "":
-		return string(sn.State) + " " + sn.Signal
+		st += " " + sn.Signal
 	case sn.ExitCode != nil:
-		return fmt.Sprintf("%s %d", sn.State, *sn.ExitCode)
+		st += fmt.Sprintf(" %d", *sn.ExitCode)
 	}
-	return string(sn.State)
+	if r := sn.Remaining; r != nil {
+		st += fmt.Sprintf(", %d process(es) left running", r.Processes)
+	}
+	return st
 }
 
 // oneLine shortens a command for a listing: first line, at most n runes.
@@ -535,8 +540,9 @@ func (s *Service) jobKill(ctx context.Context, agentID string, a tools.Args) (Ca
 	if err != nil || !ok {
 		return notFound(id), err
 	}
-	if sn := job.Snapshot(); sn.State != exec.StateRunning {
-		return CallResult{JobID: id, Text: fmt.Sprintf("job %s already finished: %s", id, status(sn)), ExitCode: sn.ExitCode}, nil
+	before := job.Snapshot()
+	if before.State != exec.StateRunning && before.Remaining == nil {
+		return CallResult{JobID: id, Text: fmt.Sprintf("job %s already finished: %s", id, status(before)), ExitCode: before.ExitCode}, nil
 	}
 	sn, err := s.jobs.Cancel(ctx, id)
 	if errors.Is(err, exec.ErrJobNotFound) {
@@ -547,6 +553,13 @@ func (s *Service) jobKill(ctx context.Context, agentID string, a tools.Args) (Ca
 	}
 	if sn.State == exec.StateRunning {
 		return CallResult{JobID: id, Text: fmt.Sprintf("stopping job %s: SIGTERM sent to its process group, SIGKILL follows after the grace period", id)}, nil
+	}
+	if before.State != exec.StateRunning {
+		// The job had finished; what it left running was stopped.
+		if sn.Remaining != nil {
+			return CallResult{JobID: id, Text: fmt.Sprintf("stopping the %d process(es) job %s left running: SIGTERM sent, SIGKILL follows after the grace period", sn.Remaining.Processes, id), ExitCode: sn.ExitCode}, nil
+		}
+		return CallResult{JobID: id, Text: fmt.Sprintf("stopped the %d process(es) job %s left running; the job itself had finished: %s", before.Remaining.Processes, id, status(sn)), ExitCode: sn.ExitCode}, nil
 	}
 	return CallResult{JobID: id, Text: fmt.Sprintf("stopped job %s: %s", id, status(sn)), ExitCode: sn.ExitCode}, nil
 }

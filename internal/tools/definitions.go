@@ -87,7 +87,7 @@ func DefinitionsFor(policy sandbox.Policy) []Definition {
 		},
 		{
 			Name:        ToolJobKill,
-			Description: "Stop one of your running jobs: its whole process group receives SIGTERM, then SIGKILL after a grace period.",
+			Description: "Stop one of your running jobs, or what a finished one left running (job_list shows it): its processes receive SIGTERM, then SIGKILL after a grace period.",
 			Schema:      argumentsSchema(ToolJobKill),
 		},
 		{Name: ToolWriteStdin, Description: writeStdinDescription, Schema: argumentsSchema(ToolWriteStdin)},

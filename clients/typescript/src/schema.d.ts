@@ -1639,6 +1639,20 @@ export interface components {
             killedBy?: "timeout" | "cancelled" | "shutdown" | "oom" | "pids_limit" | null;
             sandbox?: components["schemas"]["SandboxPolicy"];
             limits?: components["schemas"]["JobLimits"];
+            /** @description Processes of a finished job that outlived its leader (`nohup cmd &`, `setsid`), still running in its cgroup or process group; null when none is left. They keep the job's slot (a foreground job's count as a background job of its agent) until they end. `DELETE /jobs/{id}` and `job_kill` stop them; shutdown kills them. */
+            remaining?: components["schemas"]["JobRemaining"] | null;
+        };
+        JobRemaining: {
+            /**
+             * Format: int32
+             * @description How many are left, counted every 200 ms (every second in group mode).
+             */
+            processes: number;
+            /**
+             * Format: date-time
+             * @description When the leader exited (the job's `endedAt`).
+             */
+            since: string;
         };
         /** @description An agent's transcript as JSON. */
         Transcript: {

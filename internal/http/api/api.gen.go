@@ -1321,6 +1321,9 @@ type Job struct {
 	ManagedEnv map[string]string `json:"managedEnv"`
 	Pid        int32             `json:"pid"`
 
+	// Remaining Processes of a finished job that outlived its leader (`nohup cmd &`, `setsid`), still running in its cgroup or process group; null when none is left. They keep the job's slot (a foreground job's count as a background job of its agent) until they end. `DELETE /jobs/{id}` and `job_kill` stop them; shutdown kills them.
+	Remaining *JobRemaining `json:"remaining,omitempty"`
+
 	// Sandbox The sandbox policy in effect.
 	Sandbox *SandboxPolicy `json:"sandbox,omitempty"`
 
@@ -1440,6 +1443,15 @@ type JobLimitsEnforcement struct {
 // Example: {"data":"tick 1\n","event":"stdout","id":"7.0"}
 type JobOutputEvent struct {
 	union json.RawMessage
+}
+
+// JobRemaining defines model for JobRemaining.
+type JobRemaining struct {
+	// Processes How many are left, counted every 200 ms (every second in group mode).
+	Processes int32 `json:"processes"`
+
+	// Since When the leader exited (the job's `endedAt`).
+	Since time.Time `json:"since"`
 }
 
 // JobSignalRequest defines model for JobSignalRequest.
