@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/dshd/dshd/internal/testenv"
 )
 
 // The adversarial suite: what a hostile model tries from inside its own bash
@@ -53,12 +55,7 @@ type advEnv struct {
 }
 
 func TestAdversarial(t *testing.T) {
-	if os.Getuid() != 0 {
-		if os.Getenv("CI") != "" {
-			t.Fatal("the adversarial suite needs root (the namespaces mechanism); CI runs as root")
-		}
-		t.Skip("the adversarial suite needs root (the namespaces mechanism)")
-	}
+	testenv.NeedRoot(t, "the adversarial suite runs the namespaces mechanism")
 	mcp := startMCPClient(t)
 	for _, mech := range sandboxMechanisms {
 		t.Run(mech, func(t *testing.T) { testAdversarial(t, mcp, mech) })

@@ -5,16 +5,15 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+
+	"github.com/dshd/dshd/internal/testenv"
 )
 
 // needTool fails under CI, and skips elsewhere, when a program is missing.
 func needTool(t *testing.T, name string) {
 	t.Helper()
 	if _, err := exec.LookPath(name); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("%s is not installed; CI must run this test", name)
-		}
-		t.Skipf("%s not installed", name)
+		testenv.Need(t, "%s is not installed (make deps installs it)", name)
 	}
 }
 
@@ -42,10 +41,7 @@ func TestTypeScriptClient(t *testing.T) {
 	needTool(t, "node")
 	dir := "../clients/typescript"
 	if _, err := os.Stat(dir + "/node_modules/.bin/tsc"); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal("clients/typescript has no node_modules: run make deps")
-		}
-		t.Skip("clients/typescript has no node_modules: run make deps")
+		testenv.Need(t, "clients/typescript has no node_modules: run make deps")
 	}
 	run := func(env []string, name string, args ...string) string {
 		t.Helper()

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dshd/dshd/internal/testenv"
+
 	"github.com/dshd/dshd/internal/apitest"
 	"github.com/dshd/dshd/internal/proctest"
 )
@@ -239,10 +241,7 @@ func TestUnsafeHomeRefused(t *testing.T) {
 	})
 	t.Run("foreign-owned sessions", func(t *testing.T) {
 		if os.Geteuid() != 0 {
-			if os.Getenv("CI") == "true" {
-				t.Fatal("this test needs root (to give a directory to another user), and CI runs as root")
-			}
-			t.Skip("needs root to give a directory to another user")
+			testenv.Need(t, "needs root to give a directory to another user")
 		}
 		home := filepath.Join(t.TempDir(), "home")
 		sessions := filepath.Join(home, "sessions")
@@ -418,21 +417,15 @@ func TestSpoolBudget(t *testing.T) {
 
 // smallDisk mounts a tmpfs of size bytes for the test and unmounts it at
 // cleanup (registered first, so it runs after a server on it has stopped).
-// It needs root; elsewhere the test is skipped, except under CI=true.
+// It needs root; elsewhere the test is skipped, except in CI (testenv).
 func smallDisk(t *testing.T, size int) string {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("this test mounts a small tmpfs and needs root, which CI has")
-		}
-		t.Skip("needs root to mount a small tmpfs for a real full disk")
+		testenv.Need(t, "needs root to mount a small tmpfs for a real full disk")
 	}
 	dir := t.TempDir()
 	if err := syscall.Mount("tmpfs", dir, "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV, fmt.Sprintf("size=%d,mode=0700", size)); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("mount tmpfs: %v", err)
-		}
-		t.Skipf("cannot mount a tmpfs here (%v): the host lacks the feature", err)
+		testenv.Need(t, "cannot mount a tmpfs here (%v): the host lacks the feature", err)
 	}
 	t.Cleanup(func() {
 		if err := syscall.Unmount(dir, syscall.MNT_DETACH); err != nil {

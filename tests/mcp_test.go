@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dshd/dshd/internal/testenv"
+
 	"github.com/dshd/dshd/internal/apitest"
 	"github.com/dshd/dshd/internal/proctest"
 )
@@ -31,14 +33,11 @@ type mcpClient struct {
 }
 
 // startMCPClient starts the client driver under node. It skips the test
-// (fails under CI=true) when node or the client's npm packages are missing.
+// (fails in CI, see testenv) when node or the client's npm packages are missing.
 func startMCPClient(t *testing.T) *mcpClient {
 	t.Helper()
 	missing := func(what string) {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s is missing; make deps installs it", what)
-		}
-		t.Skipf("%s is missing: run make deps", what)
+		testenv.Need(t, "%s is missing: run make deps", what)
 	}
 	node, err := exec.LookPath("node")
 	if err != nil {

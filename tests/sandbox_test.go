@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dshd/dshd/internal/testenv"
+
 	"github.com/dshd/dshd/internal/apitest"
 )
 
@@ -49,7 +51,7 @@ type problemCode struct {
 	Detail string `json:"detail"`
 }
 
-// needSandbox skips (fails under CI=true) when the server cannot enforce
+// needSandbox skips (fails in CI, see testenv) when the server cannot enforce
 // every policy on this host: bubblewrap missing or without namespaces, or
 // (the namespaces mechanism) dshd not root or a kernel without Landlock
 // ABI 6.
@@ -61,10 +63,7 @@ func needSandbox(t *testing.T, s *testServer) {
 	}
 	sb := h.Details.Sandbox
 	if !slices.Contains(sb.Policies, "workspace-write") || !slices.Contains(sb.Networks, "off") {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("this host cannot enforce sandbox policies (bubblewrap needs `make deps`; namespaces need root and Landlock ABI 6): %s", sb.Reason)
-		}
-		t.Skipf("this host cannot enforce sandbox policies (bubblewrap needs `make deps`; namespaces need root and Landlock ABI 6): %s", sb.Reason)
+		testenv.Need(t, "this host cannot enforce sandbox policies (bubblewrap needs `make deps`; namespaces need root and Landlock ABI 6): %s", sb.Reason)
 	}
 }
 
@@ -90,7 +89,7 @@ func TestSandboxPolicies(t *testing.T) {
 var sandboxMechanisms = []string{"namespaces", "bubblewrap"}
 
 // startSandboxServer starts a server whose sandboxes use mech, and skips
-// (fails under CI=true) when the host cannot enforce every policy with it.
+// (fails in CI, see testenv) when the host cannot enforce every policy with it.
 func startSandboxServer(t *testing.T, mech string) *testServer {
 	t.Helper()
 	s := startServer(t, withConfig("sandbox:\n  mechanism: "+mech+"\n"))

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dshd/dshd/internal/testenv"
+
 	"github.com/dshd/dshd/internal/exec"
 )
 
@@ -88,7 +90,7 @@ func TestExecBashValidatorBlocksRm(t *testing.T) {
 
 func TestExecPythonHook(t *testing.T) {
 	if _, err := osexec.LookPath("python3"); err != nil {
-		t.Skip("python3 not installed")
+		testenv.Need(t, "python3 is not installed (make deps installs it)")
 	}
 	// The same script serves both dialects; Codex's payload has no trailing
 	// newline, which json.load must not mind.
@@ -206,7 +208,7 @@ func writeHookifyRule(tb testing.TB, cwd, name, action, pattern, message string)
 // systemMessage, and a warning is a systemMessage alone.
 func TestExecHookifyMessages(t *testing.T) {
 	if _, err := osexec.LookPath("python3"); err != nil {
-		t.Skip("python3 not installed")
+		testenv.Need(t, "python3 is not installed (make deps installs it)")
 	}
 	cwd := t.TempDir()
 	writeHookifyRule(t, cwd, "no-force-push", "block", `git push.*--force`, "Force pushes rewrite shared history. Push a new branch instead.")

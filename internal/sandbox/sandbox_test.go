@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dshd/dshd/internal/testenv"
+
 	"github.com/google/go-cmp/cmp"
 )
 
@@ -302,17 +304,11 @@ func TestHostFallback(t *testing.T) {
 	}
 }
 
-// needRoot skips (fails under CI=true) where dshd's namespaces mechanism
+// needRoot skips (fails in CI, see testenv) where dshd's namespaces mechanism
 // cannot run: it needs root (CAP_SYS_ADMIN) and Landlock ABI 6.
 func needRoot(t *testing.T) {
 	t.Helper()
-	if os.Getuid() == 0 {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatal("the namespaces mechanism needs root; CI runs as root")
-	}
-	t.Skip("the namespaces mechanism needs root (CAP_SYS_ADMIN)")
+	testenv.NeedRoot(t, "the namespaces mechanism needs CAP_SYS_ADMIN")
 }
 
 // TestNamespaces runs real commands under each mechanism and policy and
