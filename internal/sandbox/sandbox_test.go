@@ -318,6 +318,7 @@ func TestNamespaces(t *testing.T) {
 	ctx := context.Background()
 	for _, mech := range []Mechanism{MechanismNamespaces, MechanismBubblewrap} {
 		t.Run(string(mech), func(t *testing.T) {
+			testenv.SkipMechanism(t, string(mech))
 			l := newLayout(t)
 			// A service socket in the workspace, hidden; another one not.
 			hiddenSock, openSock := filepath.Join(l.ws, "svc.sock"), filepath.Join(l.ws, "open.sock")
@@ -561,6 +562,7 @@ func TestHomeInsideRoot(t *testing.T) {
 	}
 	for _, mech := range []Mechanism{MechanismNamespaces, MechanismBubblewrap} {
 		t.Run(string(mech), func(t *testing.T) {
+			testenv.SkipMechanism(t, string(mech))
 			h := NewHost(context.Background(), Config{Mechanism: mech, Home: home})
 			if h.Mechanism() != mech {
 				t.Fatalf("mechanism %q unavailable: %s", mech, h.Support().Reason)
