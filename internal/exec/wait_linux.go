@@ -25,6 +25,10 @@ import (
 // slot here takes none. It is per process because OS threads are.
 var exitWork = make(chan struct{}, 8)
 
+// parkedHook, when set (by tests), is called once by each waiter that finds
+// its leader still running and parks in the poller.
+var parkedHook func()
+
 // siginfoChld is the kernel's siginfo_t as filled for a child's exit
 // (64-bit layout: three ints and padding, then si_pid, si_uid, si_status).
 type siginfoChld struct {
@@ -77,9 +81,10 @@ func waitLeader(cmd *osexec.Cmd, pidfd int) (syscall.WaitStatus, *syscall.Rusage
 		return 0, nil, err
 	}
 	var (
-		info siginfoChld
-		ru   syscall.Rusage
-		werr error
+		info   siginfoChld
+		ru     syscall.Rusage
+		werr   error
+		parked bool
 	)
 	err = rc.Read(func(fd uintptr) bool {
 		for {
@@ -94,7 +99,14 @@ func waitLeader(cmd *osexec.Cmd, pidfd int) (syscall.WaitStatus, *syscall.Rusage
 				werr = os.NewSyscallError("waitid", errno)
 				return true
 			}
-			return info.Pid != 0 // 0: not exited yet; wait for readability
+			if info.Pid == 0 { // not exited yet: wait for readability
+				if parkedHook != nil && !parked {
+					parked = true
+					parkedHook()
+				}
+				return false
+			}
+			return true
 		}
 	})
 	if err == nil {

@@ -4,6 +4,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -32,6 +33,14 @@ func osThreads(tb testing.TB) int {
 func TestNoThreadPerJob(t *testing.T) {
 	const jobs = 300
 	e := newTestExecutor(t, func(o *Options) { o.MaxRunning = jobs + 10 })
+	var parked atomic.Int64
+	allParked := make(chan struct{})
+	parkedHook = func() {
+		if parked.Add(1) == jobs {
+			close(allParked)
+		}
+	}
+	defer func() { parkedHook = nil }()
 	before := osThreads(t)
 	var js []*Job
 	for range jobs {
@@ -41,7 +50,13 @@ func TestNoThreadPerJob(t *testing.T) {
 		}
 		js = append(js, j)
 	}
-	time.Sleep(200 * time.Millisecond) // let every waiter park
+	// Every waiter has found its job running and parked: a waiter that
+	// held a thread would be holding it now.
+	select {
+	case <-allParked:
+	case <-time.After(time.Minute):
+		t.Fatalf("only %d of %d waiters parked in the poller within a minute", parked.Load(), jobs)
+	}
 	during := osThreads(t)
 	for _, j := range js {
 		j.proc.stop(StateCancelled)
