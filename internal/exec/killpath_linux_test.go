@@ -1,0 +1,92 @@
+package exec
+
+import (
+	"encoding/json"
+	"os"
+	osexec "os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/dshd/dshd/internal/proctest"
+	"github.com/dshd/dshd/internal/testenv"
+)
+
+// TestCancelKillsNestedCgroup: cancel ends with cgroup.kill, which reaches
+// what no listing does. The job moves a process that left its group into a
+// cgroup nested in the job's own: neither the process group nor the job's
+// cgroup.procs name it, only the kill of the whole subtree reaches it.
+func TestCancelKillsNestedCgroup(t *testing.T) {
+	e := newTestExecutor(t, func(o *Options) { o.Containment = ContainmentAuto; o.Grace = 200 * time.Millisecond })
+	if e.Containment().Mode != ContainmentCgroup {
+		testenv.Need(t, "no cgroup v2 subtree here: %s", e.Containment().Reason)
+	}
+	cmd := `rel=$(sed -n 's/^0:://p' /proc/self/cgroup)
+for m in /sys/fs/cgroup/unified /sys/fs/cgroup; do [ -e "$m$rel/cgroup.procs" ] && cg=$m$rel && break; done
+mkdir "$cg/nested" || exit 1
+setsid sleep 300 & pid=$!
+echo $pid > "$cg/nested/cgroup.procs" || exit 1
+echo $pid; wait`
+	j, err := e.Start(testCtx(t), Spec{Command: cmd, Background: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := strings.TrimSpace(waitOutput(t, j, "\n"))
+	n, err := strconv.Atoi(pid)
+	if err != nil {
+		t.Fatalf("job printed %q, not a pid; stderr %q", pid, j.Snapshot().Stderr.Text)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(n, syscall.SIGKILL) })
+	if _, err := e.Cancel(testCtx(t), j.ID()); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, pid)
+}
+
+// TestRecoverLostKillsGroup: the next start after a crash stops every
+// process of a lost job's group, not only its leader.
+func TestRecoverLostKillsGroup(t *testing.T) {
+	home := t.TempDir()
+	leader := osexec.Command("bash", "-c", "sleep 300 & echo $!; wait")
+	leader.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	out, err := leader.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := leader.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(-leader.Process.Pid, syscall.SIGKILL); _ = leader.Wait() })
+	buf := make([]byte, 32)
+	k, err := out.Read(buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	child, err := strconv.Atoi(strings.TrimSpace(string(buf[:k])))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, ok := readStat(leader.Process.Pid)
+	if !ok {
+		t.Fatal("no stat for the leader")
+	}
+	dir := filepath.Join(home, "jobs", "running")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(indexEntry{ID: "job_group", Command: "sleep 300 & wait", PID: leader.Process.Pid, LeaderStart: st.start})
+	if err := os.WriteFile(filepath.Join(dir, "job_group.json"), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	newTestExecutor(t, func(o *Options) { o.Home = home; o.Containment = ContainmentGroup })
+	deadline := time.Now().Add(proctest.Deadline)
+	for !proctest.Gone(child) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the lost job's leader was stopped but its child %d runs on", child)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
