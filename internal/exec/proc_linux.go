@@ -41,15 +41,16 @@ type proc struct {
 	stopping   bool
 	reason     State // why stop was requested
 	exited     bool
-	killDone   chan struct{} // non-nil once the kill path runs; closed when it ends
-	groupAlive bool          // members of the group outlived the leader
-	cg         *cgroup.Group // the job's cgroup; nil in group mode
-	tree       *tree         // descendants traced in group mode; nil otherwise
-	usage      cgroup.Usage  // read from cg when it is removed
-	used       Usage         // set when the leader is reaped
-	killedBy   string        // why the job was killed (KilledBy*), "" if it was not
-	watch      *limitWatch   // enforcing limits the cgroup lacks; nil if none
-	frozen     bool          // cg is frozen by the CPU throttle
+	killDone   chan struct{}   // non-nil once the kill path runs; closed when it ends
+	groupAlive bool            // members of the group outlived the leader
+	cg         *cgroup.Group   // the job's cgroup; nil in group mode
+	v1         *cgroup.V1Group // the job's cgroup v1 groups (hybrid hosts, jobs with limits); nil if none
+	tree       *tree           // descendants traced in group mode; nil otherwise
+	usage      cgroup.Usage    // read from cg when it is removed
+	used       Usage           // set when the leader is reaped
+	killedBy   string          // why the job was killed (KilledBy*), "" if it was not
+	watch      *limitWatch     // enforcing limits the cgroup lacks; nil if none
+	frozen     bool            // cg is frozen by the CPU throttle
 
 	// Interactive input (see input_linux.go): the pty master of a terminal
 	// job, or the write end of a stdin pipe held open. nil for jobs whose
@@ -118,9 +119,15 @@ func (p *proc) spawn(s *spawnSpec) error {
 	if err != nil {
 		return err
 	}
+	v1g, err := s.contain.v1Group()
+	if err != nil {
+		removeGroup(cg)
+		return err
+	}
 	st, err := openStreams(s)
 	if err != nil {
 		removeGroup(cg)
+		removeV1(v1g)
 		return err
 	}
 	cmd := &osexec.Cmd{
@@ -146,16 +153,17 @@ func (p *proc) spawn(s *spawnSpec) error {
 		cmd.SysProcAttr.UseCgroupFD = true
 		cmd.SysProcAttr.CgroupFD = cg.FD()
 	}
-	startCmd := func(path string, args []string) error {
+	startCmd := startInV1(v1g, func(path string, args []string) error {
 		cmd.Path, cmd.Args = path, args
 		return cmd.Start()
-	}
+	})
 	registered := reaperOf.spawning()
-	if s.sandbox != nil {
-		err = s.sandbox(s.bash, []string{"bash", "-c", s.command}, startCmd)
-	} else {
-		err = startCmd(s.bash, []string{"bash", "-c", s.command})
-	}
+	err = runForV1(v1g, func() error {
+		if s.sandbox != nil {
+			return s.sandbox(s.bash, []string{"bash", "-c", s.command}, startCmd)
+		}
+		return startCmd(s.bash, []string{"bash", "-c", s.command})
+	})
 	if err == nil {
 		registered(cmd.Process.Pid)
 	} else {
@@ -170,6 +178,7 @@ func (p *proc) spawn(s *spawnSpec) error {
 	if err != nil {
 		st.closeParentEnds()
 		removeGroup(cg)
+		removeV1(v1g)
 		return spawnError(err, s.dir)
 	}
 	if cg != nil {
@@ -178,6 +187,7 @@ func (p *proc) spawn(s *spawnSpec) error {
 
 	p.mu.Lock()
 	p.cg = cg
+	p.v1 = v1g
 	if s.contain.track {
 		p.tree = newTree(cmd.Process.Pid)
 	}

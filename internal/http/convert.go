@@ -453,6 +453,13 @@ func toAPIContainment(c exec.ContainmentInfo) api.Containment {
 	for _, ctl := range c.Controllers {
 		out.Controllers = append(out.Controllers, api.ContainmentControllers(ctl))
 	}
+	if len(c.V1Controllers) > 0 {
+		v1 := make([]api.ContainmentV1Controllers, 0, len(c.V1Controllers))
+		for _, ctl := range c.V1Controllers {
+			v1 = append(v1, api.ContainmentV1Controllers(ctl))
+		}
+		out.V1Controllers = &v1
+	}
 	if c.Reason != "" {
 		out.Reason = &c.Reason
 	}

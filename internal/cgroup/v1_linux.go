@@ -1,0 +1,396 @@
+package cgroup
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/containerd/cgroups/v3/cgroup1"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+)
+
+// V1 places jobs in cgroup v1 groups too, for the limit controllers that a
+// hybrid host binds to v1 hierarchies (/sys/fs/cgroup/pids, .../memory,
+// .../cpu) and so withholds from cgroup2. The groups are made and read
+// through github.com/containerd/cgroups/v3/cgroup1; each job's group sits
+// at <dshd's own v1 group>/<name>/<job> in every hierarchy, so a limit on
+// dshd's own group (a container's, a service's) still applies above it.
+//
+// There is no clone-into for v1, so V1Group.Spawn puts the spawning thread
+// (not the process: dshd's other threads stay where they are) in the job's
+// groups, forks there, and moves the thread back: the child is born in them
+// and runs no instruction outside them, and no process is added to the
+// chain.
+type V1 struct {
+	name        string
+	controllers []string
+	subs        []cgroup1.Subsystem
+	own         map[cgroup1.Name]string // dshd's own group in each hierarchy
+	ownGroup    cgroup1.Cgroup          // where a spawning thread goes back
+	memsw       bool                    // memory.memsw.* exists (swap accounting)
+}
+
+// v1Names are the v1 controllers V1 may use, each for the limit controller
+// of the same name; cpuacct comes with cpu (it measures what cpu limits).
+var v1Names = map[string][]cgroup1.Name{
+	"pids":   {cgroup1.Pids},
+	"memory": {cgroup1.Memory},
+	"cpu":    {cgroup1.Cpu, cgroup1.Cpuacct},
+}
+
+// OpenV1 finds, among want (some of "cpu", "memory", "pids"), the
+// controllers mounted as cgroup v1 hierarchies that hold dshd, creates the
+// subtree name under dshd's own group in each, and checks that a thread can
+// be moved into a group there and back. It returns nil and no error when
+// none of want is on v1; an error says why the v1 groups cannot be used.
+func OpenV1(name string, want []string) (*V1, error) {
+	if name == "" || strings.ContainsRune(name, '/') || name == "." || name == ".." {
+		return nil, fmt.Errorf("cgroup v1: bad group name %q", name)
+	}
+	all, err := cgroup1.Default()
+	if err != nil {
+		if errors.Is(err, cgroup1.ErrMountPointNotExist) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("cgroup v1: %w", err)
+	}
+	own, err := cgroup1.ParseCgroupFile("/proc/self/cgroup")
+	if err != nil {
+		return nil, fmt.Errorf("cgroup v1: %w", err)
+	}
+	v := &V1{name: name, own: make(map[cgroup1.Name]string)}
+	var names []cgroup1.Name
+	for _, c := range []string{"cpu", "memory", "pids"} {
+		if !slices.Contains(want, c) {
+			continue
+		}
+		ok := true
+		for _, n := range v1Names[c] {
+			if _, in := own[string(n)]; !in || !slices.ContainsFunc(all, func(s cgroup1.Subsystem) bool { return s.Name() == n }) {
+				ok = false
+			}
+		}
+		if ok {
+			v.controllers = append(v.controllers, c)
+			names = append(names, v1Names[c]...)
+		}
+	}
+	if len(names) == 0 {
+		return nil, nil
+	}
+	nested := cgroup1.NestedPath("")
+	for _, s := range all {
+		if !slices.Contains(names, s.Name()) {
+			continue
+		}
+		p, err := nested(s.Name())
+		if err != nil {
+			return nil, fmt.Errorf("cgroup v1 %s: %w", s.Name(), err)
+		}
+		v.subs = append(v.subs, s)
+		v.own[s.Name()] = p
+	}
+	hier := func() ([]cgroup1.Subsystem, error) { return v.subs, nil }
+	v.ownGroup, err = cgroup1.Load(v.path(""), cgroup1.WithHierarchy(hier))
+	if err != nil {
+		return nil, fmt.Errorf("cgroup v1: dshd's own groups: %w", err)
+	}
+	if _, err := cgroup1.New(v.path(name), &specs.LinuxResources{}, cgroup1.WithHierarchy(hier)); err != nil {
+		return nil, fmt.Errorf("cgroup v1: create the subtree %s: %w", name, err)
+	}
+	if slices.Contains(v.controllers, "memory") {
+		_, err := os.Stat(filepath.Join(v.Dir(cgroup1.Memory), "memory.memsw.limit_in_bytes"))
+		v.memsw = err == nil
+	}
+	probe, err := v.Create(fmt.Sprintf("probe-%d", os.Getpid()), Limits{Pids: 2})
+	if err != nil {
+		return nil, err
+	}
+	defer probe.Remove()
+	if err := probe.Spawn(func() error { return nil }); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// path is the Path of the group rel below dshd's own (rel "" is its own).
+func (v *V1) path(rel string) cgroup1.Path {
+	return func(n cgroup1.Name) (string, error) {
+		p, ok := v.own[n]
+		if !ok {
+			return "", cgroup1.ErrControllerNotActive
+		}
+		return filepath.Join(p, rel), nil
+	}
+}
+
+func (v *V1) hierarchy() ([]cgroup1.Subsystem, error) { return v.subs, nil }
+
+// Controllers returns the limit controllers ("cpu", "memory", "pids") that
+// the v1 groups provide.
+func (v *V1) Controllers() []string {
+	if v == nil {
+		return nil
+	}
+	return slices.Clone(v.controllers)
+}
+
+// Has reports whether controller c is provided by the v1 groups.
+func (v *V1) Has(c string) bool { return v != nil && slices.Contains(v.controllers, c) }
+
+// Dir returns the subtree's directory in hierarchy n ("" when n is not
+// used).
+func (v *V1) Dir(n cgroup1.Name) string {
+	for _, s := range v.subs {
+		if s.Name() == n {
+			if p, ok := s.(interface{ Path(string) string }); ok {
+				return p.Path(filepath.Join(v.own[n], v.name))
+			}
+		}
+	}
+	return ""
+}
+
+// Create makes the job's group name in every hierarchy, with lim applied
+// where its controller is on v1. Pids gets one more slot than lim.Pids
+// until Spawn is done: the spawning thread counts while it is in the group.
+func (v *V1) Create(name string, lim Limits) (*V1Group, error) {
+	if name == "" || strings.ContainsRune(name, '/') || strings.HasPrefix(name, ".") {
+		return nil, fmt.Errorf("create cgroup v1: bad name %q", name)
+	}
+	res := &specs.LinuxResources{}
+	if lim.Pids > 0 && v.Has("pids") {
+		res.Pids = &specs.LinuxPids{Limit: ptr(lim.Pids + 1)}
+	}
+	if lim.MemoryBytes > 0 && v.Has("memory") {
+		res.Memory = &specs.LinuxMemory{Limit: ptr(lim.MemoryBytes)}
+		if v.memsw {
+			// Memory plus swap at the same bound: a hog meets the OOM
+			// killer instead of swapping.
+			res.Memory.Swap = ptr(lim.MemoryBytes)
+		}
+	}
+	if lim.CPU > 0 && v.Has("cpu") {
+		quota := max(int64(lim.CPU*cpuPeriod), 1000)
+		res.CPU = &specs.LinuxCPU{Quota: &quota, Period: ptr(uint64(cpuPeriod))}
+	}
+	rel := filepath.Join(v.name, name)
+	cg, err := cgroup1.New(v.path(rel), res, cgroup1.WithHierarchy(v.hierarchy))
+	if err != nil {
+		g := &V1Group{v: v, rel: rel}
+		_ = g.Remove()
+		return nil, fmt.Errorf("create cgroup v1 %s: %w", rel, err)
+	}
+	return &V1Group{v: v, rel: rel, cg: cg, pids: lim.Pids}, nil
+}
+
+// Leftovers returns the job groups under the subtree, which a previous run
+// of dshd on the same home left.
+func (v *V1) Leftovers() []*V1Group {
+	seen := make(map[string]bool)
+	var gs []*V1Group
+	for _, s := range v.subs {
+		des, err := os.ReadDir(v.Dir(s.Name()))
+		if err != nil {
+			continue
+		}
+		for _, de := range des {
+			if !de.IsDir() || seen[de.Name()] {
+				continue
+			}
+			seen[de.Name()] = true
+			rel := filepath.Join(v.name, de.Name())
+			g := &V1Group{v: v, rel: rel}
+			if cg, err := cgroup1.Load(v.path(rel), cgroup1.WithHierarchy(v.hierarchy)); err == nil {
+				g.cg = cg
+			}
+			gs = append(gs, g)
+		}
+	}
+	return gs
+}
+
+// Close removes the subtree in every hierarchy if it is empty (best
+// effort).
+func (v *V1) Close() {
+	if v == nil {
+		return
+	}
+	for _, s := range v.subs {
+		_ = unix.Rmdir(v.Dir(s.Name()))
+	}
+}
+
+// V1Group is one job's group in each v1 hierarchy.
+type V1Group struct {
+	v    *V1
+	rel  string
+	cg   cgroup1.Cgroup // nil for a leftover that could not be loaded
+	pids int64          // the job's pids limit, set once the spawn is done
+}
+
+// Name returns the group's name (the job id it was created for).
+func (g *V1Group) Name() string { return filepath.Base(g.rel) }
+
+// dir is the group's directory in hierarchy n.
+func (g *V1Group) dir(n cgroup1.Name) string {
+	return filepath.Join(g.v.Dir(n), g.Name())
+}
+
+// Spawn runs start with the calling goroutine locked to its thread and that
+// thread in g's groups, so every process start forks is born in them; then
+// sets the pids limit to the job's own (the thread counted while it was
+// there) and moves the thread back to dshd's own groups. The moves are
+// written by another goroutine: the calling thread may be confined (a
+// sandbox's Landlock domain) and unable to write to cgroup files itself.
+// If the thread cannot be moved back it stays locked, so it ends with its
+// goroutine: call Spawn from a goroutine that ends after it, or from one
+// whose thread is never reused.
+func (g *V1Group) Spawn(start func() error) error {
+	if g.cg == nil {
+		return fmt.Errorf("cgroup v1 %s: not loaded", g.rel)
+	}
+	runtime.LockOSThread()
+	tid := unix.Gettid()
+	if err := elsewhere(func() error { return g.cg.AddTask(cgroup1.Process{Pid: tid}) }); err != nil {
+		if elsewhere(func() error { return g.v.ownGroup.AddTask(cgroup1.Process{Pid: tid}) }) == nil {
+			runtime.UnlockOSThread()
+		}
+		return fmt.Errorf("join cgroup v1 %s: %w", g.rel, err)
+	}
+	err := start()
+	back := elsewhere(func() error {
+		var lerr error
+		if g.pids > 0 && g.v.Has("pids") {
+			// Lowered before the thread leaves, so the job never has
+			// room for more than its limit.
+			lerr = writeFile(filepath.Join(g.dir(cgroup1.Pids), "pids.max"), strconv.FormatInt(g.pids, 10))
+		}
+		return errors.Join(lerr, g.v.ownGroup.AddTask(cgroup1.Process{Pid: tid}))
+	})
+	if back == nil {
+		runtime.UnlockOSThread()
+	}
+	if err == nil && back != nil {
+		err = fmt.Errorf("leave cgroup v1 %s: %w", g.rel, back)
+	}
+	return err
+}
+
+// elsewhere runs f on another goroutine (so another thread) and waits.
+func elsewhere(f func() error) error {
+	errc := make(chan error, 1)
+	go func() { errc <- f() }()
+	return <-errc
+}
+
+// OnOwnThread runs f on a new goroutine and waits for it: a thread that
+// Spawn could not move back then ends with that goroutine.
+func OnOwnThread(f func() error) error { return elsewhere(f) }
+
+// Procs returns the pids in the group in any of its hierarchies.
+func (g *V1Group) Procs() []int {
+	var pids []int
+	for _, s := range g.v.subs {
+		b, err := os.ReadFile(filepath.Join(g.dir(s.Name()), "cgroup.procs"))
+		if err != nil {
+			continue
+		}
+		for _, f := range strings.Fields(string(b)) {
+			if pid, err := strconv.Atoi(f); err == nil && !slices.Contains(pids, pid) {
+				pids = append(pids, pid)
+			}
+		}
+	}
+	return pids
+}
+
+// Events returns the kernel's counts so far of OOM kills in the memory
+// group and of forks refused by pids.max; cheap enough to poll.
+func (g *V1Group) Events() (oomKills, pidsMax int64) {
+	if g.v.Has("memory") {
+		if b, err := os.ReadFile(filepath.Join(g.dir(cgroup1.Memory), "memory.oom_control")); err == nil {
+			oomKills = keyed(b)["oom_kill"]
+		}
+	}
+	if g.v.Has("pids") {
+		if b, err := os.ReadFile(filepath.Join(g.dir(cgroup1.Pids), "pids.events")); err == nil {
+			pidsMax = keyed(b)["max"]
+		}
+	}
+	return oomKills, pidsMax
+}
+
+// PidsPeak returns the most tasks the pids group held at once (pids.peak,
+// Linux 6.13 or later), -1 when unknown.
+func (g *V1Group) PidsPeak() int64 {
+	if !g.v.Has("pids") {
+		return -1
+	}
+	s := readString(filepath.Join(g.dir(cgroup1.Pids), "pids.peak"))
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
+// Usage reads what the group used so far, through the library's Stat:
+// CPU time from cpuacct, the peak of memory (with the page cache and
+// tmpfs pages charged to it) from memory.max_usage_in_bytes.
+func (g *V1Group) Usage() Usage {
+	var u Usage
+	if g.cg == nil {
+		return u
+	}
+	m, err := g.cg.Stat(cgroup1.IgnoreNotExist)
+	if err != nil {
+		return u
+	}
+	if m.CPU != nil && m.CPU.Usage != nil {
+		u.CPU = time.Duration(m.CPU.Usage.Total)
+	}
+	if m.Memory != nil && m.Memory.Usage != nil {
+		u.PeakMemoryBytes = int64(m.Memory.Usage.Max)
+	}
+	if m.MemoryOomControl != nil {
+		u.OOMKills = int64(m.MemoryOomControl.OomKill)
+	}
+	_, u.PidsMaxHits = g.Events()
+	return u
+}
+
+// Remove deletes the group in every hierarchy; its processes must be gone.
+// A group already gone is not an error.
+func (g *V1Group) Remove() error {
+	var errs []error
+	for _, s := range g.v.subs {
+		d := g.dir(s.Name())
+		var err error
+		for range 100 {
+			err = unix.Rmdir(d)
+			if err == nil || errors.Is(err, fs.ErrNotExist) {
+				err = nil
+				break
+			}
+			if !errors.Is(err, unix.EBUSY) {
+				break
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("remove cgroup v1 %s: %w", d, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func ptr[T any](v T) *T { return &v }
