@@ -129,6 +129,24 @@ func (p *proc) measureV1(remove bool) {
 	p.usage.PidsPeak = max(p.usage.PidsPeak, u.PidsPeak)
 }
 
+// measureLive merges what p's cgroup2 group measured so far into p.usage
+// while the group is not released yet.
+func (p *proc) measureLive() {
+	p.mu.Lock()
+	g := p.cg
+	p.mu.Unlock()
+	if g == nil || !g.Populated() {
+		return // released (p.usage has its figures) or gone
+	}
+	u := g.Usage()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.usage.CPU = max(p.usage.CPU, u.CPU)
+	p.usage.PeakMemoryBytes = max(p.usage.PeakMemoryBytes, u.PeakMemoryBytes)
+	p.usage.OOMKills = max(p.usage.OOMKills, u.OOMKills)
+	p.usage.PidsMaxHits = max(p.usage.PidsMaxHits, u.PidsMaxHits)
+}
+
 // kernelBreach returns why the kernel stopped p at a limit so far: a
 // process of the job OOM-killed in its memory group (KilledByOOM), or a
 // fork refused at its pids limit (KilledByPidsLimit); "" if neither. The

@@ -352,8 +352,10 @@ func (p *proc) stopForShutdown() {
 // ended records, once the leader is reaped, what the job used and, for a
 // job the kernel OOM-killed, why it died.
 func (p *proc) ended(ru *syscall.Rusage) {
-	// The v1 groups may outlive the leader (its job is still being
-	// killed): what they measured so far counts now.
+	// The groups may outlive the leader (bubblewrap's init is still
+	// leaving, or the job is still being killed): what they measured so
+	// far counts now, not only what the leader waited for.
+	p.measureLive()
 	p.measureV1(false)
 	p.mu.Lock()
 	defer p.mu.Unlock()
