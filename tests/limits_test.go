@@ -180,9 +180,10 @@ func testAgentLimits(t *testing.T, mode string) {
 	var health struct {
 		Details struct {
 			Containment struct {
-				Mode        string            `json:"mode"`
-				Controllers []string          `json:"controllers"`
-				Limits      map[string]string `json:"limits"`
+				Mode          string            `json:"mode"`
+				Controllers   []string          `json:"controllers"`
+				V1Controllers []string          `json:"v1Controllers"`
+				Limits        map[string]string `json:"limits"`
 			} `json:"containment"`
 		} `json:"details"`
 	}
@@ -204,6 +205,8 @@ func testAgentLimits(t *testing.T, mode string) {
 		for name, ctrl := range map[string]string{"pids": "pids", "memoryBytes": "memory", "cpu": "cpu"} {
 			if delegated(ctrl) {
 				want[name] = "cgroup"
+			} else if slices.Contains(health.Details.Containment.V1Controllers, ctrl) {
+				want[name] = "cgroup_v1" // a hybrid host's v1 hierarchy
 			}
 		}
 	}

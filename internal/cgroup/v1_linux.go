@@ -159,18 +159,23 @@ func (v *V1) Dir(n cgroup1.Name) string {
 	return ""
 }
 
-// Create makes the job's group name in every hierarchy, with lim applied
-// where its controller is on v1. Pids gets one more slot than lim.Pids
-// until Spawn is done: the spawning thread counts while it is in the group.
+// Create makes the job's group name in the hierarchies of the limits of
+// lim that are on v1 (moving a thread costs the kernel a few tens of
+// microseconds per hierarchy, each way), with those limits applied. Pids
+// gets one more slot than lim.Pids until Spawn is done: the spawning
+// thread counts while it is in the group.
 func (v *V1) Create(name string, lim Limits) (*V1Group, error) {
 	if name == "" || strings.ContainsRune(name, '/') || strings.HasPrefix(name, ".") {
 		return nil, fmt.Errorf("create cgroup v1: bad name %q", name)
 	}
 	res := &specs.LinuxResources{}
+	var names []cgroup1.Name
 	if lim.Pids > 0 && v.Has("pids") {
+		names = append(names, v1Names["pids"]...)
 		res.Pids = &specs.LinuxPids{Limit: ptr(lim.Pids + 1)}
 	}
 	if lim.MemoryBytes > 0 && v.Has("memory") {
+		names = append(names, v1Names["memory"]...)
 		res.Memory = &specs.LinuxMemory{Limit: ptr(lim.MemoryBytes)}
 		if v.memsw {
 			// Memory plus swap at the same bound: a hog meets the OOM
@@ -179,17 +184,28 @@ func (v *V1) Create(name string, lim Limits) (*V1Group, error) {
 		}
 	}
 	if lim.CPU > 0 && v.Has("cpu") {
+		names = append(names, v1Names["cpu"]...)
 		quota := max(int64(lim.CPU*cpuPeriod), 1000)
 		res.CPU = &specs.LinuxCPU{Quota: &quota, Period: ptr(uint64(cpuPeriod))}
 	}
+	if len(names) == 0 {
+		return nil, fmt.Errorf("create cgroup v1 %s: no limit on v1", name)
+	}
+	var subs []cgroup1.Subsystem
+	for _, s := range v.subs {
+		if slices.Contains(names, s.Name()) {
+			subs = append(subs, s)
+		}
+	}
 	rel := filepath.Join(v.name, name)
-	cg, err := cgroup1.New(v.path(rel), res, cgroup1.WithHierarchy(v.hierarchy))
+	g := &V1Group{v: v, rel: rel, names: names, pids: lim.Pids}
+	cg, err := cgroup1.New(v.path(rel), res, cgroup1.WithHierarchy(func() ([]cgroup1.Subsystem, error) { return subs, nil }))
 	if err != nil {
-		g := &V1Group{v: v, rel: rel}
 		_ = g.Remove()
 		return nil, fmt.Errorf("create cgroup v1 %s: %w", rel, err)
 	}
-	return &V1Group{v: v, rel: rel, cg: cg, pids: lim.Pids}, nil
+	g.cg = cg
+	return g, nil
 }
 
 // Leftovers returns the job groups under the subtree, which a previous run
@@ -231,10 +247,11 @@ func (v *V1) Close() {
 
 // V1Group is one job's group in each v1 hierarchy.
 type V1Group struct {
-	v    *V1
-	rel  string
-	cg   cgroup1.Cgroup // nil for a leftover that could not be loaded
-	pids int64          // the job's pids limit, set once the spawn is done
+	v     *V1
+	rel   string
+	names []cgroup1.Name // the hierarchies it is in; nil for a leftover
+	cg    cgroup1.Cgroup // nil for a leftover that could not be loaded
+	pids  int64          // the job's pids limit, set once the spawn is done
 }
 
 // Name returns the group's name (the job id it was created for).
@@ -261,7 +278,7 @@ func (g *V1Group) Spawn(start func() error) error {
 	runtime.LockOSThread()
 	tid := unix.Gettid()
 	if err := elsewhere(func() error { return g.cg.AddTask(cgroup1.Process{Pid: tid}) }); err != nil {
-		if elsewhere(func() error { return g.v.ownGroup.AddTask(cgroup1.Process{Pid: tid}) }) == nil {
+		if elsewhere(func() error { return g.v.ownGroup.AddTask(cgroup1.Process{Pid: tid}, g.names...) }) == nil {
 			runtime.UnlockOSThread()
 		}
 		return fmt.Errorf("join cgroup v1 %s: %w", g.rel, err)
@@ -274,7 +291,7 @@ func (g *V1Group) Spawn(start func() error) error {
 			// room for more than its limit.
 			lerr = writeFile(filepath.Join(g.dir(cgroup1.Pids), "pids.max"), strconv.FormatInt(g.pids, 10))
 		}
-		return errors.Join(lerr, g.v.ownGroup.AddTask(cgroup1.Process{Pid: tid}))
+		return errors.Join(lerr, g.v.ownGroup.AddTask(cgroup1.Process{Pid: tid}, g.names...))
 	})
 	if back == nil {
 		runtime.UnlockOSThread()
@@ -343,28 +360,22 @@ func (g *V1Group) PidsPeak() int64 {
 	return n
 }
 
-// Usage reads what the group used so far, through the library's Stat:
-// CPU time from cpuacct, the peak of memory (with the page cache and
-// tmpfs pages charged to it) from memory.max_usage_in_bytes.
+// Usage reads what the group used so far: CPU time from cpuacct.usage,
+// the peak of memory (with the page cache and tmpfs pages charged to it)
+// from memory.max_usage_in_bytes, the events, pids.peak. It reads those
+// files alone: the library's Stat parses every statistic of every
+// hierarchy, several times the cost at the end of each job.
 func (g *V1Group) Usage() Usage {
-	var u Usage
-	if g.cg == nil {
-		return u
+	u := Usage{PidsPeak: g.PidsPeak()}
+	if g.v.Has("cpu") {
+		if n, err := strconv.ParseInt(readString(filepath.Join(g.dir(cgroup1.Cpuacct), "cpuacct.usage")), 10, 64); err == nil {
+			u.CPU = time.Duration(n)
+		}
 	}
-	m, err := g.cg.Stat(cgroup1.IgnoreNotExist)
-	if err != nil {
-		return u
+	if g.v.Has("memory") {
+		u.PeakMemoryBytes, _ = strconv.ParseInt(readString(filepath.Join(g.dir(cgroup1.Memory), "memory.max_usage_in_bytes")), 10, 64)
 	}
-	if m.CPU != nil && m.CPU.Usage != nil {
-		u.CPU = time.Duration(m.CPU.Usage.Total)
-	}
-	if m.Memory != nil && m.Memory.Usage != nil {
-		u.PeakMemoryBytes = int64(m.Memory.Usage.Max)
-	}
-	if m.MemoryOomControl != nil {
-		u.OOMKills = int64(m.MemoryOomControl.OomKill)
-	}
-	_, u.PidsMaxHits = g.Events()
+	u.OOMKills, u.PidsMaxHits = g.Events()
 	return u
 }
 
