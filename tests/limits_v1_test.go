@@ -31,6 +31,14 @@ func startHybridServer(t *testing.T, mech string) *testServer {
 	t.Helper()
 	s := startServer(t, withConfig("jobs:\n  containment: cgroup\n  graceMs: 200\nsandbox:\n  mechanism: "+mech+"\n"))
 	needSandbox(t, s)
+	needHybrid(t, s)
+	return s
+}
+
+// needHybrid skips (fails under CI) unless s gives jobs cgroup v1 pids and
+// memory groups.
+func needHybrid(t *testing.T, s *testServer) {
+	t.Helper()
 	var h healthV1
 	if st := s.DoJSON(t, "GET", "/healthz", nil, &h); st != 200 {
 		t.Fatalf("GET /healthz = %d", st)
@@ -46,7 +54,6 @@ func startHybridServer(t *testing.T, mech string) *testServer {
 	if c.Limits["pids"] != "cgroup_v1" || c.Limits["memoryBytes"] != "cgroup_v1" {
 		t.Errorf("healthz containment.limits = %v, want pids and memoryBytes by cgroup_v1", c.Limits)
 	}
-	return s
 }
 
 // v1PidsGroup returns the v1 pids group of job id on server s, "" until it
@@ -189,4 +196,58 @@ func bashTimes(t *testing.T, out string) time.Duration {
 		sum += time.Duration(mins)*time.Minute + time.Duration(secs*float64(time.Second))
 	}
 	return sum
+}
+
+// TestCrashRecoveryV1: the v1 groups of jobs running when dshd is killed
+// with SIGKILL outlive it with their processes; the next start on the same
+// home kills those processes and removes the groups.
+func TestCrashRecoveryV1(t *testing.T) {
+	home := t.TempDir()
+	config := withConfig("jobs:\n  graceMs: 200\n  containment: cgroup\n")
+	s := startServer(t, withHome(home), config)
+	needHybrid(t, s)
+	run := randomMark(t)
+	t.Cleanup(func() { killPIDs(survivorsNow(run)) })
+	var groups []string
+	for i := range 3 {
+		var j job
+		if st := s.DoJSON(t, "POST", "/exec", map[string]any{
+			"command":    fmt.Sprintf("export %s='%s/%d;'; sleep 300 & sleep 300", markEnv, run, i),
+			"background": true, "limits": map[string]any{"pids": 16, "memoryBytes": 64 << 20},
+		}, &j); st != 202 {
+			t.Fatalf("exec %d = %d", i, st)
+		}
+		waitMarked(t, fmt.Sprintf("%s/%d", run, i))
+		g := s.v1PidsGroup(j.ID)
+		if g == "" {
+			t.Fatalf("job %s has no v1 pids group", j.ID)
+		}
+		groups = append(groups, g)
+	}
+	s.crash(t)
+	if _, sleeps := marked(run + "/"); sleeps != 6 {
+		t.Fatalf("after the crash %d sleeps run, want 6", sleeps)
+	}
+	for _, g := range groups {
+		if b, err := os.ReadFile(filepath.Join(g, "cgroup.procs")); err != nil || len(strings.Fields(string(b))) != 3 {
+			t.Fatalf("v1 group %s after the crash: %q %v; want the job's 3 processes", g, b, err)
+		}
+	}
+
+	startServer(t, withHome(home), config)
+	if left := survivors(run+"/", 5*time.Second); len(left) > 0 {
+		t.Errorf("%d process(es) of the crashed run alive after the restart", len(left))
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for _, g := range groups {
+		for {
+			if _, err := os.Stat(g); os.IsNotExist(err) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("v1 group %s of a lost job is left after the restart", g)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
 }
