@@ -103,7 +103,9 @@ func testLimits(t *testing.T, mode string) {
 	j := s.waitLimited(t, hog)
 	switch mode {
 	case "cgroup":
-		// dshd watches the group's memory and kills it past the limit.
+		// The kernel (memory.max, or a hybrid host's v1 memory group)
+		// OOM-kills the hog and dshd ends the job; without a memory
+		// controller dshd's watcher kills it past the limit.
 		if j.KilledBy == nil || *j.KilledBy != "oom" || j.Signal == nil || *j.Signal != "SIGKILL" {
 			t.Errorf("memory hog ended %+v; want SIGKILL, killedBy oom", j)
 		}
@@ -157,9 +159,10 @@ func (l *agentLimits) String() string {
 // limits_looser otherwise), as may an /exec of the agent; every job the
 // agent's calls start, model tool calls included, runs under them, and the
 // job record says which limits applied and how this host enforced each.
-// They survive a restart. In cgroup mode without delegated controllers
-// (this host) dshd's watcher kills a fork bomb and a memory hog; in group
-// mode memory is RLIMIT_AS and the process limit is not enforced.
+// They survive a restart. In cgroup mode the kernel (a delegated
+// controller, or on a hybrid host like this one a v1 group) or, without
+// either, dshd's watcher ends a fork bomb and a memory hog; in group mode
+// memory is RLIMIT_AS and the process limit is not enforced.
 func TestAgentLimits(t *testing.T) {
 	for _, mode := range []string{"cgroup", "group"} {
 		t.Run(mode, func(t *testing.T) {

@@ -116,8 +116,9 @@ type Usage struct {
 	// else of the leader and the descendants it waited for.
 	CPUTime time.Duration
 	// PeakMemoryBytes is the cgroup's memory.peak where the memory
-	// controller is delegated, else the largest resident set of the leader
-	// and the descendants it waited for; 0 when unknown.
+	// controller is delegated, or the v1 memory group's peak where the job
+	// has one, else the largest resident set of the leader and the
+	// descendants it waited for; 0 when unknown.
 	PeakMemoryBytes int64
 }
 

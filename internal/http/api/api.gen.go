@@ -1517,10 +1517,10 @@ type JobTerminal struct {
 
 // JobUsage defines model for JobUsage.
 type JobUsage struct {
-	// CpuMs User plus system CPU time: of the whole cgroup in cgroup mode, else of the leader and the descendants it waited for.
+	// CpuMs User plus system CPU time: of the whole cgroup in cgroup mode (its cgroup2 group, or its v1 cpuacct group where it has one), measured when the leader exits, else of the leader and the descendants it waited for.
 	CpuMs int64 `json:"cpuMs"`
 
-	// PeakMemoryBytes memory.peak where the memory controller is delegated, else the largest resident set of the leader and the descendants it waited for.
+	// PeakMemoryBytes memory.peak where the memory controller is delegated, the v1 memory group's memory.max_usage_in_bytes where the job has one (a memory limit on a hybrid host), else the largest resident set of the leader and the descendants it waited for (under bubblewrap, bubblewrap's own).
 	PeakMemoryBytes *int64 `json:"peakMemoryBytes,omitempty"`
 }
 
