@@ -3,6 +3,7 @@ package cgroup
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -146,6 +147,18 @@ func (v *V1) Controllers() []string {
 // Has reports whether controller c is provided by the v1 groups.
 func (v *V1) Has(c string) bool { return v != nil && slices.Contains(v.controllers, c) }
 
+// ownDir returns dshd's own group's directory in hierarchy n.
+func (v *V1) ownDir(n cgroup1.Name) string {
+	for _, s := range v.subs {
+		if s.Name() == n {
+			if p, ok := s.(interface{ Path(string) string }); ok {
+				return p.Path(v.own[n])
+			}
+		}
+	}
+	return ""
+}
+
 // Dir returns the subtree's directory in hierarchy n ("" when n is not
 // used).
 func (v *V1) Dir(n cgroup1.Name) string {
@@ -252,6 +265,9 @@ type V1Group struct {
 	names []cgroup1.Name // the hierarchies it is in; nil for a leftover
 	cg    cgroup1.Cgroup // nil for a leftover that could not be loaded
 	pids  int64          // the job's pids limit, set once the spawn is done
+	// peakWithThread is pids.peak read just before the spawning thread
+	// left, while it still counted; 0 if unknown.
+	peakWithThread int64
 }
 
 // Name returns the group's name (the job id it was created for).
@@ -264,10 +280,16 @@ func (g *V1Group) dir(n cgroup1.Name) string {
 
 // Spawn runs start with the calling goroutine locked to its thread and that
 // thread in g's groups, so every process start forks is born in them; then
-// sets the pids limit to the job's own (the thread counted while it was
-// there) and moves the thread back to dshd's own groups. The moves are
-// written by another goroutine: the calling thread may be confined (a
-// sandbox's Landlock domain) and unable to write to cgroup files itself.
+// sets the pids limit to the job's own (the thread held a slot while it was
+// there) and moves the thread back to dshd's own groups.
+//
+// The calling thread may be confined (a sandbox's Landlock domain) and
+// unable to open cgroup files: another goroutine opens the files the way
+// back needs and moves the thread in. The way back is written by the
+// thread itself through those descriptors, right after start returns: the
+// command is running by then, and the sooner the limit is the job's own
+// the less of it the thread holds.
+//
 // If the thread cannot be moved back it stays locked, so it ends with its
 // goroutine: call Spawn from a goroutine that ends after it, or from one
 // whose thread is never reused.
@@ -277,22 +299,32 @@ func (g *V1Group) Spawn(start func() error) error {
 	}
 	runtime.LockOSThread()
 	tid := unix.Gettid()
-	if err := elsewhere(func() error { return g.cg.AddTask(cgroup1.Process{Pid: tid}) }); err != nil {
+	var out *wayBack
+	if err := elsewhere(func() (err error) {
+		if out, err = g.openWayBack(); err != nil {
+			return err
+		}
+		return g.cg.AddTask(cgroup1.Process{Pid: tid})
+	}); err != nil {
+		out.close()
 		if elsewhere(func() error { return g.v.ownGroup.AddTask(cgroup1.Process{Pid: tid}, g.names...) }) == nil {
 			runtime.UnlockOSThread()
 		}
 		return fmt.Errorf("join cgroup v1 %s: %w", g.rel, err)
 	}
 	err := start()
-	back := elsewhere(func() error {
-		var lerr error
-		if g.pids > 0 && g.v.Has("pids") {
-			// Lowered before the thread leaves, so the job never has
-			// room for more than its limit.
-			lerr = writeFile(filepath.Join(g.dir(cgroup1.Pids), "pids.max"), strconv.FormatInt(g.pids, 10))
-		}
-		return errors.Join(lerr, g.v.ownGroup.AddTask(cgroup1.Process{Pid: tid}, g.names...))
-	})
+	back := out.leave(tid, g)
+	out.close()
+	if back != nil {
+		// Once more by path, from a thread that can open files.
+		back = elsewhere(func() error {
+			var lerr error
+			if g.pids > 0 && slices.Contains(g.names, cgroup1.Pids) {
+				lerr = writeFile(filepath.Join(g.dir(cgroup1.Pids), "pids.max"), strconv.FormatInt(g.pids, 10))
+			}
+			return errors.Join(lerr, g.v.ownGroup.AddTask(cgroup1.Process{Pid: tid}, g.names...))
+		})
+	}
 	if back == nil {
 		runtime.UnlockOSThread()
 	}
@@ -300,6 +332,68 @@ func (g *V1Group) Spawn(start func() error) error {
 		err = fmt.Errorf("leave cgroup v1 %s: %w", g.rel, back)
 	}
 	return err
+}
+
+// wayBack are the files a spawning thread writes to leave a job's groups.
+type wayBack struct {
+	pidsMax  *os.File   // the job's pids.max; nil without a pids limit
+	pidsPeak *os.File   // the job's pids.peak; nil without one
+	tasks    []*os.File // dshd's own group's tasks in each hierarchy
+}
+
+func (g *V1Group) openWayBack() (*wayBack, error) {
+	w := &wayBack{}
+	if g.pids > 0 && slices.Contains(g.names, cgroup1.Pids) {
+		f, err := os.OpenFile(filepath.Join(g.dir(cgroup1.Pids), "pids.max"), os.O_WRONLY, 0)
+		if err != nil {
+			return w, err
+		}
+		w.pidsMax = f
+		if f, err := os.Open(filepath.Join(g.dir(cgroup1.Pids), "pids.peak")); err == nil {
+			w.pidsPeak = f
+		}
+	}
+	for _, n := range g.names {
+		f, err := os.OpenFile(filepath.Join(g.v.ownDir(n), "tasks"), os.O_WRONLY, 0)
+		if err != nil {
+			return w, err
+		}
+		w.tasks = append(w.tasks, f)
+	}
+	return w, nil
+}
+
+// leave lowers pids.max to the job's limit, notes pids.peak while the
+// thread still counts in it (see PidsPeak), and moves thread tid back.
+func (w *wayBack) leave(tid int, g *V1Group) error {
+	if w.pidsMax != nil {
+		if _, err := w.pidsMax.WriteString(strconv.FormatInt(g.pids, 10)); err != nil {
+			return err
+		}
+	}
+	if w.pidsPeak != nil {
+		var b [32]byte
+		if n, err := w.pidsPeak.ReadAt(b[:], 0); n > 0 && (err == nil || errors.Is(err, io.EOF)) {
+			g.peakWithThread, _ = strconv.ParseInt(strings.TrimSpace(string(b[:n])), 10, 64)
+		}
+	}
+	for _, f := range w.tasks {
+		if _, err := f.WriteString(strconv.Itoa(tid)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (w *wayBack) close() {
+	if w == nil {
+		return
+	}
+	for _, f := range append([]*os.File{w.pidsMax, w.pidsPeak}, w.tasks...) {
+		if f != nil {
+			f.Close()
+		}
+	}
 }
 
 // elsewhere runs f on another goroutine (so another thread) and waits.
@@ -346,16 +440,21 @@ func (g *V1Group) Events() (oomKills, pidsMax int64) {
 	return oomKills, pidsMax
 }
 
-// PidsPeak returns the most tasks the pids group held at once (pids.peak,
-// Linux 6.13 or later), -1 when unknown.
+// PidsPeak returns the most tasks of the job the pids group held at once
+// (pids.peak, Linux 6.13 or later), -1 when unknown. While Spawn's thread
+// was in the group it held a slot the job did not have: a peak reached then
+// (pids.peak no higher than when the thread left) counts one less.
 func (g *V1Group) PidsPeak() int64 {
-	if !g.v.Has("pids") {
+	if !slices.Contains(g.names, cgroup1.Pids) {
 		return -1
 	}
 	s := readString(filepath.Join(g.dir(cgroup1.Pids), "pids.peak"))
 	n, err := strconv.ParseInt(s, 10, 64)
 	if err != nil {
 		return -1
+	}
+	if g.peakWithThread > 0 && n <= g.peakWithThread {
+		return g.peakWithThread - 1
 	}
 	return n
 }
