@@ -41,16 +41,19 @@ type proc struct {
 	stopping   bool
 	reason     State // why stop was requested
 	exited     bool
-	killDone   chan struct{}   // non-nil once the kill path runs; closed when it ends
-	groupAlive bool            // members of the group outlived the leader
-	cg         *cgroup.Group   // the job's cgroup; nil in group mode
-	v1         *cgroup.V1Group // the job's cgroup v1 groups (hybrid hosts, jobs with limits); nil if none
-	tree       *tree           // descendants traced in group mode; nil otherwise
-	usage      cgroup.Usage    // read from cg when it is removed
-	used       Usage           // set when the leader is reaped
-	killedBy   string          // why the job was killed (KilledBy*), "" if it was not
-	watch      *limitWatch     // enforcing limits the cgroup lacks; nil if none
-	frozen     bool            // cg is frozen by the CPU throttle
+	killDone   chan struct{} // non-nil once the kill path runs; closed when it ends
+	groupAlive bool          // members of the group outlived the leader
+	cg         *cgroup.Group // the job's cgroup; nil in group mode
+	tree       *tree         // descendants traced in group mode; nil otherwise
+	usage      cgroup.Usage  // read from cg when it is removed
+	used       Usage         // set when the leader is reaped
+	killedBy   string        // why the job was killed (KilledBy*), "" if it was not
+	watch      *limitWatch   // enforcing limits the cgroup lacks; nil if none
+	frozen     bool          // cg is frozen by the CPU throttle
+
+	// v1 is the job's cgroup v1 groups (hybrid hosts, jobs with limits;
+	// see cgroupv1_linux.go); nil if none.
+	v1 *cgroup.V1Group
 
 	// Interactive input (see input_linux.go): the pty master of a terminal
 	// job, or the write end of a stdin pipe held open. nil for jobs whose
