@@ -95,6 +95,17 @@ func TestV1SpawnPlacesTheChildNotTheProcess(t *testing.T) {
 			t.Errorf("%s group holds tasks %q after its only process exited", ctrl, tasks)
 		}
 	}
+	// No thread of this process is in the job's groups.
+	threads, _ := os.ReadDir("/proc/self/task")
+	for _, th := range threads {
+		b, err := os.ReadFile("/proc/self/task/" + th.Name() + "/cgroup")
+		if err != nil {
+			continue // the thread has exited since
+		}
+		if strings.Contains(string(b), "/job_place\n") {
+			t.Errorf("thread %s is in the job's groups: %q", th.Name(), b)
+		}
+	}
 	// The spawning thread, if it still runs, is back in this process's
 	// groups.
 	if _, err := os.Stat(fmt.Sprintf("/proc/self/task/%d", spawner)); err == nil {
