@@ -19,6 +19,7 @@ type limitedJob struct {
 	Usage    *struct {
 		CPUMs           int64  `json:"cpuMs"`
 		PeakMemoryBytes *int64 `json:"peakMemoryBytes"`
+		PeakPids        *int64 `json:"peakPids"`
 	} `json:"usage"`
 	Stdout output `json:"stdout"`
 	Stderr output `json:"stderr"`

@@ -178,6 +178,17 @@ func (v *V1) Dir(n cgroup1.Name) string {
 // gets one more slot than lim.Pids until Spawn is done: the spawning
 // thread counts while it is in the group.
 func (v *V1) Create(name string, lim Limits) (*V1Group, error) {
+	return v.create(name, lim, false)
+}
+
+// CreateMeasured is Create, and puts the group in the memory hierarchy
+// even without a memory limit, to measure the job's peak of memory (with
+// its tmpfs pages) where cgroup2 cannot.
+func (v *V1) CreateMeasured(name string, lim Limits) (*V1Group, error) {
+	return v.create(name, lim, v.Has("memory"))
+}
+
+func (v *V1) create(name string, lim Limits, memory bool) (*V1Group, error) {
 	if name == "" || strings.ContainsRune(name, '/') || strings.HasPrefix(name, ".") {
 		return nil, fmt.Errorf("create cgroup v1: bad name %q", name)
 	}
@@ -195,6 +206,8 @@ func (v *V1) Create(name string, lim Limits) (*V1Group, error) {
 			// killer instead of swapping.
 			res.Memory.Swap = ptr(lim.MemoryBytes)
 		}
+	} else if memory {
+		names = append(names, v1Names["memory"]...)
 	}
 	if lim.CPU > 0 && v.Has("cpu") {
 		names = append(names, v1Names["cpu"]...)
@@ -466,12 +479,12 @@ func (g *V1Group) PidsPeak() int64 {
 // hierarchy, several times the cost at the end of each job.
 func (g *V1Group) Usage() Usage {
 	u := Usage{PidsPeak: g.PidsPeak()}
-	if g.v.Has("cpu") {
+	if slices.Contains(g.names, cgroup1.Cpuacct) {
 		if n, err := strconv.ParseInt(readString(filepath.Join(g.dir(cgroup1.Cpuacct), "cpuacct.usage")), 10, 64); err == nil {
 			u.CPU = time.Duration(n)
 		}
 	}
-	if g.v.Has("memory") {
+	if slices.Contains(g.names, cgroup1.Memory) {
 		u.PeakMemoryBytes, _ = strconv.ParseInt(readString(filepath.Join(g.dir(cgroup1.Memory), "memory.max_usage_in_bytes")), 10, 64)
 	}
 	u.OOMKills, u.PidsMaxHits = g.Events()

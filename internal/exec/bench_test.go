@@ -141,7 +141,7 @@ func BenchmarkForkBombPeak(b *testing.B) {
 			b.Fatal(err)
 		}
 		s, _ := j.Wait(ctx)
-		v1Peak, v1Took = max(v1Peak, j.proc.usage.PidsPeak), max(v1Took, s.Duration)
+		v1Peak, v1Took = max(v1Peak, s.Usage.PeakPids), max(v1Took, s.Duration)
 		if err := cgroup.OnOwnThread(func() error {
 			return capped.Spawn(func() error { j, err = w.Start(ctx, spec); return err })
 		}); err != nil {

@@ -58,14 +58,20 @@ func (c *container) kernelKind(ctrl string) string {
 	return ""
 }
 
-// v1Group creates the spawn's v1 groups: only for a job with a limit that
-// a v1 controller enforces; nil otherwise.
-func (s containSpec) v1Group() (*cgroup.V1Group, error) {
+// v1Group creates the spawn's v1 groups: for a job with a limit that a
+// v1 controller enforces, and for a sandboxed job, whose memory the v1
+// memory group measures (under bubblewrap the leader is bubblewrap, which
+// waits for nothing inside it, so its rusage says nothing of the command);
+// nil otherwise.
+func (s containSpec) v1Group(sandboxed bool) (*cgroup.V1Group, error) {
 	v1 := s.c.v1
 	if v1 == nil || s.mgr == nil {
 		return nil, nil
 	}
 	l := s.limits
+	if sandboxed && v1.Has("memory") {
+		return v1.CreateMeasured(s.name, cgroupLimits(l))
+	}
 	if !(l.Pids > 0 && v1.Has("pids")) && !(l.MemoryBytes > 0 && v1.Has("memory")) && !(l.CPU > 0 && v1.Has("cpu")) {
 		return nil, nil
 	}
@@ -145,6 +151,7 @@ func (p *proc) measureLive() {
 	p.usage.PeakMemoryBytes = max(p.usage.PeakMemoryBytes, u.PeakMemoryBytes)
 	p.usage.OOMKills = max(p.usage.OOMKills, u.OOMKills)
 	p.usage.PidsMaxHits = max(p.usage.PidsMaxHits, u.PidsMaxHits)
+	p.usage.PidsPeak = max(p.usage.PidsPeak, u.PidsPeak)
 }
 
 // kernelBreach returns why the kernel stopped p at a limit so far: a

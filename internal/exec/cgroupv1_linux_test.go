@@ -76,7 +76,7 @@ func TestCgroupV1ForkBomb(t *testing.T) {
 	if s.Enforcement.Pids != EnforcedCgroupV1 || s.KilledBy != KilledByPidsLimit {
 		t.Errorf("fork bomb: enforcement %+v, killedBy %q; want pids by cgroup_v1, killedBy pids_limit", s.Enforcement, s.KilledBy)
 	}
-	peak := j.proc.usage.PidsPeak
+	peak := s.Usage.PeakPids
 	if peak > 64 || peak < 2 || seen > 64 {
 		t.Errorf("fork bomb under pids 64: pids.peak %d, most tasks seen %d; want at most 64", peak, seen)
 	}

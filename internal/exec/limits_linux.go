@@ -120,6 +120,9 @@ type Usage struct {
 	// has one, else the largest resident set of the leader and the
 	// descendants it waited for; 0 when unknown.
 	PeakMemoryBytes int64
+	// PeakPids is the most tasks of the job at once where the kernel
+	// counts them (pids.peak of its pids group); 0 when unknown.
+	PeakPids int64
 }
 
 // LimitWatchInterval is how often dshd checks the limits it enforces itself.
@@ -395,6 +398,9 @@ func usageOf(ru *syscall.Rusage, cg cgroup.Usage) Usage {
 	u.CPUTime = max(u.CPUTime, cg.CPU)
 	if cg.PeakMemoryBytes > 0 {
 		u.PeakMemoryBytes = cg.PeakMemoryBytes
+	}
+	if cg.PidsPeak > 0 {
+		u.PeakPids = cg.PidsPeak
 	}
 	return u
 }

@@ -122,7 +122,7 @@ func (p *proc) spawn(s *spawnSpec) error {
 	if err != nil {
 		return err
 	}
-	v1g, err := s.contain.v1Group()
+	v1g, err := s.contain.v1Group(s.sandbox != nil)
 	if err != nil {
 		removeGroup(cg)
 		return err

@@ -367,7 +367,7 @@ func toAPIJob(s exec.Snapshot) api.Job {
 	if s.EndedAt != nil {
 		j.DurationMs = ptr(s.Duration.Milliseconds())
 		if s.State != exec.StateLost {
-			j.Usage = &api.JobUsage{CpuMs: s.Usage.CPUTime.Milliseconds(), PeakMemoryBytes: optional(s.Usage.PeakMemoryBytes)}
+			j.Usage = &api.JobUsage{CpuMs: s.Usage.CPUTime.Milliseconds(), PeakMemoryBytes: optional(s.Usage.PeakMemoryBytes), PeakPids: optional(s.Usage.PeakPids)}
 		}
 	}
 	j.Sandbox = toAPISandbox(s.Sandbox)

@@ -1418,9 +1418,14 @@ export interface components {
             cpuMs: number;
             /**
              * Format: int64
-             * @description memory.peak where the memory controller is delegated, the v1 memory group's memory.max_usage_in_bytes where the job has one (a memory limit on a hybrid host), else the largest resident set of the leader and the descendants it waited for (under bubblewrap, bubblewrap's own).
+             * @description memory.peak where the memory controller is delegated, the v1 memory group's memory.max_usage_in_bytes where the job has one (on a hybrid host: a memory limit, or a sandboxed job), else the largest resident set of the leader and the descendants it waited for.
              */
             peakMemoryBytes?: number | null;
+            /**
+             * Format: int64
+             * @description The most processes (tasks) of the job at once, from the kernel's pids.peak (Linux 6.13 or later) where the job has a pids group: a delegated pids controller, or on a hybrid host a v1 pids group for a pids limit. Absent otherwise.
+             */
+            peakPids?: number | null;
         };
         /**
          * @description `lost`: the job was running when a previous dshd process died (crash, `kill -9`);
