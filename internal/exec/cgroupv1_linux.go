@@ -58,41 +58,50 @@ func (c *container) kernelKind(ctrl string) string {
 	return ""
 }
 
-// v1Group creates the spawn's v1 groups: for a job with a limit that a
-// v1 controller enforces, and for a sandboxed job, whose memory the v1
-// memory group measures (under bubblewrap the leader is bubblewrap, which
-// waits for nothing inside it, so its rusage says nothing of the command);
-// nil otherwise.
+// v1Group creates the spawn's v1 groups for a job with a limit that a v1
+// controller enforces (a sandboxed one's in the memory hierarchy too, to
+// measure it: see startInV1); nil otherwise.
 func (s containSpec) v1Group(sandboxed bool) (*cgroup.V1Group, error) {
 	v1 := s.c.v1
 	if v1 == nil || s.mgr == nil {
 		return nil, nil
 	}
 	l := s.limits
-	if sandboxed && v1.Has("memory") {
-		return v1.CreateMeasured(s.name, cgroupLimits(l))
-	}
 	if !(l.Pids > 0 && v1.Has("pids")) && !(l.MemoryBytes > 0 && v1.Has("memory")) && !(l.CPU > 0 && v1.Has("cpu")) {
 		return nil, nil
+	}
+	if sandboxed {
+		return v1.CreateMeasured(s.name, cgroupLimits(l))
 	}
 	return v1.Create(s.name, cgroupLimits(l))
 }
 
-// startInV1 wraps start so that what it forks is born in g's groups (start
-// as is when g is nil).
-func startInV1(g *cgroup.V1Group, start func(string, []string) error) func(string, []string) error {
-	if g == nil {
-		return start
-	}
+// startInV1 wraps start so that what it forks is born in the job's v1
+// groups, *g. A sandbox that starts a program other than bash (bubblewrap)
+// gets a v1 memory group made here if the job has none: bubblewrap waits
+// for nothing inside it, so its rusage says nothing of the command, and
+// the memory group measures the job's peak (the namespaces mechanism
+// starts bash itself, whose rusage covers what it waited for).
+func (s containSpec) startInV1(g **cgroup.V1Group, bash string, start func(string, []string) error) func(string, []string) error {
 	return func(path string, args []string) error {
-		return g.Spawn(func() error { return start(path, args) })
+		if *g == nil && path != bash && s.c.v1.Has("memory") && s.mgr != nil {
+			ng, err := s.c.v1.CreateMeasured(s.name, cgroupLimits(s.limits))
+			if err != nil {
+				return err
+			}
+			*g = ng
+		}
+		if *g == nil {
+			return start(path, args)
+		}
+		return (*g).Spawn(func() error { return start(path, args) })
 	}
 }
 
-// runForV1 runs spawn on a goroutine of its own when the job has v1
-// groups, so a thread that could not leave them ends with it.
-func runForV1(g *cgroup.V1Group, spawn func() error) error {
-	if g == nil {
+// runForV1 runs spawn on a goroutine of its own when the job has or may
+// get v1 groups, so a thread that could not leave them ends with it.
+func (s containSpec) runForV1(g *cgroup.V1Group, sandboxed bool, spawn func() error) error {
+	if g == nil && !(sandboxed && s.c.v1 != nil) {
 		return spawn()
 	}
 	return cgroup.OnOwnThread(spawn)

@@ -156,12 +156,12 @@ func (p *proc) spawn(s *spawnSpec) error {
 		cmd.SysProcAttr.UseCgroupFD = true
 		cmd.SysProcAttr.CgroupFD = cg.FD()
 	}
-	startCmd := startInV1(v1g, func(path string, args []string) error {
+	startCmd := s.contain.startInV1(&v1g, s.bash, func(path string, args []string) error {
 		cmd.Path, cmd.Args = path, args
 		return cmd.Start()
 	})
 	registered := reaperOf.spawning()
-	err = runForV1(v1g, func() error {
+	err = s.contain.runForV1(v1g, s.sandbox != nil, func() error {
 		if s.sandbox != nil {
 			return s.sandbox(s.bash, []string{"bash", "-c", s.command}, startCmd)
 		}

@@ -1418,7 +1418,7 @@ export interface components {
             cpuMs: number;
             /**
              * Format: int64
-             * @description memory.peak where the memory controller is delegated, the v1 memory group's memory.max_usage_in_bytes where the job has one (on a hybrid host: a memory limit, or a sandboxed job), else the largest resident set of the leader and the descendants it waited for.
+             * @description memory.peak where the memory controller is delegated, the v1 memory group's memory.max_usage_in_bytes where the job has one (on a hybrid host: a memory limit, a sandboxed job with limits, or any bubblewrap job), else the largest resident set of the leader and the descendants it waited for.
              */
             peakMemoryBytes?: number | null;
             /**

@@ -1520,7 +1520,7 @@ type JobUsage struct {
 	// CpuMs User plus system CPU time: of the whole cgroup in cgroup mode (its cgroup2 group, or its v1 cpuacct group where it has one), measured when the leader exits, else of the leader and the descendants it waited for.
 	CpuMs int64 `json:"cpuMs"`
 
-	// PeakMemoryBytes memory.peak where the memory controller is delegated, the v1 memory group's memory.max_usage_in_bytes where the job has one (on a hybrid host: a memory limit, or a sandboxed job), else the largest resident set of the leader and the descendants it waited for.
+	// PeakMemoryBytes memory.peak where the memory controller is delegated, the v1 memory group's memory.max_usage_in_bytes where the job has one (on a hybrid host: a memory limit, a sandboxed job with limits, or any bubblewrap job), else the largest resident set of the leader and the descendants it waited for.
 	PeakMemoryBytes *int64 `json:"peakMemoryBytes,omitempty"`
 
 	// PeakPids The most processes (tasks) of the job at once, from the kernel's pids.peak (Linux 6.13 or later) where the job has a pids group: a delegated pids controller, or on a hybrid host a v1 pids group for a pids limit. Absent otherwise.
