@@ -111,12 +111,13 @@ func OpenV1(name string, want []string) (*V1, error) {
 		_, err := os.Stat(filepath.Join(v.Dir(cgroup1.Memory), "memory.memsw.limit_in_bytes"))
 		v.memsw = err == nil
 	}
-	probe, err := v.Create(fmt.Sprintf("probe-%d", os.Getpid()), Limits{Pids: 2})
+	// A group in every hierarchy, and a thread moved in and back.
+	probe, err := v.Create(fmt.Sprintf("probe-%d", os.Getpid()), Limits{Pids: 2, MemoryBytes: 1 << 30, CPU: 1})
 	if err != nil {
 		return nil, err
 	}
 	defer probe.Remove()
-	if err := probe.Spawn(func() error { return nil }); err != nil {
+	if err := OnOwnThread(func() error { return probe.Spawn(func() error { return nil }) }); err != nil {
 		return nil, err
 	}
 	return v, nil
