@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/containerd/cgroups/v3/cgroup1"
 	"golang.org/x/sys/unix"
@@ -137,7 +138,17 @@ func TestV1PidsLimit(t *testing.T) {
 	if err := g.Spawn(cmd.Start); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	t.Cleanup(func() {
+		// bash and its sleeps, then the group (before the subtree).
+		for _, pid := range g.Procs() {
+			_ = unix.Kill(pid, unix.SIGKILL)
+		}
+		_ = cmd.Wait()
+		for deadline := time.Now().Add(5 * time.Second); len(g.Procs()) > 0 && time.Now().Before(deadline); {
+			time.Sleep(5 * time.Millisecond)
+		}
+		_ = g.Remove()
+	})
 	buf := make([]byte, 8)
 	if n, _ := out.Read(buf); string(buf[:n]) != "started\n" {
 		t.Fatalf("bash printed %q", buf[:n])
