@@ -356,7 +356,7 @@ func TestBrowserUI(t *testing.T) {
 	b.do("select the limited job", chromedp.Click(chromedp.CSS(testID("job-select-"+limited.JobID))))
 	b.waitText(testID("job-output"), "limited-line")
 	b.waitText(`#job-facts [data-fact="Sandbox"]`, policy+", network "+network)
-	enforcedWords := map[string]string{"cgroup": "kernel: cgroup", "watcher": "dshd watcher", "rlimit": "RLIMIT_AS", "none": "not enforced on this host"}
+	enforcedWords := map[string]string{"cgroup": "kernel: cgroup", "cgroup_v1": "kernel: cgroup v1", "watcher": "dshd watcher", "rlimit": "RLIMIT_AS", "none": "not enforced on this host"}
 	for _, l := range []struct{ key, value string }{{"pids", "64 at once"}, {"memoryBytes", "256 MiB"}, {"cpu", "0.5 of one CPU"}} {
 		row := fmt.Sprintf(`#job-limits-body tr[data-limit=%q]`, l.key)
 		b.waitText(row, l.value)

@@ -229,3 +229,48 @@ func BenchmarkExecForegroundContainment(b *testing.B) {
 	b.ReportMetric(us(percentile(withPG, .99)), "group-p99-µs")
 	b.ReportMetric(us(percentile(withCG, .99)), "cgroup-p99-µs")
 }
+
+// BenchmarkExecForegroundLimitsV1 interleaves, on one server in cgroup
+// mode, foreground POST /exec of `true` with limits (on a hybrid host the
+// job is then also born in cgroup v1 pids and memory groups, created and
+// removed per job) and without, and reports both medians and the
+// difference: the cost of the v1 groups.
+func BenchmarkExecForegroundLimitsV1(b *testing.B) {
+	s := startServer(b, withConfig("jobs:\n  containment: cgroup\n"))
+	var h healthV1
+	if st := s.DoJSON(b, "GET", "/healthz", nil, &h); st != 200 {
+		b.Fatalf("GET /healthz = %d", st)
+	}
+	b.Logf("v1 controllers: %v, limits enforced by %v", h.Details.Containment.V1Controllers, h.Details.Containment.Limits)
+	limited := []byte(`{"command":"true","limits":{"pids":64,"memoryBytes":268435456}}`)
+	for range 50 {
+		s.post(b, "/exec", execTrue)
+		s.post(b, "/exec", limited)
+	}
+	with := make([]time.Duration, 0, b.N)
+	without := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := range b.N {
+		first, second := limited, execTrue
+		if i%2 == 1 {
+			first, second = execTrue, limited
+		}
+		t0 := time.Now()
+		s.post(b, "/exec", first)
+		t1 := time.Now()
+		s.post(b, "/exec", second)
+		d1, d2 := t1.Sub(t0), time.Since(t1)
+		if i%2 == 0 {
+			with, without = append(with, d1), append(without, d2)
+		} else {
+			without, with = append(without, d1), append(with, d2)
+		}
+	}
+	b.StopTimer()
+	wm, nm := percentile(with, .5), percentile(without, .5)
+	b.ReportMetric(us(nm), "no-limits-median-µs")
+	b.ReportMetric(us(wm), "limits-v1-median-µs")
+	b.ReportMetric(us(wm-nm), "v1-cost-µs")
+	b.ReportMetric(us(percentile(without, .99)), "no-limits-p99-µs")
+	b.ReportMetric(us(percentile(with, .99)), "limits-v1-p99-µs")
+}

@@ -19,6 +19,7 @@ type limitedJob struct {
 	Usage    *struct {
 		CPUMs           int64  `json:"cpuMs"`
 		PeakMemoryBytes *int64 `json:"peakMemoryBytes"`
+		PeakPids        *int64 `json:"peakPids"`
 	} `json:"usage"`
 	Stdout output `json:"stdout"`
 	Stderr output `json:"stderr"`
@@ -103,7 +104,9 @@ func testLimits(t *testing.T, mode string) {
 	j := s.waitLimited(t, hog)
 	switch mode {
 	case "cgroup":
-		// dshd watches the group's memory and kills it past the limit.
+		// The kernel (memory.max, or a hybrid host's v1 memory group)
+		// OOM-kills the hog and dshd ends the job; without a memory
+		// controller dshd's watcher kills it past the limit.
 		if j.KilledBy == nil || *j.KilledBy != "oom" || j.Signal == nil || *j.Signal != "SIGKILL" {
 			t.Errorf("memory hog ended %+v; want SIGKILL, killedBy oom", j)
 		}
@@ -157,9 +160,10 @@ func (l *agentLimits) String() string {
 // limits_looser otherwise), as may an /exec of the agent; every job the
 // agent's calls start, model tool calls included, runs under them, and the
 // job record says which limits applied and how this host enforced each.
-// They survive a restart. In cgroup mode without delegated controllers
-// (this host) dshd's watcher kills a fork bomb and a memory hog; in group
-// mode memory is RLIMIT_AS and the process limit is not enforced.
+// They survive a restart. In cgroup mode the kernel (a delegated
+// controller, or on a hybrid host like this one a v1 group) or, without
+// either, dshd's watcher ends a fork bomb and a memory hog; in group mode
+// memory is RLIMIT_AS and the process limit is not enforced.
 func TestAgentLimits(t *testing.T) {
 	for _, mode := range []string{"cgroup", "group"} {
 		t.Run(mode, func(t *testing.T) {
@@ -180,9 +184,10 @@ func testAgentLimits(t *testing.T, mode string) {
 	var health struct {
 		Details struct {
 			Containment struct {
-				Mode        string            `json:"mode"`
-				Controllers []string          `json:"controllers"`
-				Limits      map[string]string `json:"limits"`
+				Mode          string            `json:"mode"`
+				Controllers   []string          `json:"controllers"`
+				V1Controllers []string          `json:"v1Controllers"`
+				Limits        map[string]string `json:"limits"`
 			} `json:"containment"`
 		} `json:"details"`
 	}
@@ -204,6 +209,8 @@ func testAgentLimits(t *testing.T, mode string) {
 		for name, ctrl := range map[string]string{"pids": "pids", "memoryBytes": "memory", "cpu": "cpu"} {
 			if delegated(ctrl) {
 				want[name] = "cgroup"
+			} else if slices.Contains(health.Details.Containment.V1Controllers, ctrl) {
+				want[name] = "cgroup_v1" // a hybrid host's v1 hierarchy
 			}
 		}
 	}

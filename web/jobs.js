@@ -459,9 +459,9 @@ function killedByText(reason) {
 }
 
 const LIMITS = [
-  { key: 'pids', label: 'Processes', format: (n) => `${n} at once`, file: 'pids.max' },
-  { key: 'memoryBytes', label: 'Memory', format: (n) => formatBytes(n), file: 'memory.max' },
-  { key: 'cpu', label: 'CPU', format: (n) => `${n} of one CPU`, file: 'cpu.max' },
+  { key: 'pids', label: 'Processes', format: (n) => `${n} at once`, file: 'pids.max', v1File: 'pids.max' },
+  { key: 'memoryBytes', label: 'Memory', format: (n) => formatBytes(n), file: 'memory.max', v1File: 'memory.limit_in_bytes' },
+  { key: 'cpu', label: 'CPU', format: (n) => `${n} of one CPU`, file: 'cpu.max', v1File: 'cpu.cfs_quota_us' },
 ];
 
 // How a limit was enforced, in words (LimitEnforcement in the contract).
@@ -469,6 +469,8 @@ function enforcementText(key, how) {
   switch (how) {
     case 'cgroup':
       return `kernel: cgroup ${LIMITS.find((l) => l.key === key)?.file ?? 'controller'}`;
+    case 'cgroup_v1':
+      return `kernel: cgroup v1 ${LIMITS.find((l) => l.key === key)?.v1File ?? 'controller'}`;
     case 'watcher':
       return key === 'cpu'
         ? 'dshd watcher: the job is frozen while past its share, checked every 50 ms'

@@ -46,4 +46,7 @@ type Usage struct {
 	OOMKills int64
 	// PidsMaxHits counts forks refused by pids.max (pids.events max).
 	PidsMaxHits int64
+	// PidsPeak is the most tasks the group held at once (pids.peak, Linux
+	// 6.13 or later, v1 groups); -1 when unknown.
+	PidsPeak int64
 }

@@ -328,9 +328,25 @@ func (g *Group) Freeze(frozen bool) error {
 	return nil
 }
 
+// Events returns the kernel's counts so far of OOM kills in the group
+// (memory.events oom_kill) and of forks refused by pids.max (pids.events
+// max); zero without the controller. Cheap enough to poll.
+func (g *Group) Events() (oomKills, pidsMax int64) {
+	if b, err := os.ReadFile(filepath.Join(g.path, "memory.events")); err == nil {
+		oomKills = keyed(b)["oom_kill"]
+	}
+	if b, err := os.ReadFile(filepath.Join(g.path, "pids.events")); err == nil {
+		pidsMax = keyed(b)["max"]
+	}
+	return oomKills, pidsMax
+}
+
 // Usage reads what the group used so far.
 func (g *Group) Usage() Usage {
-	var u Usage
+	u := Usage{PidsPeak: -1}
+	if s := readString(filepath.Join(g.path, "pids.peak")); s != "" {
+		u.PidsPeak, _ = strconv.ParseInt(s, 10, 64)
+	}
 	if b, err := os.ReadFile(filepath.Join(g.path, "cpu.stat")); err == nil {
 		u.CPU = time.Duration(keyed(b)["usage_usec"]) * time.Microsecond
 	}

@@ -3,12 +3,15 @@ package exec
 import (
 	"context"
 	"fmt"
+	"os"
 	osexec "os/exec"
 	"runtime"
+	"slices"
 	"sort"
 	"testing"
 	"time"
 
+	"github.com/dshd/dshd/internal/cgroup"
 	"github.com/dshd/dshd/internal/shellenv"
 )
 
@@ -119,3 +122,66 @@ func BenchmarkGroupMemoryLimit(b *testing.B) {
 		})
 	}
 }
+// BenchmarkForkBombPeak runs a fork bomb under pids 64 with the cgroup v1
+// groups of a hybrid host (the kernel's pids.peak) and without them (the
+// watcher: the most processes seen in the job's cgroup, sampled every
+// millisecond), and reports the highest peak of each and how long each
+// took to end the job. The watcher's bomb is born in a v1 pids group
+// capped at benchBombCap, so it cannot take the host down: a peak at the
+// cap means "at least".
+func BenchmarkForkBombPeak(b *testing.B) {
+	v1 := newTestExecutor(b, func(o *Options) { o.Containment = ContainmentAuto })
+	w := newTestExecutor(b, func(o *Options) { o.Containment = ContainmentAuto; o.NoCgroupV1 = true })
+	if !slices.Contains(v1.Containment().V1Controllers, "pids") {
+		b.Skip("no cgroup v1 pids controller for jobs here")
+	}
+	v, err := cgroup.OpenV1(fmt.Sprintf("dshd-bench-%d", os.Getpid()), []string{"pids"})
+	if err != nil || v == nil {
+		b.Fatalf("a v1 pids group for the safety cap: %v", err)
+	}
+	defer v.Close()
+	capped, err := v.Create("cap", cgroup.Limits{Pids: benchBombCap})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer capped.Remove()
+	ctx := context.Background()
+	spec := Spec{Command: `bomb() { bomb | bomb & }; bomb; sleep 30`, Background: true, Limits: Limits{Pids: 64}, Timeout: time.Minute}
+	var v1Peak, wPeak int64
+	var v1Took, wTook time.Duration
+	for b.Loop() {
+		j, err := v1.Start(ctx, spec)
+		if err != nil {
+			b.Fatal(err)
+		}
+		s, _ := j.Wait(ctx)
+		v1Peak, v1Took = max(v1Peak, s.Usage.PeakPids), max(v1Took, s.Duration)
+		if err := cgroup.OnOwnThread(func() error {
+			return capped.Spawn(func() error { j, err = w.Start(ctx, spec); return err })
+		}); err != nil {
+			b.Fatal(err)
+		}
+		seen := 0
+		for done := false; !done; {
+			select {
+			case <-j.proc.done:
+				done = true
+			case <-time.After(time.Millisecond):
+				seen = max(seen, len(j.proc.cg.Procs()))
+			}
+		}
+		s, _ = j.Wait(ctx)
+		wPeak, wTook = max(wPeak, int64(seen)), max(wTook, s.Duration)
+	}
+	for deadline := time.Now().Add(10 * time.Second); len(capped.Procs()) > 0 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond) // the last bomb's processes are dying
+	}
+	b.ReportMetric(float64(v1Peak), "v1-peak-tasks")
+	b.ReportMetric(float64(wPeak), "watcher-peak-procs")
+	b.ReportMetric(float64(v1Took.Milliseconds()), "v1-end-ms")
+	b.ReportMetric(float64(wTook.Milliseconds()), "watcher-end-ms")
+}
+
+// benchBombCap bounds the fork bomb BenchmarkForkBombPeak runs under the
+// watcher.
+const benchBombCap = 4096

@@ -42,6 +42,9 @@ type ContainmentInfo struct {
 	CgroupDir string
 	// Controllers are the limit controllers delegated to the jobs' groups.
 	Controllers []string
+	// V1Controllers are the limit controllers that cgroup2 lacks here and
+	// cgroup v1 provides: a job with limits is born in v1 groups too.
+	V1Controllers []string
 	// Subreaper is true when dshd adopts the descendants that leave their
 	// job (group mode).
 	Subreaper bool
@@ -54,6 +57,7 @@ type ContainmentInfo struct {
 type container struct {
 	info  ContainmentInfo
 	mgr   *cgroup.Manager // nil in group mode
+	v1    *cgroup.V1      // the v1 groups of a hybrid host; nil if none
 	log   *slog.Logger
 	watch limitWatch
 	// canFreeze: the groups have cgroup.freeze, so CPU limits can be
@@ -118,6 +122,7 @@ func (e *Executor) Containment() ContainmentInfo {
 	info := e.run.cont.info
 	info.Limits = e.run.cont.enforcement(Limits{Pids: 1, MemoryBytes: 1, CPU: 1})
 	info.Controllers = append([]string(nil), info.Controllers...)
+	info.V1Controllers = append([]string(nil), info.V1Controllers...)
 	return info
 }
 
@@ -154,6 +159,7 @@ func (c *container) close() {
 	if c.mgr != nil {
 		_ = syscall.Rmdir(c.mgr.Dir())
 	}
+	c.v1.Close()
 }
 
 // signalJob sends sig to every process of p that can be found, once each:
@@ -241,6 +247,7 @@ func (p *proc) releaseGroup() bool {
 	p.usage = p.cg.Usage()
 	p.released = true
 	_ = p.cg.Remove()
+	p.releaseV1()
 	return true
 }
 

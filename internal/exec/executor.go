@@ -93,6 +93,9 @@ type Options struct {
 	// Containment is ContainmentAuto (""), ContainmentCgroup or
 	// ContainmentGroup.
 	Containment string
+	// NoCgroupV1 keeps jobs out of cgroup v1 groups on a hybrid host: the
+	// limits cgroup2 lacks a controller for fall to dshd's watcher.
+	NoCgroupV1 bool
 	// Limits are every job's and process's default limits (see Limits).
 	Limits Limits
 	// IdempotencyWindow is how long an idempotency key is remembered after

@@ -17,7 +17,12 @@ import (
 // execution); never by a model.
 //
 // Enforcement, best first: the cgroup controllers delegated to dshd
-// (pids.max, memory.max, cpu.max); in cgroup mode without a controller,
+// (pids.max, memory.max, cpu.max); on a hybrid host, the cgroup v1
+// controllers cgroup2 lacks (pids.max, memory.limit_in_bytes,
+// cpu.cfs_quota_us in v1 groups the job is born in); where the kernel
+// refuses a fork at the pids limit or OOM-kills a process at the memory
+// limit, dshd then ends the whole job (KilledByPidsLimit, KilledByOOM).
+// In cgroup mode without a controller,
 // dshd itself watches the job's group every LimitWatchInterval and kills it
 // on a breach (pids: the count of its processes; memory: the sum of their
 // resident memory) and freezes it (cgroup.freeze) while it is past its CPU
@@ -32,6 +37,11 @@ const (
 	// EnforcedCgroup: by the kernel, through the job cgroup's controller
 	// (pids.max, memory.max with swap off, cpu.max).
 	EnforcedCgroup = "cgroup"
+	// EnforcedCgroupV1: by the kernel, through a cgroup v1 controller
+	// (hybrid hosts, where cgroup2 lacks it): the job is born in a v1
+	// group with pids.max, memory.limit_in_bytes (and memsw at the same
+	// bound), cpu.cfs_quota_us.
+	EnforcedCgroupV1 = "cgroup_v1"
 	// EnforcedWatcher: by dshd, which checks the job's cgroup every
 	// LimitWatchInterval and kills the whole job past its pids or memory
 	// limit, and freezes it while it is past its CPU share.
@@ -52,11 +62,10 @@ type LimitEnforcement struct {
 // enforcement says how c enforces l.
 func (c *container) enforcement(l Limits) LimitEnforcement {
 	var e LimitEnforcement
-	has := func(ctrl string) bool { return c.mgr != nil && c.mgr.Has(ctrl) }
 	if l.Pids > 0 {
 		switch {
-		case has("pids"):
-			e.Pids = EnforcedCgroup
+		case c.kernelHas("pids"):
+			e.Pids = c.kernelKind("pids")
 		case c.mgr != nil:
 			e.Pids = EnforcedWatcher
 		default:
@@ -65,8 +74,8 @@ func (c *container) enforcement(l Limits) LimitEnforcement {
 	}
 	if l.MemoryBytes > 0 {
 		switch {
-		case has("memory"):
-			e.MemoryBytes = EnforcedCgroup
+		case c.kernelHas("memory"):
+			e.MemoryBytes = c.kernelKind("memory")
 		case c.mgr != nil:
 			e.MemoryBytes = EnforcedWatcher
 		default:
@@ -75,8 +84,8 @@ func (c *container) enforcement(l Limits) LimitEnforcement {
 	}
 	if l.CPU > 0 {
 		switch {
-		case has("cpu"):
-			e.CPU = EnforcedCgroup
+		case c.kernelHas("cpu"):
+			e.CPU = c.kernelKind("cpu")
 		case c.mgr != nil && c.canFreeze:
 			e.CPU = EnforcedWatcher
 		default:
@@ -105,9 +114,13 @@ type Usage struct {
 	// else of the leader and the descendants it waited for.
 	CPUTime time.Duration
 	// PeakMemoryBytes is the cgroup's memory.peak where the memory
-	// controller is delegated, else the largest resident set of the leader
-	// and the descendants it waited for; 0 when unknown.
+	// controller is delegated, or the v1 memory group's peak where the job
+	// has one, else the largest resident set of the leader and the
+	// descendants it waited for; 0 when unknown.
 	PeakMemoryBytes int64
+	// PeakPids is the most tasks of the job at once where the kernel
+	// counts them (pids.peak of its pids group); 0 when unknown.
+	PeakPids int64
 }
 
 // LimitWatchInterval is how often dshd checks the limits it enforces itself.
@@ -129,17 +142,20 @@ type limitWatch struct {
 
 // watched is one job under the watch.
 type watched struct {
-	l   Limits
+	l   Limits       // the limits dshd enforces itself
 	cpu *cpuThrottle // nil: no CPU limit to enforce here
+	// kernel: a pids or memory limit is enforced by the kernel; the job
+	// is ended once it refused a fork or OOM-killed a process.
+	kernel bool
 }
 
-func (w *limitWatch) add(p *proc, l Limits, throttleCPU bool) {
+func (w *limitWatch) add(p *proc, l Limits, throttleCPU, kernel bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.procs == nil {
 		w.procs = make(map[*proc]*watched)
 	}
-	ws := &watched{l: l}
+	ws := &watched{l: l, kernel: kernel}
 	if throttleCPU {
 		ws.cpu = newCPUThrottle(l.CPU, time.Now())
 	}
@@ -176,7 +192,14 @@ func (w *limitWatch) loop() {
 		}
 		w.mu.Unlock()
 		for _, it := range items {
-			if reason := breach(it.p.cg, it.w.l); reason != "" {
+			reason := ""
+			if it.w.kernel {
+				reason = it.p.kernelBreach()
+			}
+			if reason == "" {
+				reason = breach(it.p.cg, it.w.l)
+			}
+			if reason != "" {
 				it.p.limitKill(reason)
 				w.remove(it.p)
 			} else if it.p.isExited() && !it.p.cg.Populated() {
@@ -298,11 +321,13 @@ func (p *proc) applyLimits(cs containSpec, pid int) {
 	if l == (Limits{}) || cs.c == nil || p.cg == nil {
 		return
 	}
-	m := cs.mgr
-	throttleCPU := l.CPU > 0 && !m.Has("cpu") && cs.c.canFreeze
-	if (l.Pids > 0 && !m.Has("pids")) || (l.MemoryBytes > 0 && !m.Has("memory")) || throttleCPU {
-		p.watch = &cs.c.watch
-		p.watch.add(p, l, throttleCPU)
+	c := cs.c
+	throttleCPU := l.CPU > 0 && !c.kernelHas("cpu") && c.canFreeze
+	own := c.watchedLimits(l)
+	kernel := c.kernelWatched(l)
+	if own.Pids > 0 || own.MemoryBytes > 0 || throttleCPU || kernel {
+		p.watch = &c.watch
+		p.watch.add(p, own, throttleCPU, kernel)
 	}
 }
 
@@ -343,6 +368,11 @@ func (p *proc) stopForShutdown() {
 // ended records, once the leader is reaped, what the job used and, for a
 // job the kernel OOM-killed, why it died.
 func (p *proc) ended(ru *syscall.Rusage) {
+	// The groups may outlive the leader (bubblewrap's init is still
+	// leaving, or the job is still being killed): what they measured so
+	// far counts now, not only what the leader waited for.
+	p.measureLive()
+	p.measureV1(false)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.used = usageOf(ru, p.usage)
@@ -380,6 +410,9 @@ func usageOf(ru *syscall.Rusage, cg cgroup.Usage) Usage {
 	u.CPUTime = max(u.CPUTime, cg.CPU)
 	if cg.PeakMemoryBytes > 0 {
 		u.PeakMemoryBytes = cg.PeakMemoryBytes
+	}
+	if cg.PidsPeak > 0 {
+		u.PeakPids = cg.PidsPeak
 	}
 	return u
 }

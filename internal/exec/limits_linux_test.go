@@ -73,7 +73,9 @@ func TestSnapshotLimitsAndEnforcement(t *testing.T) {
 		}
 	})
 	t.Run("cgroup", func(t *testing.T) {
-		e := newTestExecutor(t, func(o *Options) { o.Containment = ContainmentAuto })
+		// Without v1 groups: the controllers cgroup2 lacks fall to the
+		// watcher (TestCgroupV1Limits covers the v1 groups).
+		e := newTestExecutor(t, func(o *Options) { o.Containment = ContainmentAuto; o.NoCgroupV1 = true })
 		info := e.Containment()
 		if info.Mode != ContainmentCgroup {
 			t.Skipf("no cgroup v2 subtree here: %s", info.Reason)
@@ -137,6 +139,7 @@ func TestCPULimitByFreezing(t *testing.T) {
 	e := newTestExecutor(t, func(o *Options) {
 		o.Containment = ContainmentAuto
 		o.Grace = 5 * time.Second
+		o.NoCgroupV1 = true // the watcher, not cpu.cfs_quota_us
 	})
 	info := e.Containment()
 	if info.Mode != ContainmentCgroup {

@@ -62,6 +62,10 @@ type proc struct {
 	countedAt   time.Time
 	onRemainder func() // runs once, when the last of them is gone; nil if none
 
+	// v1 is the job's cgroup v1 groups (hybrid hosts, jobs with limits;
+	// see cgroupv1_linux.go); nil if none.
+	v1 *cgroup.V1Group
+
 	// Interactive input (see input_linux.go): the pty master of a terminal
 	// job, or the write end of a stdin pipe held open. nil for jobs whose
 	// stdin is /dev/null or given whole at start.
@@ -132,9 +136,15 @@ func (p *proc) spawn(s *spawnSpec) error {
 	if err != nil {
 		return err
 	}
+	v1g, err := s.contain.v1Group(s.sandbox != nil)
+	if err != nil {
+		removeGroup(cg)
+		return err
+	}
 	st, err := openStreams(s)
 	if err != nil {
 		removeGroup(cg)
+		removeV1(v1g)
 		return err
 	}
 	cmd := &osexec.Cmd{
@@ -160,17 +170,18 @@ func (p *proc) spawn(s *spawnSpec) error {
 		cmd.SysProcAttr.UseCgroupFD = true
 		cmd.SysProcAttr.CgroupFD = cg.FD()
 	}
-	startCmd := func(path string, args []string, extra []*os.File) error {
+	startCmd := s.contain.startInV1(&v1g, s.bash, func(path string, args []string, extra []*os.File) error {
 		cmd.Path, cmd.Args, cmd.ExtraFiles = path, args, extra
 		return cmd.Start()
-	}
+	})
 	registered := reaperOf.spawning()
 	argv := s.contain.commandLine(s.command)
-	if s.sandbox != nil {
-		err = s.sandbox(s.bash, argv, startCmd)
-	} else {
-		err = startCmd(s.bash, argv, nil)
-	}
+	err = s.contain.runForV1(v1g, s.sandbox != nil, func() error {
+		if s.sandbox != nil {
+			return s.sandbox(s.bash, argv, startCmd)
+		}
+		return startCmd(s.bash, argv, nil)
+	})
 	if err == nil {
 		registered(cmd.Process.Pid)
 	} else {
@@ -185,6 +196,7 @@ func (p *proc) spawn(s *spawnSpec) error {
 	if err != nil {
 		st.closeParentEnds()
 		removeGroup(cg)
+		removeV1(v1g)
 		return spawnError(err, s.dir, s.sandbox != nil)
 	}
 	if cg != nil {
@@ -194,6 +206,7 @@ func (p *proc) spawn(s *spawnSpec) error {
 	p.mu.Lock()
 	p.cg = cg
 	p.onRemainder = s.onRemainder
+	p.v1 = v1g
 	if s.contain.track {
 		p.tree = newTree(cmd.Process.Pid)
 	}

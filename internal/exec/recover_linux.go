@@ -137,6 +137,19 @@ func (e *Executor) recoverLost() error {
 			}
 		}
 	}
+	// The v1 groups of the lost jobs (hybrid hosts): their processes are
+	// in the cgroup2 groups killed above too; any that are not die here.
+	var v1s []*cgroup.V1Group
+	if e.run.cont.v1 != nil {
+		v1s = e.run.cont.v1.Leftovers()
+		for _, g := range v1s {
+			for _, pid := range g.Procs() {
+				if syscall.Kill(pid, syscall.SIGKILL) == nil {
+					killed[pid] = struct{}{}
+				}
+			}
+		}
+	}
 	procs := scanProcs()
 	for _, ent := range ents {
 		killIndexed(ent, procs, killed)
@@ -144,7 +157,7 @@ func (e *Executor) recoverLost() error {
 	if err := killRecordedAdopted(dir, procs, killed); err != nil {
 		e.log.Warn("stop processes adopted by a previous run", "err", err)
 	}
-	if len(gs) > 0 {
+	if len(gs) > 0 || len(v1s) > 0 {
 		// Removing a group waits for its processes to be gone; nothing
 		// new is placed in these groups, so that need not hold up the start.
 		go func() {
@@ -152,6 +165,14 @@ func (e *Executor) recoverLost() error {
 				g.WaitEmpty(10 * time.Second)
 				if err := g.Remove(); err != nil {
 					e.log.Warn("remove leftover cgroup", "err", err)
+				}
+			}
+			for _, g := range v1s {
+				for deadline := time.Now().Add(10 * time.Second); len(g.Procs()) > 0 && time.Now().Before(deadline); {
+					time.Sleep(5 * time.Millisecond)
+				}
+				if err := g.Remove(); err != nil {
+					e.log.Warn("remove leftover cgroup v1 groups", "err", err)
 				}
 			}
 		}()

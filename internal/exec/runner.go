@@ -61,6 +61,7 @@ func newRunner(log *slog.Logger, opts Options, m *metrics) (*runner, error) {
 	if r.cont, err = newContainer(opts.Containment, opts.Home, bash, log); err != nil {
 		return nil, err
 	}
+	r.cont.openV1(opts.Home, opts.NoCgroupV1)
 	// One /dev/null for every child's stdin instead of an open per spawn.
 	if r.devNull, err = os.Open(os.DevNull); err != nil {
 		return nil, fmt.Errorf("open %s: %w", os.DevNull, err)

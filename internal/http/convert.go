@@ -367,7 +367,7 @@ func toAPIJob(s exec.Snapshot) api.Job {
 	if s.EndedAt != nil {
 		j.DurationMs = ptr(s.Duration.Milliseconds())
 		if s.State != exec.StateLost {
-			j.Usage = &api.JobUsage{CpuMs: s.Usage.CPUTime.Milliseconds(), PeakMemoryBytes: optional(s.Usage.PeakMemoryBytes)}
+			j.Usage = &api.JobUsage{CpuMs: s.Usage.CPUTime.Milliseconds(), PeakMemoryBytes: optional(s.Usage.PeakMemoryBytes), PeakPids: optional(s.Usage.PeakPids)}
 		}
 	}
 	j.Sandbox = toAPISandbox(s.Sandbox)
@@ -455,6 +455,13 @@ func toAPIContainment(c exec.ContainmentInfo) api.Containment {
 	}
 	for _, ctl := range c.Controllers {
 		out.Controllers = append(out.Controllers, api.ContainmentControllers(ctl))
+	}
+	if len(c.V1Controllers) > 0 {
+		v1 := make([]api.ContainmentV1Controllers, 0, len(c.V1Controllers))
+		for _, ctl := range c.V1Controllers {
+			v1 = append(v1, api.ContainmentV1Controllers(ctl))
+		}
+		out.V1Controllers = &v1
 	}
 	if c.Reason != "" {
 		out.Reason = &c.Reason

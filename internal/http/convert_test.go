@@ -194,6 +194,14 @@ func TestToAPIContainment(t *testing.T) {
 				Limits: &api.JobLimitsEnforcement{Pids: ptr(api.LimitEnforcementCgroup), MemoryBytes: ptr(api.LimitEnforcementCgroup), Cpu: ptr(api.LimitEnforcementWatcher)}},
 		},
 		{
+			"hybrid",
+			exec.ContainmentInfo{Requested: "cgroup", Mode: "cgroup", CgroupDir: "/sys/fs/cgroup/unified/x", V1Controllers: []string{"cpu", "memory", "pids"},
+				Limits: exec.LimitEnforcement{Pids: "cgroup_v1", MemoryBytes: "cgroup_v1", CPU: "cgroup_v1"}},
+			api.Containment{Requested: "cgroup", Mode: "cgroup", Controllers: []api.ContainmentControllers{},
+				V1Controllers: &[]api.ContainmentV1Controllers{"cpu", "memory", "pids"},
+				Limits:        &api.JobLimitsEnforcement{Pids: ptr(api.LimitEnforcementCgroupV1), MemoryBytes: ptr(api.LimitEnforcementCgroupV1), Cpu: ptr(api.LimitEnforcementCgroupV1)}},
+		},
+		{
 			"fallback",
 			exec.ContainmentInfo{Requested: "auto", Mode: "group", Reason: reason, Subreaper: true},
 			api.Containment{Requested: "auto", Mode: "group", Reason: &reason, Controllers: []api.ContainmentControllers{}, Subreaper: true},

@@ -886,6 +886,12 @@ export interface components {
             reason?: string;
             /** @description The cgroup controllers delegated to jobs, for `cpu.max`, `memory.max` and `pids.max`. */
             controllers: ("cpu" | "memory" | "pids")[];
+            /**
+             * @description The limit controllers cgroup2 lacks here that cgroup v1 provides (hybrid hosts):
+             *     a job with limits is also born in v1 groups (`pids.max`, `memory.limit_in_bytes`
+             *     with swap at the same bound, `cpu.cfs_quota_us` and `cpuacct`), removed when it ends.
+             */
+            v1Controllers?: ("cpu" | "memory" | "pids")[];
             /** @description dshd adopts the descendants that leave their job. */
             subreaper: boolean;
             /** @description How this host enforces each limit a job may have (`jobs.limits`, an agent's, a request's). */
@@ -1404,7 +1410,8 @@ export interface components {
          *     a limit above the enclosing one fails with 422 `limits_looser`. Without an agent, a
          *     limit given replaces the server's for this job.
          *     Enforced by the job's cgroup (`pids.max`, `memory.max`, `cpu.max`) where those
-         *     controllers are delegated; in cgroup mode without them dshd watches the job every
+         *     controllers are delegated, else by cgroup v1 groups where a hybrid host binds them
+         *     there (`cgroup_v1`); in cgroup mode without them dshd watches the job every
          *     50 ms, kills it past `pids` or `memoryBytes` (`killedBy`: `pids_limit`, `oom`) and
          *     freezes it while past its `cpu` share; in group mode `memoryBytes` is each
          *     process's `RLIMIT_AS` (allocations past it fail) and `pids` and `cpu` are not
@@ -1481,7 +1488,12 @@ export interface components {
         };
         /**
          * @description `cgroup`: by the kernel, through the job cgroup's controller (`pids.max`,
-         *     `memory.max` with swap off, `cpu.max`). `watcher`: by dshd, which checks the job's
+         *     `memory.max` with swap off, `cpu.max`). `cgroup_v1`: by the kernel, through a
+         *     cgroup v1 controller the job is born under (hybrid hosts, where cgroup2 lacks it:
+         *     `pids.max`, `memory.limit_in_bytes` with swap at the same bound,
+         *     `cpu.cfs_quota_us`). With either, once the kernel refuses a fork at `pids` or
+         *     OOM-kills a process at `memoryBytes`, dshd ends the whole job (`killedBy`
+         *     `pids_limit`, `oom`). `watcher`: by dshd, which checks the job's
          *     cgroup every 50 ms: past `pids` or `memoryBytes` it kills the whole job
          *     (`killedBy`); past its `cpu` share it freezes the job (`cgroup.freeze`) until the
          *     share has caught up. `rlimit`:
@@ -1490,18 +1502,23 @@ export interface components {
          *     kernel limit that means the same).
          * @enum {string}
          */
-        LimitEnforcement: "cgroup" | "watcher" | "rlimit" | "none";
+        LimitEnforcement: "cgroup" | "cgroup_v1" | "watcher" | "rlimit" | "none";
         JobUsage: {
             /**
              * Format: int64
-             * @description User plus system CPU time: of the whole cgroup in cgroup mode, else of the leader and the descendants it waited for.
+             * @description User plus system CPU time: of the whole cgroup in cgroup mode (its cgroup2 group, or its v1 cpuacct group where it has one), measured when the leader exits, else of the leader and the descendants it waited for.
              */
             cpuMs: number;
             /**
              * Format: int64
-             * @description memory.peak where the memory controller is delegated, else the largest resident set of the leader and the descendants it waited for.
+             * @description memory.peak where the memory controller is delegated, the v1 memory group's memory.max_usage_in_bytes where the job has one (on a hybrid host: a memory limit, a sandboxed job with limits, or any bubblewrap job), else the largest resident set of the leader and the descendants it waited for.
              */
             peakMemoryBytes?: number | null;
+            /**
+             * Format: int64
+             * @description The most processes (tasks) of the job at once, from the kernel's pids.peak (Linux 6.13 or later) where the job has a pids group: a delegated pids controller, or on a hybrid host a v1 pids group for a pids limit. Absent otherwise.
+             */
+            peakPids?: number | null;
         };
         /**
          * @description `lost`: the job was running when a previous dshd process died (crash, `kill -9`);

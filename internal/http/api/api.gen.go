@@ -55,19 +55,19 @@ func (e BuiltinContributorKind) Valid() bool {
 
 // Defines values for ContainmentControllers.
 const (
-	Cpu    ContainmentControllers = "cpu"
-	Memory ContainmentControllers = "memory"
-	Pids   ContainmentControllers = "pids"
+	ContainmentControllersCpu    ContainmentControllers = "cpu"
+	ContainmentControllersMemory ContainmentControllers = "memory"
+	ContainmentControllersPids   ContainmentControllers = "pids"
 )
 
 // Valid indicates whether the value is a known member of the ContainmentControllers enum.
 func (e ContainmentControllers) Valid() bool {
 	switch e {
-	case Cpu:
+	case ContainmentControllersCpu:
 		return true
-	case Memory:
+	case ContainmentControllersMemory:
 		return true
-	case Pids:
+	case ContainmentControllersPids:
 		return true
 	default:
 		return false
@@ -107,6 +107,27 @@ func (e ContainmentRequested) Valid() bool {
 	case ContainmentRequestedCgroup:
 		return true
 	case ContainmentRequestedGroup:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ContainmentV1Controllers.
+const (
+	ContainmentV1ControllersCpu    ContainmentV1Controllers = "cpu"
+	ContainmentV1ControllersMemory ContainmentV1Controllers = "memory"
+	ContainmentV1ControllersPids   ContainmentV1Controllers = "pids"
+)
+
+// Valid indicates whether the value is a known member of the ContainmentV1Controllers enum.
+func (e ContainmentV1Controllers) Valid() bool {
+	switch e {
+	case ContainmentV1ControllersCpu:
+		return true
+	case ContainmentV1ControllersMemory:
+		return true
+	case ContainmentV1ControllersPids:
 		return true
 	default:
 		return false
@@ -406,16 +427,19 @@ func (e JobState) Valid() bool {
 
 // Defines values for LimitEnforcement.
 const (
-	LimitEnforcementCgroup  LimitEnforcement = "cgroup"
-	LimitEnforcementNone    LimitEnforcement = "none"
-	LimitEnforcementRlimit  LimitEnforcement = "rlimit"
-	LimitEnforcementWatcher LimitEnforcement = "watcher"
+	LimitEnforcementCgroup   LimitEnforcement = "cgroup"
+	LimitEnforcementCgroupV1 LimitEnforcement = "cgroup_v1"
+	LimitEnforcementNone     LimitEnforcement = "none"
+	LimitEnforcementRlimit   LimitEnforcement = "rlimit"
+	LimitEnforcementWatcher  LimitEnforcement = "watcher"
 )
 
 // Valid indicates whether the value is a known member of the LimitEnforcement enum.
 func (e LimitEnforcement) Valid() bool {
 	switch e {
 	case LimitEnforcementCgroup:
+		return true
+	case LimitEnforcementCgroupV1:
 		return true
 	case LimitEnforcementNone:
 		return true
@@ -826,7 +850,8 @@ type AgentInput struct {
 	// a limit above the enclosing one fails with 422 `limits_looser`. Without an agent, a
 	// limit given replaces the server's for this job.
 	// Enforced by the job's cgroup (`pids.max`, `memory.max`, `cpu.max`) where those
-	// controllers are delegated; in cgroup mode without them dshd watches the job every
+	// controllers are delegated, else by cgroup v1 groups where a hybrid host binds them
+	// there (`cgroup_v1`); in cgroup mode without them dshd watches the job every
 	// 50 ms, kills it past `pids` or `memoryBytes` (`killedBy`: `pids_limit`, `oom`) and
 	// freezes it while past its `cpu` share; in group mode `memoryBytes` is each
 	// process's `RLIMIT_AS` (allocations past it fail) and `pids` and `cpu` are not
@@ -975,6 +1000,11 @@ type Containment struct {
 
 	// Subreaper dshd adopts the descendants that leave their job.
 	Subreaper bool `json:"subreaper"`
+
+	// V1Controllers The limit controllers cgroup2 lacks here that cgroup v1 provides (hybrid hosts):
+	// a job with limits is also born in v1 groups (`pids.max`, `memory.limit_in_bytes`
+	// with swap at the same bound, `cpu.cfs_quota_us` and `cpuacct`), removed when it ends.
+	V1Controllers *[]ContainmentV1Controllers `json:"v1Controllers,omitempty"`
 }
 
 // ContainmentControllers defines model for Containment.Controllers.
@@ -985,6 +1015,9 @@ type ContainmentMode string
 
 // ContainmentRequested The configured mode.
 type ContainmentRequested string
+
+// ContainmentV1Controllers defines model for Containment.V1Controllers.
+type ContainmentV1Controllers string
 
 // Contributor A registered contributor, told apart by `kind`: `builtin` for the built-in
 // contributors (no resolver), else its resolver's kind, with that resolver.
@@ -1085,7 +1118,8 @@ type ExecRequest struct {
 	// a limit above the enclosing one fails with 422 `limits_looser`. Without an agent, a
 	// limit given replaces the server's for this job.
 	// Enforced by the job's cgroup (`pids.max`, `memory.max`, `cpu.max`) where those
-	// controllers are delegated; in cgroup mode without them dshd watches the job every
+	// controllers are delegated, else by cgroup v1 groups where a hybrid host binds them
+	// there (`cgroup_v1`); in cgroup mode without them dshd watches the job every
 	// 50 ms, kills it past `pids` or `memoryBytes` (`killedBy`: `pids_limit`, `oom`) and
 	// freezes it while past its `cpu` share; in group mode `memoryBytes` is each
 	// process's `RLIMIT_AS` (allocations past it fail) and `pids` and `cpu` are not
@@ -1143,7 +1177,8 @@ type ForkInput struct {
 	// a limit above the enclosing one fails with 422 `limits_looser`. Without an agent, a
 	// limit given replaces the server's for this job.
 	// Enforced by the job's cgroup (`pids.max`, `memory.max`, `cpu.max`) where those
-	// controllers are delegated; in cgroup mode without them dshd watches the job every
+	// controllers are delegated, else by cgroup v1 groups where a hybrid host binds them
+	// there (`cgroup_v1`); in cgroup mode without them dshd watches the job every
 	// 50 ms, kills it past `pids` or `memoryBytes` (`killedBy`: `pids_limit`, `oom`) and
 	// freezes it while past its `cpu` share; in group mode `memoryBytes` is each
 	// process's `RLIMIT_AS` (allocations past it fail) and `pids` and `cpu` are not
@@ -1403,7 +1438,12 @@ type JobLimits struct {
 // JobLimitsEnforcement How each limit that is set was enforced.
 type JobLimitsEnforcement struct {
 	// Cpu `cgroup`: by the kernel, through the job cgroup's controller (`pids.max`,
-	// `memory.max` with swap off, `cpu.max`). `watcher`: by dshd, which checks the job's
+	// `memory.max` with swap off, `cpu.max`). `cgroup_v1`: by the kernel, through a
+	// cgroup v1 controller the job is born under (hybrid hosts, where cgroup2 lacks it:
+	// `pids.max`, `memory.limit_in_bytes` with swap at the same bound,
+	// `cpu.cfs_quota_us`). With either, once the kernel refuses a fork at `pids` or
+	// OOM-kills a process at `memoryBytes`, dshd ends the whole job (`killedBy`
+	// `pids_limit`, `oom`). `watcher`: by dshd, which checks the job's
 	// cgroup every 50 ms: past `pids` or `memoryBytes` it kills the whole job
 	// (`killedBy`); past its `cpu` share it freezes the job (`cgroup.freeze`) until the
 	// share has caught up. `rlimit`:
@@ -1413,7 +1453,12 @@ type JobLimitsEnforcement struct {
 	Cpu *LimitEnforcement `json:"cpu,omitempty"`
 
 	// MemoryBytes `cgroup`: by the kernel, through the job cgroup's controller (`pids.max`,
-	// `memory.max` with swap off, `cpu.max`). `watcher`: by dshd, which checks the job's
+	// `memory.max` with swap off, `cpu.max`). `cgroup_v1`: by the kernel, through a
+	// cgroup v1 controller the job is born under (hybrid hosts, where cgroup2 lacks it:
+	// `pids.max`, `memory.limit_in_bytes` with swap at the same bound,
+	// `cpu.cfs_quota_us`). With either, once the kernel refuses a fork at `pids` or
+	// OOM-kills a process at `memoryBytes`, dshd ends the whole job (`killedBy`
+	// `pids_limit`, `oom`). `watcher`: by dshd, which checks the job's
 	// cgroup every 50 ms: past `pids` or `memoryBytes` it kills the whole job
 	// (`killedBy`); past its `cpu` share it freezes the job (`cgroup.freeze`) until the
 	// share has caught up. `rlimit`:
@@ -1423,7 +1468,12 @@ type JobLimitsEnforcement struct {
 	MemoryBytes *LimitEnforcement `json:"memoryBytes,omitempty"`
 
 	// Pids `cgroup`: by the kernel, through the job cgroup's controller (`pids.max`,
-	// `memory.max` with swap off, `cpu.max`). `watcher`: by dshd, which checks the job's
+	// `memory.max` with swap off, `cpu.max`). `cgroup_v1`: by the kernel, through a
+	// cgroup v1 controller the job is born under (hybrid hosts, where cgroup2 lacks it:
+	// `pids.max`, `memory.limit_in_bytes` with swap at the same bound,
+	// `cpu.cfs_quota_us`). With either, once the kernel refuses a fork at `pids` or
+	// OOM-kills a process at `memoryBytes`, dshd ends the whole job (`killedBy`
+	// `pids_limit`, `oom`). `watcher`: by dshd, which checks the job's
 	// cgroup every 50 ms: past `pids` or `memoryBytes` it kills the whole job
 	// (`killedBy`); past its `cpu` share it freezes the job (`cgroup.freeze`) until the
 	// share has caught up. `rlimit`:
@@ -1479,11 +1529,14 @@ type JobTerminal struct {
 
 // JobUsage defines model for JobUsage.
 type JobUsage struct {
-	// CpuMs User plus system CPU time: of the whole cgroup in cgroup mode, else of the leader and the descendants it waited for.
+	// CpuMs User plus system CPU time: of the whole cgroup in cgroup mode (its cgroup2 group, or its v1 cpuacct group where it has one), measured when the leader exits, else of the leader and the descendants it waited for.
 	CpuMs int64 `json:"cpuMs"`
 
-	// PeakMemoryBytes memory.peak where the memory controller is delegated, else the largest resident set of the leader and the descendants it waited for.
+	// PeakMemoryBytes memory.peak where the memory controller is delegated, the v1 memory group's memory.max_usage_in_bytes where the job has one (on a hybrid host: a memory limit, a sandboxed job with limits, or any bubblewrap job), else the largest resident set of the leader and the descendants it waited for.
 	PeakMemoryBytes *int64 `json:"peakMemoryBytes,omitempty"`
+
+	// PeakPids The most processes (tasks) of the job at once, from the kernel's pids.peak (Linux 6.13 or later) where the job has a pids group: a delegated pids controller, or on a hybrid host a v1 pids group for a pids limit. Absent otherwise.
+	PeakPids *int64 `json:"peakPids,omitempty"`
 }
 
 // KeySpec defines model for KeySpec.
@@ -1495,7 +1548,12 @@ type KeySpec struct {
 }
 
 // LimitEnforcement `cgroup`: by the kernel, through the job cgroup's controller (`pids.max`,
-// `memory.max` with swap off, `cpu.max`). `watcher`: by dshd, which checks the job's
+// `memory.max` with swap off, `cpu.max`). `cgroup_v1`: by the kernel, through a
+// cgroup v1 controller the job is born under (hybrid hosts, where cgroup2 lacks it:
+// `pids.max`, `memory.limit_in_bytes` with swap at the same bound,
+// `cpu.cfs_quota_us`). With either, once the kernel refuses a fork at `pids` or
+// OOM-kills a process at `memoryBytes`, dshd ends the whole job (`killedBy`
+// `pids_limit`, `oom`). `watcher`: by dshd, which checks the job's
 // cgroup every 50 ms: past `pids` or `memoryBytes` it kills the whole job
 // (`killedBy`); past its `cpu` share it freezes the job (`cgroup.freeze`) until the
 // share has caught up. `rlimit`:
@@ -1512,7 +1570,8 @@ type LimitEnforcement string
 // a limit above the enclosing one fails with 422 `limits_looser`. Without an agent, a
 // limit given replaces the server's for this job.
 // Enforced by the job's cgroup (`pids.max`, `memory.max`, `cpu.max`) where those
-// controllers are delegated; in cgroup mode without them dshd watches the job every
+// controllers are delegated, else by cgroup v1 groups where a hybrid host binds them
+// there (`cgroup_v1`); in cgroup mode without them dshd watches the job every
 // 50 ms, kills it past `pids` or `memoryBytes` (`killedBy`: `pids_limit`, `oom`) and
 // freezes it while past its `cpu` share; in group mode `memoryBytes` is each
 // process's `RLIMIT_AS` (allocations past it fail) and `pids` and `cpu` are not
@@ -1821,7 +1880,8 @@ type SpawnInput struct {
 	// a limit above the enclosing one fails with 422 `limits_looser`. Without an agent, a
 	// limit given replaces the server's for this job.
 	// Enforced by the job's cgroup (`pids.max`, `memory.max`, `cpu.max`) where those
-	// controllers are delegated; in cgroup mode without them dshd watches the job every
+	// controllers are delegated, else by cgroup v1 groups where a hybrid host binds them
+	// there (`cgroup_v1`); in cgroup mode without them dshd watches the job every
 	// 50 ms, kills it past `pids` or `memoryBytes` (`killedBy`: `pids_limit`, `oom`) and
 	// freezes it while past its `cpu` share; in group mode `memoryBytes` is each
 	// process's `RLIMIT_AS` (allocations past it fail) and `pids` and `cpu` are not
