@@ -14,7 +14,6 @@ import (
 	"github.com/dshd/dshd/internal/exec"
 	"github.com/dshd/dshd/internal/run"
 	"github.com/dshd/dshd/internal/shellenv"
-	"github.com/dshd/dshd/internal/tools"
 )
 
 // stopTimeout bounds how long a cancelled call waits for its job to stop
@@ -83,8 +82,9 @@ func (h *Handler) toolHandler(agentID, name string) sdk.ToolHandler {
 			progress.stop() // no notification may follow the result
 		}
 		switch {
-		case errors.Is(err, tools.ErrInvalidArguments), errors.Is(err, shellenv.ErrResolution):
-			// The model (or the harness operator) can act on these: tell it.
+		case errors.Is(err, shellenv.ErrResolution):
+			// The harness operator can act on it: tell the model, who can say so.
+			// (Arguments the model got wrong are results of the pipeline's own.)
 			return errorResult(err.Error()), nil
 		case errors.Is(err, agents.ErrNotFound):
 			return errorResult("this session's agent " + agentID + " no longer exists; start a new session"), nil

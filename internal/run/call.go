@@ -1,6 +1,7 @@
 package run
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -66,13 +67,17 @@ type CallResult struct {
 // PostToolUse hooks then see the response; a block there marks the result an
 // error. The job_* tools see only the agent's own jobs.
 //
-// Problems the model can act on (a blocked call, a workdir that does not
-// exist, too many background jobs, a job that is not found) are results with
-// IsError set, not errors. Call returns errors wrapping: agents.ErrNotFound
-// for an unknown agent, tools.ErrUnknownTool, tools.ErrInvalidArguments (nothing is
-// recorded for these three), shellenv.ErrResolution when the managed
-// environment could not be collected, and exec or context errors. Once the
-// call is recorded, such a failure is recorded too, as an error result.
+// args may also be a JSON string holding the arguments object, as OpenAI's
+// APIs deliver it; the object is what is recorded then.
+//
+// Problems the model can act on (arguments that break the tool's schema or
+// rules, a blocked call, a workdir that does not exist, too many background
+// jobs, a job that is not found) are results with IsError set, recorded like
+// any other, not errors. Call returns errors wrapping: agents.ErrNotFound
+// for an unknown agent, tools.ErrUnknownTool (nothing is recorded for these
+// two), shellenv.ErrResolution when the managed environment could not be
+// collected, and exec or context errors. Once the call is recorded, such a
+// failure is recorded too, as an error result.
 func (s *Service) Call(ctx context.Context, agentID, name, callID string, args json.RawMessage) (CallResult, error) {
 	return s.CallWith(ctx, agentID, name, callID, args, CallOptions{})
 }
@@ -95,32 +100,29 @@ func (s *Service) CallWith(ctx context.Context, agentID, name, callID string, ar
 	if !tools.Known(name) {
 		return CallResult{}, fmt.Errorf("%w %q", tools.ErrUnknownTool, name)
 	}
-	a, err := tools.ParseArgs(name, args)
-	if err != nil {
-		return CallResult{}, err
-	}
+	args = tools.Unwrap(args) // a string holding the object, as OpenAI sends it
+	a, argErr := tools.ParseArgs(name, args)
 	if callID == "" {
 		callID = s.ids.New("call_")
 	}
-	recorded := json.RawMessage("{}")
-	if t := strings.TrimSpace(string(args)); t != "" && t != "null" {
-		recorded = args
-	}
-	if err := s.record(ctx, agentID, agents.EventToolCall, callEvent{CallID: callID, Name: name, Arguments: recorded, Ignored: a.Ignored()}); err != nil {
+	if err := s.record(ctx, agentID, agents.EventToolCall, callEvent{CallID: callID, Name: name, Arguments: recordable(args), Ignored: a.Ignored()}); err != nil {
 		return CallResult{}, err
 	}
 
 	var res CallResult
-	switch name {
-	case tools.ToolBash:
+	switch {
+	case argErr != nil:
+		// The model's mistake: tell it, so it can correct the call.
+		res = CallResult{IsError: true, Text: argErr.Error()}
+	case name == tools.ToolBash:
 		res, err = s.bash(ctx, agent, callID, a, o.Started)
-	case tools.ToolJobOutput:
+	case name == tools.ToolJobOutput:
 		res, err = s.jobOutput(ctx, agentID, a)
-	case tools.ToolJobList:
+	case name == tools.ToolJobList:
 		res = s.jobList(agentID, a)
-	case tools.ToolJobKill:
+	case name == tools.ToolJobKill:
 		res, err = s.jobKill(ctx, agentID, a)
-	case tools.ToolWriteStdin:
+	case name == tools.ToolWriteStdin:
 		res, err = s.writeStdin(ctx, agent, callID, a)
 	}
 	res.CallID = callID
@@ -152,6 +154,23 @@ func (s *Service) CallWith(ctx context.Context, agentID, name, callID string, ar
 		return CallResult{}, err
 	}
 	return res, nil
+}
+
+// recordable is args as a tool/call event records them: {} for none, the
+// object as sent, else a JSON string: the string sent, or the text of
+// whatever else was.
+func recordable(args json.RawMessage) json.RawMessage {
+	t := bytes.TrimSpace(args)
+	switch {
+	case len(t) == 0 || bytes.Equal(t, []byte("null")):
+		return json.RawMessage("{}")
+	case t[0] == '{' && json.Valid(t):
+		return json.RawMessage(t)
+	case t[0] == '"' && json.Valid(t):
+		return json.RawMessage(t)
+	}
+	b, _ := json.Marshal(strings.ToValidUTF8(string(t), "\uFFFD"))
+	return b
 }
 
 // callEvent is the data of a tool/call transcript event.

@@ -285,9 +285,6 @@ func TestCallErrors(t *testing.T) {
 	}{
 		{"unknown agent", "agt_nope", tools.ToolBash, `{"command":"true"}`, agents.ErrNotFound},
 		{"unknown tool", a.ID, "python", `{"code":"1"}`, tools.ErrUnknownTool},
-		{"missing command", a.ID, tools.ToolBash, `{"env":{"A":"b"}}`, tools.ErrInvalidArguments},
-		{"ill-typed timeout", a.ID, tools.ToolBash, `{"command":"true","timeout":"soon"}`, tools.ErrInvalidArguments},
-		{"arguments not an object", a.ID, tools.ToolJobKill, `"job_1"`, tools.ErrInvalidArguments},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -302,6 +299,81 @@ func TestCallErrors(t *testing.T) {
 	}
 	if n := w.env.n.Load(); n != 0 {
 		t.Errorf("rejected calls collected the environment %d times", n)
+	}
+}
+
+// TestCallArgumentErrorsAreResults: arguments a model got wrong are an
+// error result that says what is wrong, recorded as tool/call and
+// tool/result like any call, and nothing runs.
+func TestCallArgumentErrorsAreResults(t *testing.T) {
+	w := newWorld(t)
+	a := w.agent(t)
+	tests := []struct {
+		name, tool, args string
+		recorded         string // the tool/call event's arguments
+		want             []string
+	}{
+		{"missing command", tools.ToolBash, `{"env":{"A":"b"}}`, `{"env":{"A":"b"}}`, []string{"command is required"}},
+		{"empty command", tools.ToolBash, `{"command":""}`, `{"command":""}`, []string{"command must not be empty"}},
+		{"timeout as a duration", tools.ToolBash, `{"command":"true","timeout":"30s"}`, `{"command":"true","timeout":"30s"}`, []string{"timeout must be a non-negative integer"}},
+		{"arguments not an object", tools.ToolJobKill, `["job_1"]`, `"[\"job_1\"]"`, []string{"must be a JSON object"}},
+		{"a string that holds no object", tools.ToolJobKill, `"job_1"`, `"job_1"`, []string{"must be a JSON object", "does not hold one"}},
+		{"a string holding a bad object", tools.ToolBash, `"{\"command\":1}"`, `{"command":1}`, []string{"command must be a string"}},
+		{"unknown state", tools.ToolJobList, `{"state":"zombie"}`, `{"state":"zombie"}`, []string{"state must be one of"}},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			callID := fmt.Sprintf("c%d", i)
+			res, err := w.svc.Call(context.Background(), a.ID, tt.tool, callID, json.RawMessage(tt.args))
+			if err != nil {
+				t.Fatalf("Call: %v, want an error result", err)
+			}
+			if !res.IsError || res.CallID != callID || res.JobID != "" {
+				t.Errorf("result = %+v, want an error result of %s without job", res, callID)
+			}
+			for _, sub := range tt.want {
+				if !strings.Contains(res.Text, sub) {
+					t.Errorf("text %q does not say %q", res.Text, sub)
+				}
+			}
+			evs := w.events(t, a.ID, agents.EventToolCall, agents.EventToolResult)
+			if len(evs) < 2 {
+				t.Fatalf("%d events, want the call and its result", len(evs))
+			}
+			call := decode[callEvent](t, evs[len(evs)-2].Data)
+			result := decode[resultEvent](t, evs[len(evs)-1].Data)
+			if call.CallID != callID || call.Name != tt.tool || string(call.Arguments) != tt.recorded {
+				t.Errorf("tool/call = %+v, want %s %s %s", call, callID, tt.tool, tt.recorded)
+			}
+			if result.CallID != callID || !result.IsError || result.Text != res.Text {
+				t.Errorf("tool/result = %+v, want the error result %q", result, res.Text)
+			}
+		})
+	}
+	if n := w.env.n.Load(); n != 0 {
+		t.Errorf("calls with bad arguments collected the environment %d times", n)
+	}
+	if jobs := w.jobs.Jobs(a.ID, ""); len(jobs) != 0 {
+		t.Errorf("calls with bad arguments started %d jobs", len(jobs))
+	}
+}
+
+// TestCallStringArguments: arguments as a JSON string holding the object
+// (OpenAI's shape) run the call; the object is what is recorded.
+func TestCallStringArguments(t *testing.T) {
+	w := newWorld(t)
+	a := w.agent(t)
+	raw, _ := json.Marshal(`{"command":"echo $DSH_SESSION_ID","description":"id"}`)
+	res, err := w.svc.Call(context.Background(), a.ID, tools.ToolBash, "c1", raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.IsError || res.Text != a.ID {
+		t.Errorf("result = %+v, want the agent id", res)
+	}
+	evs := w.events(t, a.ID, agents.EventToolCall)
+	if got := string(decode[callEvent](t, evs[0].Data).Arguments); got != `{"command":"echo $DSH_SESSION_ID","description":"id"}` {
+		t.Errorf("recorded arguments %s, want the object", got)
 	}
 }
 

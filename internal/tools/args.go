@@ -163,10 +163,31 @@ func (a Args) Has(name string) bool {
 	return s || i || b
 }
 
-// ParseArgs decodes raw (a JSON object, or empty/null for no arguments)
-// against the declared parameters of tool. Undeclared names are collected in
-// ignored, sorted. A declared argument whose value is null counts as absent.
-// Every problem is reported at once in an error wrapping ErrInvalidArguments.
+// Unwrap returns the arguments object a JSON string raw holds (OpenAI's
+// APIs deliver a function call's arguments as a string of JSON), and raw
+// itself when it is not a string or holds no JSON object.
+func Unwrap(raw json.RawMessage) json.RawMessage {
+	trimmed := bytes.TrimSpace(raw)
+	if len(trimmed) == 0 || trimmed[0] != '"' {
+		return raw
+	}
+	var s string
+	if json.Unmarshal(trimmed, &s) != nil {
+		return raw
+	}
+	inner := bytes.TrimSpace([]byte(s))
+	if len(inner) == 0 || inner[0] != '{' || !json.Valid(inner) {
+		return raw
+	}
+	return inner
+}
+
+// ParseArgs decodes raw (a JSON object, a JSON string holding one, or
+// empty/null for no arguments) against the declared parameters of tool.
+// Undeclared names are collected in ignored, sorted. A declared argument
+// whose value is null counts as absent. Every problem is reported at once,
+// in words meant for the model that sent the arguments, in an error
+// wrapping ErrInvalidArguments.
 func ParseArgs(tool string, raw json.RawMessage) (Args, error) {
 	a := Args{
 		strings: map[string]string{},
@@ -175,9 +196,12 @@ func ParseArgs(tool string, raw json.RawMessage) (Args, error) {
 		ignored: []string{},
 	}
 	var obj map[string]json.RawMessage
-	trimmed := bytes.TrimSpace(raw)
+	trimmed := bytes.TrimSpace(Unwrap(raw))
 	if len(trimmed) > 0 && !bytes.Equal(trimmed, []byte("null")) {
-		if trimmed[0] != '{' {
+		switch {
+		case trimmed[0] == '"':
+			return a, fmt.Errorf("%w for %s: arguments must be a JSON object; the string given does not hold one", ErrInvalidArguments, tool)
+		case trimmed[0] != '{':
 			return a, fmt.Errorf("%w for %s: arguments must be a JSON object", ErrInvalidArguments, tool)
 		}
 		if err := json.Unmarshal(trimmed, &obj); err != nil {
