@@ -112,6 +112,7 @@ type Job struct {
 	agentID    string
 	cwd        string
 	background bool
+	mayOutlive bool // see Spec.MayOutlive
 	managed    shellenv.Overlay
 	timeout    time.Duration
 	idemKey    string
@@ -148,6 +149,12 @@ func (j *Job) ID() string { return j.id }
 
 // Background reports whether the job was started as a background job.
 func (j *Job) Background() bool { return j.background }
+
+// countsAgainstAgent reports whether j holds one of its agent's background
+// slots while it runs (Options.MaxBackgroundPerAgent).
+func (j *Job) countsAgainstAgent() bool {
+	return (j.background || j.mayOutlive) && j.agentID != ""
+}
 
 // Done returns a channel closed when the job is finished: its leader exited
 // and its output is drained.

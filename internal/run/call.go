@@ -252,6 +252,9 @@ func (s *Service) bash(ctx context.Context, agent agents.Agent, callID string, a
 	if a.Has("yield_time_ms") {
 		yield = time.Duration(a.Int("yield_time_ms")) * time.Millisecond
 	}
+	// A call that may return while its job runs on holds one of the agent's
+	// background slots, as run_in_background does.
+	spec.MayOutlive = !spec.Background && yield > 0
 	// Hooks run in the agent's cwd (DESIGN §7), never in the workdir the
 	// model asked for: a project's hooks are found relative to it (often via
 	// CLAUDE_PROJECT_DIR), and a hook that cannot be found does not block.
@@ -271,12 +274,19 @@ func (s *Service) bash(ctx context.Context, agent agents.Agent, callID string, a
 	}
 
 	job, err := s.start(ctx, &agent, spec, pre)
-	var blocked *errBlocked
+	var (
+		blocked *errBlocked
+		tooMany *exec.TooManyJobsError
+	)
 	switch {
 	case errors.As(err, &blocked):
 		res := CallResult{IsError: true, Text: blockedText("PreToolUse", blocked.reason)}
 		addHookOutput(&res, preOut)
 		return res, nil
+	case errors.As(err, &tooMany) && tooMany.Limit == "agent":
+		return CallResult{IsError: true, Text: fmt.Sprintf("could not start the command: too many jobs: %d of your jobs already run on their own "+
+			"(run_in_background, or still running after yield_time_ms or tty), the most allowed; wait for one to end "+
+			"(job_output with waitMs) or stop one (job_kill), then try again; job_list lists them", tooMany.Max)}, nil
 	case errors.Is(err, exec.ErrInvalidCwd), errors.Is(err, exec.ErrInvalidInput), errors.Is(err, exec.ErrTooManyJobs),
 		errors.Is(err, exec.ErrTooLarge), errors.Is(err, exec.ErrTimeoutTooLong), errors.Is(err, sandbox.ErrUnavailable):
 		// The model can fix these itself: tell it rather than fail the request.
@@ -285,12 +295,13 @@ func (s *Service) bash(ctx context.Context, agent agents.Agent, callID string, a
 		return CallResult{}, err
 	}
 
-	res, response, err := s.bashResult(ctx, job, started, yield)
+	// The job runs whether or not the caller stays (a harness's HTTP client
+	// may go away; an MCP cancellation stops the job through its own path):
+	// what follows is the job's real result, and the transcript records it.
+	ctx = context.WithoutCancel(ctx)
+	res, response := s.bashResult(ctx, job, started, yield)
 	pol := job.Sandbox()
 	res.Sandbox = &pol
-	if err != nil {
-		return res, err
-	}
 	addHookOutput(&res, preOut)
 	post := hookInput(hooks.PostToolUse)
 	post.ToolResponse = response
@@ -354,12 +365,13 @@ func bashHookInput(a tools.Args) map[string]any {
 // foreground one (started, when set, is told before the wait) until it
 // ends or, with yield > 0, until yield has passed: the result then shows
 // the output so far and "[still running: job <id>]", and write_stdin
-// carries on from there.
-func (s *Service) bashResult(ctx context.Context, job *exec.Job, started func(*exec.Job), yield time.Duration) (CallResult, map[string]any, error) {
+// carries on from there. A ctx that ends stops the wait early, with the
+// output so far, like a yield.
+func (s *Service) bashResult(ctx context.Context, job *exec.Job, started func(*exec.Job), yield time.Duration) (CallResult, map[string]any) {
 	res := CallResult{JobID: job.ID()}
 	if job.Background() {
 		res.Text = tools.StartedText(job.ID())
-		return res, map[string]any{"stdout": "", "stderr": "", "exitCode": nil, "interrupted": false, "backgroundTaskId": job.ID()}, nil
+		return res, map[string]any{"stdout": "", "stderr": "", "exitCode": nil, "interrupted": false, "backgroundTaskId": job.ID()}
 	}
 	if started != nil {
 		started(job)
@@ -370,20 +382,17 @@ func (s *Service) bashResult(ctx context.Context, job *exec.Job, started func(*e
 		wctx, cancel = context.WithTimeout(ctx, yield)
 		defer cancel()
 	}
-	snap, err := job.Wait(wctx)
-	if err != nil && ctx.Err() != nil {
-		return res, nil, fmt.Errorf("wait for job %s: %w", job.ID(), err)
-	}
+	snap, _ := job.Wait(wctx) // the snapshot is current either way
 	if snap.State == exec.StateRunning {
 		s.cursors.set(job.ID(), [2]int64{snap.Stdout.TotalBytes, snap.Stderr.TotalBytes}, s.jobExists)
 		res.Text = tools.RenderResult(snap)
-		return res, map[string]any{"stdout": snap.Stdout.Text, "stderr": snap.Stderr.Text, "exitCode": nil, "interrupted": false, "running": true}, nil
+		return res, map[string]any{"stdout": snap.Stdout.Text, "stderr": snap.Stderr.Text, "exitCode": nil, "interrupted": false, "running": true}
 	}
 	interrupted := snap.State == exec.StateTimedOut || snap.State == exec.StateCancelled
 	res.Text = tools.RenderResult(snap)
 	res.ExitCode = snap.ExitCode
 	res.IsError = interrupted
-	return res, map[string]any{"stdout": snap.Stdout.Text, "stderr": snap.Stderr.Text, "exitCode": snap.ExitCode, "interrupted": interrupted}, nil
+	return res, map[string]any{"stdout": snap.Stdout.Text, "stderr": snap.Stderr.Text, "exitCode": snap.ExitCode, "interrupted": interrupted}
 }
 
 // addHookOutput carries what the hooks of one event said into res: in its
@@ -490,9 +499,7 @@ func (s *Service) jobOutput(ctx context.Context, agentID string, a tools.Args) (
 		select {
 		case <-job.Done():
 		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return CallResult{JobID: id}, fmt.Errorf("wait for job %s: %w", id, ctx.Err())
+		case <-ctx.Done(): // the caller left: the output as it is now
 		}
 		t.Stop()
 	}

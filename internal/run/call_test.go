@@ -1096,3 +1096,84 @@ func TestHeldContextBounded(t *testing.T) {
 		t.Errorf("take after take = %q, want nothing", got)
 	}
 }
+
+// TestYieldedCallsCountAgainstAgentCap: foreground calls that return while
+// their job runs on (yield_time_ms, tty) hold the agent's background slots,
+// so one agent cannot take every slot of the server by yielding; the call
+// past the cap is an error result, and another agent's call runs.
+func TestYieldedCallsCountAgainstAgentCap(t *testing.T) {
+	w := newWorldWith(t, func(o *exec.Options) {
+		o.MaxRunning = 6
+		o.MaxBackgroundPerAgent = 3
+	})
+	a, b := w.agent(t), w.agent(t)
+	yielded := map[string]any{"command": "sleep 30", "yield_time_ms": 50, "timeout": 60000}
+	var first string
+	for i := range 3 {
+		res := w.call(t, a.ID, tools.ToolBash, yielded)
+		if res.IsError || !strings.Contains(res.Text, "[still running: job ") {
+			t.Fatalf("yielded call %d = %+v, want a still-running job", i, res)
+		}
+		if first == "" {
+			first = res.JobID
+		}
+	}
+	for _, args := range []map[string]any{
+		yielded,
+		{"command": "sleep 30", "tty": true, "timeout": 60000},
+		{"command": "sleep 30", "run_in_background": true},
+	} {
+		res := w.call(t, a.ID, tools.ToolBash, args)
+		if !res.IsError || res.JobID != "" || !strings.Contains(res.Text, "3 of your jobs already run on their own") || !strings.Contains(res.Text, "job_kill") {
+			t.Errorf("call %v past the agent's cap = %+v, want an error result naming the cap and the way out", args, res)
+		}
+	}
+	if res := w.call(t, a.ID, tools.ToolBash, map[string]any{"command": "echo fg"}); res.IsError || res.Text != "fg" {
+		t.Errorf("a plain foreground call of the same agent = %+v, want it to run", res)
+	}
+	if res := w.call(t, b.ID, tools.ToolBash, yielded); res.IsError {
+		t.Errorf("another agent's yielded call = %+v, want it to run", res)
+	}
+	if res := w.call(t, a.ID, tools.ToolJobKill, map[string]any{"jobId": first}); res.IsError {
+		t.Fatalf("job_kill = %+v", res)
+	}
+	j, err := w.jobs.Job(first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := j.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if res := w.call(t, a.ID, tools.ToolBash, yielded); res.IsError {
+		t.Errorf("yielded call after one ended = %+v, want it to run", res)
+	}
+}
+
+// TestCallerGoneRecordsRealResult: when the caller of a foreground bash
+// call goes away (its context ends), the job runs to its end and the call's
+// result, returned and recorded, is the job's real one; a job_output wait
+// cut short answers the output as it is then.
+func TestCallerGoneRecordsRealResult(t *testing.T) {
+	w := newWorld(t)
+	a := w.agent(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	res, err := w.svc.Call(ctx, a.ID, tools.ToolBash, "c1", json.RawMessage(`{"command":"sleep 1; echo done"}`))
+	if err != nil || res.IsError || res.Text != "done" {
+		t.Fatalf("Call whose caller left = %+v, %v; want the job's own result", res, err)
+	}
+	evs := w.events(t, a.ID, agents.EventToolResult)
+	if got := decode[resultEvent](t, evs[0].Data); got.IsError || got.Text != "done" || got.ExitCode == nil || *got.ExitCode != 0 {
+		t.Errorf("recorded result %+v, want the job's own", got)
+	}
+
+	bg := w.call(t, a.ID, tools.ToolBash, map[string]any{"command": "echo early; sleep 30", "run_in_background": true})
+	ctx, cancel = context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	res, err = w.svc.Call(ctx, a.ID, tools.ToolJobOutput, "c2", json.RawMessage(fmt.Sprintf(`{"jobId":%q,"waitMs":20000}`, bg.JobID)))
+	if err != nil || res.IsError || !strings.Contains(res.Text, "early") || !strings.Contains(res.Text, "[still running: job ") {
+		t.Errorf("job_output whose caller left = %+v, %v; want the output so far", res, err)
+	}
+}
