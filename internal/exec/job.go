@@ -54,6 +54,9 @@ type Output struct {
 	TotalBytes int64
 	// Truncated is true when Text is not the whole stream.
 	Truncated bool
+	// ElidedFrom and ElidedTo are, when Truncated, the stream's bytes
+	// [ElidedFrom, ElidedTo) that the elision line stands for.
+	ElidedFrom, ElidedTo int64
 	// Dropped counts bytes that are not readable through ReadOutput because
 	// the stream's spool reached Options.SpoolMaxBytes, the spools of all
 	// jobs reached Options.SpoolTotalBytes, or the spool could not be

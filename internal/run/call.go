@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"time"
 
@@ -504,7 +505,86 @@ func (s *Service) jobOutput(ctx context.Context, agentID string, a tools.Args) (
 		t.Stop()
 	}
 	snap := job.Snapshot()
-	return CallResult{JobID: id, Text: tools.RenderResult(snap), ExitCode: snap.ExitCode}, nil
+	res := CallResult{JobID: id, ExitCode: snap.ExitCode}
+	if !ranged(a) {
+		res.Text = tools.RenderResult(snap)
+		return res, nil
+	}
+	if problem := rangeProblem(a); problem != "" {
+		return CallResult{JobID: id, IsError: true, Text: problem}, nil
+	}
+	name, out := "stdout", snap.Stdout
+	if a.Str("stream") == "stderr" {
+		name, out = "stderr", snap.Stderr
+	}
+	st := newStream(job, id, name, out, snap.State == exec.StateRunning)
+	switch {
+	case a.Has("offset"):
+		length := int64(tools.MaxReadBytes)
+		if a.Has("length") {
+			length = a.Int("length")
+		}
+		res.Text = st.readBytes(a.Int("offset"), length)
+	case a.Has("pattern"):
+		re, err := regexp.Compile(a.Str("pattern"))
+		if err != nil {
+			return CallResult{JobID: id, IsError: true, Text: "pattern is not a regular expression (RE2 syntax): " + err.Error()}, nil
+		}
+		most := int64(tools.DefaultMatches)
+		if a.Has("line_count") {
+			most = a.Int("line_count")
+		}
+		res.Text = st.grep(re, max(a.Int("start_line"), 1), most)
+	case a.Has("tail_lines"):
+		res.Text = st.readTail(a.Int("tail_lines"))
+	default:
+		res.Text = st.readLines(max(a.Int("start_line"), 1), a.Int("line_count"))
+	}
+	res.Text = strings.ToValidUTF8(res.Text, "\uFFFD") + endMarkers(snap)
+	return res, nil
+}
+
+// ranged reports whether a job_output call reads a part of a stream
+// rather than the job's whole rendered result.
+func ranged(a tools.Args) bool {
+	for _, k := range []string{"stream", "offset", "length", "start_line", "line_count", "tail_lines", "pattern"} {
+		if a.Has(k) {
+			return true
+		}
+	}
+	return false
+}
+
+// rangeProblem says what is wrong with the range arguments of a job_output
+// call that combines them in a way that means nothing; "" when nothing is.
+func rangeProblem(a tools.Args) string {
+	var modes []string
+	for _, k := range []string{"offset", "start_line", "tail_lines"} {
+		if a.Has(k) {
+			modes = append(modes, k)
+		}
+	}
+	switch {
+	case a.Has("pattern") && (a.Has("offset") || a.Has("tail_lines")):
+		return "pattern searches lines: combine it with start_line and line_count only, not with offset or tail_lines"
+	case !a.Has("pattern") && len(modes) > 1:
+		return "give one of offset, start_line and tail_lines, not " + strings.Join(modes, " and ")
+	case a.Has("length") && !a.Has("offset"):
+		return "length counts bytes from offset: give offset too (start_line and line_count read lines)"
+	case a.Has("line_count") && !a.Has("start_line") && !a.Has("pattern"):
+		return "line_count counts lines from start_line: give start_line too (or tail_lines for the last lines)"
+	}
+	return ""
+}
+
+// endMarkers are the lines that end a job_output range read: how the job
+// ended, or that it still runs, as in a whole result.
+func endMarkers(snap exec.Snapshot) string {
+	snap.Stdout, snap.Stderr = exec.Output{}, exec.Output{}
+	if m := tools.RenderResult(snap); m != "(no output)" {
+		return "\n" + m
+	}
+	return ""
 }
 
 // jobList runs job_list: one line per job of the agent, oldest first.

@@ -41,6 +41,14 @@ func (k kind) String() string {
 	return "?"
 }
 
+// MaxReadBytes bounds what one job_output call returns of a stream (and
+// is the default length of a byte read).
+const MaxReadBytes = 64 << 10
+
+// DefaultMatches is how many matching lines job_output returns with pattern
+// unless line_count says otherwise.
+const DefaultMatches = 200
+
 // maxInteger bounds integer arguments (milliseconds) so that converting
 // them to a time.Duration cannot overflow: about 31 years.
 const maxInteger = 1e12
@@ -75,6 +83,13 @@ var params = map[string][]param{
 	ToolJobOutput: {
 		{name: "jobId", kind: kindString, required: true, description: "The job id returned when the job was started."},
 		{name: "waitMs", kind: kindInteger, minimum: minimum(0), description: "Wait up to this many milliseconds for the job to finish before reading its output. 0 or omitted: do not wait."},
+		{name: "stream", kind: kindString, oneOf: []string{"stdout", "stderr"}, description: "The stream offset, start_line, tail_lines and pattern read: stdout (default) or stderr."},
+		{name: "offset", kind: kindInteger, minimum: minimum(0), description: "Read the stream's bytes from this byte offset (0 = its first byte)."},
+		{name: "length", kind: kindInteger, minimum: minimum(1), description: fmt.Sprintf("How many bytes to read from offset (default and most: %d).", MaxReadBytes)},
+		{name: "start_line", kind: kindInteger, minimum: minimum(1), description: "Read whole lines from this line number (1 = the first line); with pattern, search from this line."},
+		{name: "line_count", kind: kindInteger, minimum: minimum(1), description: fmt.Sprintf("How many lines to read from start_line (default: as many as fit in %d bytes); with pattern, the most matching lines to return (default %d).", MaxReadBytes, DefaultMatches)},
+		{name: "tail_lines", kind: kindInteger, minimum: minimum(1), description: "Read the stream's last this many lines."},
+		{name: "pattern", kind: kindString, description: "Return only the lines that match this regular expression (RE2 syntax, as Go's regexp), each as <line number>:<line>."},
 	},
 	ToolJobList: {
 		{name: "state", kind: kindString, oneOf: []string{"running", "exited", "timed_out", "cancelled", "lost"}, description: "Only list jobs in this state."},
