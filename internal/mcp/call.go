@@ -28,8 +28,7 @@ const stopTimeout = 30 * time.Second
 // and the call then ends the way any stopped job ends — rendered, with
 // PostToolUse hooks, recorded in the transcript. Before a job exists the
 // call itself is cancelled; a job that starts after that (the cancellation
-// raced its start) is stopped at once, and the call records the cancelled
-// wait as its result.
+// raced its start) is stopped at once, and the call records how it ended.
 func (h *Handler) toolHandler(agentID, name string) sdk.ToolHandler {
 	return func(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
 		callCtx, cancelCall := context.WithCancel(context.WithoutCancel(ctx))
