@@ -264,3 +264,25 @@ func mustAtoi(tb testing.TB, s string) int {
 	}
 	return n
 }
+
+// BenchmarkJobOutputLines64MiB: line reads scan the stream from its start;
+// this is their cost on a stream at the spool limit (64 MiB of short lines).
+func BenchmarkJobOutputLines64MiB(b *testing.B) {
+	content := strings.Repeat("a line of output, 32 bytes long\n", 2<<20)
+	st := memStream(content, false)
+	re := regexp.MustCompile(`zebra`)
+	for _, bm := range []struct {
+		name string
+		read func() string
+	}{
+		{"tail_lines", func() string { return st.readTail(20) }},
+		{"start_line middle", func() string { return st.readLines(1<<20, 20) }},
+		{"pattern none", func() string { return st.grep(re, 1, 200) }},
+	} {
+		b.Run(bm.name, func(b *testing.B) {
+			for b.Loop() {
+				bm.read()
+			}
+		})
+	}
+}
