@@ -256,7 +256,7 @@ func TestModelDrivesPythonREPL(t *testing.T) {
 	}
 
 	long := s.callTool(t, a.ID, "write_stdin", map[string]any{"session_id": id, "chars": "print('a' * 5000 + 'END')\n", "yield_time_ms": 1000, "max_output_tokens": 100})
-	if !strings.Contains(long.Text, "bytes elided]") || !strings.Contains(long.Text, "aEND") || !strings.Contains(long.Text, "[output truncated") || len(long.Text) > 1000 {
+	if !strings.Contains(long.Text, "bytes elided]") || !strings.Contains(long.Text, "aEND") || !strings.Contains(long.Text, "[stdout truncated: bytes ") || !strings.Contains(long.Text, `read them with job_output {"jobId":"`+id+`","offset":`) || len(long.Text) > 1000 {
 		t.Errorf("5,000 characters with max_output_tokens 100 = %d bytes: %q", len(long.Text), long.Text)
 	}
 

@@ -8,9 +8,16 @@ POST /agents/{id}/tools/{name} and the result is handed back to the model,
 until the model stops calling tools.
 
 The model is pluggable: any function model(tools, messages) -> list of tool
-calls ({"id", "name", "arguments"}), returning an empty list when done. The
-built-in scripted model issues one bash call, `echo "$DSH_SESSION_ID"`, which
-prints the agent's own id.
+calls ({"id", "name", "arguments"}), returning an empty list when done.
+arguments is passed on as the model gave it: an object, or the JSON string
+OpenAI's APIs deliver. The built-in scripted model makes the kind of mistake
+models make (a timeout of "30s", not milliseconds), reads the error result
+dshd answers, and corrects the call: `echo "$DSH_SESSION_ID"` prints the
+agent's own id.
+
+A tool result with isError set is the model's to read, not the harness's
+failure: dshd answers the model's mistakes (bad arguments, a missing
+directory, an unknown job) that way and records them in the transcript.
 
 Environment:
   DSHD_URL         base URL of the server (default http://127.0.0.1:7433,
@@ -21,7 +28,8 @@ Environment:
 
 Prints progress to stderr and, last, one JSON line to stdout:
   {"agentId": ..., "results": [{callId, isError, text, jobId?, exitCode?}, ...]}
-Exits non-zero on any error, including a tool result with isError set.
+Exits non-zero when the harness fails (the server refuses a request, the
+token is missing, the model never stops) or the last result is an error.
 """
 
 import json
@@ -40,26 +48,23 @@ class DshdError(Exception):
 
 
 def scripted_model(tools, messages):
-    """A stand-in for a real model: one bash call, then done.
+    """A stand-in for a real model: a mistaken bash call, its correction, done.
 
     tools is the OpenAI-format tool list; messages is the conversation so far
-    (dicts with "role"). Returns the tool calls to make next.
+    (dicts with "role"). Returns the tool calls to make next, with arguments
+    as a JSON string, as OpenAI's APIs give them.
     """
-    if any(m["role"] == "tool" for m in messages):
-        return []
     names = {t["function"]["name"] for t in tools}
     if "bash" not in names:
         raise DshdError("server offers no bash tool")
-    return [
-        {
-            "id": "call_scripted_1",
-            "name": "bash",
-            "arguments": {
-                "command": 'echo "$DSH_SESSION_ID"',
-                "description": "Print my own session id",
-            },
-        }
-    ]
+    results = [m for m in messages if m["role"] == "tool"]
+    command = {"command": 'echo "$DSH_SESSION_ID"', "description": "Print my own session id"}
+    if not results:
+        return [{"id": "call_scripted_1", "name": "bash", "arguments": json.dumps({**command, "timeout": "30s"})}]
+    if len(results) == 1 and results[0]["is_error"]:
+        # The error result says what was wrong: timeout is in milliseconds.
+        return [{"id": "call_scripted_2", "name": "bash", "arguments": json.dumps({**command, "timeout": 30000})}]
+    return []
 
 
 def run(client, model, max_turns=8):
@@ -79,7 +84,8 @@ def run(client, model, max_turns=8):
             res = client.call_tool(agent_id, call["name"], call["arguments"], call_id=call["id"])
             print(f"{call['name']} {json.dumps(call['arguments'])} -> {json.dumps(res)}", file=sys.stderr)
             results.append(res)
-            messages.append({"role": "tool", "tool_call_id": res["callId"], "content": res["text"]})
+            # An error result goes back to the model like any other.
+            messages.append({"role": "tool", "tool_call_id": res["callId"], "content": res["text"], "is_error": res["isError"]})
     else:
         raise DshdError(f"model still calling tools after {max_turns} turns")
     return {"agentId": agent_id, "results": results}
@@ -108,13 +114,13 @@ def main(env=os.environ, model=scripted_model):
         url = env.get("DSHD_URL", "").strip() or "http://127.0.0.1:7433"
         client = Client(url, read_token(env))
         summary = run(client, model)
-    except Exception as e:  # any failure, the server's (Problem) or the model's, is fatal
+    except (Problem, DshdError, OSError) as e:  # the harness's failure, not the model's
         print(f"harness: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
     print(json.dumps(summary))
-    failed = [r for r in summary["results"] if r.get("isError")]
-    if failed:
-        print(f"harness: {len(failed)} tool call(s) failed", file=sys.stderr)
+    results = summary["results"]
+    if results and results[-1].get("isError"):
+        print("harness: the model ended on an error result", file=sys.stderr)
         return 1
     return 0
 

@@ -52,6 +52,8 @@ type capture struct {
 	eof     bool   // stream drained and closed
 	text    string // final Text, once eof
 	textSet bool
+	// elidedFrom, elidedTo: the final Output.ElidedFrom and ElidedTo.
+	elidedFrom, elidedTo int64
 }
 
 func (c *capture) init(limit int, spoolMax int64, dir, id, suffix string) {
@@ -200,22 +202,24 @@ func (c *capture) output() Output {
 		o.DropReason = c.reason
 	}
 	if c.textSet {
-		o.Text = c.text
+		o.Text, o.ElidedFrom, o.ElidedTo = c.text, c.elidedFrom, c.elidedTo
 		return o
 	}
 	if !c.spilled {
 		o.Text = string(c.mem)
 	} else {
-		o.Text = c.elided()
+		o.Text, o.ElidedFrom, o.ElidedTo = c.elided()
 	}
 	if c.eof {
 		c.text, c.textSet = o.Text, true
+		c.elidedFrom, c.elidedTo = o.ElidedFrom, o.ElidedTo
 	}
 	return o
 }
 
-// elided returns head + marker + tail, cutting neither at a split rune.
-func (c *capture) elided() string {
+// elided returns head + marker + tail, cutting neither at a split rune,
+// and the range of stream bytes the marker stands for.
+func (c *capture) elided() (string, int64, int64) {
 	head := c.head
 	if i := lastRuneStart(head); i >= 0 && !utf8.FullRune(head[i:]) {
 		head = head[:i]
@@ -233,7 +237,7 @@ func (c *capture) elided() string {
 	buf = append(buf, head...)
 	buf = append(buf, marker...)
 	buf = append(buf, tail...)
-	return string(buf)
+	return string(buf), int64(len(head)), c.total - int64(len(tail))
 }
 
 // lastRuneStart returns the index of the start of the last (possibly

@@ -342,6 +342,11 @@ type Spec struct {
 	Timeout time.Duration
 	// Background jobs count against Options.MaxBackgroundPerAgent.
 	Background bool
+	// MayOutlive marks a foreground job that may go on running after the
+	// call that started it has returned (a model's yielded or terminal
+	// call): it counts against Options.MaxBackgroundPerAgent from its start,
+	// as a background job does, so that yielding cannot go around the cap.
+	MayOutlive bool
 	// Managed is the overlay Start applies last (Reserve ignores it; the
 	// pipeline passes its overlay to Reservation.Start instead).
 	Managed shellenv.Overlay
@@ -540,7 +545,7 @@ func (e *Executor) register(j *Job) ([]*Job, error) {
 	if e.running >= e.opts.MaxRunning {
 		return removed, &TooManyJobsError{Limit: "global", Max: e.opts.MaxRunning, RetryAfter: retryAfter}
 	}
-	if j.background && j.agentID != "" && e.bgRunning[j.agentID] >= e.opts.MaxBackgroundPerAgent {
+	if j.countsAgainstAgent() && e.bgRunning[j.agentID] >= e.opts.MaxBackgroundPerAgent {
 		return removed, &TooManyJobsError{Limit: "agent", Max: e.opts.MaxBackgroundPerAgent, RetryAfter: retryAfter}
 	}
 	if j.id == "" {
@@ -556,7 +561,7 @@ func (e *Executor) register(j *Job) ([]*Job, error) {
 		e.idem[idemScope{j.agentID, j.idemKey}] = &idemEntry{jobID: j.id, fingerprint: j.idemFP, at: now, job: j}
 	}
 	e.running++
-	if j.background && j.agentID != "" {
+	if j.countsAgainstAgent() {
 		e.bgRunning[j.agentID]++
 	}
 	return removed, nil
@@ -582,7 +587,7 @@ func (e *Executor) unregister(j *Job) {
 
 func (e *Executor) releaseLocked(j *Job) {
 	e.running--
-	if (j.background || j.heldAsBg) && j.agentID != "" {
+	if j.countsAgainstAgent() {
 		if e.bgRunning[j.agentID]--; e.bgRunning[j.agentID] <= 0 {
 			delete(e.bgRunning, j.agentID)
 		}
@@ -604,7 +609,7 @@ func (e *Executor) jobFinished(j *Job, state State) {
 	now := e.now()
 	e.mu.Lock()
 	if held {
-		if !j.background && j.agentID != "" {
+		if !j.countsAgainstAgent() && j.agentID != "" {
 			j.heldAsBg = true
 			e.bgRunning[j.agentID]++
 		}

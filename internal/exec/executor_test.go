@@ -494,6 +494,33 @@ func TestCaps(t *testing.T) {
 	}
 }
 
+// TestMayOutliveCountsAgainstAgentCap: a foreground job that may outlive
+// its call holds one of its agent's background slots while it runs.
+func TestMayOutliveCountsAgainstAgentCap(t *testing.T) {
+	e := newTestExecutor(t, func(o *Options) {
+		o.MaxRunning = 5
+		o.MaxBackgroundPerAgent = 1
+	})
+	y := mustStart(t, e, Spec{Command: "sleep 30", AgentID: "a", MayOutlive: true})
+	var tm *TooManyJobsError
+	for _, s := range []Spec{
+		{Command: "sleep 30", AgentID: "a", MayOutlive: true},
+		{Command: "sleep 30", AgentID: "a", Background: true},
+	} {
+		if _, err := e.Start(testCtx(t), s); !errors.As(err, &tm) || tm.Limit != "agent" {
+			t.Fatalf("start %+v beside a job that may outlive its call = %v, want the agent cap", s, err)
+		}
+	}
+	mustStart(t, e, Spec{Command: "sleep 30", AgentID: "b", MayOutlive: true})
+	if _, err := e.Cancel(testCtx(t), y.ID()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := y.Wait(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	mustStart(t, e, Spec{Command: "sleep 30", AgentID: "a", Background: true}) // its slot is free again
+}
+
 func TestIdempotency(t *testing.T) {
 	e := newTestExecutor(t, nil)
 	dir := t.TempDir()

@@ -54,6 +54,9 @@ type Output struct {
 	TotalBytes int64
 	// Truncated is true when Text is not the whole stream.
 	Truncated bool
+	// ElidedFrom and ElidedTo are, when Truncated, the stream's bytes
+	// [ElidedFrom, ElidedTo) that the elision line stands for.
+	ElidedFrom, ElidedTo int64
 	// Dropped counts bytes that are not readable through ReadOutput because
 	// the stream's spool reached Options.SpoolMaxBytes, the spools of all
 	// jobs reached Options.SpoolTotalBytes, or the spool could not be
@@ -127,6 +130,7 @@ type Job struct {
 	agentID    string
 	cwd        string
 	background bool
+	mayOutlive bool // see Spec.MayOutlive
 	managed    shellenv.Overlay
 	timeout    time.Duration
 	idemKey    string
@@ -164,6 +168,14 @@ func (j *Job) ID() string { return j.id }
 
 // Background reports whether the job was started as a background job.
 func (j *Job) Background() bool { return j.background }
+
+// countsAgainstAgent reports whether j holds one of its agent's background
+// slots while it runs (Options.MaxBackgroundPerAgent): a background job, a
+// foreground one that may outlive its call, or one whose leader left
+// processes behind (heldAsBg). Call it under e.mu.
+func (j *Job) countsAgainstAgent() bool {
+	return (j.background || j.mayOutlive || j.heldAsBg) && j.agentID != ""
+}
 
 // Done returns a channel closed when the job is finished: its leader exited
 // and its output is drained.

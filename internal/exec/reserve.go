@@ -92,6 +92,7 @@ func (e *Executor) Reserve(ctx context.Context, s Spec) (*Reservation, error) {
 		agentID:    s.AgentID,
 		cwd:        cwd,
 		background: s.Background,
+		mayOutlive: s.MayOutlive,
 		timeout:    timeout,
 		idemKey:    s.IdempotencyKey,
 		idemFP:     s.IdempotencyFingerprint,

@@ -140,6 +140,13 @@ func problemFor(err error) api.Problem {
 // parameter binder, auth and the body limit all end here.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	p := s.redact(problemFor(err))
+	if r.Context().Err() != nil && errors.Is(err, r.Context().Err()) {
+		// The client went away and the request ended with it: the client's
+		// doing, and no one reads the answer.
+		s.logger.InfoContext(r.Context(), "client went away", "method", r.Method, "path", r.URL.Path, "err", err)
+		writeProblem(w, r, p)
+		return
+	}
 	if p.Status >= 500 && p.Code != "env_resolution_failed" {
 		s.logger.ErrorContext(r.Context(), "request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 	} else {

@@ -1,12 +1,16 @@
 package httpapi
 
 import (
+	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -46,5 +50,24 @@ func TestProblemGolden(t *testing.T) {
 			got := fmt.Sprintf("%d %s Retry-After=%q\n%s", rec.Code, rec.Header().Get("Content-Type"), rec.Header().Get("Retry-After"), rec.Body.String())
 			golden.Compare(t, filepath.Join("testdata", "problem_"+tt.name+".golden"), []byte(got))
 		})
+	}
+}
+
+// TestClientGoneIsNotAnError: a request that failed because its client went
+// away is logged at INFO, not as a server error.
+func TestClientGoneIsNotAnError(t *testing.T) {
+	var logs bytes.Buffer
+	s := &Server{logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	req := httptest.NewRequest(http.MethodPost, "/agents/agt_1/tools/bash", nil).WithContext(ctx)
+	s.writeError(httptest.NewRecorder(), req, fmt.Errorf("run hooks: %w", context.Canceled))
+	if got := logs.String(); !strings.Contains(got, "level=INFO") || !strings.Contains(got, "client went away") || strings.Contains(got, "level=ERROR") {
+		t.Errorf("logged %q, want one INFO line saying the client went away", got)
+	}
+	logs.Reset()
+	s.writeError(httptest.NewRecorder(), httptest.NewRequest(http.MethodPost, "/exec", nil), errors.New("disk on fire"))
+	if !strings.Contains(logs.String(), "level=ERROR") {
+		t.Errorf("a server error logged %q, want ERROR", logs.String())
 	}
 }

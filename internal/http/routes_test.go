@@ -202,7 +202,7 @@ var routes = []route{
 	{"POST", "/agents/{id}/spawn", "/agents/agt_1/spawn", `{}`, []error{agents.ErrNotFound, agents.ErrDepthExceeded, sandbox.ErrLooser, sandbox.ErrUnavailable, limits.ErrLooser, limits.ErrInvalid, enospc, status.ErrAgentHomeUnavailable, status.ErrAgentStoreUnavailable}},
 	{"GET", "/agents/{id}/transcript", "/agents/agt_1/transcript", "", []error{agents.ErrNotFound, status.ErrAgentStoreUnavailable}},
 	{"POST", "/agents/{id}/tools/{name}", "/agents/agt_1/tools/bash", `{"arguments":{"command":"true"}}`,
-		[]error{agents.ErrNotFound, tools.ErrUnknownTool, tools.ErrInvalidArguments, shellenv.ErrResolution, exec.ErrClosed, enospc, status.ErrAgentHomeUnavailable, status.ErrAgentStoreUnavailable}},
+		[]error{agents.ErrNotFound, tools.ErrUnknownTool, shellenv.ErrResolution, exec.ErrClosed, enospc, status.ErrAgentHomeUnavailable, status.ErrAgentStoreUnavailable}},
 	{"GET", "/tools", "/tools", "", nil},
 	{"POST", "/exec", "/exec", `{"command":"true"}`,
 		[]error{agents.ErrNotFound, tools.ErrInvalidArguments, shellenv.ErrResolution, &exec.TooManyJobsError{Limit: "global", Max: 1, RetryAfter: time.Second},

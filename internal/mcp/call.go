@@ -14,7 +14,6 @@ import (
 	"github.com/dshd/dshd/internal/exec"
 	"github.com/dshd/dshd/internal/run"
 	"github.com/dshd/dshd/internal/shellenv"
-	"github.com/dshd/dshd/internal/tools"
 )
 
 // stopTimeout bounds how long a cancelled call waits for its job to stop
@@ -29,8 +28,7 @@ const stopTimeout = 30 * time.Second
 // and the call then ends the way any stopped job ends — rendered, with
 // PostToolUse hooks, recorded in the transcript. Before a job exists the
 // call itself is cancelled; a job that starts after that (the cancellation
-// raced its start) is stopped at once, and the call records the cancelled
-// wait as its result.
+// raced its start) is stopped at once, and the call records how it ended.
 func (h *Handler) toolHandler(agentID, name string) sdk.ToolHandler {
 	return func(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
 		callCtx, cancelCall := context.WithCancel(context.WithoutCancel(ctx))
@@ -83,8 +81,9 @@ func (h *Handler) toolHandler(agentID, name string) sdk.ToolHandler {
 			progress.stop() // no notification may follow the result
 		}
 		switch {
-		case errors.Is(err, tools.ErrInvalidArguments), errors.Is(err, shellenv.ErrResolution):
-			// The model (or the harness operator) can act on these: tell it.
+		case errors.Is(err, shellenv.ErrResolution):
+			// The harness operator can act on it: tell the model, who can say so.
+			// (Arguments the model got wrong are results of the pipeline's own.)
 			return errorResult(err.Error()), nil
 		case errors.Is(err, agents.ErrNotFound):
 			return errorResult("this session's agent " + agentID + " no longer exists; start a new session"), nil

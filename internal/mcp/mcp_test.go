@@ -374,3 +374,39 @@ func TestCompleteRunes(t *testing.T) {
 		}
 	}
 }
+
+// TestArgumentErrorsAreRecordedResults: arguments the model got wrong come
+// back as an error result saying what is wrong, and the transcript has the
+// call and that result, as over HTTP.
+func TestArgumentErrorsAreRecordedResults(t *testing.T) {
+	w := newWorld(t, Options{})
+	cs, agentID := w.connect(t, "", "2025-11-25", nil, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, args := range []map[string]any{
+		{"command": ""},
+		{"command": "true", "timeout": "30s"},
+	} {
+		res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "bash", Arguments: args})
+		if err != nil {
+			t.Fatalf("CallTool(%v): %v, want an error result", args, err)
+		}
+		if got := text(t, res); !res.IsError || !strings.Contains(got, "command must not be empty") && !strings.Contains(got, "timeout must be a non-negative integer") {
+			t.Errorf("CallTool(%v) = %v %q, want an error result naming the problem", args, res.IsError, got)
+		}
+	}
+	evs, err := w.agents.Events(ctx, agentID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range evs {
+		if e.Type == agents.EventToolCall || e.Type == agents.EventToolResult {
+			got = append(got, e.Type+" "+string(e.Data))
+		}
+	}
+	if len(got) != 4 || !strings.Contains(got[0], `"arguments":{"command":""}`) || !strings.Contains(got[1], `"isError":true`) ||
+		!strings.Contains(got[2], `"timeout":"30s"`) || !strings.Contains(got[3], "timeout must be") {
+		t.Errorf("transcript events:\n%s\nwant each call and its error result", strings.Join(got, "\n"))
+	}
+}

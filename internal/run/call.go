@@ -1,11 +1,13 @@
 package run
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"time"
 
@@ -66,13 +68,17 @@ type CallResult struct {
 // PostToolUse hooks then see the response; a block there marks the result an
 // error. The job_* tools see only the agent's own jobs.
 //
-// Problems the model can act on (a blocked call, a workdir that does not
-// exist, too many background jobs, a job that is not found) are results with
-// IsError set, not errors. Call returns errors wrapping: agents.ErrNotFound
-// for an unknown agent, tools.ErrUnknownTool, tools.ErrInvalidArguments (nothing is
-// recorded for these three), shellenv.ErrResolution when the managed
-// environment could not be collected, and exec or context errors. Once the
-// call is recorded, such a failure is recorded too, as an error result.
+// args may also be a JSON string holding the arguments object, as OpenAI's
+// APIs deliver it; the object is what is recorded then.
+//
+// Problems the model can act on (arguments that break the tool's schema or
+// rules, a blocked call, a workdir that does not exist, too many background
+// jobs, a job that is not found) are results with IsError set, recorded like
+// any other, not errors. Call returns errors wrapping: agents.ErrNotFound
+// for an unknown agent, tools.ErrUnknownTool (nothing is recorded for these
+// two), shellenv.ErrResolution when the managed environment could not be
+// collected, and exec or context errors. Once the call is recorded, such a
+// failure is recorded too, as an error result.
 func (s *Service) Call(ctx context.Context, agentID, name, callID string, args json.RawMessage) (CallResult, error) {
 	return s.CallWith(ctx, agentID, name, callID, args, CallOptions{})
 }
@@ -95,32 +101,29 @@ func (s *Service) CallWith(ctx context.Context, agentID, name, callID string, ar
 	if !tools.Known(name) {
 		return CallResult{}, fmt.Errorf("%w %q", tools.ErrUnknownTool, name)
 	}
-	a, err := tools.ParseArgs(name, args)
-	if err != nil {
-		return CallResult{}, err
-	}
+	args = tools.Unwrap(args) // a string holding the object, as OpenAI sends it
+	a, argErr := tools.ParseArgs(name, args)
 	if callID == "" {
 		callID = s.ids.New("call_")
 	}
-	recorded := json.RawMessage("{}")
-	if t := strings.TrimSpace(string(args)); t != "" && t != "null" {
-		recorded = args
-	}
-	if err := s.record(ctx, agentID, agents.EventToolCall, callEvent{CallID: callID, Name: name, Arguments: recorded, Ignored: a.Ignored()}); err != nil {
+	if err := s.record(ctx, agentID, agents.EventToolCall, callEvent{CallID: callID, Name: name, Arguments: recordable(args), Ignored: a.Ignored()}); err != nil {
 		return CallResult{}, err
 	}
 
 	var res CallResult
-	switch name {
-	case tools.ToolBash:
+	switch {
+	case argErr != nil:
+		// The model's mistake: tell it, so it can correct the call.
+		res = CallResult{IsError: true, Text: argErr.Error()}
+	case name == tools.ToolBash:
 		res, err = s.bash(ctx, agent, callID, a, o.Started)
-	case tools.ToolJobOutput:
+	case name == tools.ToolJobOutput:
 		res, err = s.jobOutput(ctx, agentID, a)
-	case tools.ToolJobList:
+	case name == tools.ToolJobList:
 		res = s.jobList(agentID, a)
-	case tools.ToolJobKill:
+	case name == tools.ToolJobKill:
 		res, err = s.jobKill(ctx, agentID, a)
-	case tools.ToolWriteStdin:
+	case name == tools.ToolWriteStdin:
 		res, err = s.writeStdin(ctx, agent, callID, a)
 	}
 	res.CallID = callID
@@ -152,6 +155,23 @@ func (s *Service) CallWith(ctx context.Context, agentID, name, callID string, ar
 		return CallResult{}, err
 	}
 	return res, nil
+}
+
+// recordable is args as a tool/call event records them: {} for none, the
+// object as sent, else a JSON string: the string sent, or the text of
+// whatever else was.
+func recordable(args json.RawMessage) json.RawMessage {
+	t := bytes.TrimSpace(args)
+	switch {
+	case len(t) == 0 || bytes.Equal(t, []byte("null")):
+		return json.RawMessage("{}")
+	case t[0] == '{' && json.Valid(t):
+		return json.RawMessage(t)
+	case t[0] == '"' && json.Valid(t):
+		return json.RawMessage(t)
+	}
+	b, _ := json.Marshal(strings.ToValidUTF8(string(t), "\uFFFD"))
+	return b
 }
 
 // callEvent is the data of a tool/call transcript event.
@@ -233,6 +253,9 @@ func (s *Service) bash(ctx context.Context, agent agents.Agent, callID string, a
 	if a.Has("yield_time_ms") {
 		yield = time.Duration(a.Int("yield_time_ms")) * time.Millisecond
 	}
+	// A call that may return while its job runs on holds one of the agent's
+	// background slots, as run_in_background does.
+	spec.MayOutlive = !spec.Background && yield > 0
 	// Hooks run in the agent's cwd (DESIGN §7), never in the workdir the
 	// model asked for: a project's hooks are found relative to it (often via
 	// CLAUDE_PROJECT_DIR), and a hook that cannot be found does not block.
@@ -252,12 +275,19 @@ func (s *Service) bash(ctx context.Context, agent agents.Agent, callID string, a
 	}
 
 	job, err := s.start(ctx, &agent, spec, pre)
-	var blocked *errBlocked
+	var (
+		blocked *errBlocked
+		tooMany *exec.TooManyJobsError
+	)
 	switch {
 	case errors.As(err, &blocked):
 		res := CallResult{IsError: true, Text: blockedText("PreToolUse", blocked.reason)}
 		addHookOutput(&res, preOut)
 		return res, nil
+	case errors.As(err, &tooMany) && tooMany.Limit == "agent":
+		return CallResult{IsError: true, Text: fmt.Sprintf("could not start the command: too many jobs: %d of your jobs already run on their own "+
+			"(run_in_background, or still running after yield_time_ms or tty), the most allowed; wait for one to end "+
+			"(job_output with waitMs) or stop one (job_kill), then try again; job_list lists them", tooMany.Max)}, nil
 	case errors.Is(err, exec.ErrInvalidCwd), errors.Is(err, exec.ErrInvalidInput), errors.Is(err, exec.ErrTooManyJobs),
 		errors.Is(err, exec.ErrTooLarge), errors.Is(err, exec.ErrTimeoutTooLong), errors.Is(err, sandbox.ErrUnavailable):
 		// The model can fix these itself: tell it rather than fail the request.
@@ -266,12 +296,13 @@ func (s *Service) bash(ctx context.Context, agent agents.Agent, callID string, a
 		return CallResult{}, err
 	}
 
-	res, response, err := s.bashResult(ctx, job, started, yield)
+	// The job runs whether or not the caller stays (a harness's HTTP client
+	// may go away; an MCP cancellation stops the job through its own path):
+	// what follows is the job's real result, and the transcript records it.
+	ctx = context.WithoutCancel(ctx)
+	res, response := s.bashResult(ctx, job, started, yield)
 	pol := job.Sandbox()
 	res.Sandbox = &pol
-	if err != nil {
-		return res, err
-	}
 	addHookOutput(&res, preOut)
 	post := hookInput(hooks.PostToolUse)
 	post.ToolResponse = response
@@ -335,12 +366,13 @@ func bashHookInput(a tools.Args) map[string]any {
 // foreground one (started, when set, is told before the wait) until it
 // ends or, with yield > 0, until yield has passed: the result then shows
 // the output so far and "[still running: job <id>]", and write_stdin
-// carries on from there.
-func (s *Service) bashResult(ctx context.Context, job *exec.Job, started func(*exec.Job), yield time.Duration) (CallResult, map[string]any, error) {
+// carries on from there. A ctx that ends stops the wait early, with the
+// output so far, like a yield.
+func (s *Service) bashResult(ctx context.Context, job *exec.Job, started func(*exec.Job), yield time.Duration) (CallResult, map[string]any) {
 	res := CallResult{JobID: job.ID()}
 	if job.Background() {
 		res.Text = tools.StartedText(job.ID())
-		return res, map[string]any{"stdout": "", "stderr": "", "exitCode": nil, "interrupted": false, "backgroundTaskId": job.ID()}, nil
+		return res, map[string]any{"stdout": "", "stderr": "", "exitCode": nil, "interrupted": false, "backgroundTaskId": job.ID()}
 	}
 	if started != nil {
 		started(job)
@@ -351,20 +383,17 @@ func (s *Service) bashResult(ctx context.Context, job *exec.Job, started func(*e
 		wctx, cancel = context.WithTimeout(ctx, yield)
 		defer cancel()
 	}
-	snap, err := job.Wait(wctx)
-	if err != nil && ctx.Err() != nil {
-		return res, nil, fmt.Errorf("wait for job %s: %w", job.ID(), err)
-	}
+	snap, _ := job.Wait(wctx) // the snapshot is current either way
 	if snap.State == exec.StateRunning {
 		s.cursors.set(job.ID(), [2]int64{snap.Stdout.TotalBytes, snap.Stderr.TotalBytes}, s.jobExists)
 		res.Text = tools.RenderResult(snap)
-		return res, map[string]any{"stdout": snap.Stdout.Text, "stderr": snap.Stderr.Text, "exitCode": nil, "interrupted": false, "running": true}, nil
+		return res, map[string]any{"stdout": snap.Stdout.Text, "stderr": snap.Stderr.Text, "exitCode": nil, "interrupted": false, "running": true}
 	}
 	interrupted := snap.State == exec.StateTimedOut || snap.State == exec.StateCancelled
 	res.Text = tools.RenderResult(snap)
 	res.ExitCode = snap.ExitCode
 	res.IsError = interrupted
-	return res, map[string]any{"stdout": snap.Stdout.Text, "stderr": snap.Stderr.Text, "exitCode": snap.ExitCode, "interrupted": interrupted}, nil
+	return res, map[string]any{"stdout": snap.Stdout.Text, "stderr": snap.Stderr.Text, "exitCode": snap.ExitCode, "interrupted": interrupted}
 }
 
 // addHookOutput carries what the hooks of one event said into res: in its
@@ -471,14 +500,91 @@ func (s *Service) jobOutput(ctx context.Context, agentID string, a tools.Args) (
 		select {
 		case <-job.Done():
 		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return CallResult{JobID: id}, fmt.Errorf("wait for job %s: %w", id, ctx.Err())
+		case <-ctx.Done(): // the caller left: the output as it is now
 		}
 		t.Stop()
 	}
 	snap := job.Snapshot()
-	return CallResult{JobID: id, Text: tools.RenderResult(snap), ExitCode: snap.ExitCode}, nil
+	res := CallResult{JobID: id, ExitCode: snap.ExitCode}
+	if !ranged(a) {
+		res.Text = tools.RenderResult(snap)
+		return res, nil
+	}
+	if problem := rangeProblem(a); problem != "" {
+		return CallResult{JobID: id, IsError: true, Text: problem}, nil
+	}
+	name, out := "stdout", snap.Stdout
+	if a.Str("stream") == "stderr" {
+		name, out = "stderr", snap.Stderr
+	}
+	st := newStream(job, id, name, out, snap.State == exec.StateRunning)
+	switch {
+	case a.Has("offset"):
+		length := int64(tools.MaxReadBytes)
+		if a.Has("length") {
+			length = a.Int("length")
+		}
+		res.Text = st.readBytes(a.Int("offset"), length)
+	case a.Has("pattern"):
+		re, err := regexp.Compile(a.Str("pattern"))
+		if err != nil {
+			return CallResult{JobID: id, IsError: true, Text: "pattern is not a regular expression (RE2 syntax): " + err.Error()}, nil
+		}
+		most := int64(tools.DefaultMatches)
+		if a.Has("line_count") {
+			most = a.Int("line_count")
+		}
+		res.Text = st.grep(re, max(a.Int("start_line"), 1), most)
+	case a.Has("tail_lines"):
+		res.Text = st.readTail(a.Int("tail_lines"))
+	default:
+		res.Text = st.readLines(max(a.Int("start_line"), 1), a.Int("line_count"))
+	}
+	res.Text = strings.ToValidUTF8(res.Text, "\uFFFD") + endMarkers(snap)
+	return res, nil
+}
+
+// ranged reports whether a job_output call reads a part of a stream
+// rather than the job's whole rendered result.
+func ranged(a tools.Args) bool {
+	for _, k := range []string{"stream", "offset", "length", "start_line", "line_count", "tail_lines", "pattern"} {
+		if a.Has(k) {
+			return true
+		}
+	}
+	return false
+}
+
+// rangeProblem says what is wrong with the range arguments of a job_output
+// call that combines them in a way that means nothing; "" when nothing is.
+func rangeProblem(a tools.Args) string {
+	var modes []string
+	for _, k := range []string{"offset", "start_line", "tail_lines"} {
+		if a.Has(k) {
+			modes = append(modes, k)
+		}
+	}
+	switch {
+	case a.Has("pattern") && (a.Has("offset") || a.Has("tail_lines")):
+		return "pattern searches lines: combine it with start_line and line_count only, not with offset or tail_lines"
+	case !a.Has("pattern") && len(modes) > 1:
+		return "give one of offset, start_line and tail_lines, not " + strings.Join(modes, " and ")
+	case a.Has("length") && !a.Has("offset"):
+		return "length counts bytes from offset: give offset too (start_line and line_count read lines)"
+	case a.Has("line_count") && !a.Has("start_line") && !a.Has("pattern"):
+		return "line_count counts lines from start_line: give start_line too (or tail_lines for the last lines)"
+	}
+	return ""
+}
+
+// endMarkers are the lines that end a job_output range read: how the job
+// ended, or that it still runs, as in a whole result.
+func endMarkers(snap exec.Snapshot) string {
+	snap.Stdout, snap.Stderr = exec.Output{}, exec.Output{}
+	if m := tools.RenderResult(snap); m != "(no output)" {
+		return "\n" + m
+	}
+	return ""
 }
 
 // jobList runs job_list: one line per job of the agent, oldest first.

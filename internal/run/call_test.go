@@ -285,9 +285,6 @@ func TestCallErrors(t *testing.T) {
 	}{
 		{"unknown agent", "agt_nope", tools.ToolBash, `{"command":"true"}`, agents.ErrNotFound},
 		{"unknown tool", a.ID, "python", `{"code":"1"}`, tools.ErrUnknownTool},
-		{"missing command", a.ID, tools.ToolBash, `{"env":{"A":"b"}}`, tools.ErrInvalidArguments},
-		{"ill-typed timeout", a.ID, tools.ToolBash, `{"command":"true","timeout":"soon"}`, tools.ErrInvalidArguments},
-		{"arguments not an object", a.ID, tools.ToolJobKill, `"job_1"`, tools.ErrInvalidArguments},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -302,6 +299,81 @@ func TestCallErrors(t *testing.T) {
 	}
 	if n := w.env.n.Load(); n != 0 {
 		t.Errorf("rejected calls collected the environment %d times", n)
+	}
+}
+
+// TestCallArgumentErrorsAreResults: arguments a model got wrong are an
+// error result that says what is wrong, recorded as tool/call and
+// tool/result like any call, and nothing runs.
+func TestCallArgumentErrorsAreResults(t *testing.T) {
+	w := newWorld(t)
+	a := w.agent(t)
+	tests := []struct {
+		name, tool, args string
+		recorded         string // the tool/call event's arguments
+		want             []string
+	}{
+		{"missing command", tools.ToolBash, `{"env":{"A":"b"}}`, `{"env":{"A":"b"}}`, []string{"command is required"}},
+		{"empty command", tools.ToolBash, `{"command":""}`, `{"command":""}`, []string{"command must not be empty"}},
+		{"timeout as a duration", tools.ToolBash, `{"command":"true","timeout":"30s"}`, `{"command":"true","timeout":"30s"}`, []string{"timeout must be a non-negative integer"}},
+		{"arguments not an object", tools.ToolJobKill, `["job_1"]`, `"[\"job_1\"]"`, []string{"must be a JSON object"}},
+		{"a string that holds no object", tools.ToolJobKill, `"job_1"`, `"job_1"`, []string{"must be a JSON object", "does not hold one"}},
+		{"a string holding a bad object", tools.ToolBash, `"{\"command\":1}"`, `{"command":1}`, []string{"command must be a string"}},
+		{"unknown state", tools.ToolJobList, `{"state":"zombie"}`, `{"state":"zombie"}`, []string{"state must be one of"}},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			callID := fmt.Sprintf("c%d", i)
+			res, err := w.svc.Call(context.Background(), a.ID, tt.tool, callID, json.RawMessage(tt.args))
+			if err != nil {
+				t.Fatalf("Call: %v, want an error result", err)
+			}
+			if !res.IsError || res.CallID != callID || res.JobID != "" {
+				t.Errorf("result = %+v, want an error result of %s without job", res, callID)
+			}
+			for _, sub := range tt.want {
+				if !strings.Contains(res.Text, sub) {
+					t.Errorf("text %q does not say %q", res.Text, sub)
+				}
+			}
+			evs := w.events(t, a.ID, agents.EventToolCall, agents.EventToolResult)
+			if len(evs) < 2 {
+				t.Fatalf("%d events, want the call and its result", len(evs))
+			}
+			call := decode[callEvent](t, evs[len(evs)-2].Data)
+			result := decode[resultEvent](t, evs[len(evs)-1].Data)
+			if call.CallID != callID || call.Name != tt.tool || string(call.Arguments) != tt.recorded {
+				t.Errorf("tool/call = %+v, want %s %s %s", call, callID, tt.tool, tt.recorded)
+			}
+			if result.CallID != callID || !result.IsError || result.Text != res.Text {
+				t.Errorf("tool/result = %+v, want the error result %q", result, res.Text)
+			}
+		})
+	}
+	if n := w.env.n.Load(); n != 0 {
+		t.Errorf("calls with bad arguments collected the environment %d times", n)
+	}
+	if jobs := w.jobs.Jobs(a.ID, ""); len(jobs) != 0 {
+		t.Errorf("calls with bad arguments started %d jobs", len(jobs))
+	}
+}
+
+// TestCallStringArguments: arguments as a JSON string holding the object
+// (OpenAI's shape) run the call; the object is what is recorded.
+func TestCallStringArguments(t *testing.T) {
+	w := newWorld(t)
+	a := w.agent(t)
+	raw, _ := json.Marshal(`{"command":"echo $DSH_SESSION_ID","description":"id"}`)
+	res, err := w.svc.Call(context.Background(), a.ID, tools.ToolBash, "c1", raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.IsError || res.Text != a.ID {
+		t.Errorf("result = %+v, want the agent id", res)
+	}
+	evs := w.events(t, a.ID, agents.EventToolCall)
+	if got := string(decode[callEvent](t, evs[0].Data).Arguments); got != `{"command":"echo $DSH_SESSION_ID","description":"id"}` {
+		t.Errorf("recorded arguments %s, want the object", got)
 	}
 }
 
@@ -1022,5 +1094,86 @@ func TestHeldContextBounded(t *testing.T) {
 	}
 	if got := h.take("a"); got != nil {
 		t.Errorf("take after take = %q, want nothing", got)
+	}
+}
+
+// TestYieldedCallsCountAgainstAgentCap: foreground calls that return while
+// their job runs on (yield_time_ms, tty) hold the agent's background slots,
+// so one agent cannot take every slot of the server by yielding; the call
+// past the cap is an error result, and another agent's call runs.
+func TestYieldedCallsCountAgainstAgentCap(t *testing.T) {
+	w := newWorldWith(t, func(o *exec.Options) {
+		o.MaxRunning = 6
+		o.MaxBackgroundPerAgent = 3
+	})
+	a, b := w.agent(t), w.agent(t)
+	yielded := map[string]any{"command": "sleep 30", "yield_time_ms": 50, "timeout": 60000}
+	var first string
+	for i := range 3 {
+		res := w.call(t, a.ID, tools.ToolBash, yielded)
+		if res.IsError || !strings.Contains(res.Text, "[still running: job ") {
+			t.Fatalf("yielded call %d = %+v, want a still-running job", i, res)
+		}
+		if first == "" {
+			first = res.JobID
+		}
+	}
+	for _, args := range []map[string]any{
+		yielded,
+		{"command": "sleep 30", "tty": true, "timeout": 60000},
+		{"command": "sleep 30", "run_in_background": true},
+	} {
+		res := w.call(t, a.ID, tools.ToolBash, args)
+		if !res.IsError || res.JobID != "" || !strings.Contains(res.Text, "3 of your jobs already run on their own") || !strings.Contains(res.Text, "job_kill") {
+			t.Errorf("call %v past the agent's cap = %+v, want an error result naming the cap and the way out", args, res)
+		}
+	}
+	if res := w.call(t, a.ID, tools.ToolBash, map[string]any{"command": "echo fg"}); res.IsError || res.Text != "fg" {
+		t.Errorf("a plain foreground call of the same agent = %+v, want it to run", res)
+	}
+	if res := w.call(t, b.ID, tools.ToolBash, yielded); res.IsError {
+		t.Errorf("another agent's yielded call = %+v, want it to run", res)
+	}
+	if res := w.call(t, a.ID, tools.ToolJobKill, map[string]any{"jobId": first}); res.IsError {
+		t.Fatalf("job_kill = %+v", res)
+	}
+	j, err := w.jobs.Job(first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := j.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if res := w.call(t, a.ID, tools.ToolBash, yielded); res.IsError {
+		t.Errorf("yielded call after one ended = %+v, want it to run", res)
+	}
+}
+
+// TestCallerGoneRecordsRealResult: when the caller of a foreground bash
+// call goes away (its context ends), the job runs to its end and the call's
+// result, returned and recorded, is the job's real one; a job_output wait
+// cut short answers the output as it is then.
+func TestCallerGoneRecordsRealResult(t *testing.T) {
+	w := newWorld(t)
+	a := w.agent(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	res, err := w.svc.Call(ctx, a.ID, tools.ToolBash, "c1", json.RawMessage(`{"command":"sleep 1; echo done"}`))
+	if err != nil || res.IsError || res.Text != "done" {
+		t.Fatalf("Call whose caller left = %+v, %v; want the job's own result", res, err)
+	}
+	evs := w.events(t, a.ID, agents.EventToolResult)
+	if got := decode[resultEvent](t, evs[0].Data); got.IsError || got.Text != "done" || got.ExitCode == nil || *got.ExitCode != 0 {
+		t.Errorf("recorded result %+v, want the job's own", got)
+	}
+
+	bg := w.call(t, a.ID, tools.ToolBash, map[string]any{"command": "echo early; sleep 30", "run_in_background": true})
+	ctx, cancel = context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	res, err = w.svc.Call(ctx, a.ID, tools.ToolJobOutput, "c2", json.RawMessage(fmt.Sprintf(`{"jobId":%q,"waitMs":20000}`, bg.JobID)))
+	if err != nil || res.IsError || !strings.Contains(res.Text, "early") || !strings.Contains(res.Text, "[still running: job ") {
+		t.Errorf("job_output whose caller left = %+v, %v; want the output so far", res, err)
 	}
 }

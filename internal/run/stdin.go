@@ -145,9 +145,7 @@ func (s *Service) writeStdin(ctx context.Context, agent agents.Agent, callID str
 		select {
 		case <-job.Done():
 		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return res, fmt.Errorf("wait for job %s: %w", id, ctx.Err())
+		case <-ctx.Done(): // the caller left: the output as it is now
 		}
 		t.Stop()
 	}
@@ -191,11 +189,14 @@ func (s *Service) readNew(job *exec.Job, limit int) (exec.Snapshot, string, stri
 	to := [2]int64{snap.Stdout.TotalBytes, snap.Stderr.TotalBytes}
 	var texts [2]string
 	var cut [2]bool
+	var elided [2][2]int64
 	for i, st := range []exec.Stream{exec.Stdout, exec.Stderr} {
-		texts[i], cut[i] = readRange(job, st, from[i], to[i], limit)
+		texts[i], cut[i], elided[i] = readRange(job, st, from[i], to[i], limit)
 	}
 	snap.Stdout.Text, snap.Stdout.Truncated = texts[0], cut[0]
+	snap.Stdout.ElidedFrom, snap.Stdout.ElidedTo = elided[0][0], elided[0][1]
 	snap.Stderr.Text, snap.Stderr.Truncated = texts[1], cut[1]
+	snap.Stderr.ElidedFrom, snap.Stderr.ElidedTo = elided[1][0], elided[1][1]
 	if snap.State == exec.StateRunning {
 		s.cursors.set(job.ID(), to, s.jobExists)
 	} else {
@@ -207,14 +208,14 @@ func (s *Service) readNew(job *exec.Job, limit int) (exec.Snapshot, string, stri
 // readRange reads stream st of job from byte from to byte to: the whole
 // range when it fits in limit bytes, else its first and last limit/2 bytes
 // (cut at character boundaries) around a line saying how many were left
-// out; the flag says whether bytes were left out.
-func readRange(job *exec.Job, st exec.Stream, from, to int64, limit int) (string, bool) {
+// out; the flag says whether bytes were left out, and the range which.
+func readRange(job *exec.Job, st exec.Stream, from, to int64, limit int) (string, bool, [2]int64) {
 	n := to - from
 	if n <= 0 {
-		return "", false
+		return "", false, [2]int64{}
 	}
 	if n <= int64(limit) {
-		return string(readAt(job, st, from, int(n))), false
+		return string(readAt(job, st, from, int(n))), false, [2]int64{}
 	}
 	head := readAt(job, st, from, limit/2)
 	tail := readAt(job, st, to-int64(limit/2), limit/2)
@@ -225,7 +226,8 @@ func readRange(job *exec.Job, st exec.Stream, from, to int64, limit int) (string
 		tail = tail[1:]
 	}
 	elided := n - int64(len(head)) - int64(len(tail))
-	return string(head) + "\n…[" + strconv.FormatInt(elided, 10) + " bytes elided]…\n" + string(tail), true
+	return string(head) + "\n…[" + strconv.FormatInt(elided, 10) + " bytes elided]…\n" + string(tail), true,
+		[2]int64{from + int64(len(head)), to - int64(len(tail))}
 }
 
 // readAt reads up to n bytes of stream st from off; fewer when the rest is

@@ -25,7 +25,7 @@ func TestReadRange(t *testing.T) {
 	}
 	total := snap.Stdout.TotalBytes
 	for _, limit := range []int{100, 102, 1001} { // even halves cut the tail, odd ones the head, inside a character
-		got, cut := readRange(job, exec.Stdout, 0, total, limit)
+		got, cut, elided := readRange(job, exec.Stdout, 0, total, limit)
 		head, rest, ok := strings.Cut(got, "\n…[")
 		if !cut || !ok {
 			t.Fatalf("limit %d: %q, want a cut", limit, got)
@@ -37,11 +37,14 @@ func TestReadRange(t *testing.T) {
 		if want := total - int64(len(head)) - int64(len(tail)); n != strconv.FormatInt(want, 10) {
 			t.Errorf("limit %d: %s bytes elided, want %d", limit, n, want)
 		}
+		if want := [2]int64{int64(len(head)), total - int64(len(tail))}; elided != want {
+			t.Errorf("limit %d: elided range %v, want %v", limit, elided, want)
+		}
 		if len(head) > limit/2 || len(tail) > limit/2 {
 			t.Errorf("limit %d: head %d and tail %d bytes exceed half the limit", limit, len(head), len(tail))
 		}
 	}
-	if got, cut := readRange(job, exec.Stdout, total-3, total, 100); cut || got != "END" {
+	if got, cut, _ := readRange(job, exec.Stdout, total-3, total, 100); cut || got != "END" {
 		t.Errorf("the last 3 bytes = %q (cut %v)", got, cut)
 	}
 }

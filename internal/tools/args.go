@@ -41,6 +41,14 @@ func (k kind) String() string {
 	return "?"
 }
 
+// MaxReadBytes bounds what one job_output call returns of a stream (and
+// is the default length of a byte read).
+const MaxReadBytes = 64 << 10
+
+// DefaultMatches is how many matching lines job_output returns with pattern
+// unless line_count says otherwise.
+const DefaultMatches = 200
+
 // maxInteger bounds integer arguments (milliseconds) so that converting
 // them to a time.Duration cannot overflow: about 31 years.
 const maxInteger = 1e12
@@ -75,6 +83,13 @@ var params = map[string][]param{
 	ToolJobOutput: {
 		{name: "jobId", kind: kindString, required: true, description: "The job id returned when the job was started."},
 		{name: "waitMs", kind: kindInteger, minimum: minimum(0), description: "Wait up to this many milliseconds for the job to finish before reading its output. 0 or omitted: do not wait."},
+		{name: "stream", kind: kindString, oneOf: []string{"stdout", "stderr"}, description: "The stream offset, start_line, tail_lines and pattern read: stdout (default) or stderr."},
+		{name: "offset", kind: kindInteger, minimum: minimum(0), description: "Read the stream's bytes from this byte offset (0 = its first byte)."},
+		{name: "length", kind: kindInteger, minimum: minimum(1), description: fmt.Sprintf("How many bytes to read from offset (default and most: %d).", MaxReadBytes)},
+		{name: "start_line", kind: kindInteger, minimum: minimum(1), description: "Read whole lines from this line number (1 = the first line); with pattern, search from this line."},
+		{name: "line_count", kind: kindInteger, minimum: minimum(1), description: fmt.Sprintf("How many lines to read from start_line (default: as many as fit in %d bytes); with pattern, the most matching lines to return (default %d).", MaxReadBytes, DefaultMatches)},
+		{name: "tail_lines", kind: kindInteger, minimum: minimum(1), description: "Read the stream's last this many lines."},
+		{name: "pattern", kind: kindString, description: "Return only the lines that match this regular expression (RE2 syntax, as Go's regexp), each as <line number>:<line>."},
 	},
 	ToolJobList: {
 		{name: "state", kind: kindString, oneOf: []string{"running", "exited", "timed_out", "cancelled", "lost"}, description: "Only list jobs in this state."},
@@ -163,10 +178,31 @@ func (a Args) Has(name string) bool {
 	return s || i || b
 }
 
-// ParseArgs decodes raw (a JSON object, or empty/null for no arguments)
-// against the declared parameters of tool. Undeclared names are collected in
-// ignored, sorted. A declared argument whose value is null counts as absent.
-// Every problem is reported at once in an error wrapping ErrInvalidArguments.
+// Unwrap returns the arguments object a JSON string raw holds (OpenAI's
+// APIs deliver a function call's arguments as a string of JSON), and raw
+// itself when it is not a string or holds no JSON object.
+func Unwrap(raw json.RawMessage) json.RawMessage {
+	trimmed := bytes.TrimSpace(raw)
+	if len(trimmed) == 0 || trimmed[0] != '"' {
+		return raw
+	}
+	var s string
+	if json.Unmarshal(trimmed, &s) != nil {
+		return raw
+	}
+	inner := bytes.TrimSpace([]byte(s))
+	if len(inner) == 0 || inner[0] != '{' || !json.Valid(inner) {
+		return raw
+	}
+	return inner
+}
+
+// ParseArgs decodes raw (a JSON object, a JSON string holding one, or
+// empty/null for no arguments) against the declared parameters of tool.
+// Undeclared names are collected in ignored, sorted. A declared argument
+// whose value is null counts as absent. Every problem is reported at once,
+// in words meant for the model that sent the arguments, in an error
+// wrapping ErrInvalidArguments.
 func ParseArgs(tool string, raw json.RawMessage) (Args, error) {
 	a := Args{
 		strings: map[string]string{},
@@ -175,9 +211,12 @@ func ParseArgs(tool string, raw json.RawMessage) (Args, error) {
 		ignored: []string{},
 	}
 	var obj map[string]json.RawMessage
-	trimmed := bytes.TrimSpace(raw)
+	trimmed := bytes.TrimSpace(Unwrap(raw))
 	if len(trimmed) > 0 && !bytes.Equal(trimmed, []byte("null")) {
-		if trimmed[0] != '{' {
+		switch {
+		case trimmed[0] == '"':
+			return a, fmt.Errorf("%w for %s: arguments must be a JSON object; the string given does not hold one", ErrInvalidArguments, tool)
+		case trimmed[0] != '{':
 			return a, fmt.Errorf("%w for %s: arguments must be a JSON object", ErrInvalidArguments, tool)
 		}
 		if err := json.Unmarshal(trimmed, &obj); err != nil {

@@ -61,6 +61,14 @@ const writeStdinDescription = `Write characters to one of your running jobs (a b
 
 session_id is the job id. chars is typed as is: end a line with "\n", send Ctrl-C as "\u0003", Ctrl-D as "\u0004". Empty chars only polls for new output. The call waits yield_time_ms (default 250; 5000 when polling; at most 30000) or until the job ends, then returns the new output (at most about max_output_tokens tokens, keeping head and tail), then [still running: job <id>] or how the job ended.`
 
+// jobOutputDescription is the job_output tool's description: every byte
+// of a job's output is reachable through it.
+var jobOutputDescription = fmt.Sprintf(`Read the output and state of one of your jobs (a bash call's job id). With waitMs, wait up to that many milliseconds for the job to finish first.
+
+Without range arguments you get its output as bash shows it: long output keeps its head and tail. To read any part of a stream, use one of: offset (and length) for bytes; start_line (and line_count) for whole lines, numbered from 1; tail_lines for the last lines; pattern for the lines that match a regular expression, with their numbers (from start_line on, at most line_count). stream picks stdout (default) or stderr.
+
+A result holds at most %d bytes of output and ends with a line saying what it showed and the call that reads on.`, MaxReadBytes)
+
 // Definitions returns the model-facing tools — bash, job_output, job_list,
 // job_kill and write_stdin — in that order. Every call returns fresh values that the caller
 // may modify. The argument schemas are made from the argument rules
@@ -77,7 +85,7 @@ func DefinitionsFor(policy sandbox.Policy) []Definition {
 		{Name: ToolBash, Description: bashDescription + "\n\n" + policy.Sentence(), Schema: argumentsSchema(ToolBash)},
 		{
 			Name:        ToolJobOutput,
-			Description: "Read the output and state of one of your jobs (as started by bash with run_in_background). With waitMs, wait up to that many milliseconds for the job to finish first.",
+			Description: jobOutputDescription,
 			Schema:      argumentsSchema(ToolJobOutput),
 		},
 		{

@@ -9,8 +9,9 @@ var (
 	// Definitions (HTTP 404).
 	ErrUnknownTool = errors.New("unknown tool")
 	// ErrInvalidArguments is returned by ParseArgs for arguments that are
-	// not a JSON object, or miss or mistype a declared argument, and by the
-	// pipeline for an empty command (HTTP 422). The message names every
-	// problem.
+	// not a JSON object (nor a string holding one), or miss or mistype a
+	// declared argument, and by the pipeline for an empty /exec command
+	// (HTTP 422). A model tool call turns it into an error result the model
+	// reads. The message names every problem.
 	ErrInvalidArguments = errors.New("invalid tool arguments")
 )

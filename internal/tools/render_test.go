@@ -62,14 +62,26 @@ func TestRenderResult(t *testing.T) {
 		{
 			name: "truncation",
 			snap: exec.Snapshot{ID: "job_9", State: "exited", ExitCode: intp(0),
-				Stdout: exec.Output{Text: "head\n[… 900 bytes elided …]\ntail\n", TotalBytes: 1000, Truncated: true}},
-			want: "head\n[… 900 bytes elided …]\ntail\n[output truncated; full output: GET /jobs/job_9/output]",
+				Stdout: exec.Output{Text: "head\n…[990 bytes elided]…\ntail\n", TotalBytes: 1000, Truncated: true, ElidedFrom: 5, ElidedTo: 995}},
+			want: "head\n…[990 bytes elided]…\ntail\n" +
+				`[stdout truncated: bytes 5-994 of 1000 left out; read them with job_output {"jobId":"job_9","offset":5} (up to 65536 bytes a call)]`,
 		},
 		{
 			name: "stderr truncation",
 			snap: exec.Snapshot{ID: "job_9", State: "exited", ExitCode: intp(1),
-				Stderr: exec.Output{Text: "e", TotalBytes: 1 << 20, Truncated: true}},
-			want: "[stderr]\ne\n[output truncated; full output: GET /jobs/job_9/output]\n[exit code: 1]",
+				Stderr: exec.Output{Text: "e", TotalBytes: 1 << 20, Truncated: true, ElidedFrom: 1, ElidedTo: 1 << 20}},
+			want: "[stderr]\ne\n" +
+				`[stderr truncated: bytes 1-1048575 of 1048576 left out; read them with job_output {"jobId":"job_9","stream":"stderr","offset":1} (up to 65536 bytes a call)]` +
+				"\n[exit code: 1]",
+		},
+		{
+			name: "both streams, some bytes not kept",
+			snap: exec.Snapshot{ID: "job_9", State: "exited", ExitCode: intp(0),
+				Stdout: exec.Output{Text: "o", TotalBytes: 300, Truncated: true, ElidedFrom: 1, ElidedTo: 300, Dropped: 100, DropReason: exec.DropSpoolLimit},
+				Stderr: exec.Output{Text: "e", TotalBytes: 50, Truncated: true}},
+			want: "o\n[stderr]\ne\n" +
+				`[stdout truncated: bytes 1-299 of 300 left out; read them with job_output {"jobId":"job_9","offset":1} (up to 65536 bytes a call); bytes from 200 on were not kept (spool_limit) and cannot be read]` + "\n" +
+				`[stderr truncated: 50 bytes in all; read them with job_output {"jobId":"job_9","stream":"stderr","offset":0} (up to 65536 bytes a call)]`,
 		},
 		{
 			name: "signal",

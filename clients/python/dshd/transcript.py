@@ -26,7 +26,9 @@ class ToolCallEvent:
     time: str
     call_id: str
     name: str
-    arguments: Dict[str, Any]
+    # The arguments object as the model sent it; a string when it sent
+    # something else (a string that holds no JSON object).
+    arguments: Union[Dict[str, Any], str]
     ignored: List[str]
     type: str = "tool/call"
 

@@ -361,9 +361,16 @@ export interface paths {
         put?: never;
         /**
          * Run one model tool call and return what the model should see.
-         * @description `arguments` is passed as the model sent it. Arguments a tool does not
-         *     declare (`env` and `stdin` included) are ignored and recorded as ignored.
-         *     Hooks run around the call.
+         * @description `arguments` is passed as the model sent it, an object or a string holding
+         *     one. Arguments a tool does not declare (`env` and `stdin` included) are
+         *     ignored and recorded as ignored. Hooks run around the call.
+         *
+         *     Whatever the model got wrong (arguments that break the tool's schema or
+         *     rules, a job that is not its own, a workdir that does not exist, too many
+         *     running jobs) answers 200 with `isError: true` and a text written for the
+         *     model, recorded as `tool/call` and `tool/result` like any call: hand it
+         *     back to the model. Error statuses are for the harness's own mistakes (an
+         *     unknown agent or tool, a malformed body, a bad token).
          */
         post: operations["callTool"];
         delete?: never;
@@ -1261,9 +1268,16 @@ export interface components {
         };
         ToolCall: {
             callId?: string;
+            /**
+             * @description The arguments as the model sent them: an object, or a string holding one
+             *     (OpenAI's APIs deliver function arguments as a JSON string; pass it on as
+             *     is). Arguments that break the tool's rules, a string that holds no JSON
+             *     object included, are the model's mistake: they answer 200 with an
+             *     `isError` result that says what is wrong, recorded in the transcript.
+             */
             arguments: {
                 [key: string]: unknown;
-            };
+            } | string;
         };
         ToolResult: {
             callId: string;
@@ -1710,10 +1724,10 @@ export interface components {
             data: {
                 callId: string;
                 name: string;
-                /** @description The arguments as the model sent them. */
+                /** @description The arguments as the model sent them; a string when they were not an object (a string that holds no JSON object, or the text of what was sent). */
                 arguments: {
                     [key: string]: unknown;
-                };
+                } | string;
                 /** @description Argument names the tool does not declare (never used). */
                 ignored: string[];
             };
@@ -3152,7 +3166,6 @@ export interface operations {
             408: components["responses"]["R408"];
             413: components["responses"]["R413"];
             421: components["responses"]["R421"];
-            422: components["responses"]["R422"];
             429: components["responses"]["R429"];
             502: components["responses"]["R502"];
             503: components["responses"]["R503RunAgent"];

@@ -1987,16 +1987,36 @@ type TerminalSize struct {
 
 // ToolCall defines model for ToolCall.
 type ToolCall struct {
-	Arguments map[string]interface{} `json:"arguments"`
-	CallId    *string                `json:"callId,omitempty"`
+	// Arguments The arguments as the model sent them: an object, or a string holding one
+	// (OpenAI's APIs deliver function arguments as a JSON string; pass it on as
+	// is). Arguments that break the tool's rules, a string that holds no JSON
+	// object included, are the model's mistake: they answer 200 with an
+	// `isError` result that says what is wrong, recorded in the transcript.
+	Arguments ToolCall_Arguments `json:"arguments"`
+	CallId    *string            `json:"callId,omitempty"`
+}
+
+// ToolCallArguments0 defines model for ToolCall.Arguments.0.
+type ToolCallArguments0 map[string]interface{}
+
+// ToolCallArguments1 defines model for ToolCall.Arguments.1.
+type ToolCallArguments1 = string
+
+// ToolCall_Arguments The arguments as the model sent them: an object, or a string holding one
+// (OpenAI's APIs deliver function arguments as a JSON string; pass it on as
+// is). Arguments that break the tool's rules, a string that holds no JSON
+// object included, are the model's mistake: they answer 200 with an
+// `isError` result that says what is wrong, recorded in the transcript.
+type ToolCall_Arguments struct {
+	union json.RawMessage
 }
 
 // ToolCallEvent A model tool call, recorded before it runs.
 type ToolCallEvent struct {
 	Data struct {
-		// Arguments The arguments as the model sent them.
-		Arguments map[string]interface{} `json:"arguments"`
-		CallId    string                 `json:"callId"`
+		// Arguments The arguments as the model sent them; a string when they were not an object (a string that holds no JSON object, or the text of what was sent).
+		Arguments ToolCallEvent_Data_Arguments `json:"arguments"`
+		CallId    string                       `json:"callId"`
 
 		// Ignored Argument names the tool does not declare (never used).
 		Ignored []string `json:"ignored"`
@@ -2005,6 +2025,17 @@ type ToolCallEvent struct {
 	Seq  int64             `json:"seq"`
 	Time time.Time         `json:"time"`
 	Type ToolCallEventType `json:"type"`
+}
+
+// ToolCallEventDataArguments0 defines model for ToolCallEvent.Data.Arguments.0.
+type ToolCallEventDataArguments0 map[string]interface{}
+
+// ToolCallEventDataArguments1 defines model for ToolCallEvent.Data.Arguments.1.
+type ToolCallEventDataArguments1 = string
+
+// ToolCallEvent_Data_Arguments The arguments as the model sent them; a string when they were not an object (a string that holds no JSON object, or the text of what was sent).
+type ToolCallEvent_Data_Arguments struct {
+	union json.RawMessage
 }
 
 // ToolCallEventType defines model for ToolCallEvent.Type.
@@ -2833,6 +2864,130 @@ func (t Resolver) MarshalJSON() ([]byte, error) {
 }
 
 func (t *Resolver) UnmarshalJSON(b []byte) error {
+	err := t.union.UnmarshalJSON(b)
+	return err
+}
+
+// AsToolCallArguments0 returns the union data inside the ToolCall_Arguments as a ToolCallArguments0
+func (t ToolCall_Arguments) AsToolCallArguments0() (ToolCallArguments0, error) {
+	var body ToolCallArguments0
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromToolCallArguments0 overwrites any union data inside the ToolCall_Arguments as the provided ToolCallArguments0
+func (t *ToolCall_Arguments) FromToolCallArguments0(v ToolCallArguments0) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeToolCallArguments0 performs a merge with any union data inside the ToolCall_Arguments, using the provided ToolCallArguments0
+func (t *ToolCall_Arguments) MergeToolCallArguments0(v ToolCallArguments0) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsToolCallArguments1 returns the union data inside the ToolCall_Arguments as a ToolCallArguments1
+func (t ToolCall_Arguments) AsToolCallArguments1() (ToolCallArguments1, error) {
+	var body ToolCallArguments1
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromToolCallArguments1 overwrites any union data inside the ToolCall_Arguments as the provided ToolCallArguments1
+func (t *ToolCall_Arguments) FromToolCallArguments1(v ToolCallArguments1) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeToolCallArguments1 performs a merge with any union data inside the ToolCall_Arguments, using the provided ToolCallArguments1
+func (t *ToolCall_Arguments) MergeToolCallArguments1(v ToolCallArguments1) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+func (t ToolCall_Arguments) MarshalJSON() ([]byte, error) {
+	b, err := t.union.MarshalJSON()
+	return b, err
+}
+
+func (t *ToolCall_Arguments) UnmarshalJSON(b []byte) error {
+	err := t.union.UnmarshalJSON(b)
+	return err
+}
+
+// AsToolCallEventDataArguments0 returns the union data inside the ToolCallEvent_Data_Arguments as a ToolCallEventDataArguments0
+func (t ToolCallEvent_Data_Arguments) AsToolCallEventDataArguments0() (ToolCallEventDataArguments0, error) {
+	var body ToolCallEventDataArguments0
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromToolCallEventDataArguments0 overwrites any union data inside the ToolCallEvent_Data_Arguments as the provided ToolCallEventDataArguments0
+func (t *ToolCallEvent_Data_Arguments) FromToolCallEventDataArguments0(v ToolCallEventDataArguments0) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeToolCallEventDataArguments0 performs a merge with any union data inside the ToolCallEvent_Data_Arguments, using the provided ToolCallEventDataArguments0
+func (t *ToolCallEvent_Data_Arguments) MergeToolCallEventDataArguments0(v ToolCallEventDataArguments0) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsToolCallEventDataArguments1 returns the union data inside the ToolCallEvent_Data_Arguments as a ToolCallEventDataArguments1
+func (t ToolCallEvent_Data_Arguments) AsToolCallEventDataArguments1() (ToolCallEventDataArguments1, error) {
+	var body ToolCallEventDataArguments1
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromToolCallEventDataArguments1 overwrites any union data inside the ToolCallEvent_Data_Arguments as the provided ToolCallEventDataArguments1
+func (t *ToolCallEvent_Data_Arguments) FromToolCallEventDataArguments1(v ToolCallEventDataArguments1) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeToolCallEventDataArguments1 performs a merge with any union data inside the ToolCallEvent_Data_Arguments, using the provided ToolCallEventDataArguments1
+func (t *ToolCallEvent_Data_Arguments) MergeToolCallEventDataArguments1(v ToolCallEventDataArguments1) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+func (t ToolCallEvent_Data_Arguments) MarshalJSON() ([]byte, error) {
+	b, err := t.union.MarshalJSON()
+	return b, err
+}
+
+func (t *ToolCallEvent_Data_Arguments) UnmarshalJSON(b []byte) error {
 	err := t.union.UnmarshalJSON(b)
 	return err
 }
@@ -5489,22 +5644,6 @@ func (response CallTool421ApplicationProblemPlusJSONResponse) VisitCallToolRespo
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(421)
-	_, err := buf.WriteTo(w)
-	return err
-}
-
-type CallTool422ApplicationProblemPlusJSONResponse struct {
-	R422ApplicationProblemPlusJSONResponse
-}
-
-func (response CallTool422ApplicationProblemPlusJSONResponse) VisitCallToolResponse(w http.ResponseWriter) error {
-
-	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
-		return err
-	}
-	w.Header().Set("Content-Type", "application/problem+json")
-	w.WriteHeader(422)
 	_, err := buf.WriteTo(w)
 	return err
 }
