@@ -122,6 +122,7 @@ func BenchmarkGroupMemoryLimit(b *testing.B) {
 		})
 	}
 }
+
 // BenchmarkForkBombPeak runs a fork bomb under pids 64 with the cgroup v1
 // groups of a hybrid host (the kernel's pids.peak) and without them (the
 // watcher: the most processes seen in the job's cgroup, sampled every
