@@ -233,6 +233,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Re
 	}
 	if svc.node != nil {
 		deps.Cluster, deps.JobRouter, deps.ReplicaID = svc.node, svc.node, svc.node.ReplicaID()
+		if deps.PeerKey, err = cfg.Cluster.peerKey(); err != nil {
+			return err
+		}
 	}
 	handler, err := httpapi.NewServer(deps)
 	if err != nil {

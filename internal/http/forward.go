@@ -10,6 +10,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/dshd/dshd/internal/cluster/status"
 	"github.com/dshd/dshd/internal/mcp"
@@ -40,12 +41,8 @@ type jobRouter interface {
 type forwardTarget struct {
 	url         *url.URL
 	unavailable error
+	body        []byte // the request's body, signed with it
 }
-
-// forwardedHeader marks a request one replica forwarded to another. A
-// request carrying it is served where it lands, never forwarded again: a
-// request takes at most one hop.
-const forwardedHeader = "Dsh-Forwarded-By"
 
 // headersSetHere are the response headers this replica's middleware has
 // already set on a forwarded request's answer; the owner's copies are
@@ -62,39 +59,15 @@ func idFromPath(p, prefix string) string {
 	return id
 }
 
-// execAgentID returns the agentId of a POST /exec body, reading the body
-// (up to limit bytes) and putting it back for whoever serves the request.
-// A body it cannot read as JSON names no agent: the server that serves it
-// refuses it.
-func execAgentID(r *http.Request, limit int64) string {
-	body := r.Body
-	data, err := io.ReadAll(io.LimitReader(body, limit+1))
-	if err != nil {
-		// Whoever serves the request meets the same error (a body not
-		// sent in time, a broken connection) and answers it as usual.
-		r.Body = readCloser{io.MultiReader(bytes.NewReader(data), errReader{err}), body}
-		return ""
-	}
-	r.Body = readCloser{io.MultiReader(bytes.NewReader(data), body), body}
+// execAgentID returns the agentId of a POST /exec body. A body it cannot
+// read as JSON names no agent: the server that serves it refuses it.
+func execAgentID(body []byte) string {
 	var b struct {
 		AgentID string `json:"agentId"`
 	}
-	_ = json.Unmarshal(data, &b)
+	_ = json.Unmarshal(body, &b)
 	return b.AgentID
 }
-
-// readCloser reads from r and closes c.
-type readCloser struct {
-	io.Reader
-	c io.Closer
-}
-
-func (rc readCloser) Close() error { return rc.c.Close() }
-
-// errReader fails every read with err.
-type errReader struct{ err error }
-
-func (e errReader) Read([]byte) (int, error) { return 0, e.err }
 
 // mcpSessionHeader carries an MCP session's id on every request after
 // initialize (Streamable HTTP transport).
@@ -121,7 +94,7 @@ func agentRead(r *http.Request) bool {
 }
 
 // route says where r goes: nil when it is served here.
-func (s *Server) route(r *http.Request, router jobRouter) (*forwardTarget, error) {
+func (s *Server) route(r *http.Request, body []byte, router jobRouter) (*forwardTarget, error) {
 	var u *url.URL
 	var err error
 	var unavailable error
@@ -152,7 +125,7 @@ func (s *Server) route(r *http.Request, router jobRouter) (*forwardTarget, error
 		unavailable = status.ErrAgentHomeUnavailable
 		u, err = router.AgentHome(idFromPath(r.URL.Path, "/agents/"))
 	case r.Method == http.MethodPost && r.URL.Path == "/exec":
-		id := execAgentID(r, s.maxBody)
+		id := execAgentID(body)
 		key := r.Header.Get("Idempotency-Key")
 		switch {
 		case id != "":
@@ -170,7 +143,7 @@ func (s *Server) route(r *http.Request, router jobRouter) (*forwardTarget, error
 	if err != nil || u == nil {
 		return nil, err
 	}
-	return &forwardTarget{url: u, unavailable: unavailable}, nil
+	return &forwardTarget{url: u, unavailable: unavailable, body: body}, nil
 }
 
 // newForwarder returns the middleware that sends to the replica concerned,
@@ -191,8 +164,10 @@ func (s *Server) route(r *http.Request, router jobRouter) (*forwardTarget, error
 // owner validates). A request whose replica is not available is answered
 // 503 here (job_owner_unavailable, agent_home_unavailable,
 // session_home_unavailable), and nothing is run elsewhere. A request
-// another replica forwarded is served here, marked so (servedForPeer).
-func (s *Server) newForwarder(router jobRouter, self string) func(http.Handler) http.Handler {
+// another replica forwarded, signed with peerKey (see verifyPeer), is
+// served here, marked so (servedForPeer); forwarding headers that do not
+// verify are dropped and the request is routed like any other.
+func (s *Server) newForwarder(router jobRouter, self string, peerKey []byte) func(http.Handler) http.Handler {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.Proxy = nil // replicas talk directly, whatever the proxy variables say
 	tr.MaxIdleConnsPerHost = 64
@@ -203,7 +178,7 @@ func (s *Server) newForwarder(router jobRouter, self string) func(http.Handler) 
 			target := pr.In.Context().Value(forwardTargetKey).(*forwardTarget)
 			pr.SetURL(target.url)
 			pr.SetXForwarded()
-			pr.Out.Header.Set(forwardedHeader, self)
+			signPeer(pr.Out.Header, peerKey, self, pr.In.Method, pr.In.URL.RequestURI(), target.body, time.Now())
 			pr.Out.Header.Set("X-Request-ID", requestIDFrom(pr.In.Context()))
 			if authFrom(pr.In.Context()) == authSession {
 				// UI sessions live in this replica's memory; the owner
@@ -229,11 +204,20 @@ func (s *Server) newForwarder(router jobRouter, self string) func(http.Handler) 
 	}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.Header.Get(forwardedHeader) != "" {
-				next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), servedForPeerKey{}, true)))
+			body, ok := s.hopBody(w, r)
+			if !ok {
 				return
 			}
-			target, err := s.route(r, router)
+			if r.Header.Get(forwardedHeader) != "" || r.Header.Get(forwardedSigHeader) != "" {
+				if verifyPeer(r, peerKey, body, time.Now()) {
+					next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), servedForPeerKey{}, true)))
+					return
+				}
+				s.logger.Info("dropped forwarding headers that do not verify", "by", r.Header.Get(forwardedHeader), "path", r.URL.Path, "request_id", requestIDFrom(r.Context()))
+				r.Header.Del(forwardedHeader)
+				r.Header.Del(forwardedSigHeader)
+			}
+			target, err := s.route(r, body, router)
 			if err != nil {
 				s.writeError(w, r, err)
 				return
@@ -245,4 +229,24 @@ func (s *Server) newForwarder(router jobRouter, self string) func(http.Handler) 
 			proxy.ServeHTTP(w, r.WithContext(withForwardTarget(r.Context(), target)))
 		})
 	}
+}
+
+// hopBody reads r's body (see readBody) and puts it back, so that it can
+// be signed and routed on. A body sent with a method that takes none is
+// dropped, as limitBody would.
+func (s *Server) hopBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	if !hasBody(r) {
+		return nil, true
+	}
+	if takesNoBody(r.Method) {
+		w.Header().Set("Connection", "close")
+		r.Body, r.ContentLength = http.NoBody, 0
+		return nil, true
+	}
+	body, ok := s.readBody(w, r)
+	if !ok {
+		return nil, false
+	}
+	r.Body, r.ContentLength, r.TransferEncoding = io.NopCloser(bytes.NewReader(body)), int64(len(body)), nil
+	return body, true
 }
