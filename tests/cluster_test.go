@@ -425,6 +425,34 @@ func TestClusterJobRouting(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Logf("job of the killed replica answers job_owner_unavailable %s after the kill", time.Since(killed).Round(time.Millisecond))
+	// The 503 names the replica and says when to retry.
+	resp = rs[2].Do(t, "GET", "/jobs/"+j.ID, nil)
+	var p503 problem
+	_ = json.NewDecoder(resp.Body).Decode(&p503)
+	resp.Body.Close()
+	if resp.StatusCode != 503 || resp.Header.Get("Retry-After") == "" || !strings.Contains(p503.Detail, `"replica-0"`) {
+		t.Fatalf("job of a dead replica: %d Retry-After %q detail %q, want 503 naming replica-0 with a Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"), p503.Detail)
+	}
+	// Ids naming a replica that never joined name nothing: 404, logged
+	// below ERROR.
+	for path, code := range map[string]string{
+		"/jobs/job_zzz.x": "job_not_found",
+		"/agents/agt_zzz_01m8rk3468mk6yta9t5hevkezw/tools/bash": "agent_not_found",
+	} {
+		var p problem
+		method, body := "GET", any(nil)
+		if strings.HasSuffix(path, "/bash") {
+			method, body = "POST", map[string]any{"arguments": map[string]any{"command": "true"}}
+		}
+		if st := rs[1].DoJSON(t, method, path, body, &p); st != 404 || p.Code != code {
+			t.Fatalf("%s %s naming a replica that never existed: %d %+v, want 404 %s", method, path, st, p, code)
+		}
+	}
+	for _, line := range strings.Split(rs[1].stderr.String(), "\n") {
+		if strings.Contains(line, "zzz") && strings.Contains(line, "ERROR") {
+			t.Fatalf("an unknown replica's id was logged as an error: %s", line)
+		}
+	}
 	var list []job
 	for i, s := range rs[1:] {
 		if st := s.DoJSON(t, "GET", "/jobs", nil, &list); st != 200 || len(list) != 0 {

@@ -96,6 +96,7 @@ type Node struct {
 	regStrm  jetstream.Stream
 	replicas jetstream.KeyValue
 	idem     jetstream.KeyValue
+	members  jetstream.KeyValue
 
 	// ctx ends at Close: heartbeats and watches stop.
 	ctx    context.Context
@@ -151,7 +152,7 @@ func Connect(ctx context.Context, cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cluster: connect to NATS: %w", err)
 	}
-	n := &Node{cfg: cfg, logger: logger, nc: nc, view: view{peers: map[string]seen{}}}
+	n := &Node{cfg: cfg, logger: logger, nc: nc, view: view{peers: map[string]seen{}, known: map[string]bool{}}}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	if err := n.setup(ctx); err != nil {
 		n.cancel()
@@ -213,6 +214,9 @@ func (n *Node) setup(ctx context.Context) error {
 			Replicas:    n.cfg.StoreReplicas,
 		})
 		if lastErr == nil {
+			if err := n.membersBucket(ctx); err != nil {
+				return err
+			}
 			return n.idempotencyBucket(ctx)
 		}
 		select {

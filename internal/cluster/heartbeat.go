@@ -49,6 +49,7 @@ type seen struct {
 type view struct {
 	mu        sync.Mutex
 	peers     map[string]seen
+	known     map[string]bool // replica ids known to have joined (MembersBucket, heartbeats)
 	dupAt     time.Time // last heartbeat of another process with this id
 	storeRev  uint64
 	sampledAt time.Time
@@ -71,6 +72,12 @@ func (n *Node) StartHeartbeats(url string, registryRevision func() uint64) error
 	}
 	n.self = heartbeat{ID: n.cfg.ReplicaID, URL: url, Instance: newInstance(), StartedAt: time.Now().UTC()}
 	n.registryRevision = registryRevision
+	ctx, cancel := context.WithTimeout(n.ctx, n.cfg.ConnectTimeout)
+	err := n.join(ctx)
+	cancel()
+	if err != nil {
+		return err
+	}
 	w, err := n.replicas.WatchAll(n.ctx)
 	if err != nil {
 		return fmt.Errorf("cluster: watch replicas: %w", err)
@@ -120,6 +127,7 @@ func (n *Node) seeHeartbeat(e jetstream.KeyValueEntry) {
 		n.view.dupAt = time.Now()
 	}
 	n.view.peers[hb.ID] = seen{hb: hb, at: time.Now()}
+	n.view.known[hb.ID] = true
 }
 
 // beat writes this replica's heartbeat and samples the registry's last
@@ -260,11 +268,14 @@ func (n *Node) route(what, id, owner string, unavailable error) (*url.URL, error
 	}
 	r, ok := n.Replica(owner)
 	if !ok {
-		return nil, fmt.Errorf("%s %s: replica %q has not been heard from for %s: %w", what, id, owner, HeartbeatTTL, unavailable)
+		if !n.member(owner) {
+			return nil, fmt.Errorf("%s %s: replica %q: %w", what, id, owner, status.ErrUnknownReplica)
+		}
+		return nil, &status.UnavailableError{Replica: owner, Err: fmt.Errorf("%s %s: replica %q has not been heard from for %s: %w", what, id, owner, HeartbeatTTL, unavailable)}
 	}
 	u, err := url.Parse(r.URL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("%s %s: replica %q advertises %q, not an HTTP URL (set cluster.advertiseUrl): %w", what, id, owner, r.URL, unavailable)
+		return nil, &status.UnavailableError{Replica: owner, Err: fmt.Errorf("%s %s: replica %q advertises %q, not an HTTP URL (set cluster.advertiseUrl): %w", what, id, owner, r.URL, unavailable)}
 	}
 	return u, nil
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httputil"
@@ -12,7 +13,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dshd/dshd/internal/agents"
 	"github.com/dshd/dshd/internal/cluster/status"
+	"github.com/dshd/dshd/internal/exec"
 	"github.com/dshd/dshd/internal/mcp"
 )
 
@@ -41,6 +44,7 @@ type jobRouter interface {
 type forwardTarget struct {
 	url         *url.URL
 	unavailable error
+	replica     string // the replica's id, when the request's id names it
 	body        []byte // the request's body, signed with it
 }
 
@@ -97,24 +101,27 @@ func agentRead(r *http.Request) bool {
 func (s *Server) route(r *http.Request, body []byte, router jobRouter) (*forwardTarget, error) {
 	var u *url.URL
 	var err error
-	var unavailable error
+	var unavailable, notFound error
+	var replica string
 	switch {
 	case idFromPath(r.URL.Path, "/jobs/") != "":
-		unavailable = status.ErrOwnerUnavailable
-		u, err = router.JobOwner(idFromPath(r.URL.Path, "/jobs/"))
+		id := idFromPath(r.URL.Path, "/jobs/")
+		unavailable, notFound, replica = status.ErrOwnerUnavailable, exec.ErrJobNotFound, status.JobOwner(id)
+		u, err = router.JobOwner(id)
 	case r.Method == http.MethodGet && r.URL.Path == "/jobs" && r.URL.Query().Get("agentId") != "":
 		// An agent's jobs all run at its home.
-		unavailable = status.ErrAgentHomeUnavailable
-		u, err = router.AgentHome(r.URL.Query().Get("agentId"))
+		id := r.URL.Query().Get("agentId")
+		unavailable, notFound, replica = status.ErrAgentHomeUnavailable, agents.ErrNotFound, status.AgentOwner(id)
+		u, err = router.AgentHome(id)
 	case r.URL.Path == mcpPath:
 		// A session lives on the replica that opened it; a new session
 		// naming an agent is opened at the agent's home, where its
 		// commands run.
 		if sid := r.Header.Get(mcpSessionHeader); sid != "" {
-			unavailable = status.ErrSessionHomeUnavailable
+			unavailable, notFound, replica = status.ErrSessionHomeUnavailable, errNotFound, status.MCPSessionOwner(sid)
 			u, err = router.SessionHome(sid)
 		} else if id := mcpAgent(r); id != "" {
-			unavailable = status.ErrAgentHomeUnavailable
+			unavailable, notFound, replica = status.ErrAgentHomeUnavailable, agents.ErrNotFound, status.AgentOwner(id)
 			u, err = router.AgentHome(id)
 		}
 	case agentRead(r):
@@ -122,14 +129,15 @@ func (s *Server) route(r *http.Request, body []byte, router jobRouter) (*forward
 		// replica reads them, even while the agent's home is down.
 		return nil, nil
 	case idFromPath(r.URL.Path, "/agents/") != "":
-		unavailable = status.ErrAgentHomeUnavailable
-		u, err = router.AgentHome(idFromPath(r.URL.Path, "/agents/"))
+		id := idFromPath(r.URL.Path, "/agents/")
+		unavailable, notFound, replica = status.ErrAgentHomeUnavailable, agents.ErrNotFound, status.AgentOwner(id)
+		u, err = router.AgentHome(id)
 	case r.Method == http.MethodPost && r.URL.Path == "/exec":
 		id := execAgentID(body)
 		key := r.Header.Get("Idempotency-Key")
 		switch {
 		case id != "":
-			unavailable = status.ErrAgentHomeUnavailable
+			unavailable, notFound, replica = status.ErrAgentHomeUnavailable, agents.ErrNotFound, status.AgentOwner(id)
 			u, err = router.AgentHome(id)
 		case key != "":
 			// The replica that first saw the key serves it, so a retry
@@ -140,10 +148,20 @@ func (s *Server) route(r *http.Request, body []byte, router jobRouter) (*forward
 			return nil, nil
 		}
 	}
+	if errors.Is(err, status.ErrUnknownReplica) {
+		if notFound != nil {
+			// What the id names cannot exist anywhere.
+			return nil, fmt.Errorf("%w: %w", notFound, err)
+		}
+		return nil, &status.UnavailableError{Replica: replica, Err: fmt.Errorf("%w: %w", unavailable, err)}
+	}
 	if err != nil || u == nil {
 		return nil, err
 	}
-	return &forwardTarget{url: u, unavailable: unavailable, body: body}, nil
+	if replica == "" {
+		replica = u.Host
+	}
+	return &forwardTarget{url: u, unavailable: unavailable, replica: replica, body: body}, nil
 }
 
 // newForwarder returns the middleware that sends to the replica concerned,
@@ -199,7 +217,7 @@ func (s *Server) newForwarder(router jobRouter, self string, peerKey []byte) fun
 				return // the client left
 			}
 			target := r.Context().Value(forwardTargetKey).(*forwardTarget)
-			s.writeError(w, r, errors.Join(target.unavailable, err))
+			s.writeError(w, r, &status.UnavailableError{Replica: target.replica, Err: fmt.Errorf("replica %q could not be reached: %w: %w", target.replica, target.unavailable, err)})
 		},
 	}
 	return func(next http.Handler) http.Handler {

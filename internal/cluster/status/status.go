@@ -111,3 +111,18 @@ func MCPSessionPrefix(replica string) string { return "mcp_" + replica + "." }
 // MCPSessionOwner returns the replica named by a cluster MCP session id
 // ("mcp_<replica>.<random>"), or "" for an id that names none.
 func MCPSessionOwner(id string) string { return ownerBeforeDot(id, "mcp_") }
+
+// ErrUnknownReplica: an id names a replica that never joined the cluster
+// (no replica with that id ever announced itself), so what it names does
+// not exist anywhere: the answer is 404, not a retryable 503.
+var ErrUnknownReplica = errors.New("cluster: no replica with this id ever joined the cluster")
+
+// UnavailableError names the replica a request needs and cannot reach. It
+// wraps the reason (ErrOwnerUnavailable, ErrAgentHomeUnavailable, …).
+type UnavailableError struct {
+	Replica string
+	Err     error
+}
+
+func (e *UnavailableError) Error() string { return e.Err.Error() }
+func (e *UnavailableError) Unwrap() error { return e.Err }
