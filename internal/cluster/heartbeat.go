@@ -50,7 +50,7 @@ type view struct {
 	mu        sync.Mutex
 	peers     map[string]seen
 	known     map[string]bool // replica ids known to have joined (MembersBucket, heartbeats)
-	dupAt     time.Time // last heartbeat of another process with this id
+	dupAt     time.Time       // last heartbeat of another process with this id
 	storeRev  uint64
 	sampledAt time.Time
 }
