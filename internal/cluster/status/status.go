@@ -25,6 +25,11 @@ type Status struct {
 	// replica's id: the configuration is wrong, and routing by id is not
 	// safe until it is fixed.
 	DuplicateID bool
+	// ViewFrozenSince is set while this replica's own heartbeats do not
+	// come back through the replicas bucket (NATS electing a leader, or
+	// this replica cut off from NATS): Replicas is then the last view
+	// known, kept as it was since that time.
+	ViewFrozenSince time.Time
 }
 
 // Replica is one replica as seen through its heartbeats.
