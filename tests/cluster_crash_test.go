@@ -1,0 +1,271 @@
+package tests
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dshd/dshd/internal/cluster/natstest"
+)
+
+// startReplicasAt starts three replicas (the real binary, one token)
+// against NATS at urls; replica i connects to urls[i] first.
+func startReplicasAt(t testing.TB, urls []string) []*testServer {
+	t.Helper()
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte(strings.Repeat("c", 64)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var rs []*testServer
+	for i := range 3 {
+		order := append([]string{urls[i]}, append(append([]string(nil), urls[:i]...), urls[i+1:]...)...)
+		cfg := fmt.Sprintf("cluster:\n  replicaId: replica-%d\n  urls: [%s]\n", i, strings.Join(order, ", "))
+		rs = append(rs, startServer(t, withConfig(cfg), withArgs("--token-file", tokenFile)))
+	}
+	return rs
+}
+
+// crashVictims are the NATS leaders the crash tests kill, each in turn:
+// the leader of every bucket and stream dshd uses, and the meta leader.
+var crashVictims = []string{"KV_dshd_replicas", "DSHD_AGENTS", "KV_dshd_idempotency", "KV_dshd_registry", "meta"}
+
+// crashRound is what a write load saw around one SIGKILL.
+type crashRound struct {
+	victim       string
+	node         int
+	acked        int           // writes answered 2xx
+	failed       int           // writes answered 503 cluster_unavailable
+	false503     int           // 503s naming a healthy replica as unavailable
+	failedWindow time.Duration // from the kill to the start of the last write refused
+	answeredBy   time.Duration // from the kill to the answer of the last write refused
+}
+
+// writeLoad runs one writer per replica until stop: tool calls (through
+// replica i, for the agent homed at replica i+1), a keyed POST /exec
+// without agent every 5th write, a registration every 10th. Every write
+// answered 2xx is recorded in acked (tool call ids by agent, registered
+// names); each answer is reported to see. Writes are paced (a bounded
+// count: at most one per 40 ms per writer).
+type writeLoad struct {
+	mu       sync.Mutex
+	calls    map[string][]string // agent → acknowledged tool call ids
+	names    []string            // acknowledged registrations
+	see      func(start time.Time, ok, clusterDown, false503 bool)
+	stop     chan struct{}
+	wg       sync.WaitGroup
+	problems []string
+}
+
+func startWriteLoad(t testing.TB, rs []*testServer, agents []string) *writeLoad {
+	l := &writeLoad{calls: map[string][]string{}, stop: make(chan struct{}), see: func(time.Time, bool, bool, bool) {}}
+	for i, s := range rs {
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			agent := agents[(i+1)%len(agents)]
+			for n := 0; ; n++ {
+				select {
+				case <-l.stop:
+					return
+				case <-time.After(40 * time.Millisecond):
+				}
+				start := time.Now()
+				var (
+					st   int
+					p    problem
+					what string
+				)
+				callID := fmt.Sprintf("call_w%d_%d", i, n)
+				switch {
+				case n%10 == 9:
+					what = fmt.Sprintf("crash.w%d.%d", i, n)
+					st = s.DoJSON(t, "POST", "/contributors", staticContributor(what, fmt.Sprintf("DSH_CRASH_W%d_%d", i, n), "1"), &p)
+				case n%5 == 4:
+					resp := s.DoWith(t, "POST", "/exec", map[string]any{"command": "true"}, map[string]string{"Authorization": "Bearer " + s.Token, "Idempotency-Key": fmt.Sprintf("crash-%d-%d", i, n)})
+					data, _ := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					st = resp.StatusCode
+					_ = json.Unmarshal(data, &p)
+				default:
+					st = s.DoJSON(t, "POST", "/agents/"+agent+"/tools/bash", map[string]any{"callId": callID, "arguments": map[string]any{"command": "echo " + callID}}, &p)
+				}
+				ok := st/100 == 2
+				down := st == 503 && p.Code == "cluster_unavailable"
+				false503 := st == 503 && strings.HasSuffix(p.Code, "_unavailable") && !down
+				l.mu.Lock()
+				switch {
+				case ok && n%10 == 9:
+					l.names = append(l.names, what)
+				case ok && n%5 != 4:
+					l.calls[agent] = append(l.calls[agent], callID)
+				case !ok && !down && !false503 && !(st == 409 && p.Code == "duplicate_contributor"):
+					l.problems = append(l.problems, fmt.Sprintf("writer %d write %d: %d %+v", i, n, st, p))
+				}
+				l.see(start, ok, down, false503)
+				l.mu.Unlock()
+			}
+		}()
+	}
+	return l
+}
+
+// observe reports every answer to see (under l's lock).
+func (l *writeLoad) observe(see func(start time.Time, ok, clusterDown, false503 bool)) {
+	l.mu.Lock()
+	l.see = see
+	l.mu.Unlock()
+}
+
+func (l *writeLoad) halt() {
+	close(l.stop)
+	l.wg.Wait()
+}
+
+// crashLeaders runs the write load through all three replicas and SIGKILLs
+// the NATS node leading each of victims in turn (restarting it after
+// observe), and returns what the load saw around each kill. At the end it
+// checks that every acknowledged write is stored.
+func crashLeaders(t testing.TB, victims []string, observe time.Duration) []crashRound {
+	nc := natstest.StartProcs(t, 3)
+	rs := startReplicasAt(t, nc.URLs)
+	waitForReplicasTB(t, rs)
+	var agents []string
+	for i, s := range rs {
+		var a agent
+		if st := s.DoJSON(t, "POST", "/agents", map[string]any{}, &a); st != 201 {
+			t.Fatalf("create agent on replica %d: %d", i, st)
+		}
+		agents = append(agents, a.ID)
+	}
+	load := startWriteLoad(t, rs, agents)
+	var rounds []crashRound
+	for _, v := range victims {
+		time.Sleep(time.Second) // the load runs before the kill
+		node := -1
+		if v == "meta" {
+			node = nc.MetaLeader()
+		} else {
+			node = nc.StreamLeader(v)
+		}
+		if node < 0 {
+			t.Fatalf("no leader of %s", v)
+		}
+		r := crashRound{victim: v, node: node}
+		killed := time.Now()
+		load.observe(func(start time.Time, ok, down, false503 bool) {
+			switch {
+			case ok:
+				r.acked++
+			case false503:
+				r.false503++
+			case down:
+				r.failed++
+				r.failedWindow = max(r.failedWindow, start.Sub(killed))
+				r.answeredBy = max(r.answeredBy, time.Since(killed))
+			}
+		})
+		nc.Kill(node)
+		time.Sleep(observe)
+		load.observe(func(time.Time, bool, bool, bool) {})
+		rounds = append(rounds, r)
+		nc.Restart(t, node)
+		nc.WaitJetStream(t, 60*time.Second)
+	}
+	load.halt()
+	if len(load.problems) > 0 {
+		t.Fatalf("unexpected answers under the crashes (%d), first: %s", len(load.problems), load.problems[0])
+	}
+	// Every acknowledged write is stored.
+	lost := 0
+	for agent, calls := range load.calls {
+		resp := rs[0].Do(t, "GET", "/agents/"+agent+"/transcript", nil)
+		tr, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("transcript of %s: %d %v", agent, resp.StatusCode, err)
+		}
+		for _, id := range calls {
+			if !bytes.Contains(tr, []byte(`"`+id+`"`)) {
+				lost++
+				t.Errorf("acknowledged tool call %s is not in %s's transcript", id, agent)
+			}
+		}
+	}
+	for _, name := range load.names {
+		var c map[string]any
+		if st := rs[1].DoJSON(t, "GET", "/contributors/"+name, nil, &c); st != 200 {
+			lost++
+			t.Errorf("acknowledged registration %s: %d", name, st)
+		}
+	}
+	if lost > 0 {
+		t.Fatalf("%d acknowledged writes lost", lost)
+	}
+	return rounds
+}
+
+// waitForReplicasTB is waitForReplicas for benchmarks too.
+func waitForReplicasTB(t testing.TB, rs []*testServer) {
+	t.Helper()
+	for i, s := range rs {
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			var h clusterHealth
+			s.DoJSON(t, "GET", "/healthz", nil, &h)
+			if h.Details.Cluster != nil && len(h.Details.Cluster.Replicas) == len(rs) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("replica %d does not see the others", i)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+}
+
+// TestClusterNATSCrash: under a write load through all three replicas,
+// the NATS node leading each bucket and stream dshd uses, then the meta
+// leader, is killed with SIGKILL (a separate nats-server process) and
+// restarted: no acknowledged write is lost, and no healthy replica is ever
+// reported unavailable (0 false 503s); writes refused while NATS elects
+// answer 503 cluster_unavailable, and the window is printed.
+func TestClusterNATSCrash(t *testing.T) {
+	rounds := crashLeaders(t, crashVictims, 12*time.Second)
+	for _, r := range rounds {
+		t.Logf("SIGKILL of the %s leader (nats-%d): %d writes acknowledged, %d refused (cluster_unavailable), the last one sent %s after the kill and answered %s after it, %d false 503s",
+			r.victim, r.node, r.acked, r.failed, r.failedWindow.Round(time.Millisecond), r.answeredBy.Round(time.Millisecond), r.false503)
+		if r.false503 > 0 {
+			t.Errorf("%s leader killed: %d 503s named a healthy replica unavailable", r.victim, r.false503)
+		}
+		if r.acked == 0 {
+			t.Errorf("%s leader killed: no write acknowledged in %s", r.victim, 12*time.Second)
+		}
+	}
+}
+
+// BenchmarkClusterNATSCrash: the crash rounds of TestClusterNATSCrash once
+// (b.N is ignored); it prints each round and reports the longest window in
+// which writes were refused after one node's crash (the last refused
+// write's start, from the kill) and the false 503s.
+func BenchmarkClusterNATSCrash(b *testing.B) {
+	rounds := crashLeaders(b, crashVictims, 12*time.Second)
+	var window, answered time.Duration
+	false503 := 0
+	for _, r := range rounds {
+		b.Logf("SIGKILL of the %s leader: %d acknowledged, %d refused, the last refused write sent %s after the kill and answered %s after it, %d false 503s",
+			r.victim, r.acked, r.failed, r.failedWindow.Round(time.Millisecond), r.answeredBy.Round(time.Millisecond), r.false503)
+		window = max(window, r.failedWindow)
+		answered = max(answered, r.answeredBy)
+		false503 += r.false503
+	}
+	fmt.Printf("cluster NATS crash: writes sent up to %s after one node's SIGKILL were refused (the last refusal answered %s after it); %d false 503s\n", window.Round(time.Millisecond), answered.Round(time.Millisecond), false503)
+	b.ReportMetric(float64(window.Milliseconds()), "max-refusal-window-ms")
+	b.ReportMetric(float64(false503), "false-503s")
+}
