@@ -269,3 +269,149 @@ func BenchmarkClusterNATSCrash(b *testing.B) {
 	b.ReportMetric(float64(window.Milliseconds()), "max-refusal-window-ms")
 	b.ReportMetric(float64(false503), "false-503s")
 }
+
+// silentCutAnswer is one request's answer during a silent cut.
+type silentCutAnswer struct {
+	what   string
+	status int
+	code   string
+	took   time.Duration
+}
+
+// TestClusterSilentPartition: replica 2's only way to NATS is a proxy that
+// stalls (bytes held), then drops (bytes lost), without a reset, for 15 s
+// each, while requests go through replica 2 (tool calls for its agent,
+// registrations, reads) and through replica 0 for replica 2's agent:
+// every request answers within its 10 s deadline (plus 1 s for the
+// command and the hop), /healthz answers within 100 ms from local state
+// and says what is degraded, and after the heal everything works again.
+func TestClusterSilentPartition(t *testing.T) {
+	nc := natstest.StartWith(t, 3, natstest.Options{NoAdvertise: true})
+	proxy := natstest.NewProxy(t, nc.URLs[2])
+	rs := startReplicas(t, nc, func(i int) []string {
+		if i == 2 {
+			return []string{proxy.URL}
+		}
+		return []string{nc.URLs[i]}
+	})
+	waitForReplicas(t, rs)
+	var a agent
+	if st := rs[2].DoJSON(t, "POST", "/agents", map[string]any{}, &a); st != 201 {
+		t.Fatalf("create agent on replica 2: %d", st)
+	}
+	const deadline = 10*time.Second + time.Second
+	for _, mode := range []string{"stall", "drop"} {
+		var (
+			mu       sync.Mutex
+			answers  []silentCutAnswer
+			slowest  time.Duration
+			degraded bool
+			wg       sync.WaitGroup
+		)
+		stop := make(chan struct{})
+		record := func(what string, start time.Time, st int, p problem) {
+			mu.Lock()
+			defer mu.Unlock()
+			answers = append(answers, silentCutAnswer{what, st, p.Code, time.Since(start)})
+		}
+		loop := func(pace time.Duration, f func(n int)) {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for n := 0; ; n++ {
+					select {
+					case <-stop:
+						return
+					case <-time.After(pace):
+					}
+					f(n)
+				}
+			}()
+		}
+		for w, via := range []int{2, 0} {
+			loop(100*time.Millisecond, func(n int) {
+				start := time.Now()
+				var p problem
+				st := rs[via].DoJSON(t, "POST", "/agents/"+a.ID+"/tools/bash", map[string]any{"callId": fmt.Sprintf("call_%s_%d_%d", mode, w, n), "arguments": map[string]any{"command": "true"}}, &p)
+				record(fmt.Sprintf("tool call via replica %d", via), start, st, p)
+			})
+		}
+		loop(300*time.Millisecond, func(n int) {
+			start := time.Now()
+			var p problem
+			st := rs[2].DoJSON(t, "POST", "/contributors", staticContributor(fmt.Sprintf("silent.%s.%d", mode, n), fmt.Sprintf("DSH_SILENT_%s_%d", strings.ToUpper(mode), n), "1"), &p)
+			record("registration", start, st, p)
+		})
+		loop(300*time.Millisecond, func(int) {
+			start := time.Now()
+			resp := rs[2].Do(t, "GET", "/agents/"+a.ID+"/transcript", nil)
+			data, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			var p problem
+			if resp.StatusCode != 200 {
+				_ = json.Unmarshal(data, &p)
+			}
+			record("transcript read", start, resp.StatusCode, p)
+		})
+		loop(50*time.Millisecond, func(int) {
+			start := time.Now()
+			var h struct {
+				Status string `json:"status"`
+				clusterHealth
+			}
+			st := rs[2].DoJSON(t, "GET", "/healthz", nil, &h)
+			took := time.Since(start)
+			mu.Lock()
+			defer mu.Unlock()
+			slowest = max(slowest, took)
+			if st != 200 {
+				t.Errorf("healthz during the %s: %d", mode, st)
+			}
+			if h.Status == "degraded" {
+				degraded = true
+			}
+		})
+		time.Sleep(time.Second)
+		if mode == "stall" {
+			proxy.Stall()
+		} else {
+			proxy.Drop()
+		}
+		time.Sleep(15 * time.Second)
+		proxy.Heal()
+		close(stop)
+		wg.Wait()
+		late := 0
+		codes := map[string]int{}
+		var longest time.Duration
+		for _, x := range answers {
+			longest = max(longest, x.took)
+			codes[fmt.Sprintf("%s %d %s", x.what, x.status, x.code)]++
+			if x.took > deadline {
+				late++
+				t.Errorf("%s: %s answered %d %s after %s, past its deadline", mode, x.what, x.status, x.code, x.took.Round(time.Millisecond))
+			}
+		}
+		t.Logf("%s: %d answers (%v), %d late, the slowest in %s; slowest /healthz %s; degraded reported: %v", mode, len(answers), codes, late, longest.Round(time.Millisecond), slowest.Round(time.Microsecond), degraded)
+		if slowest > 100*time.Millisecond {
+			t.Errorf("%s: /healthz took %s, want at most 100ms", mode, slowest)
+		}
+		if !degraded {
+			t.Errorf("%s: /healthz never said degraded", mode)
+		}
+		// After the heal everything works again.
+		healed := time.Now()
+		for {
+			var r toolResult
+			if st := rs[0].DoJSON(t, "POST", "/agents/"+a.ID+"/tools/bash", map[string]any{"arguments": map[string]any{"command": "echo back"}}, &r); st == 200 && r.Text == "back" {
+				break
+			}
+			if time.Since(healed) > 30*time.Second {
+				t.Fatalf("%s: replica 2's agent not reachable 30 s after the heal", mode)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		t.Logf("%s: replica 2's agent answered again %s after the heal", mode, time.Since(healed).Round(time.Millisecond))
+		waitForReplicas(t, rs)
+	}
+}

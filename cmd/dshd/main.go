@@ -327,6 +327,10 @@ func newRegistry(ctx context.Context, cfg config, home string, logger *slog.Logg
 		env, err = shellenv.New(opts)
 		return env, nil, func() {}, err
 	}
+	// A change waits on the store for less than the request's 10 s
+	// deadline: the NATS client may hold its lock for a reconnect attempt
+	// on top (see cluster.StoreTimeout).
+	opts.StoreTimeout = cluster.StoreTimeout
 	cc := cfg.Cluster.clusterSettings()
 	cc.Logger = logger.With("component", "cluster")
 	cc.Registerer = reg

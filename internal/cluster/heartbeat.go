@@ -224,7 +224,7 @@ func (n *Node) beat() {
 // leave deletes this replica's heartbeat, so the others see it gone at
 // once rather than when the heartbeat expires.
 func (n *Node) leave() {
-	if n.self.ID == "" || !n.nc.IsConnected() {
+	if n.self.ID == "" || !n.Online() {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -258,7 +258,8 @@ func (n *Node) Status() status.Status {
 	st := status.Status{
 		ReplicaID:     n.cfg.ReplicaID,
 		AdvertiseURL:  n.self.URL,
-		Connected:     n.nc.IsConnected(),
+		Connected:     n.Online(),
+		DownSince:     n.link.since(),
 		StoreRevision: n.view.storeRev,
 		SampledAt:     n.view.sampledAt,
 		DuplicateID:   !n.view.dupAt.IsZero() && now.Sub(n.view.dupAt) < HeartbeatTTL,

@@ -66,7 +66,7 @@ func (n *Node) member(id string) bool {
 	if known {
 		return true
 	}
-	if !n.nc.IsConnected() {
+	if !n.Online() {
 		return true
 	}
 	ctx, cancel := context.WithTimeout(n.ctx, memberLookupTimeout)

@@ -822,6 +822,18 @@ export interface components {
              * @description When the registry bucket was last sampled; absent before the first sample.
              */
             sampledAt?: string;
+            /** @description What is degraded, from this replica's own state (the health check never waits on NATS): `nats_disconnected`, the NATS connection is down (writes to the shared stores answer 503 at once); `heartbeats_frozen`, this replica's own heartbeat has not come back through the replicas bucket for more than 2 s (NATS is electing, or the link is cut), so `replicas` is the last view known; `duplicate_replica_id`. Absent when nothing is; the health `status` is then `ok`, else `degraded`. */
+            degraded?: ("nats_disconnected" | "heartbeats_frozen" | "duplicate_replica_id")[];
+            /**
+             * Format: date-time
+             * @description When the NATS connection went down; absent while it is up.
+             */
+            disconnectedSince?: string;
+            /**
+             * Format: date-time
+             * @description When this replica's own heartbeat last came back; present while `heartbeats_frozen`.
+             */
+            heartbeatsFrozenSince?: string;
         };
         ClusterReplica: {
             /** @example vm-b */

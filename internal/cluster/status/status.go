@@ -13,6 +13,7 @@ type Status struct {
 	ReplicaID    string
 	AdvertiseURL string
 	Connected    bool      // the NATS connection is up
+	DownSince    time.Time // when the NATS connection went down; zero while up
 	Replicas     []Replica // replicas whose heartbeat is recent, this one included, sorted by id
 	// RegistryRevision is the registry bucket revision this replica's
 	// snapshot reflects; StoreRevision the bucket's last revision when

@@ -53,6 +53,27 @@ func (e BuiltinContributorKind) Valid() bool {
 	}
 }
 
+// Defines values for ClusterStatusDegraded.
+const (
+	DuplicateReplicaId ClusterStatusDegraded = "duplicate_replica_id"
+	HeartbeatsFrozen   ClusterStatusDegraded = "heartbeats_frozen"
+	NatsDisconnected   ClusterStatusDegraded = "nats_disconnected"
+)
+
+// Valid indicates whether the value is a known member of the ClusterStatusDegraded enum.
+func (e ClusterStatusDegraded) Valid() bool {
+	switch e {
+	case DuplicateReplicaId:
+		return true
+	case HeartbeatsFrozen:
+		return true
+	case NatsDisconnected:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ContainmentControllers.
 const (
 	Cpu    ContainmentControllers = "cpu"
@@ -928,8 +949,17 @@ type ClusterStatus struct {
 	// Connected The NATS connection is up.
 	Connected bool `json:"connected"`
 
+	// Degraded What is degraded, from this replica's own state (the health check never waits on NATS): `nats_disconnected`, the NATS connection is down (writes to the shared stores answer 503 at once); `heartbeats_frozen`, this replica's own heartbeat has not come back through the replicas bucket for more than 2 s (NATS is electing, or the link is cut), so `replicas` is the last view known; `duplicate_replica_id`. Absent when nothing is; the health `status` is then `ok`, else `degraded`.
+	Degraded *[]ClusterStatusDegraded `json:"degraded,omitempty"`
+
+	// DisconnectedSince When the NATS connection went down; absent while it is up.
+	DisconnectedSince *time.Time `json:"disconnectedSince,omitempty"`
+
 	// DuplicateReplicaId Another process heartbeats with this replica's id (a configuration error).
 	DuplicateReplicaId *bool `json:"duplicateReplicaId,omitempty"`
+
+	// HeartbeatsFrozenSince When this replica's own heartbeat last came back; present while `heartbeats_frozen`.
+	HeartbeatsFrozenSince *time.Time `json:"heartbeatsFrozenSince,omitempty"`
 
 	// RegistryLag Changes of the registry not yet applied here when last sampled.
 	RegistryLag int64 `json:"registryLag"`
@@ -949,6 +979,9 @@ type ClusterStatus struct {
 	// StoreRevision The registry bucket's last revision when last sampled.
 	StoreRevision *int64 `json:"storeRevision,omitempty"`
 }
+
+// ClusterStatusDegraded defines model for ClusterStatus.Degraded.
+type ClusterStatusDegraded string
 
 // Containment How every process a job starts is accounted for (`jobs.containment`).
 // `cgroup`: each job runs in its own cgroup v2 group, spawned straight into it and
