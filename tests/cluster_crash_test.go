@@ -275,6 +275,8 @@ type silentCutAnswer struct {
 	what   string
 	status int
 	code   string
+	detail string
+	callID string // tool calls
 	took   time.Duration
 }
 
@@ -285,6 +287,9 @@ type silentCutAnswer struct {
 // every request answers within its 10 s deadline (plus 1 s for the
 // command and the hop), /healthz answers within 100 ms from local state
 // and says what is degraded, and after the heal everything works again.
+// At most once: a tool call answered with an error did not run (or its
+// answer says it may have); every call retried with its call id after the
+// heal, through another replica, runs once in all.
 func TestClusterSilentPartition(t *testing.T) {
 	nc := natstest.StartWith(t, 3, natstest.Options{NoAdvertise: true})
 	proxy := natstest.NewProxy(t, nc.URLs[2])
@@ -300,6 +305,7 @@ func TestClusterSilentPartition(t *testing.T) {
 		t.Fatalf("create agent on replica 2: %d", st)
 	}
 	const deadline = 10*time.Second + time.Second
+	runs := filepath.Join(t.TempDir(), "runs")
 	for _, mode := range []string{"stall", "drop"} {
 		var (
 			mu       sync.Mutex
@@ -309,10 +315,10 @@ func TestClusterSilentPartition(t *testing.T) {
 			wg       sync.WaitGroup
 		)
 		stop := make(chan struct{})
-		record := func(what string, start time.Time, st int, p problem) {
+		record := func(what, callID string, start time.Time, st int, p problem) {
 			mu.Lock()
 			defer mu.Unlock()
-			answers = append(answers, silentCutAnswer{what, st, p.Code, time.Since(start)})
+			answers = append(answers, silentCutAnswer{what, st, p.Code, p.Detail, callID, time.Since(start)})
 		}
 		loop := func(pace time.Duration, f func(n int)) {
 			wg.Add(1)
@@ -332,15 +338,16 @@ func TestClusterSilentPartition(t *testing.T) {
 			loop(100*time.Millisecond, func(n int) {
 				start := time.Now()
 				var p problem
-				st := rs[via].DoJSON(t, "POST", "/agents/"+a.ID+"/tools/bash", map[string]any{"callId": fmt.Sprintf("call_%s_%d_%d", mode, w, n), "arguments": map[string]any{"command": "true"}}, &p)
-				record(fmt.Sprintf("tool call via replica %d", via), start, st, p)
+				id := fmt.Sprintf("call_%s_%d_%d", mode, w, n)
+				st := rs[via].DoJSON(t, "POST", "/agents/"+a.ID+"/tools/bash", toolCallRun(id, runs), &p)
+				record(fmt.Sprintf("tool call via replica %d", via), id, start, st, p)
 			})
 		}
 		loop(300*time.Millisecond, func(n int) {
 			start := time.Now()
 			var p problem
 			st := rs[2].DoJSON(t, "POST", "/contributors", staticContributor(fmt.Sprintf("silent.%s.%d", mode, n), fmt.Sprintf("DSH_SILENT_%s_%d", strings.ToUpper(mode), n), "1"), &p)
-			record("registration", start, st, p)
+			record("registration", "", start, st, p)
 		})
 		loop(300*time.Millisecond, func(int) {
 			start := time.Now()
@@ -351,7 +358,7 @@ func TestClusterSilentPartition(t *testing.T) {
 			if resp.StatusCode != 200 {
 				_ = json.Unmarshal(data, &p)
 			}
-			record("transcript read", start, resp.StatusCode, p)
+			record("transcript read", "", start, resp.StatusCode, p)
 		})
 		loop(50*time.Millisecond, func(int) {
 			start := time.Now()
@@ -413,5 +420,61 @@ func TestClusterSilentPartition(t *testing.T) {
 		}
 		t.Logf("%s: replica 2's agent answered again %s after the heal", mode, time.Since(healed).Round(time.Millisecond))
 		waitForReplicas(t, rs)
+		// At most once: a call answered with an error did not run (unless
+		// its answer says it may have); retried with its call id it runs,
+		// once; a call answered 200 ran once.
+		ran := runCounts(t, runs)
+		retried := 0
+		for _, x := range answers {
+			if x.callID == "" {
+				continue
+			}
+			if x.status == 200 {
+				if ran[x.callID] != 1 {
+					t.Errorf("%s: %s answered 200 and ran %d times", mode, x.callID, ran[x.callID])
+				}
+				// A retry of a call that ran answers it again, running nothing.
+				var r toolResult
+				if st := rs[1].DoJSON(t, "POST", "/agents/"+a.ID+"/tools/bash", toolCallRun(x.callID, runs), &r); st != 200 || r.CallID != x.callID {
+					t.Fatalf("%s: retry of %s, which ran: %d %+v", mode, x.callID, st, r)
+				}
+				continue
+			}
+			mayHaveRun := strings.Contains(x.detail, "may have run")
+			if ran[x.callID] != 0 && !mayHaveRun {
+				t.Errorf("%s: %s answered %d %s (%q) but ran", mode, x.callID, x.status, x.code, x.detail)
+			}
+			var r toolResult
+			if st := rs[0].DoJSON(t, "POST", "/agents/"+a.ID+"/tools/bash", toolCallRun(x.callID, runs), &r); st != 200 || r.CallID != x.callID {
+				t.Fatalf("%s: retry of %s after the heal: %d %+v", mode, x.callID, st, r)
+			}
+			retried++
+		}
+		for id, n := range runCounts(t, runs) {
+			if n != 1 {
+				t.Errorf("%s: %s ran %d times", mode, id, n)
+			}
+		}
+		t.Logf("%s: %d calls answered with an error were retried with their call id; every call ran once", mode, retried)
 	}
+}
+
+// toolCallRun is a bash tool call with call id id that appends id to the
+// file runs.
+func toolCallRun(id, runs string) map[string]any {
+	return map[string]any{"callId": id, "arguments": map[string]any{"command": "echo " + id + " >> " + runs}}
+}
+
+// runCounts counts the lines of runs.
+func runCounts(t *testing.T, runs string) map[string]int {
+	t.Helper()
+	b, err := os.ReadFile(runs)
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	n := map[string]int{}
+	for _, l := range strings.Fields(string(b)) {
+		n[l]++
+	}
+	return n
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
@@ -46,6 +47,7 @@ type forwardTarget struct {
 	unavailable error
 	replica     string // the replica's id, when the request's id names it
 	body        []byte // the request's body, signed with it
+	callID      string // a tool call's id (given, or set here), for "may have run"
 }
 
 // headersSetHere are the response headers this replica's middleware has
@@ -161,7 +163,12 @@ func (s *Server) route(r *http.Request, body []byte, router jobRouter) (*forward
 	if replica == "" {
 		replica = u.Host
 	}
-	return &forwardTarget{url: u, unavailable: unavailable, replica: replica, body: body}, nil
+	t := &forwardTarget{url: u, unavailable: unavailable, replica: replica, body: body}
+	if r.Method == http.MethodPost && isToolCall(r.URL.Path) {
+		t.body, t.callID = s.withCallID(body)
+		r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(t.body)), int64(len(t.body))
+	}
+	return t, nil
 }
 
 // newForwarder returns the middleware that sends to the replica concerned,
@@ -217,7 +224,13 @@ func (s *Server) newForwarder(router jobRouter, self string, peerKey []byte) fun
 				return // the client left
 			}
 			target := r.Context().Value(forwardTargetKey).(*forwardTarget)
-			s.writeError(w, r, &status.UnavailableError{Replica: target.replica, Err: fmt.Errorf("replica %q could not be reached: %w: %w", target.replica, target.unavailable, err)})
+			var op *net.OpError
+			if r.Method == http.MethodGet || r.Method == http.MethodHead || (errors.As(err, &op) && op.Op == "dial") {
+				s.writeError(w, r, &status.UnavailableError{Replica: target.replica, Err: fmt.Errorf("replica %q could not be reached: %w: %w", target.replica, target.unavailable, err)})
+				return
+			}
+			// The request reached the replica, which may have run it.
+			s.writeError(w, r, &status.UnavailableError{Replica: target.replica, MayHaveRun: true, Err: fmt.Errorf("%s: %w: %w", mayHaveRun(target, r), target.unavailable, err)})
 		},
 	}
 	return func(next http.Handler) http.Handler {
@@ -267,4 +280,51 @@ func (s *Server) hopBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) 
 	}
 	r.Body, r.ContentLength, r.TransferEncoding = io.NopCloser(bytes.NewReader(body)), int64(len(body)), nil
 	return body, true
+}
+
+// isToolCall reports whether p is a model tool call, /agents/{id}/tools/{name}.
+func isToolCall(p string) bool {
+	rest, ok := strings.CutPrefix(p, "/agents/")
+	if !ok {
+		return false
+	}
+	parts := strings.Split(rest, "/")
+	return len(parts) == 3 && parts[0] != "" && parts[1] == "tools" && parts[2] != ""
+}
+
+// withCallID returns a tool call's body with its callId, setting one when
+// it has none, so that an answer saying the call may have run can name it.
+// A body that is not a JSON object is left for the home to refuse.
+func (s *Server) withCallID(body []byte) ([]byte, string) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(body, &m); err != nil || m == nil {
+		return body, ""
+	}
+	var id string
+	if raw, ok := m["callId"]; ok {
+		if json.Unmarshal(raw, &id) != nil || id == "" {
+			return body, ""
+		}
+		return body, id
+	}
+	id = s.ids.New("call_")
+	m["callId"], _ = json.Marshal(id)
+	out, err := json.Marshal(m)
+	if err != nil {
+		return body, ""
+	}
+	return out, id
+}
+
+// mayHaveRun says how to find out what a forwarded request that may have
+// run did.
+func mayHaveRun(t *forwardTarget, r *http.Request) string {
+	msg := fmt.Sprintf("the request reached replica %q, which may have run it before the connection was lost", t.replica)
+	switch {
+	case t.callID != "":
+		return msg + fmt.Sprintf("; its call id is %s: look for it in the agent's transcript, or retry with the same callId, which never runs it twice", t.callID)
+	case r.Header.Get("Idempotency-Key") != "":
+		return msg + "; retry with the same Idempotency-Key, which never runs it twice"
+	}
+	return msg
 }

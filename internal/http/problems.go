@@ -129,7 +129,11 @@ func problemFor(err error) api.Problem {
 	}
 	var down *status.UnavailableError
 	if errors.As(err, &down) {
-		p.Detail = ptr(fmt.Sprintf("replica %q is not available: %s", down.Replica, down.Error()))
+		if down.MayHaveRun {
+			p.Detail = ptr(down.Error())
+		} else {
+			p.Detail = ptr(fmt.Sprintf("replica %q is not available, nothing ran: %s", down.Replica, down.Error()))
+		}
 	}
 	var res *shellenv.ResolutionError
 	if errors.As(err, &res) {

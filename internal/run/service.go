@@ -108,6 +108,7 @@ type Service struct {
 	// (write_stdin returns what is new).
 	cursors readCursors
 	held    heldContext
+	ledger  callLedger
 }
 
 // New returns a Service over the given dependencies. It panics if Env, Jobs

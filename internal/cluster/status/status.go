@@ -127,7 +127,10 @@ var ErrUnknownReplica = errors.New("cluster: no replica with this id ever joined
 // wraps the reason (ErrOwnerUnavailable, ErrAgentHomeUnavailable, …).
 type UnavailableError struct {
 	Replica string
-	Err     error
+	// MayHaveRun: the request reached the replica before it was lost, so
+	// what it asked may have been done (Err says how to find out).
+	MayHaveRun bool
+	Err        error
 }
 
 func (e *UnavailableError) Error() string { return e.Err.Error() }
