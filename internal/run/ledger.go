@@ -26,8 +26,8 @@ type callLedger struct {
 	unsaved map[string][]unsavedResult // agent → results not written yet, in order
 	// loaded are the agents whose transcript was read for the calls
 	// recorded before this process (a retry after a restart).
-	loaded map[string]bool
-	writing sync.Mutex                 // held while results not written are written
+	loaded  map[string]bool
+	writing sync.Mutex // held while results not written are written
 }
 
 type ledgerKey struct{ agent, call string }
