@@ -1261,6 +1261,7 @@ export interface components {
             systemMessages: string[];
         };
         ToolCall: {
+            /** @description The model's id for the call; generated when absent. A call with a callId runs at most once at the agent's home: a retry with the same callId (through any replica) answers the first call's result and runs nothing. */
             callId?: string;
             arguments: {
                 [key: string]: unknown;
@@ -2093,7 +2094,7 @@ export interface components {
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
-        /** @description Cluster mode only. `agent_home_unavailable`: the agent id names its home replica, where its commands run and its hooks and held context live, and that replica has not been heard from for 5 s (it died, stopped or is cut off) or could not be reached. Nothing ran; retry once the replica is back (the agent and its transcript stay readable from every replica meanwhile). `cluster_unavailable`: the shared store of agents and transcripts could not be reached within 10 s; an event it was writing may have been stored, so read the transcript before retrying. */
+        /** @description Cluster mode only. `agent_home_unavailable`: the agent id names its home replica, where its commands run and its hooks and held context live, and that replica has not been heard from for 5 s (it died, stopped or is cut off) or could not be reached. Nothing ran, unless `detail` says the request reached the replica and may have run before the connection was lost: it then gives the tool call's `callId` (set by the forwarding replica when the caller gave none) to look for in the transcript or to retry with, which never runs it twice. `detail` names the replica; `Retry-After` is 2 s (the agent and its transcript stay readable from every replica meanwhile). `cluster_unavailable`: the shared store of agents and transcripts could not be reached within 10 s; an event it was writing may have been stored, so read the transcript before retrying. */
         R503AgentHome: {
             headers: {
                 [name: string]: unknown;
@@ -2129,7 +2130,7 @@ export interface components {
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
-        /** @description `job_owner_unavailable` (cluster mode only): the job id names the replica that runs it, and that replica has not been heard from for 5 s (it died, stopped or is cut off) or could not be reached. The job is never run elsewhere; retry once the replica is back. */
+        /** @description `job_owner_unavailable` (cluster mode only): the job id names the replica that runs it, and that replica has not been heard from for 5 s (it died, stopped or is cut off) or could not be reached. The job is never run elsewhere; `detail` names the replica, `Retry-After` is 2 s. A job id naming a replica that never joined the cluster is 404 `job_not_found`. */
         R503JobOwner: {
             headers: {
                 [name: string]: unknown;

@@ -1944,7 +1944,9 @@ type TerminalSize struct {
 // ToolCall defines model for ToolCall.
 type ToolCall struct {
 	Arguments map[string]interface{} `json:"arguments"`
-	CallId    *string                `json:"callId,omitempty"`
+
+	// CallId The model's id for the call; generated when absent. A call with a callId runs at most once at the agent's home: a retry with the same callId (through any replica) answers the first call's result and runs nothing.
+	CallId *string `json:"callId,omitempty"`
 }
 
 // ToolCallEvent A model tool call, recorded before it runs.
