@@ -45,6 +45,8 @@ type crashRound struct {
 	false503     int           // 503s naming a healthy replica as unavailable
 	failedWindow time.Duration // from the kill to the start of the last write refused
 	answeredBy   time.Duration // from the kill to the answer of the last write refused
+	longest      time.Duration // the longest a write begun in the window waited for its answer
+	killed, end  time.Time     // the window: from the kill to the node's restart
 }
 
 // writeLoad runs one writer per replica until stop: tool calls (through
@@ -145,7 +147,35 @@ func crashLeaders(t testing.TB, victims []string, observe time.Duration) []crash
 		agents = append(agents, a.ID)
 	}
 	load := startWriteLoad(t, rs, agents)
-	var rounds []crashRound
+	// Every answer counts for the round in whose window its write began,
+	// also when it comes after the window (a write waiting on the store).
+	var rounds []*crashRound
+	strays := 0
+	load.observe(func(start time.Time, ok, down, false503 bool) {
+		var r *crashRound
+		for _, x := range rounds {
+			if !start.Before(x.killed) && (x.end.IsZero() || start.Before(x.end)) {
+				r = x
+			}
+		}
+		if r == nil {
+			if false503 {
+				strays++
+			}
+			return
+		}
+		r.longest = max(r.longest, time.Since(start))
+		switch {
+		case ok:
+			r.acked++
+		case false503:
+			r.false503++
+		case down:
+			r.failed++
+			r.failedWindow = max(r.failedWindow, start.Sub(r.killed))
+			r.answeredBy = max(r.answeredBy, time.Since(r.killed))
+		}
+	})
 	for _, v := range victims {
 		time.Sleep(time.Second) // the load runs before the kill
 		node := -1
@@ -157,28 +187,23 @@ func crashLeaders(t testing.TB, victims []string, observe time.Duration) []crash
 		if node < 0 {
 			t.Fatalf("no leader of %s", v)
 		}
-		r := crashRound{victim: v, node: node}
-		killed := time.Now()
-		load.observe(func(start time.Time, ok, down, false503 bool) {
-			switch {
-			case ok:
-				r.acked++
-			case false503:
-				r.false503++
-			case down:
-				r.failed++
-				r.failedWindow = max(r.failedWindow, start.Sub(killed))
-				r.answeredBy = max(r.answeredBy, time.Since(killed))
-			}
-		})
+		r := &crashRound{victim: v, node: node}
+		load.mu.Lock()
+		r.killed = time.Now()
+		rounds = append(rounds, r)
+		load.mu.Unlock()
 		nc.Kill(node)
 		time.Sleep(observe)
-		load.observe(func(time.Time, bool, bool, bool) {})
-		rounds = append(rounds, r)
+		load.mu.Lock()
+		r.end = time.Now()
+		load.mu.Unlock()
 		nc.Restart(t, node)
 		nc.WaitJetStream(t, 60*time.Second)
 	}
 	load.halt()
+	if strays > 0 {
+		t.Errorf("%d false 503s outside the crash windows", strays)
+	}
 	if len(load.problems) > 0 {
 		t.Fatalf("unexpected answers under the crashes (%d), first: %s", len(load.problems), load.problems[0])
 	}
@@ -208,7 +233,11 @@ func crashLeaders(t testing.TB, victims []string, observe time.Duration) []crash
 	if lost > 0 {
 		t.Fatalf("%d acknowledged writes lost", lost)
 	}
-	return rounds
+	out := make([]crashRound, len(rounds))
+	for i, r := range rounds {
+		out[i] = *r
+	}
+	return out
 }
 
 // waitForReplicasTB is waitForReplicas for benchmarks too.
@@ -239,8 +268,8 @@ func waitForReplicasTB(t testing.TB, rs []*testServer) {
 func TestClusterNATSCrash(t *testing.T) {
 	rounds := crashLeaders(t, crashVictims, 12*time.Second)
 	for _, r := range rounds {
-		t.Logf("SIGKILL of the %s leader (nats-%d): %d writes acknowledged, %d refused (cluster_unavailable), the last one sent %s after the kill and answered %s after it, %d false 503s",
-			r.victim, r.node, r.acked, r.failed, r.failedWindow.Round(time.Millisecond), r.answeredBy.Round(time.Millisecond), r.false503)
+		t.Logf("SIGKILL of the %s leader (nats-%d): %d writes acknowledged, %d refused (cluster_unavailable), the last one sent %s after the kill and answered %s after it, the longest wait %s, %d false 503s",
+			r.victim, r.node, r.acked, r.failed, r.failedWindow.Round(time.Millisecond), r.answeredBy.Round(time.Millisecond), r.longest.Round(time.Millisecond), r.false503)
 		if r.false503 > 0 {
 			t.Errorf("%s leader killed: %d 503s named a healthy replica unavailable", r.victim, r.false503)
 		}
@@ -259,8 +288,8 @@ func BenchmarkClusterNATSCrash(b *testing.B) {
 	var window, answered time.Duration
 	false503 := 0
 	for _, r := range rounds {
-		b.Logf("SIGKILL of the %s leader: %d acknowledged, %d refused, the last refused write sent %s after the kill and answered %s after it, %d false 503s",
-			r.victim, r.acked, r.failed, r.failedWindow.Round(time.Millisecond), r.answeredBy.Round(time.Millisecond), r.false503)
+		b.Logf("SIGKILL of the %s leader: %d acknowledged, %d refused, the last refused write sent %s after the kill and answered %s after it, the longest wait %s, %d false 503s",
+			r.victim, r.acked, r.failed, r.failedWindow.Round(time.Millisecond), r.answeredBy.Round(time.Millisecond), r.longest.Round(time.Millisecond), r.false503)
 		window = max(window, r.failedWindow)
 		answered = max(answered, r.answeredBy)
 		false503 += r.false503
