@@ -419,15 +419,16 @@ func newServices(ctx context.Context, cfg config, home, token, tokenPath string,
 		}
 	}
 	sessions, err = agents.Open(ctx, agents.Options{
-		Journal:    journal,
-		Home:       replica,
-		NewID:      newAgentID,
-		Dir:        filepath.Join(home, "sessions"),
-		DefaultCwd: cwd,
-		MaxDepth:   cfg.Agents.MaxDepth,
-		Sync:       agents.SyncPolicy(cfg.Agents.TranscriptSync),
-		Logger:     logger.With("component", "agents"),
-		Registerer: reg,
+		Journal:     journal,
+		Home:        replica,
+		NewID:       newAgentID,
+		Dir:         filepath.Join(home, "sessions"),
+		KeptResults: filepath.Join(home, "kept-results"),
+		DefaultCwd:  cwd,
+		MaxDepth:    cfg.Agents.MaxDepth,
+		Sync:        agents.SyncPolicy(cfg.Agents.TranscriptSync),
+		Logger:      logger.With("component", "agents"),
+		Registerer:  reg,
 	})
 	if err != nil {
 		return nil, err
@@ -447,6 +448,7 @@ func newServices(ctx context.Context, cfg config, home, token, tokenPath string,
 		Sandbox:     policy,
 		SandboxHost: sbx,
 		Limits:      cfg.jobLimits(),
+		KeptResults: filepath.Join(home, "kept-results"),
 	})
 	return &services{
 		node:        node,

@@ -247,6 +247,14 @@ func (s *Service) keepUnsaved(agent, callID string, data resultEvent) {
 	first := len(l.unsaved[agent]) == 0
 	l.unsaved[agent] = append(l.unsaved[agent], unsavedResult{callID, data})
 	l.mu.Unlock()
+	if s.kept != "" {
+		// Kept on disk too: a restart before the store is back writes it
+		// instead of an interrupted result.
+		raw, _ := json.Marshal(data)
+		if err := agents.KeepResult(s.kept, agents.KeptResult{Agent: agent, CallID: callID, Data: raw}); err != nil {
+			s.log.Warn("tool result not kept on disk", "agent_id", agent, "call_id", callID, "err", err)
+		}
+	}
 	s.log.Warn("tool result not written to the transcript store; kept to be written when it is back", "agent_id", agent, "call_id", callID)
 	if first {
 		go s.writeUnsavedLoop(agent)
@@ -294,6 +302,7 @@ func (s *Service) writeUnsaved(ctx context.Context, agent string) error {
 			}
 			s.log.Info("tool result written once the transcript store was back", "agent_id", agent, "call_id", u.callID)
 		}
+		_ = agents.DropKeptResult(s.kept, agent, u.callID)
 		s.ledger.mu.Lock()
 		s.ledger.unsaved[agent] = s.ledger.unsaved[agent][1:]
 		s.ledger.mu.Unlock()

@@ -119,3 +119,47 @@ func TestResultWrittenWhenStoreBack(t *testing.T) {
 		t.Fatalf("the command ran %q, want once", b)
 	}
 }
+
+// TestKeptResultSurvivesRestart: a result that ran but could not be
+// written is kept on disk; when the home restarts before the store takes
+// it, the transcript gets that result, not an interrupted one.
+func TestKeptResultSurvivesRestart(t *testing.T) {
+	w := newWorld(t)
+	dir, kept := filepath.Join(t.TempDir(), "sessions"), filepath.Join(t.TempDir(), "kept")
+	store, err := agents.Open(context.Background(), agents.Options{Dir: dir, DefaultCwd: t.TempDir(), KeptResults: kept})
+	if err != nil {
+		t.Fatal(err)
+	}
+	flaky := &flakyStore{Store: store}
+	flaky.down.Store(true)
+	svc := New(Options{Env: w.env, Jobs: w.jobs, Agents: flaky, Hooks: w.hooks, Home: w.home, KeptResults: kept})
+	a, err := store.Create(context.Background(), t.TempDir(), agents.Bounds{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := svc.Call(context.Background(), a.ID, "bash", "call_kept", json.RawMessage(`{"command":"echo kept-out"}`)); err != nil || res.Text != "kept-out" {
+		t.Fatalf("call: %+v %v", res, err)
+	}
+	if _, err := os.Stat(agents.KeptResultPath(kept, a.ID, "call_kept")); err != nil {
+		t.Fatalf("the result is not kept on disk: %v", err)
+	}
+	if err := store.Close(); err != nil { // the home stops before the store is back
+		t.Fatal(err)
+	}
+	again, err := agents.Open(context.Background(), agents.Options{Dir: dir, DefaultCwd: t.TempDir(), KeptResults: kept})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close()
+	evs, err := again.Events(context.Background(), a.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := evs[len(evs)-1]
+	if last.Type != agents.EventToolResult || !strings.Contains(string(last.Data), "kept-out") || strings.Contains(string(last.Data), "interrupted") {
+		t.Fatalf("after the restart the call's result is %s %s, want the kept one", last.Type, last.Data)
+	}
+	if _, err := os.Stat(agents.KeptResultPath(kept, a.ID, "call_kept")); !os.IsNotExist(err) {
+		t.Fatalf("the kept result is still on disk after it was written: %v", err)
+	}
+}
