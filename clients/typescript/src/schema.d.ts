@@ -784,7 +784,9 @@ export interface components {
         /**
          * @description Cluster mode only: this replica's id and its view of the cluster. Replicas write a
          *     heartbeat every second into a NATS key-value bucket that forgets it after 5 s; a
-         *     replica is listed while its last heartbeat is younger than that. `registryLag` is
+         *     replica is listed while its last heartbeat is younger than that, not counting the
+         *     time this replica's view was frozen (`heartbeats_frozen`: NATS electing a leader,
+         *     or this replica cut off), during which the last view known is kept. `registryLag` is
          *     how many changes of the shared registry this replica had not applied when it last
          *     sampled the registry bucket (every second).
          */
