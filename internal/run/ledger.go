@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -189,28 +190,32 @@ func (l *callLedger) end(agent, id string, res CallResult, err error) {
 	close(c.done)
 }
 
-// sweep drops finished calls past ledgerKeep, and the oldest when there
-// are too many (l.mu held).
+// sweep, when the ledger is full, drops the finished calls past
+// ledgerKeep, or else the oldest tenth of them, so that a full ledger is
+// swept once per ledgerMax/10 calls (l.mu held).
 func (l *callLedger) sweep() {
 	if len(l.calls) < ledgerMax {
 		return
 	}
-	var oldest ledgerKey
-	var oldestAt time.Time
+	var done []time.Time
 	for k, c := range l.calls {
-		if c.at.IsZero() {
-			continue // running
-		}
-		if time.Since(c.at) > ledgerKeep {
+		switch {
+		case c.at.IsZero(): // running
+		case time.Since(c.at) > ledgerKeep:
 			delete(l.calls, k)
-			continue
-		}
-		if oldestAt.IsZero() || c.at.Before(oldestAt) {
-			oldest, oldestAt = k, c.at
+		default:
+			done = append(done, c.at)
 		}
 	}
-	if len(l.calls) >= ledgerMax && !oldestAt.IsZero() {
-		delete(l.calls, oldest)
+	if len(l.calls) < ledgerMax*9/10 || len(done) == 0 {
+		return
+	}
+	slices.SortFunc(done, func(a, b time.Time) int { return a.Compare(b) })
+	cut := done[min(len(done)-1, ledgerMax/10)]
+	for k, c := range l.calls {
+		if !c.at.IsZero() && !c.at.After(cut) {
+			delete(l.calls, k)
+		}
 	}
 }
 

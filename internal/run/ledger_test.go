@@ -163,3 +163,30 @@ func TestKeptResultSurvivesRestart(t *testing.T) {
 		t.Fatalf("the kept result is still on disk after it was written: %v", err)
 	}
 }
+
+// TestLedgerBounded: a full ledger drops its oldest tenth (or what is past
+// ledgerKeep), never a running call.
+func TestLedgerBounded(t *testing.T) {
+	var l callLedger
+	l.calls = map[ledgerKey]*ledgerCall{}
+	now := time.Now()
+	for i := range ledgerMax {
+		c := &ledgerCall{done: make(chan struct{}), at: now.Add(time.Duration(i) * time.Millisecond)}
+		if i == 0 {
+			c.at = time.Time{} // running
+		}
+		l.calls[ledgerKey{"a", fmt.Sprint(i)}] = c
+	}
+	if _, ran, _ := l.begin(context.Background(), "a", "new"); ran {
+		t.Fatal("a new call id was found")
+	}
+	if n := len(l.calls); n > ledgerMax*91/100 || n < ledgerMax*89/100 {
+		t.Fatalf("%d calls kept of a full ledger of %d, want about nine tenths", n, ledgerMax)
+	}
+	if _, ok := l.calls[ledgerKey{"a", "0"}]; !ok {
+		t.Fatal("the running call was dropped")
+	}
+	if _, ok := l.calls[ledgerKey{"a", fmt.Sprint(ledgerMax - 1)}]; !ok {
+		t.Fatal("the newest call was dropped")
+	}
+}
