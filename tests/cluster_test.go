@@ -206,10 +206,11 @@ func TestClusterRegistry(t *testing.T) {
 // at start, naming the problem, and never falls back to running alone.
 func TestClusterConfigRefused(t *testing.T) {
 	for name, cfg := range map[string]string{
-		"no urls":        "cluster:\n  replicaId: a\n",
-		"bad replica":    "cluster:\n  replicaId: 'a b'\n  urls: [nats://127.0.0.1:1]\n",
-		"relative creds": "cluster:\n  replicaId: a\n  urls: [nats://127.0.0.1:1]\n  credentialsFile: user.creds\n",
-		"no NATS":        "cluster:\n  replicaId: a\n  urls: [nats://127.0.0.1:1]\n",
+		"no urls":              "cluster:\n  replicaId: a\n",
+		"bad replica":          "cluster:\n  replicaId: 'a b'\n  urls: [nats://127.0.0.1:1]\n",
+		"relative creds":       "cluster:\n  replicaId: a\n  urls: [nats://127.0.0.1:1]\n  credentialsFile: user.creds\n",
+		"relative peer secret": "cluster:\n  replicaId: a\n  urls: [nats://127.0.0.1:1]\n  peerSecretFile: peer.secret\n",
+		"no NATS":              "cluster:\n  replicaId: a\n  urls: [nats://127.0.0.1:1]\n",
 	} {
 		t.Run(name, func(t *testing.T) {
 			p := filepath.Join(t.TempDir(), "config.yaml")
@@ -393,11 +394,13 @@ func TestClusterJobRouting(t *testing.T) {
 		t.Fatalf("the keyed command ran %q times (%v), want once", b, err)
 	}
 
-	// One hop only: a request already forwarded is served where it lands.
+	// A client's forwarding header proves nothing: the request is routed
+	// to the owner like any other (one hop is kept by the replicas'
+	// signature, see TestClusterForgedForwarding).
 	r := rs[2].DoWith(t, "GET", "/jobs/"+j.ID, nil, map[string]string{"Authorization": "Bearer " + rs[2].Token, "Dsh-Forwarded-By": "replica-1"})
 	r.Body.Close()
-	if r.StatusCode != 404 {
-		t.Fatalf("a forwarded request was forwarded again: %d", r.StatusCode)
+	if r.StatusCode != 200 {
+		t.Fatalf("a request with a client's forwarding header was not routed to the owner: %d", r.StatusCode)
 	}
 	// The token is checked before anything is forwarded.
 	r = rs[2].DoWith(t, "GET", "/jobs/"+j.ID, nil, map[string]string{"Authorization": "Bearer wrong"})
@@ -422,6 +425,34 @@ func TestClusterJobRouting(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Logf("job of the killed replica answers job_owner_unavailable %s after the kill", time.Since(killed).Round(time.Millisecond))
+	// The 503 names the replica and says when to retry.
+	resp = rs[2].Do(t, "GET", "/jobs/"+j.ID, nil)
+	var p503 problem
+	_ = json.NewDecoder(resp.Body).Decode(&p503)
+	resp.Body.Close()
+	if resp.StatusCode != 503 || resp.Header.Get("Retry-After") == "" || !strings.Contains(p503.Detail, `"replica-0"`) {
+		t.Fatalf("job of a dead replica: %d Retry-After %q detail %q, want 503 naming replica-0 with a Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"), p503.Detail)
+	}
+	// Ids naming a replica that never joined name nothing: 404, logged
+	// below ERROR.
+	for path, code := range map[string]string{
+		"/jobs/job_zzz.x": "job_not_found",
+		"/agents/agt_zzz_01m8rk3468mk6yta9t5hevkezw/tools/bash": "agent_not_found",
+	} {
+		var p problem
+		method, body := "GET", any(nil)
+		if strings.HasSuffix(path, "/bash") {
+			method, body = "POST", map[string]any{"arguments": map[string]any{"command": "true"}}
+		}
+		if st := rs[1].DoJSON(t, method, path, body, &p); st != 404 || p.Code != code {
+			t.Fatalf("%s %s naming a replica that never existed: %d %+v, want 404 %s", method, path, st, p, code)
+		}
+	}
+	for _, line := range strings.Split(rs[1].stderr.String(), "\n") {
+		if strings.Contains(line, "zzz") && strings.Contains(line, "ERROR") {
+			t.Fatalf("an unknown replica's id was logged as an error: %s", line)
+		}
+	}
 	var list []job
 	for i, s := range rs[1:] {
 		if st := s.DoJSON(t, "GET", "/jobs", nil, &list); st != 200 || len(list) != 0 {
@@ -965,5 +996,61 @@ func TestClusterUISession(t *testing.T) {
 	delete(h, "Accept")
 	if resp, body := rawRequest(t, "GET", rs[1].URL+"/jobs", "", h); resp.StatusCode != http.StatusUnauthorized {
 		t.Errorf("replica 1 took replica 0's UI session: %d %s", resp.StatusCode, body)
+	}
+}
+
+// TestClusterForgedForwarding: forwarding headers sent by a client (no
+// signature, or a signature that does not verify) are dropped before
+// routing, so the request is routed exactly like one without them: the
+// agent's home runs its calls, and one Idempotency-Key sent through
+// replica 0 and then through replica 1 with the header runs once.
+func TestClusterForgedForwarding(t *testing.T) {
+	_, rs := startCluster(t)
+	waitForReplicas(t, rs)
+	var a agent
+	if st := rs[0].DoJSON(t, "POST", "/agents", map[string]any{}, &a); st != 201 {
+		t.Fatalf("create agent: %d", st)
+	}
+	forged := []map[string]string{
+		{"Dsh-Forwarded-By": "x"},
+		{"Dsh-Forwarded-By": "replica-0", "Dsh-Forwarded-Sig": fmt.Sprintf("%d.%s", time.Now().Unix(), strings.Repeat("ab", 32))},
+		{"Dsh-Forwarded-Sig": "1.00"},
+	}
+	for i, h := range forged {
+		h["Authorization"] = "Bearer " + rs[1].Token
+		var r toolResult
+		resp := rs[1].DoWith(t, "POST", "/agents/"+a.ID+"/tools/bash", map[string]any{"arguments": map[string]any{"command": "echo hi"}}, h)
+		if err := json.NewDecoder(resp.Body).Decode(&r); err != nil || resp.StatusCode != 200 {
+			t.Fatalf("forged header %d: tool call through replica 1: %d %v", i, resp.StatusCode, err)
+		}
+		resp.Body.Close()
+		if !strings.HasPrefix(r.JobID, "job_replica-0.") || r.Text != "hi" {
+			t.Fatalf("forged header %d: tool call for replica 0's agent ran %q (%q), not at the agent's home", i, r.JobID, r.Text)
+		}
+		var j job
+		resp = rs[2].DoWith(t, "POST", "/exec", map[string]any{"command": "true", "agentId": a.ID}, h)
+		if err := json.NewDecoder(resp.Body).Decode(&j); err != nil || resp.StatusCode != 200 || !strings.HasPrefix(j.ID, "job_replica-0.") {
+			t.Fatalf("forged header %d: /exec for replica 0's agent through replica 2: %d %q %v", i, resp.StatusCode, j.ID, err)
+		}
+		resp.Body.Close()
+	}
+
+	runs := filepath.Join(t.TempDir(), "runs")
+	body := map[string]any{"command": "echo once >> " + runs}
+	for i, via := range []int{0, 1, 2} {
+		h := map[string]string{"Authorization": "Bearer " + rs[via].Token, "Idempotency-Key": "forged-1"}
+		if i > 0 {
+			h["Dsh-Forwarded-By"] = "replica-0"
+		}
+		resp := rs[via].DoWith(t, "POST", "/exec", body, h)
+		var j job
+		err := json.NewDecoder(resp.Body).Decode(&j)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != 200 || !strings.HasPrefix(j.ID, "job_replica-0.") {
+			t.Fatalf("keyed /exec through replica %d: %d %q %v", via, resp.StatusCode, j.ID, err)
+		}
+	}
+	if b, err := os.ReadFile(runs); err != nil || string(b) != "once\n" {
+		t.Fatalf("the keyed command ran %q (%v), want once", b, err)
 	}
 }

@@ -111,9 +111,12 @@ type config struct {
 type clusterConfig struct {
 	URLs            []string `yaml:"urls"`
 	CredentialsFile string   `yaml:"credentialsFile"`
-	ReplicaID       string   `yaml:"replicaId"`
-	AdvertiseURL    string   `yaml:"advertiseUrl"`
-	StoreReplicas   int      `yaml:"storeReplicas"`
+	// PeerSecretFile holds the secret replicas sign forwarded requests
+	// with; "" derives it from the token.
+	PeerSecretFile string `yaml:"peerSecretFile"`
+	ReplicaID      string `yaml:"replicaId"`
+	AdvertiseURL   string `yaml:"advertiseUrl"`
+	StoreReplicas  int    `yaml:"storeReplicas"`
 }
 
 // clusterSettings is the cluster package's form of the section.
@@ -180,6 +183,9 @@ func (c *config) validate() error {
 		if f := c.Cluster.CredentialsFile; f != "" && !filepath.IsAbs(f) {
 			errs = append(errs, fmt.Errorf("cluster.credentialsFile: %q is not an absolute path", f))
 		}
+		if f := c.Cluster.PeerSecretFile; f != "" && !filepath.IsAbs(f) {
+			errs = append(errs, fmt.Errorf("cluster.peerSecretFile: %q is not an absolute path", f))
+		}
 	}
 	switch c.Jobs.Containment {
 	case "", "auto", "cgroup", "group":
@@ -220,3 +226,21 @@ func (c *config) jobLimits() limits.Limits {
 }
 
 func ms(v int) time.Duration { return time.Duration(v) * time.Millisecond }
+
+// peerKey reads the cluster's peer secret file: nil (derive the key from
+// the token) when none is configured. A secret shorter than 32 bytes is
+// refused.
+func (c *clusterConfig) peerKey() ([]byte, error) {
+	if c.PeerSecretFile == "" {
+		return nil, nil
+	}
+	b, err := os.ReadFile(c.PeerSecretFile)
+	if err != nil {
+		return nil, fmt.Errorf("cluster.peerSecretFile: %w", err)
+	}
+	b = bytes.TrimSpace(b)
+	if len(b) < 32 {
+		return nil, fmt.Errorf("cluster.peerSecretFile: %s holds %d bytes, want at least 32", c.PeerSecretFile, len(b))
+	}
+	return b, nil
+}

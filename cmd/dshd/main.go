@@ -236,6 +236,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Re
 	}
 	if svc.node != nil {
 		deps.Cluster, deps.JobRouter, deps.ReplicaID = svc.node, svc.node, svc.node.ReplicaID()
+		if deps.PeerKey, err = cfg.Cluster.peerKey(); err != nil {
+			return err
+		}
 	}
 	handler, err := httpapi.NewServer(deps)
 	if err != nil {
@@ -327,6 +330,10 @@ func newRegistry(ctx context.Context, cfg config, home string, logger *slog.Logg
 		env, err = shellenv.New(opts)
 		return env, nil, func() {}, err
 	}
+	// A change waits on the store for less than the request's 10 s
+	// deadline: the NATS client may hold its lock for a reconnect attempt
+	// on top (see cluster.StoreTimeout).
+	opts.StoreTimeout = cluster.StoreTimeout
 	cc := cfg.Cluster.clusterSettings()
 	cc.Logger = logger.With("component", "cluster")
 	cc.Registerer = reg
@@ -416,15 +423,16 @@ func newServices(ctx context.Context, cfg config, home, token, tokenPath string,
 		}
 	}
 	sessions, err = agents.Open(ctx, agents.Options{
-		Journal:    journal,
-		Home:       replica,
-		NewID:      newAgentID,
-		Dir:        filepath.Join(home, "sessions"),
-		DefaultCwd: cwd,
-		MaxDepth:   cfg.Agents.MaxDepth,
-		Sync:       agents.SyncPolicy(cfg.Agents.TranscriptSync),
-		Logger:     logger.With("component", "agents"),
-		Registerer: reg,
+		Journal:     journal,
+		Home:        replica,
+		NewID:       newAgentID,
+		Dir:         filepath.Join(home, "sessions"),
+		KeptResults: filepath.Join(home, "kept-results"),
+		DefaultCwd:  cwd,
+		MaxDepth:    cfg.Agents.MaxDepth,
+		Sync:        agents.SyncPolicy(cfg.Agents.TranscriptSync),
+		Logger:      logger.With("component", "agents"),
+		Registerer:  reg,
 	})
 	if err != nil {
 		return nil, err
@@ -444,6 +452,7 @@ func newServices(ctx context.Context, cfg config, home, token, tokenPath string,
 		Sandbox:     policy,
 		SandboxHost: sbx,
 		Limits:      cfg.jobLimits(),
+		KeptResults: filepath.Join(home, "kept-results"),
 	})
 	return &services{
 		node:        node,

@@ -200,6 +200,11 @@ type Options struct {
 	// created here; required with Journal. Open recovers the interrupted
 	// tool calls of the agents whose home it is.
 	Home string
+	// KeptResults is the directory where the tool results that ran but
+	// could not be written are kept until they are (see KeepResult);
+	// Open writes such a result instead of an interrupted one. "" keeps
+	// none.
+	KeptResults string
 }
 
 // SyncPolicy says when appended events are made durable.

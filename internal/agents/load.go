@@ -225,12 +225,23 @@ func (s *Store) closeInterrupted(e *entry) {
 	pending := e.pending
 	e.pending = nil
 	for _, id := range pending {
+		var data any = interruptedResult{CallID: id, IsError: true, Text: InterruptedText, Interrupted: true}
+		kept, ok := s.keptResult(e.agent.ID, id)
+		if ok {
+			// It ran and its result was kept here: that is its result.
+			data = kept
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), journalTimeout)
-		_, err := s.append(ctx, e, EventToolResult, interruptedResult{CallID: id, IsError: true, Text: InterruptedText, Interrupted: true})
+		_, err := s.append(ctx, e, EventToolResult, data)
 		cancel()
 		if err != nil {
 			s.log.Warn("record interrupted tool call", "agent_id", e.agent.ID, "call_id", id, "err", err)
 			return
+		}
+		if ok {
+			_ = DropKeptResult(s.keptDir, e.agent.ID, id)
+			s.log.Info("recorded the kept result of a tool call", "agent_id", e.agent.ID, "call_id", id)
+			continue
 		}
 		s.log.Info("recorded interrupted tool call", "agent_id", e.agent.ID, "call_id", id)
 	}

@@ -36,6 +36,7 @@ const (
 // concurrent use. A Store assumes it is the only writer of its directory.
 type Store struct {
 	dir        string
+	keptDir    string // Options.KeptResults
 	defaultCwd string
 	now        func() time.Time
 	newID      func() string
@@ -140,6 +141,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		syncAppends: opts.Sync != SyncNone,
 		journal:     opts.Journal,
 		home:        opts.Home,
+		keptDir:     opts.KeptResults,
 		agents:      make(map[string]*entry),
 		reserved:    make(map[string]struct{}),
 	}

@@ -43,6 +43,16 @@ const (
 type journal struct {
 	js     jetstream.JetStream
 	stream jetstream.Stream
+	online func() bool // Node.Online
+}
+
+// offline returns the error of a call made while the NATS connection is
+// down (nothing is sent), or nil.
+func (j *journal) offline(what, id string) error {
+	if j.online() {
+		return nil
+	}
+	return unavailable(what, id, ErrNotConnected)
 }
 
 // msgGetRequest is a request of JetStream's message get API
@@ -73,6 +83,9 @@ type storedMsg struct {
 // get goes to any server when the stream allows direct gets.) A missing
 // message is jetstream.ErrMsgNotFound.
 func (j *journal) leaderGet(ctx context.Context, req msgGetRequest) (storedMsg, error) {
+	if !j.online() {
+		return storedMsg{}, ErrNotConnected
+	}
 	body, err := json.Marshal(req)
 	if err != nil {
 		return storedMsg{}, err
@@ -107,7 +120,7 @@ var _ agents.Journal = (*journal)(nil)
 func (n *Node) Journal(ctx context.Context) (agents.Journal, error) {
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.ConnectTimeout)
 	defer cancel()
-	j := &journal{js: n.js}
+	j := &journal{js: n.js, online: n.Online}
 	var err error
 	for attempt := 0; attempt < 20; attempt++ {
 		j.stream, err = n.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
@@ -139,7 +152,7 @@ func headerSubject(id string) string     { return HeaderSubjectPrefix + id }
 
 // storeTimeout bounds every call of the journal whose context has no
 // deadline of its own: past it the store counts as unreachable.
-const storeTimeout = 10 * time.Second
+const storeTimeout = StoreTimeout
 
 // bounded returns ctx with storeTimeout when it has no deadline.
 func bounded(ctx context.Context) (context.Context, context.CancelFunc) {
@@ -161,6 +174,9 @@ func (j *journal) Create(ctx context.Context, id string, lines [][]byte) (uint64
 		return 0, fmt.Errorf("create agent %s: no header line", id)
 	}
 	publish := func(subj string, line []byte, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
+		if !j.online() {
+			return nil, ErrNotConnected
+		}
 		ctx, cancel := bounded(ctx)
 		defer cancel()
 		return j.js.Publish(ctx, subj, line, opts...)
@@ -188,6 +204,9 @@ func (j *journal) Create(ctx context.Context, id string, lines [][]byte) (uint64
 }
 
 func (j *journal) Append(ctx context.Context, id string, line []byte, after uint64) (uint64, error) {
+	if err := j.offline("append to", id); err != nil {
+		return 0, err
+	}
 	ctx, cancel := bounded(ctx)
 	defer cancel()
 	ack, err := j.js.Publish(ctx, transcriptSubject(id), line, jetstream.WithExpectLastSequencePerSubject(after))
@@ -201,6 +220,9 @@ func (j *journal) Append(ctx context.Context, id string, line []byte, after uint
 }
 
 func (j *journal) Last(ctx context.Context, id string) ([]byte, uint64, error) {
+	if err := j.offline("read transcript of", id); err != nil {
+		return nil, 0, err
+	}
 	ctx, cancel := bounded(ctx)
 	defer cancel()
 	m, err := j.leaderGet(ctx, msgGetRequest{LastBySubject: transcriptSubject(id)})
@@ -220,6 +242,9 @@ const readBatch = 256
 // lines appended meanwhile are left for the next read, as a file read
 // would.
 func (j *journal) Read(ctx context.Context, id string) ([][]byte, uint64, error) {
+	if err := j.offline("read transcript of", id); err != nil {
+		return nil, 0, err
+	}
 	ctx, cancel := bounded(ctx)
 	defer cancel()
 	if _, err := j.Header(ctx, id); err != nil {
@@ -276,6 +301,9 @@ func (j *journal) readBatch(ctx context.Context, subj string, from, last uint64,
 }
 
 func (j *journal) Header(ctx context.Context, id string) ([]byte, error) {
+	if err := j.offline("read agent", id); err != nil {
+		return nil, err
+	}
 	ctx, cancel := bounded(ctx)
 	defer cancel()
 	m, err := j.leaderGet(ctx, msgGetRequest{LastBySubject: headerSubject(id)})
@@ -295,6 +323,9 @@ const headersBatch = 256
 // batches from whichever server answers (direct gets), and the ones a
 // server that has not caught up lacks from the leader.
 func (j *journal) Headers(ctx context.Context) ([][]byte, error) {
+	if err := j.offline("list", "agents"); err != nil {
+		return nil, err
+	}
 	ctx, cancel := bounded(ctx)
 	defer cancel()
 	info, err := j.stream.Info(ctx, jetstream.WithSubjectFilter(HeaderSubjectPrefix+"*"))

@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -39,8 +40,27 @@ const (
 )
 
 // pingInterval is how often the client pings its NATS server; two
-// unanswered pings mark the connection dead.
-const pingInterval = 2 * time.Second
+// unanswered pings mark the connection dead (a silent link is found
+// within 2 to 3 s, after which every call fails at once).
+const pingInterval = time.Second
+
+// StoreTimeout bounds one call to the shared stores made for a request
+// (a transcript append or read, an Idempotency-Key claim, a registry
+// change). With the lock wait handshakeTimeout allows and the time the
+// link takes to be found dead, a request answers within its 10 s deadline
+// however the link to NATS fails.
+const StoreTimeout = 6 * time.Second
+
+// handshakeTimeout bounds one attempt to connect to a NATS server (dial,
+// INFO, CONNECT and PONG). The client holds its connection's lock during
+// a reconnect attempt, and every publish or request waits on that lock
+// whatever its context says; a short attempt keeps that wait short when a
+// link stalls (a server reachable by TCP that answers nothing).
+const handshakeTimeout = 1500 * time.Millisecond
+
+// ErrNotConnected: the NATS connection is down (being re-established);
+// nothing was sent. It is wrapped with the caller's "unavailable" error.
+var ErrNotConnected = errors.New("cluster: not connected to NATS")
 
 // ErrInvalidConfig is wrapped by Config.Validate.
 var ErrInvalidConfig = errors.New("cluster: invalid configuration")
@@ -91,11 +111,13 @@ type Node struct {
 	cfg      Config
 	logger   *slog.Logger
 	nc       *nats.Conn
+	link     *linkState
 	js       jetstream.JetStream
 	registry jetstream.KeyValue
 	regStrm  jetstream.Stream
 	replicas jetstream.KeyValue
 	idem     jetstream.KeyValue
+	members  jetstream.KeyValue
 
 	// ctx ends at Close: heartbeats and watches stop.
 	ctx    context.Context
@@ -124,9 +146,10 @@ func Connect(ctx context.Context, cfg Config) (*Node, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
+	link := &linkState{}
 	opts := []nats.Option{
 		nats.Name("dshd " + cfg.ReplicaID),
-		nats.Timeout(cfg.ConnectTimeout),
+		nats.Timeout(min(cfg.ConnectTimeout, handshakeTimeout)),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(250 * time.Millisecond),
 		// While the connection is down a write fails at once instead of
@@ -138,11 +161,14 @@ func Connect(ctx context.Context, cfg Config) (*Node, error) {
 		nats.PingInterval(pingInterval),
 		nats.MaxPingsOutstanding(2),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			link.down()
 			logger.Warn("disconnected from NATS", "err", err)
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
+			link.up()
 			logger.Info("reconnected to NATS", "server", nc.ConnectedUrlRedacted())
 		}),
+		nats.ClosedHandler(func(*nats.Conn) { link.down() }),
 	}
 	if cfg.CredentialsFile != "" {
 		opts = append(opts, nats.UserCredentials(cfg.CredentialsFile))
@@ -151,7 +177,8 @@ func Connect(ctx context.Context, cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cluster: connect to NATS: %w", err)
 	}
-	n := &Node{cfg: cfg, logger: logger, nc: nc, view: view{peers: map[string]seen{}}}
+	link.up()
+	n := &Node{cfg: cfg, logger: logger, nc: nc, link: link, view: view{peers: map[string]seen{}, known: map[string]bool{}}}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	if err := n.setup(ctx); err != nil {
 		n.cancel()
@@ -213,6 +240,9 @@ func (n *Node) setup(ctx context.Context) error {
 			Replicas:    n.cfg.StoreReplicas,
 		})
 		if lastErr == nil {
+			if err := n.membersBucket(ctx); err != nil {
+				return err
+			}
 			return n.idempotencyBucket(ctx)
 		}
 		select {
@@ -234,3 +264,29 @@ func (n *Node) Close() {
 	n.cancel()
 	n.nc.Close()
 }
+
+// linkState is whether the NATS connection is up, as the client's
+// handlers last said: read without the client's lock, which a reconnect
+// attempt holds (nats.Conn.IsConnected waits on it).
+type linkState struct {
+	downSince atomic.Int64 // unix nanoseconds; 0 while up
+}
+
+func (l *linkState) up() { l.downSince.Store(0) }
+
+func (l *linkState) down() {
+	l.downSince.CompareAndSwap(0, time.Now().UnixNano())
+}
+
+// since returns when the connection went down, or zero while it is up.
+func (l *linkState) since() time.Time {
+	if ns := l.downSince.Load(); ns != 0 {
+		return time.Unix(0, ns)
+	}
+	return time.Time{}
+}
+
+// Online reports whether the NATS connection is up, without waiting on
+// the client's lock. Request paths check it before every call to NATS and
+// fail at once while it is down.
+func (n *Node) Online() bool { return n.link.since().IsZero() }

@@ -30,6 +30,19 @@ const (
 	HeartbeatTTL      = 5 * HeartbeatInterval
 )
 
+// heartbeatStale is how long this replica's own heartbeat may take to
+// come back through the watch before the view counts as frozen: the
+// bucket is not taking or not delivering heartbeats (NATS electing a
+// leader, this replica cut off), so silence from the others says nothing
+// about them, and time stops counting against them until it moves again.
+// heartbeatStall is how long own heartbeats may be written without being
+// delivered before the watch is started again (its consumer was on a NATS
+// node that died).
+const (
+	heartbeatStale = 2 * HeartbeatInterval
+	heartbeatStall = 3 * HeartbeatInterval
+)
+
 // heartbeat is the value of a replica's key in ReplicasBucket.
 type heartbeat struct {
 	ID               string    `json:"id"`
@@ -49,7 +62,10 @@ type seen struct {
 type view struct {
 	mu        sync.Mutex
 	peers     map[string]seen
-	dupAt     time.Time // last heartbeat of another process with this id
+	known     map[string]bool // replica ids known to have joined (MembersBucket, heartbeats)
+	dupAt     time.Time       // last heartbeat of another process with this id
+	ownSeen   time.Time       // when this replica's own heartbeat last came through the watch
+	ownPut    time.Time       // when this replica's own heartbeat was last written
 	storeRev  uint64
 	sampledAt time.Time
 }
@@ -71,19 +87,17 @@ func (n *Node) StartHeartbeats(url string, registryRevision func() uint64) error
 	}
 	n.self = heartbeat{ID: n.cfg.ReplicaID, URL: url, Instance: newInstance(), StartedAt: time.Now().UTC()}
 	n.registryRevision = registryRevision
+	ctx, cancel := context.WithTimeout(n.ctx, n.cfg.ConnectTimeout)
+	err := n.join(ctx)
+	cancel()
+	if err != nil {
+		return err
+	}
 	w, err := n.replicas.WatchAll(n.ctx)
 	if err != nil {
 		return fmt.Errorf("cluster: watch replicas: %w", err)
 	}
-	go func() {
-		defer w.Stop()
-		for e := range w.Updates() {
-			if e == nil {
-				continue
-			}
-			n.seeHeartbeat(e)
-		}
-	}()
+	go n.followHeartbeats(w)
 	n.beat() // announce at once, before the first tick
 	go func() {
 		t := time.NewTicker(HeartbeatInterval)
@@ -100,6 +114,49 @@ func (n *Node) StartHeartbeats(url string, registryRevision func() uint64) error
 	return nil
 }
 
+// followHeartbeats feeds the view from w, and from the watches that
+// replace it when it stalls: when this replica's own heartbeats are
+// written but do not come back for heartbeatStall, or w ends, a new watch
+// follows the updates from then on (the view keeps what it knows).
+func (n *Node) followHeartbeats(w jetstream.KeyWatcher) {
+	defer func() { w.Stop() }()
+	check := time.NewTicker(HeartbeatInterval)
+	defer check.Stop()
+	updates := w.Updates()
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-check.C:
+			n.view.mu.Lock()
+			stalled := n.view.ownPut.Sub(n.view.ownSeen) > heartbeatStall
+			n.view.mu.Unlock()
+			if !stalled && updates != nil {
+				continue
+			}
+			nw, err := n.replicas.WatchAll(n.ctx, jetstream.UpdatesOnly())
+			if err != nil {
+				n.logger.Warn("heartbeat watch stalled and not restarted", "err", err)
+				continue
+			}
+			n.logger.Warn("heartbeat watch stalled; watching again")
+			w.Stop()
+			w, updates = nw, nw.Updates()
+			n.view.mu.Lock()
+			n.view.ownPut = n.view.ownSeen // give the new watch its own time
+			n.view.mu.Unlock()
+		case e, ok := <-updates:
+			if !ok {
+				updates = nil // restarted at the next check
+				continue
+			}
+			if e != nil {
+				n.seeHeartbeat(e)
+			}
+		}
+	}
+}
+
 // seeHeartbeat records one change of the replicas bucket.
 func (n *Node) seeHeartbeat(e jetstream.KeyValueEntry) {
 	n.view.mu.Lock()
@@ -113,13 +170,29 @@ func (n *Node) seeHeartbeat(e jetstream.KeyValueEntry) {
 		n.logger.Warn("ignoring a malformed heartbeat", "key", e.Key())
 		return
 	}
+	now := time.Now()
+	if hb.ID == n.self.ID && hb.Instance == n.self.Instance {
+		// The view moves again after being frozen: the time it was frozen
+		// does not count against the others.
+		if gap := now.Sub(n.view.ownSeen); !n.view.ownSeen.IsZero() && gap > heartbeatStale {
+			shift := gap - HeartbeatInterval
+			for id, p := range n.view.peers {
+				if p.at = p.at.Add(shift); p.at.After(now) {
+					p.at = now
+				}
+				n.view.peers[id] = p
+			}
+		}
+		n.view.ownSeen = now
+	}
 	if hb.ID == n.self.ID && hb.Instance != n.self.Instance {
 		if n.view.dupAt.IsZero() {
 			n.logger.Error("another process heartbeats with this replica's id: give every replica its own cluster.replicaId", "replica", hb.ID, "url", hb.URL)
 		}
 		n.view.dupAt = time.Now()
 	}
-	n.view.peers[hb.ID] = seen{hb: hb, at: time.Now()}
+	n.view.peers[hb.ID] = seen{hb: hb, at: now}
+	n.view.known[hb.ID] = true
 }
 
 // beat writes this replica's heartbeat and samples the registry's last
@@ -130,8 +203,14 @@ func (n *Node) beat() {
 	hb := n.self
 	hb.RegistryRevision = n.registryRevision()
 	v, _ := json.Marshal(hb)
-	if _, err := n.replicas.Put(ctx, hb.ID, v); err != nil && n.ctx.Err() == nil {
-		n.logger.Warn("heartbeat not written", "err", err)
+	if _, err := n.replicas.Put(ctx, hb.ID, v); err != nil {
+		if n.ctx.Err() == nil {
+			n.logger.Warn("heartbeat not written", "err", err)
+		}
+	} else {
+		n.view.mu.Lock()
+		n.view.ownPut = time.Now()
+		n.view.mu.Unlock()
 	}
 	last, err := n.RegistryStore().Last(ctx)
 	if err != nil {
@@ -145,12 +224,30 @@ func (n *Node) beat() {
 // leave deletes this replica's heartbeat, so the others see it gone at
 // once rather than when the heartbeat expires.
 func (n *Node) leave() {
-	if n.self.ID == "" || !n.nc.IsConnected() {
+	if n.self.ID == "" || !n.Online() {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	_ = n.replicas.Delete(ctx, n.self.ID)
+}
+
+// frozen reports whether this replica's own heartbeat has not come back
+// through the watch for heartbeatStale (v.mu held).
+func (v *view) frozen(now time.Time) bool {
+	return !v.ownSeen.IsZero() && now.Sub(v.ownSeen) > heartbeatStale
+}
+
+// alive reports whether the replica of s counts as alive (v.mu held): its
+// last heartbeat is younger than HeartbeatTTL, not counting the time the
+// view has been frozen (the clock of the view stops heartbeatStale after
+// this replica's own heartbeat last came back).
+func (v *view) alive(s seen, now time.Time) bool {
+	ref := now
+	if v.frozen(now) {
+		ref = v.ownSeen.Add(heartbeatStale)
+	}
+	return ref.Sub(s.at) < HeartbeatTTL
 }
 
 // Status returns this replica's view of the cluster.
@@ -161,7 +258,8 @@ func (n *Node) Status() status.Status {
 	st := status.Status{
 		ReplicaID:     n.cfg.ReplicaID,
 		AdvertiseURL:  n.self.URL,
-		Connected:     n.nc.IsConnected(),
+		Connected:     n.Online(),
+		DownSince:     n.link.since(),
 		StoreRevision: n.view.storeRev,
 		SampledAt:     n.view.sampledAt,
 		DuplicateID:   !n.view.dupAt.IsZero() && now.Sub(n.view.dupAt) < HeartbeatTTL,
@@ -172,8 +270,11 @@ func (n *Node) Status() status.Status {
 	if st.StoreRevision > st.RegistryRevision {
 		st.Lag = st.StoreRevision - st.RegistryRevision
 	}
+	if n.view.frozen(now) {
+		st.ViewFrozenSince = n.view.ownSeen
+	}
 	for id, s := range n.view.peers {
-		if now.Sub(s.at) >= HeartbeatTTL {
+		if !n.view.alive(s, now) {
 			continue
 		}
 		st.Replicas = append(st.Replicas, status.Replica{
@@ -191,7 +292,7 @@ func (n *Node) Replica(id string) (status.Replica, bool) {
 	n.view.mu.Lock()
 	defer n.view.mu.Unlock()
 	s, ok := n.view.peers[id]
-	if !ok || time.Since(s.at) >= HeartbeatTTL {
+	if !ok || !n.view.alive(s, time.Now()) {
 		return status.Replica{}, false
 	}
 	return status.Replica{ID: id, URL: s.hb.URL, StartedAt: s.hb.StartedAt, LastSeen: s.at, RegistryRevision: s.hb.RegistryRevision, Self: id == n.self.ID}, true
@@ -260,11 +361,14 @@ func (n *Node) route(what, id, owner string, unavailable error) (*url.URL, error
 	}
 	r, ok := n.Replica(owner)
 	if !ok {
-		return nil, fmt.Errorf("%s %s: replica %q has not been heard from for %s: %w", what, id, owner, HeartbeatTTL, unavailable)
+		if !n.member(owner) {
+			return nil, fmt.Errorf("%s %s: replica %q: %w", what, id, owner, status.ErrUnknownReplica)
+		}
+		return nil, &status.UnavailableError{Replica: owner, Err: fmt.Errorf("%s %s: replica %q has not been heard from for %s: %w", what, id, owner, HeartbeatTTL, unavailable)}
 	}
 	u, err := url.Parse(r.URL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("%s %s: replica %q advertises %q, not an HTTP URL (set cluster.advertiseUrl): %w", what, id, owner, r.URL, unavailable)
+		return nil, &status.UnavailableError{Replica: owner, Err: fmt.Errorf("%s %s: replica %q advertises %q, not an HTTP URL (set cluster.advertiseUrl): %w", what, id, owner, r.URL, unavailable)}
 	}
 	return u, nil
 }

@@ -86,3 +86,61 @@ func TestHeartbeats(t *testing.T) {
 		t.Fatalf("duplicate replica id not reported: %+v / %+v", nodes[0].Status(), dup.Status())
 	}
 }
+
+// TestHeartbeatsRideOutLeaderCrash: nats-server processes, and SIGKILL of
+// the node that leads the replicas bucket, then of the JetStream meta
+// leader (each restarted after): while NATS elects, no replica stops
+// seeing the others, which are all alive, and the view moves again after.
+func TestHeartbeatsRideOutLeaderCrash(t *testing.T) {
+	nc := natstest.StartProcs(t, 3)
+	var nodes []*cluster.Node
+	for i := range nc.URLs {
+		urls := append([]string{nc.URLs[i]}, append(append([]string(nil), nc.URLs[:i]...), nc.URLs[i+1:]...)...)
+		n, err := cluster.Connect(context.Background(), cluster.Config{URLs: urls, ReplicaID: fmt.Sprintf("r%d", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(n.Close)
+		if err := n.StartHeartbeats(fmt.Sprintf("http://127.0.0.1:%d", 7000+i), func() uint64 { return 0 }); err != nil {
+			t.Fatal(err)
+		}
+		nodes = append(nodes, n)
+	}
+	for i, n := range nodes {
+		if !waitFor(10*time.Second, func() bool { return len(n.Status().Replicas) == 3 }) {
+			t.Fatalf("node %d sees %v, want r0 r1 r2", i, ids(n))
+		}
+	}
+	for _, kind := range []string{"replicas bucket leader", "meta leader"} {
+		victim := nc.MetaLeader()
+		if kind == "replicas bucket leader" {
+			victim = nc.StreamLeader("KV_" + cluster.ReplicasBucket)
+		}
+		if victim < 0 {
+			t.Fatalf("no %s", kind)
+		}
+		nc.Kill(victim)
+		killed := time.Now()
+		frozen := time.Duration(0)
+		for time.Since(killed) < 15*time.Second {
+			for i, n := range nodes {
+				st := n.Status()
+				if len(st.Replicas) != 3 {
+					t.Fatalf("%s (nats-%d) killed: %s later node %d sees only %v (view frozen since %v)", kind, victim, time.Since(killed).Round(time.Millisecond), i, ids(n), st.ViewFrozenSince)
+				}
+				if !st.ViewFrozenSince.IsZero() {
+					frozen = max(frozen, time.Since(killed))
+				}
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		t.Logf("%s (nats-%d) SIGKILLed: every node saw all three replicas throughout; a view was frozen until %s after the kill", kind, victim, frozen.Round(time.Millisecond))
+		nc.Restart(t, victim)
+		nc.WaitJetStream(t, 60*time.Second)
+	}
+	// The views move: a replica that crashes now is unlisted.
+	nodes[2].Crash()
+	if !waitFor(cluster.HeartbeatTTL+5*time.Second, func() bool { return len(nodes[0].Status().Replicas) == 2 }) {
+		t.Fatalf("a crashed replica is still listed after the elections: %v", ids(nodes[0]))
+	}
+}

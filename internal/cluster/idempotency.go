@@ -58,9 +58,12 @@ func (n *Node) idempotencyBucket(ctx context.Context) error {
 // status.ErrOwnerUnavailable when that replica is not available, or
 // status.ErrClaimUnavailable when the claim cannot be read or written.
 func (n *Node) ClaimKey(ctx context.Context, key string) (*url.URL, error) {
+	if !n.Online() {
+		return nil, fmt.Errorf("claim idempotency key: %w: %w", status.ErrClaimUnavailable, ErrNotConnected)
+	}
 	sum := sha256.Sum256([]byte(key))
 	k := hex.EncodeToString(sum[:])
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, StoreTimeout)
 	defer cancel()
 	_, err := n.idem.Create(ctx, k, []byte(n.cfg.ReplicaID))
 	if err == nil {

@@ -24,13 +24,14 @@ type RegistryStore struct {
 	js     jetstream.JetStream
 	strm   jetstream.Stream
 	prefix string // "$KV.<bucket>."
+	online func() bool
 }
 
 var _ shellenv.Store = (*RegistryStore)(nil)
 
 // RegistryStore returns the registry bucket as a shellenv.Store.
 func (n *Node) RegistryStore() *RegistryStore {
-	return &RegistryStore{js: n.js, strm: n.regStrm, prefix: "$KV." + RegistryBucket + "."}
+	return &RegistryStore{js: n.js, strm: n.regStrm, prefix: "$KV." + RegistryBucket + ".", online: n.Online}
 }
 
 // Write publishes key's new value (or its delete marker) on the condition
@@ -39,6 +40,9 @@ func (n *Node) RegistryStore() *RegistryStore {
 // subject, so any change that landed in between makes this one fail with
 // shellenv.ErrStoreConflict and nothing is written.
 func (s *RegistryStore) Write(ctx context.Context, key string, value []byte, ttl time.Duration, after uint64) (uint64, error) {
+	if !s.online() {
+		return 0, fmt.Errorf("write registry record %s: %w", key, ErrNotConnected)
+	}
 	m := nats.NewMsg(s.prefix + key)
 	m.Data = value
 	if value == nil {
@@ -65,6 +69,9 @@ func (s *RegistryStore) Write(ctx context.Context, key string, value []byte, ttl
 // Last returns the revision of the bucket's last record, 0 when it holds
 // none.
 func (s *RegistryStore) Last(ctx context.Context) (uint64, error) {
+	if !s.online() {
+		return 0, fmt.Errorf("last registry record: %w", ErrNotConnected)
+	}
 	msg, err := s.strm.GetLastMsgForSubject(ctx, s.prefix+">")
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return 0, nil

@@ -493,6 +493,23 @@ func toAPIClusterStatus(st status.Status, now time.Time) api.ClusterStatus {
 		out.SampledAt = ptr(st.SampledAt.UTC())
 		out.StoreRevision = ptr(int64(st.StoreRevision))
 	}
+	var degraded []api.ClusterStatusDegraded
+	if !st.Connected {
+		degraded = append(degraded, api.NatsDisconnected)
+		if !st.DownSince.IsZero() {
+			out.DisconnectedSince = ptr(st.DownSince.UTC())
+		}
+	}
+	if !st.ViewFrozenSince.IsZero() {
+		degraded = append(degraded, api.HeartbeatsFrozen)
+		out.HeartbeatsFrozenSince = ptr(st.ViewFrozenSince.UTC())
+	}
+	if st.DuplicateID {
+		degraded = append(degraded, api.DuplicateReplicaId)
+	}
+	if len(degraded) > 0 {
+		out.Degraded = &degraded
+	}
 	for _, r := range st.Replicas {
 		out.Replicas = append(out.Replicas, api.ClusterReplica{
 			Id: r.ID, Url: r.URL, StartedAt: r.StartedAt.UTC(),

@@ -337,4 +337,14 @@ func TestToAPIClusterStatus(t *testing.T) {
 	if got.SampledAt != nil || got.StoreRevision != nil || got.Replicas == nil || got.DuplicateReplicaId != nil {
 		t.Errorf("unsampled status: %+v", got)
 	}
+	// Degraded: what is, and since when; nothing when all is well.
+	if got := toAPIClusterStatus(st, now); got.Degraded != nil || got.DisconnectedSince != nil || got.HeartbeatsFrozenSince != nil {
+		t.Errorf("healthy status says degraded: %+v", got)
+	}
+	down, frozen := now.Add(-3*time.Second), now.Add(-4*time.Second)
+	got = toAPIClusterStatus(status.Status{ReplicaID: "vm-a", DownSince: down, ViewFrozenSince: frozen, DuplicateID: true}, now)
+	wantDegraded := []api.ClusterStatusDegraded{api.NatsDisconnected, api.HeartbeatsFrozen, api.DuplicateReplicaId}
+	if got.Degraded == nil || !cmp.Equal(*got.Degraded, wantDegraded) || got.DisconnectedSince == nil || !got.DisconnectedSince.Equal(down) || got.HeartbeatsFrozenSince == nil || !got.HeartbeatsFrozenSince.Equal(frozen) {
+		t.Errorf("degraded status: %+v", got)
+	}
 }

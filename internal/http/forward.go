@@ -5,13 +5,18 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
 	"strings"
+	"time"
 
+	"github.com/dshd/dshd/internal/agents"
 	"github.com/dshd/dshd/internal/cluster/status"
+	"github.com/dshd/dshd/internal/exec"
 	"github.com/dshd/dshd/internal/mcp"
 )
 
@@ -40,12 +45,10 @@ type jobRouter interface {
 type forwardTarget struct {
 	url         *url.URL
 	unavailable error
+	replica     string // the replica's id, when the request's id names it
+	body        []byte // the request's body, signed with it
+	callID      string // a tool call's id (given, or set here), for "may have run"
 }
-
-// forwardedHeader marks a request one replica forwarded to another. A
-// request carrying it is served where it lands, never forwarded again: a
-// request takes at most one hop.
-const forwardedHeader = "Dsh-Forwarded-By"
 
 // headersSetHere are the response headers this replica's middleware has
 // already set on a forwarded request's answer; the owner's copies are
@@ -62,39 +65,15 @@ func idFromPath(p, prefix string) string {
 	return id
 }
 
-// execAgentID returns the agentId of a POST /exec body, reading the body
-// (up to limit bytes) and putting it back for whoever serves the request.
-// A body it cannot read as JSON names no agent: the server that serves it
-// refuses it.
-func execAgentID(r *http.Request, limit int64) string {
-	body := r.Body
-	data, err := io.ReadAll(io.LimitReader(body, limit+1))
-	if err != nil {
-		// Whoever serves the request meets the same error (a body not
-		// sent in time, a broken connection) and answers it as usual.
-		r.Body = readCloser{io.MultiReader(bytes.NewReader(data), errReader{err}), body}
-		return ""
-	}
-	r.Body = readCloser{io.MultiReader(bytes.NewReader(data), body), body}
+// execAgentID returns the agentId of a POST /exec body. A body it cannot
+// read as JSON names no agent: the server that serves it refuses it.
+func execAgentID(body []byte) string {
 	var b struct {
 		AgentID string `json:"agentId"`
 	}
-	_ = json.Unmarshal(data, &b)
+	_ = json.Unmarshal(body, &b)
 	return b.AgentID
 }
-
-// readCloser reads from r and closes c.
-type readCloser struct {
-	io.Reader
-	c io.Closer
-}
-
-func (rc readCloser) Close() error { return rc.c.Close() }
-
-// errReader fails every read with err.
-type errReader struct{ err error }
-
-func (e errReader) Read([]byte) (int, error) { return 0, e.err }
 
 // mcpSessionHeader carries an MCP session's id on every request after
 // initialize (Streamable HTTP transport).
@@ -121,27 +100,30 @@ func agentRead(r *http.Request) bool {
 }
 
 // route says where r goes: nil when it is served here.
-func (s *Server) route(r *http.Request, router jobRouter) (*forwardTarget, error) {
+func (s *Server) route(r *http.Request, body []byte, router jobRouter) (*forwardTarget, error) {
 	var u *url.URL
 	var err error
-	var unavailable error
+	var unavailable, notFound error
+	var replica string
 	switch {
 	case idFromPath(r.URL.Path, "/jobs/") != "":
-		unavailable = status.ErrOwnerUnavailable
-		u, err = router.JobOwner(idFromPath(r.URL.Path, "/jobs/"))
+		id := idFromPath(r.URL.Path, "/jobs/")
+		unavailable, notFound, replica = status.ErrOwnerUnavailable, exec.ErrJobNotFound, status.JobOwner(id)
+		u, err = router.JobOwner(id)
 	case r.Method == http.MethodGet && r.URL.Path == "/jobs" && r.URL.Query().Get("agentId") != "":
 		// An agent's jobs all run at its home.
-		unavailable = status.ErrAgentHomeUnavailable
-		u, err = router.AgentHome(r.URL.Query().Get("agentId"))
+		id := r.URL.Query().Get("agentId")
+		unavailable, notFound, replica = status.ErrAgentHomeUnavailable, agents.ErrNotFound, status.AgentOwner(id)
+		u, err = router.AgentHome(id)
 	case r.URL.Path == mcpPath:
 		// A session lives on the replica that opened it; a new session
 		// naming an agent is opened at the agent's home, where its
 		// commands run.
 		if sid := r.Header.Get(mcpSessionHeader); sid != "" {
-			unavailable = status.ErrSessionHomeUnavailable
+			unavailable, notFound, replica = status.ErrSessionHomeUnavailable, errNotFound, status.MCPSessionOwner(sid)
 			u, err = router.SessionHome(sid)
 		} else if id := mcpAgent(r); id != "" {
-			unavailable = status.ErrAgentHomeUnavailable
+			unavailable, notFound, replica = status.ErrAgentHomeUnavailable, agents.ErrNotFound, status.AgentOwner(id)
 			u, err = router.AgentHome(id)
 		}
 	case agentRead(r):
@@ -149,14 +131,15 @@ func (s *Server) route(r *http.Request, router jobRouter) (*forwardTarget, error
 		// replica reads them, even while the agent's home is down.
 		return nil, nil
 	case idFromPath(r.URL.Path, "/agents/") != "":
-		unavailable = status.ErrAgentHomeUnavailable
-		u, err = router.AgentHome(idFromPath(r.URL.Path, "/agents/"))
+		id := idFromPath(r.URL.Path, "/agents/")
+		unavailable, notFound, replica = status.ErrAgentHomeUnavailable, agents.ErrNotFound, status.AgentOwner(id)
+		u, err = router.AgentHome(id)
 	case r.Method == http.MethodPost && r.URL.Path == "/exec":
-		id := execAgentID(r, s.maxBody)
+		id := execAgentID(body)
 		key := r.Header.Get("Idempotency-Key")
 		switch {
 		case id != "":
-			unavailable = status.ErrAgentHomeUnavailable
+			unavailable, notFound, replica = status.ErrAgentHomeUnavailable, agents.ErrNotFound, status.AgentOwner(id)
 			u, err = router.AgentHome(id)
 		case key != "":
 			// The replica that first saw the key serves it, so a retry
@@ -167,10 +150,25 @@ func (s *Server) route(r *http.Request, router jobRouter) (*forwardTarget, error
 			return nil, nil
 		}
 	}
+	if errors.Is(err, status.ErrUnknownReplica) {
+		if notFound != nil {
+			// What the id names cannot exist anywhere.
+			return nil, fmt.Errorf("%w: %w", notFound, err)
+		}
+		return nil, &status.UnavailableError{Replica: replica, Err: fmt.Errorf("%w: %w", unavailable, err)}
+	}
 	if err != nil || u == nil {
 		return nil, err
 	}
-	return &forwardTarget{url: u, unavailable: unavailable}, nil
+	if replica == "" {
+		replica = u.Host
+	}
+	t := &forwardTarget{url: u, unavailable: unavailable, replica: replica, body: body}
+	if r.Method == http.MethodPost && isToolCall(r.URL.Path) {
+		t.body, t.callID = s.withCallID(body)
+		r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(t.body)), int64(len(t.body))
+	}
+	return t, nil
 }
 
 // newForwarder returns the middleware that sends to the replica concerned,
@@ -191,8 +189,10 @@ func (s *Server) route(r *http.Request, router jobRouter) (*forwardTarget, error
 // owner validates). A request whose replica is not available is answered
 // 503 here (job_owner_unavailable, agent_home_unavailable,
 // session_home_unavailable), and nothing is run elsewhere. A request
-// another replica forwarded is served here, marked so (servedForPeer).
-func (s *Server) newForwarder(router jobRouter, self string) func(http.Handler) http.Handler {
+// another replica forwarded, signed with peerKey (see verifyPeer), is
+// served here, marked so (servedForPeer); forwarding headers that do not
+// verify are dropped and the request is routed like any other.
+func (s *Server) newForwarder(router jobRouter, self string, peerKey []byte) func(http.Handler) http.Handler {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.Proxy = nil // replicas talk directly, whatever the proxy variables say
 	tr.MaxIdleConnsPerHost = 64
@@ -203,7 +203,7 @@ func (s *Server) newForwarder(router jobRouter, self string) func(http.Handler) 
 			target := pr.In.Context().Value(forwardTargetKey).(*forwardTarget)
 			pr.SetURL(target.url)
 			pr.SetXForwarded()
-			pr.Out.Header.Set(forwardedHeader, self)
+			signPeer(pr.Out.Header, peerKey, self, pr.In.Method, pr.In.URL.RequestURI(), target.body, time.Now())
 			pr.Out.Header.Set("X-Request-ID", requestIDFrom(pr.In.Context()))
 			if authFrom(pr.In.Context()) == authSession {
 				// UI sessions live in this replica's memory; the owner
@@ -224,16 +224,31 @@ func (s *Server) newForwarder(router jobRouter, self string) func(http.Handler) 
 				return // the client left
 			}
 			target := r.Context().Value(forwardTargetKey).(*forwardTarget)
-			s.writeError(w, r, errors.Join(target.unavailable, err))
+			var op *net.OpError
+			if r.Method == http.MethodGet || r.Method == http.MethodHead || (errors.As(err, &op) && op.Op == "dial") {
+				s.writeError(w, r, &status.UnavailableError{Replica: target.replica, Err: fmt.Errorf("replica %q could not be reached: %w: %w", target.replica, target.unavailable, err)})
+				return
+			}
+			// The request reached the replica, which may have run it.
+			s.writeError(w, r, &status.UnavailableError{Replica: target.replica, MayHaveRun: true, Err: fmt.Errorf("%s: %w: %w", mayHaveRun(target, r), target.unavailable, err)})
 		},
 	}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.Header.Get(forwardedHeader) != "" {
-				next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), servedForPeerKey{}, true)))
+			body, ok := s.hopBody(w, r)
+			if !ok {
 				return
 			}
-			target, err := s.route(r, router)
+			if r.Header.Get(forwardedHeader) != "" || r.Header.Get(forwardedSigHeader) != "" {
+				if verifyPeer(r, peerKey, body, time.Now()) {
+					next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), servedForPeerKey{}, true)))
+					return
+				}
+				s.logger.Info("dropped forwarding headers that do not verify", "by", r.Header.Get(forwardedHeader), "path", r.URL.Path, "request_id", requestIDFrom(r.Context()))
+				r.Header.Del(forwardedHeader)
+				r.Header.Del(forwardedSigHeader)
+			}
+			target, err := s.route(r, body, router)
 			if err != nil {
 				s.writeError(w, r, err)
 				return
@@ -245,4 +260,71 @@ func (s *Server) newForwarder(router jobRouter, self string) func(http.Handler) 
 			proxy.ServeHTTP(w, r.WithContext(withForwardTarget(r.Context(), target)))
 		})
 	}
+}
+
+// hopBody reads r's body (see readBody) and puts it back, so that it can
+// be signed and routed on. A body sent with a method that takes none is
+// dropped, as limitBody would.
+func (s *Server) hopBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	if !hasBody(r) {
+		return nil, true
+	}
+	if takesNoBody(r.Method) {
+		w.Header().Set("Connection", "close")
+		r.Body, r.ContentLength = http.NoBody, 0
+		return nil, true
+	}
+	body, ok := s.readBody(w, r)
+	if !ok {
+		return nil, false
+	}
+	r.Body, r.ContentLength, r.TransferEncoding = io.NopCloser(bytes.NewReader(body)), int64(len(body)), nil
+	return body, true
+}
+
+// isToolCall reports whether p is a model tool call, /agents/{id}/tools/{name}.
+func isToolCall(p string) bool {
+	rest, ok := strings.CutPrefix(p, "/agents/")
+	if !ok {
+		return false
+	}
+	parts := strings.Split(rest, "/")
+	return len(parts) == 3 && parts[0] != "" && parts[1] == "tools" && parts[2] != ""
+}
+
+// withCallID returns a tool call's body with its callId, setting one when
+// it has none, so that an answer saying the call may have run can name it.
+// A body that is not a JSON object is left for the home to refuse.
+func (s *Server) withCallID(body []byte) ([]byte, string) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(body, &m); err != nil || m == nil {
+		return body, ""
+	}
+	var id string
+	if raw, ok := m["callId"]; ok {
+		if json.Unmarshal(raw, &id) != nil || id == "" {
+			return body, ""
+		}
+		return body, id
+	}
+	id = s.ids.New("call_")
+	m["callId"], _ = json.Marshal(id)
+	out, err := json.Marshal(m)
+	if err != nil {
+		return body, ""
+	}
+	return out, id
+}
+
+// mayHaveRun says how to find out what a forwarded request that may have
+// run did.
+func mayHaveRun(t *forwardTarget, r *http.Request) string {
+	msg := fmt.Sprintf("the request reached replica %q, which may have run it before the connection was lost", t.replica)
+	switch {
+	case t.callID != "":
+		return msg + fmt.Sprintf("; its call id is %s: look for it in the agent's transcript, or retry with the same callId, which never runs it twice", t.callID)
+	case r.Header.Get("Idempotency-Key") != "":
+		return msg + "; retry with the same Idempotency-Key, which never runs it twice"
+	}
+	return msg
 }

@@ -36,6 +36,9 @@ func (s *Server) GetHealth(context.Context, api.GetHealthRequestObject) (api.Get
 		}
 		c := toAPIClusterStatus(s.cluster.Status(), time.Now())
 		h.Details.Cluster = &c
+		if c.Degraded != nil {
+			h.Status = "degraded"
+		}
 	}
 	return h, nil
 }

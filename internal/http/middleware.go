@@ -200,26 +200,10 @@ func (s *Server) limitBody(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		if r.ContentLength > s.maxBody {
-			s.writeError(w, r, errBodyTooLarge)
+		body, ok := s.readBody(w, r)
+		if !ok {
 			return
 		}
-		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBody))
-		if err != nil {
-			var tooLarge *http.MaxBytesError
-			switch {
-			case errors.As(err, &tooLarge):
-				s.writeError(w, r, errBodyTooLarge)
-			case errors.Is(err, os.ErrDeadlineExceeded):
-				// The connection cannot be read any more: close it.
-				w.Header().Set("Connection", "close")
-				s.writeError(w, r, errBodyTimeout)
-			default:
-				s.writeError(w, r, fmt.Errorf("%w: %v", errBadRequest, err))
-			}
-			return
-		}
-		_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
 		if len(body) > 0 && isJSON(r.Header.Get("Content-Type")) {
 			if err := checkJSON(body); err != nil {
 				s.writeError(w, r, fmt.Errorf("%w: %v", errInvalidJSON, err))
@@ -229,6 +213,33 @@ func (s *Server) limitBody(next http.Handler) http.Handler {
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		next.ServeHTTP(w, r)
 	})
+}
+
+// readBody reads r's body of up to s.maxBody bytes and lifts the read
+// deadline bodyDeadline set. When it cannot (too large, too slow, broken),
+// it answers r and returns false.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	if r.ContentLength > s.maxBody {
+		s.writeError(w, r, errBodyTooLarge)
+		return nil, false
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBody))
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		switch {
+		case errors.As(err, &tooLarge):
+			s.writeError(w, r, errBodyTooLarge)
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			// The connection cannot be read any more: close it.
+			w.Header().Set("Connection", "close")
+			s.writeError(w, r, errBodyTimeout)
+		default:
+			s.writeError(w, r, fmt.Errorf("%w: %v", errBadRequest, err))
+		}
+		return nil, false
+	}
+	_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
+	return body, true
 }
 
 // takesNoBody reports whether no operation with this method takes a request

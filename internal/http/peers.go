@@ -18,18 +18,19 @@ import (
 const peerListTimeout = 5 * time.Second
 
 // peerLister collects what the other replicas list (cluster mode): each is
-// asked with the forwarded header, so it answers with its own.
+// asked with signed forwarding headers, so it answers with its own.
 type peerLister struct {
 	client  *http.Client
 	cluster clusterReporter
 	self    string
 	token   string
+	key     []byte // signs the requests (signPeer)
 }
 
-func newPeerLister(cluster clusterReporter, self, token string) *peerLister {
+func newPeerLister(cluster clusterReporter, self, token string, key []byte) *peerLister {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.Proxy = nil // replicas talk directly, whatever the proxy variables say
-	return &peerLister{client: &http.Client{Transport: tr}, cluster: cluster, self: self, token: token}
+	return &peerLister{client: &http.Client{Transport: tr}, cluster: cluster, self: self, token: token, key: key}
 }
 
 // jobs returns the jobs (in state, when not empty) of every other replica
@@ -80,7 +81,7 @@ func (p *peerLister) listJobs(ctx context.Context, base, state string) ([]api.Jo
 		return nil, err
 	}
 	req.Header.Set("Authorization", "Bearer "+p.token)
-	req.Header.Set(forwardedHeader, p.self)
+	signPeer(req.Header, p.key, p.self, req.Method, req.URL.RequestURI(), nil, time.Now())
 	resp, err := p.client.Do(req)
 	if err != nil {
 		return nil, err

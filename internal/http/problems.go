@@ -127,12 +127,37 @@ func problemFor(err error) api.Problem {
 	if errors.As(err, &decl) {
 		p.Errors = ptr(append([]string(nil), decl.Problems...))
 	}
+	var down *status.UnavailableError
+	if errors.As(err, &down) {
+		if down.MayHaveRun {
+			p.Detail = ptr(down.Error())
+		} else {
+			p.Detail = ptr(fmt.Sprintf("replica %q is not available, nothing ran: %s", down.Replica, down.Error()))
+		}
+	}
 	var res *shellenv.ResolutionError
 	if errors.As(err, &res) {
 		p.Contributor, p.Reason = ptr(res.Contributor), ptr(res.Reason)
 		p.Detail = ptr("contributor " + res.Contributor + ": " + res.Reason)
 	}
 	return p
+}
+
+// clusterRetryAfter is the Retry-After, in seconds, of a 503 for an
+// unavailable replica or shared store: two heartbeats, time for a replica
+// that is back to be seen again.
+const clusterRetryAfter = 2
+
+// isClusterUnavailable reports whether err says a replica or the cluster's
+// shared store could not be reached.
+func isClusterUnavailable(err error) bool {
+	for _, e := range []error{status.ErrOwnerUnavailable, status.ErrAgentHomeUnavailable, status.ErrSessionHomeUnavailable,
+		status.ErrClaimUnavailable, status.ErrAgentStoreUnavailable, shellenv.ErrStoreUnavailable} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }
 
 // writeError writes err as problem+json. It is the single error writer of the
@@ -156,6 +181,9 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	if errors.As(err, &tooMany) {
 		secs := int(tooMany.RetryAfter.Seconds() + 0.5)
 		w.Header().Set("Retry-After", strconv.Itoa(max(secs, 1)))
+	}
+	if p.Status == http.StatusServiceUnavailable && isClusterUnavailable(err) {
+		w.Header().Set("Retry-After", strconv.Itoa(clusterRetryAfter))
 	}
 	writeProblem(w, r, p)
 }

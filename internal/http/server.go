@@ -152,6 +152,9 @@ type Deps struct {
 	// ReplicaID names this replica on forwarded requests.
 	JobRouter jobRouter
 	ReplicaID string
+	// PeerKey signs the requests replicas send each other (see
+	// verifyPeer); nil derives it from Token (PeerKeyFromToken).
+	PeerKey []byte
 	// Gatherer serves /metrics; Registerer takes the HTTP metrics. Both may be nil.
 	Gatherer   prometheus.Gatherer
 	Registerer prometheus.Registerer
@@ -280,9 +283,13 @@ func NewServer(d Deps) (http.Handler, error) {
 	s.router = r
 	mws := []func(http.Handler) http.Handler{s.bodyDeadline, s.closeChunked, s.requestID, s.observe, s.checkHost, s.secureHeaders, s.authenticate}
 	if d.JobRouter != nil {
-		mws = append(mws, s.newForwarder(d.JobRouter, d.ReplicaID))
+		peerKey := d.PeerKey
+		if len(peerKey) == 0 {
+			peerKey = PeerKeyFromToken(d.Token)
+		}
+		mws = append(mws, s.newForwarder(d.JobRouter, d.ReplicaID, peerKey))
 		if d.Cluster != nil {
-			s.peers = newPeerLister(d.Cluster, d.ReplicaID, d.Token)
+			s.peers = newPeerLister(d.Cluster, d.ReplicaID, d.Token, peerKey)
 		}
 	}
 	r.Use(append(mws, s.limitBody, validator)...)

@@ -92,8 +92,8 @@ type CallOptions struct {
 	Started func(job *exec.Job)
 }
 
-// CallWith is Call with options: the same pipeline, recording and errors.
-func (s *Service) CallWith(ctx context.Context, agentID, name, callID string, args json.RawMessage, o CallOptions) (CallResult, error) {
+// callWith runs a call for CallWith.
+func (s *Service) callWith(ctx context.Context, agentID, name, callID string, args json.RawMessage, o CallOptions) (CallResult, error) {
 	agent, err := s.agents.Get(ctx, agentID)
 	if err != nil {
 		return CallResult{}, fmt.Errorf("tool call %s: %w", name, err) // the store's error names the agent
@@ -106,9 +106,14 @@ func (s *Service) CallWith(ctx context.Context, agentID, name, callID string, ar
 	if callID == "" {
 		callID = s.ids.New("call_")
 	}
+	// Results that ran but could not be written go first (cluster mode).
+	if err := s.writeUnsaved(ctx, agentID); err != nil {
+		return CallResult{}, fmt.Errorf("record earlier results for agent %s: %w", agentID, err)
+	}
 	if err := s.record(ctx, agentID, agents.EventToolCall, callEvent{CallID: callID, Name: name, Arguments: recordable(args), Ignored: a.Ignored()}); err != nil {
 		return CallResult{}, err
 	}
+	s.ledger.recorded(agentID, callID)
 
 	var res CallResult
 	switch {
@@ -144,12 +149,20 @@ func (s *Service) CallWith(ctx context.Context, agentID, name, callID string, ar
 	s.calls.WithLabelValues(name, outcome).Inc()
 	// The job may have run even if the caller has gone away: record its end
 	// regardless, so every recorded call has its result.
-	if rerr := s.record(context.WithoutCancel(ctx), agentID, agents.EventToolResult, resultEvent{
+	result := resultEvent{
 		CallID: res.CallID, IsError: res.IsError, Text: res.Text, JobID: res.JobID, ExitCode: res.ExitCode, Sandbox: res.Sandbox,
 		AdditionalContext: res.AdditionalContext, SystemMessages: res.SystemMessages,
-	}); rerr != nil && err == nil {
-		err = rerr
-		s.held.giveBack(agentID, sessionCtx) // the model never sees this result
+	}
+	if rerr := s.record(context.WithoutCancel(ctx), agentID, agents.EventToolResult, result); rerr != nil {
+		switch {
+		case storeDown(rerr):
+			// The call ran: its caller gets its result, and the transcript
+			// gets it once the store is back (not an interrupted one).
+			s.keepUnsaved(agentID, callID, result)
+		case err == nil:
+			err = rerr
+			s.held.giveBack(agentID, sessionCtx) // the model never sees this result
+		}
 	}
 	if err != nil {
 		return CallResult{}, err

@@ -88,6 +88,10 @@ type Options struct {
 	// Limits are the server's default limits (the executor's): what a new
 	// root agent gets unless its request sets others.
 	Limits limits.Limits
+	// KeptResults is where a tool result that ran but could not be
+	// written is kept until it is (agents.KeepResult; the agent store's
+	// Options.KeptResults); "" keeps it in memory only.
+	KeptResults string
 }
 
 // Service runs executions and model tool calls. It is safe for concurrent
@@ -108,6 +112,8 @@ type Service struct {
 	// (write_stdin returns what is new).
 	cursors readCursors
 	held    heldContext
+	ledger  callLedger
+	kept    string // Options.KeptResults
 }
 
 // New returns a Service over the given dependencies. It panics if Env, Jobs
@@ -127,6 +133,7 @@ func New(o Options) *Service {
 		agents: o.Agents,
 		hooks:  o.Hooks,
 		home:   o.Home,
+		kept:   o.KeptResults,
 		policy: o.Sandbox.Or(sandbox.Default),
 		limits: o.Limits,
 		host:   o.SandboxHost,

@@ -791,7 +791,9 @@ export interface components {
         /**
          * @description Cluster mode only: this replica's id and its view of the cluster. Replicas write a
          *     heartbeat every second into a NATS key-value bucket that forgets it after 5 s; a
-         *     replica is listed while its last heartbeat is younger than that. `registryLag` is
+         *     replica is listed while its last heartbeat is younger than that, not counting the
+         *     time this replica's view was frozen (`heartbeats_frozen`: NATS electing a leader,
+         *     or this replica cut off), during which the last view known is kept. `registryLag` is
          *     how many changes of the shared registry this replica had not applied when it last
          *     sampled the registry bucket (every second).
          */
@@ -829,6 +831,18 @@ export interface components {
              * @description When the registry bucket was last sampled; absent before the first sample.
              */
             sampledAt?: string;
+            /** @description What is degraded, from this replica's own state (the health check never waits on NATS): `nats_disconnected`, the NATS connection is down (writes to the shared stores answer 503 at once); `heartbeats_frozen`, this replica's own heartbeat has not come back through the replicas bucket for more than 2 s (NATS is electing, or the link is cut), so `replicas` is the last view known; `duplicate_replica_id`. Absent when nothing is; the health `status` is then `ok`, else `degraded`. */
+            degraded?: ("nats_disconnected" | "heartbeats_frozen" | "duplicate_replica_id")[];
+            /**
+             * Format: date-time
+             * @description When the NATS connection went down; absent while it is up.
+             */
+            disconnectedSince?: string;
+            /**
+             * Format: date-time
+             * @description When this replica's own heartbeat last came back; present while `heartbeats_frozen`.
+             */
+            heartbeatsFrozenSince?: string;
         };
         ClusterReplica: {
             /** @example vm-b */
@@ -1267,6 +1281,7 @@ export interface components {
             systemMessages: string[];
         };
         ToolCall: {
+            /** @description The model's id for the call; generated when absent. A call with a callId runs at most once at the agent's home: a retry with the same callId (through any replica) answers the first call's result and runs nothing. */
             callId?: string;
             /**
              * @description The arguments as the model sent them: an object, or a string holding one
@@ -2131,7 +2146,7 @@ export interface components {
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
-        /** @description Cluster mode only. `agent_home_unavailable`: the agent id names its home replica, where its commands run and its hooks and held context live, and that replica has not been heard from for 5 s (it died, stopped or is cut off) or could not be reached. Nothing ran; retry once the replica is back (the agent and its transcript stay readable from every replica meanwhile). `cluster_unavailable`: the shared store of agents and transcripts could not be reached within 10 s; an event it was writing may have been stored, so read the transcript before retrying. */
+        /** @description Cluster mode only. `agent_home_unavailable`: the agent id names its home replica, where its commands run and its hooks and held context live, and that replica has not been heard from for 5 s (it died, stopped or is cut off) or could not be reached. Nothing ran, unless `detail` says the request reached the replica and may have run before the connection was lost: it then gives the tool call's `callId` (set by the forwarding replica when the caller gave none) to look for in the transcript or to retry with, which never runs it twice. `detail` names the replica; `Retry-After` is 2 s (the agent and its transcript stay readable from every replica meanwhile). `cluster_unavailable`: the shared store of agents and transcripts could not be reached within 10 s; an event it was writing may have been stored, so read the transcript before retrying. */
         R503AgentHome: {
             headers: {
                 [name: string]: unknown;
@@ -2167,7 +2182,7 @@ export interface components {
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
-        /** @description `job_owner_unavailable` (cluster mode only): the job id names the replica that runs it, and that replica has not been heard from for 5 s (it died, stopped or is cut off) or could not be reached. The job is never run elsewhere; retry once the replica is back. */
+        /** @description `job_owner_unavailable` (cluster mode only): the job id names the replica that runs it, and that replica has not been heard from for 5 s (it died, stopped or is cut off) or could not be reached. The job is never run elsewhere; `detail` names the replica, `Retry-After` is 2 s. A job id naming a replica that never joined the cluster is 404 `job_not_found`. */
         R503JobOwner: {
             headers: {
                 [name: string]: unknown;

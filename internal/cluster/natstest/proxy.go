@@ -1,7 +1,6 @@
 package natstest
 
 import (
-	"io"
 	"net"
 	"strings"
 	"sync"
@@ -11,7 +10,9 @@ import (
 // Proxy relays TCP connections from its own loopback port to one NATS
 // server. Cut plays a network partition between the clients that connect
 // through it and the cluster: it drops every connection and refuses new
-// ones until Heal.
+// ones until Heal. Stall and Drop play silent ones: connections stay open
+// (new ones are accepted) but no byte gets through, held until Heal
+// (Stall) or lost (Drop), and no side is told.
 type Proxy struct {
 	URL string // nats://127.0.0.1:port, for clients
 
@@ -20,9 +21,20 @@ type Proxy struct {
 	wg     sync.WaitGroup
 
 	mu    sync.Mutex
+	moved *sync.Cond // signalled when mode changes
 	cut   bool
+	mode  linkMode
 	conns map[net.Conn]struct{}
 }
+
+// linkMode is what a relayed byte meets.
+type linkMode int
+
+const (
+	linkOpen    linkMode = iota
+	linkStalled          // held until Heal
+	linkDropped          // lost
+)
 
 // NewProxy relays to the server at url (a client URL of Cluster.URLs) until
 // tb ends.
@@ -38,6 +50,7 @@ func NewProxy(tb testing.TB, url string) *Proxy {
 		ln:     ln,
 		conns:  map[net.Conn]struct{}{},
 	}
+	p.moved = sync.NewCond(&p.mu)
 	p.wg.Add(1)
 	go p.accept()
 	tb.Cleanup(p.close)
@@ -71,16 +84,52 @@ func (p *Proxy) accept() {
 	}
 }
 
-// pipe copies from src to dst; when either side ends, both are closed.
+// pipe copies from src to dst as the link's mode lets it; when either
+// side ends, both are closed.
 func (p *Proxy) pipe(dst, src net.Conn) {
 	defer p.wg.Done()
-	_, _ = io.Copy(dst, src) // ends when either side closes, for any reason
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 && p.pass() {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				break
+			}
+		}
+		if err != nil {
+			break // either side closed, for any reason
+		}
+	}
 	p.mu.Lock()
 	delete(p.conns, dst)
 	delete(p.conns, src)
 	p.mu.Unlock()
 	dst.Close()
 	src.Close()
+}
+
+// pass waits while the link is stalled and reports whether bytes get
+// through (false: dropped).
+func (p *Proxy) pass() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for p.mode == linkStalled {
+		p.moved.Wait()
+	}
+	return p.mode == linkOpen
+}
+
+// Stall holds every byte, both ways, until Heal; connections stay open.
+func (p *Proxy) Stall() { p.setMode(linkStalled) }
+
+// Drop loses every byte, both ways, until Heal; connections stay open.
+func (p *Proxy) Drop() { p.setMode(linkDropped) }
+
+func (p *Proxy) setMode(m linkMode) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.mode = m
+	p.moved.Broadcast()
 }
 
 // Cut drops every relayed connection and refuses new ones until Heal.
@@ -93,15 +142,18 @@ func (p *Proxy) Cut() {
 	}
 }
 
-// Heal lets connections through again.
+// Heal lets connections and bytes through again.
 func (p *Proxy) Heal() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.cut = false
+	p.mode = linkOpen
+	p.moved.Broadcast()
 }
 
 func (p *Proxy) close() {
 	p.ln.Close()
 	p.Cut()
+	p.setMode(linkOpen)
 	p.wg.Wait()
 }

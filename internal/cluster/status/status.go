@@ -13,6 +13,7 @@ type Status struct {
 	ReplicaID    string
 	AdvertiseURL string
 	Connected    bool      // the NATS connection is up
+	DownSince    time.Time // when the NATS connection went down; zero while up
 	Replicas     []Replica // replicas whose heartbeat is recent, this one included, sorted by id
 	// RegistryRevision is the registry bucket revision this replica's
 	// snapshot reflects; StoreRevision the bucket's last revision when
@@ -25,6 +26,11 @@ type Status struct {
 	// replica's id: the configuration is wrong, and routing by id is not
 	// safe until it is fixed.
 	DuplicateID bool
+	// ViewFrozenSince is set while this replica's own heartbeats do not
+	// come back through the replicas bucket (NATS electing a leader, or
+	// this replica cut off from NATS): Replicas is then the last view
+	// known, kept as it was since that time.
+	ViewFrozenSince time.Time
 }
 
 // Replica is one replica as seen through its heartbeats.
@@ -111,3 +117,21 @@ func MCPSessionPrefix(replica string) string { return "mcp_" + replica + "." }
 // MCPSessionOwner returns the replica named by a cluster MCP session id
 // ("mcp_<replica>.<random>"), or "" for an id that names none.
 func MCPSessionOwner(id string) string { return ownerBeforeDot(id, "mcp_") }
+
+// ErrUnknownReplica: an id names a replica that never joined the cluster
+// (no replica with that id ever announced itself), so what it names does
+// not exist anywhere: the answer is 404, not a retryable 503.
+var ErrUnknownReplica = errors.New("cluster: no replica with this id ever joined the cluster")
+
+// UnavailableError names the replica a request needs and cannot reach. It
+// wraps the reason (ErrOwnerUnavailable, ErrAgentHomeUnavailable, …).
+type UnavailableError struct {
+	Replica string
+	// MayHaveRun: the request reached the replica before it was lost, so
+	// what it asked may have been done (Err says how to find out).
+	MayHaveRun bool
+	Err        error
+}
+
+func (e *UnavailableError) Error() string { return e.Err.Error() }
+func (e *UnavailableError) Unwrap() error { return e.Err }

@@ -53,6 +53,27 @@ func (e BuiltinContributorKind) Valid() bool {
 	}
 }
 
+// Defines values for ClusterStatusDegraded.
+const (
+	DuplicateReplicaId ClusterStatusDegraded = "duplicate_replica_id"
+	HeartbeatsFrozen   ClusterStatusDegraded = "heartbeats_frozen"
+	NatsDisconnected   ClusterStatusDegraded = "nats_disconnected"
+)
+
+// Valid indicates whether the value is a known member of the ClusterStatusDegraded enum.
+func (e ClusterStatusDegraded) Valid() bool {
+	switch e {
+	case DuplicateReplicaId:
+		return true
+	case HeartbeatsFrozen:
+		return true
+	case NatsDisconnected:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ContainmentControllers.
 const (
 	ContainmentControllersCpu    ContainmentControllers = "cpu"
@@ -941,7 +962,9 @@ type ClusterReplica struct {
 
 // ClusterStatus Cluster mode only: this replica's id and its view of the cluster. Replicas write a
 // heartbeat every second into a NATS key-value bucket that forgets it after 5 s; a
-// replica is listed while its last heartbeat is younger than that. `registryLag` is
+// replica is listed while its last heartbeat is younger than that, not counting the
+// time this replica's view was frozen (`heartbeats_frozen`: NATS electing a leader,
+// or this replica cut off), during which the last view known is kept. `registryLag` is
 // how many changes of the shared registry this replica had not applied when it last
 // sampled the registry bucket (every second).
 type ClusterStatus struct {
@@ -953,8 +976,17 @@ type ClusterStatus struct {
 	// Connected The NATS connection is up.
 	Connected bool `json:"connected"`
 
+	// Degraded What is degraded, from this replica's own state (the health check never waits on NATS): `nats_disconnected`, the NATS connection is down (writes to the shared stores answer 503 at once); `heartbeats_frozen`, this replica's own heartbeat has not come back through the replicas bucket for more than 2 s (NATS is electing, or the link is cut), so `replicas` is the last view known; `duplicate_replica_id`. Absent when nothing is; the health `status` is then `ok`, else `degraded`.
+	Degraded *[]ClusterStatusDegraded `json:"degraded,omitempty"`
+
+	// DisconnectedSince When the NATS connection went down; absent while it is up.
+	DisconnectedSince *time.Time `json:"disconnectedSince,omitempty"`
+
 	// DuplicateReplicaId Another process heartbeats with this replica's id (a configuration error).
 	DuplicateReplicaId *bool `json:"duplicateReplicaId,omitempty"`
+
+	// HeartbeatsFrozenSince When this replica's own heartbeat last came back; present while `heartbeats_frozen`.
+	HeartbeatsFrozenSince *time.Time `json:"heartbeatsFrozenSince,omitempty"`
 
 	// RegistryLag Changes of the registry not yet applied here when last sampled.
 	RegistryLag int64 `json:"registryLag"`
@@ -974,6 +1006,9 @@ type ClusterStatus struct {
 	// StoreRevision The registry bucket's last revision when last sampled.
 	StoreRevision *int64 `json:"storeRevision,omitempty"`
 }
+
+// ClusterStatusDegraded defines model for ClusterStatus.Degraded.
+type ClusterStatusDegraded string
 
 // Containment How every process a job starts is accounted for (`jobs.containment`).
 // `cgroup`: each job runs in its own cgroup v2 group, spawned straight into it and
@@ -1219,7 +1254,9 @@ type Health struct {
 type HealthDetails struct {
 	// Cluster Cluster mode only: this replica's id and its view of the cluster. Replicas write a
 	// heartbeat every second into a NATS key-value bucket that forgets it after 5 s; a
-	// replica is listed while its last heartbeat is younger than that. `registryLag` is
+	// replica is listed while its last heartbeat is younger than that, not counting the
+	// time this replica's view was frozen (`heartbeats_frozen`: NATS electing a leader,
+	// or this replica cut off), during which the last view known is kept. `registryLag` is
 	// how many changes of the shared registry this replica had not applied when it last
 	// sampled the registry bucket (every second).
 	Cluster *ClusterStatus `json:"cluster,omitempty"`
@@ -1993,7 +2030,9 @@ type ToolCall struct {
 	// object included, are the model's mistake: they answer 200 with an
 	// `isError` result that says what is wrong, recorded in the transcript.
 	Arguments ToolCall_Arguments `json:"arguments"`
-	CallId    *string            `json:"callId,omitempty"`
+
+	// CallId The model's id for the call; generated when absent. A call with a callId runs at most once at the agent's home: a retry with the same callId (through any replica) answers the first call's result and runs nothing.
+	CallId *string `json:"callId,omitempty"`
 }
 
 // ToolCallArguments0 defines model for ToolCall.Arguments.0.
