@@ -237,17 +237,19 @@ func (p *proc) releaseGroup() bool {
 		return true
 	}
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	if p.released {
+		p.mu.Unlock()
 		return true
 	}
 	if p.cg.Populated() {
+		p.mu.Unlock()
 		return false
 	}
 	p.usage = p.cg.Usage()
 	p.released = true
 	_ = p.cg.Remove()
-	p.releaseV1()
+	p.mu.Unlock()
+	p.releaseV1() // takes p.mu itself
 	return true
 }
 
