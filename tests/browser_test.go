@@ -23,6 +23,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
 	"github.com/dshd/dshd/internal/apitest"
+	"github.com/dshd/dshd/internal/testenv"
 )
 
 // The browser tests drive headless Chromium against the real server and the
@@ -666,10 +667,7 @@ func chromiumPath(t *testing.T) string {
 		path = defaultChromium
 	}
 	if _, err := os.Stat(path); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("chromium not found at %s (set DSHD_CHROMIUM): %v", path, err)
-		}
-		t.Skipf("chromium not found at %s (set DSHD_CHROMIUM to run the browser tests): %v", path, err)
+		testenv.Need(t, "chromium not found at %s (set DSHD_CHROMIUM to run the browser tests): %v", path, err)
 	}
 	return path
 }
@@ -914,10 +912,13 @@ func (b *browser) checkAccessibility(name string) {
 	b.t.Helper()
 	src, err := axeSource()
 	if err != nil {
-		if os.Getenv("CI") != "" {
+		// Outside CI the functional checks go on without this one (a skip
+		// here would drop every assertion after it); in CI it fails.
+		if testenv.InCI() {
 			b.t.Fatalf("axe-core is not installed (run make deps): %v", err)
 		}
-		b.t.Skipf("axe-core is not installed (run make deps): %v", err)
+		b.t.Logf("%s: accessibility not checked, axe-core is not installed (run make deps): %v", name, err)
+		return
 	}
 	ctx, cancel := context.WithTimeout(b.ctx, stepTimeout)
 	defer cancel()

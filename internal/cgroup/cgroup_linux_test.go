@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/dshd/dshd/internal/testenv"
 )
 
 func TestOwnDir(t *testing.T) {
@@ -56,10 +58,7 @@ func openTest(t *testing.T) *Manager {
 	name := fmt.Sprintf("dshd-test-%d-%s", os.Getpid(), strings.ReplaceAll(t.Name(), "/", "_"))
 	m, err := Open(name, []string{"/bin/sh", "-c", ":"})
 	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("cgroup v2 needed under CI (run as root on a host with a writable cgroup2 mount): %v", err)
-		}
-		t.Skipf("needs root and a writable cgroup v2 subtree: %v", err)
+		testenv.Need(t, "needs root and a writable cgroup v2 subtree: %v", err)
 	}
 	t.Cleanup(func() {
 		if err := syscall.Rmdir(m.Dir()); err != nil {
