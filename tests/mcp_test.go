@@ -231,7 +231,9 @@ func TestMCP(t *testing.T) {
 	var tools struct {
 		Tools []struct {
 			Name        string         `json:"name"`
+			Title       string         `json:"title"`
 			InputSchema map[string]any `json:"inputSchema"`
+			Annotations map[string]any `json:"annotations"`
 		} `json:"tools"`
 	}
 	c.do(map[string]any{"op": "listTools", "session": "a"}, &tools)
@@ -245,6 +247,31 @@ func TestMCP(t *testing.T) {
 	slices.Sort(names) // the SDK lists tools by name
 	if want := []string{"bash", "job_kill", "job_list", "job_output", "write_stdin"}; !slices.Equal(names, want) {
 		t.Errorf("tools = %v, want %v", names, want)
+	}
+	// Every tool states every hint, as the client reads them (the server's
+	// default policy: unrestricted, network on). Clients such as Codex ask
+	// before a tool whose hints are missing; honest hints let them decide.
+	wantHints := map[string][4]bool{ // readOnly, destructive, idempotent, openWorld
+		"bash":        {false, true, false, true},
+		"write_stdin": {false, true, false, true},
+		"job_output":  {true, false, true, false},
+		"job_list":    {true, false, true, false},
+		"job_kill":    {false, true, true, false},
+	}
+	for _, tl := range tools.Tools {
+		an := tl.Annotations
+		var got [4]bool
+		for i, k := range []string{"readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint"} {
+			v, ok := an[k].(bool)
+			if !ok {
+				t.Errorf("%s: annotation %s = %v, want a boolean", tl.Name, k, an[k])
+			}
+			got[i] = v
+		}
+		if got != wantHints[tl.Name] || tl.Title == "" || an["title"] != tl.Title {
+			t.Errorf("%s: title %q, annotations %v; want a title and hints (readOnly, destructive, idempotent, openWorld) %v",
+				tl.Name, tl.Title, an, wantHints[tl.Name])
+		}
 	}
 
 	// DSH_SESSION_ID is the bound agent.

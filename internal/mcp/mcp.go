@@ -255,22 +255,22 @@ func (h *Handler) newServer(sess run.Session) *sdk.Server {
 			Name:        d.Name,
 			Description: d.Description,
 			InputSchema: d.Schema,
-			Annotations: annotations(d.Name),
+			Title:       d.Title,
+			Annotations: annotations(d),
 		}, h.toolHandler(sess.ID, d.Name))
 	}
 	return s
 }
 
-// annotations hint what each tool does to clients that ask before running
-// tools: job_output and job_list only read, job_kill is idempotent, bash
-// can do anything.
-func annotations(name string) *sdk.ToolAnnotations {
-	no := false
-	switch name {
-	case tools.ToolJobOutput, tools.ToolJobList:
-		return &sdk.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: &no}
-	case tools.ToolJobKill:
-		return &sdk.ToolAnnotations{IdempotentHint: true, OpenWorldHint: &no}
+// annotations are d's hints as MCP tool annotations, every hint stated
+// (a client assumes the worst of a hint left out).
+func annotations(d tools.Definition) *sdk.ToolAnnotations {
+	h := d.Hints
+	return &sdk.ToolAnnotations{
+		Title:           d.Title,
+		ReadOnlyHint:    h.ReadOnly,
+		DestructiveHint: &h.Destructive,
+		IdempotentHint:  h.Idempotent,
+		OpenWorldHint:   &h.OpenWorld,
 	}
-	return nil
 }
