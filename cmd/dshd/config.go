@@ -104,6 +104,13 @@ type config struct {
 		HeaderTimeoutMs int   `yaml:"headerTimeoutMs"`
 		BodyTimeoutMs   int   `yaml:"bodyTimeoutMs"`
 	} `yaml:"http"`
+	MCP struct {
+		// MaxSessions caps the open MCP sessions (0 = the default, 256).
+		MaxSessions int `yaml:"maxSessions"`
+		// IdleTimeoutSeconds ends a session no request has used for this
+		// long (0 = the default, 30 minutes).
+		IdleTimeoutSeconds int `yaml:"idleTimeoutSeconds"`
+	} `yaml:"mcp"`
 }
 
 // clusterConfig is the cluster section. Settings come from the file only,
@@ -197,6 +204,7 @@ func (c *config) validate() error {
 		{"jobs.retainMax", int64(c.Jobs.RetainMax)}, {"jobs.idempotencyWindowSeconds", int64(c.Jobs.IdempotencyWindowSeconds)}, {"agents.maxDepth", int64(c.Agents.MaxDepth)},
 		{"webhooks.timeoutMs", int64(c.Webhooks.TimeoutMs)}, {"http.maxBodyBytes", c.HTTP.MaxBodyBytes},
 		{"http.headerTimeoutMs", int64(c.HTTP.HeaderTimeoutMs)}, {"http.bodyTimeoutMs", int64(c.HTTP.BodyTimeoutMs)},
+		{"mcp.maxSessions", int64(c.MCP.MaxSessions)}, {"mcp.idleTimeoutSeconds", int64(c.MCP.IdleTimeoutSeconds)},
 	} {
 		if f.v < 0 {
 			errs = append(errs, fmt.Errorf("%s: must not be negative", f.name))

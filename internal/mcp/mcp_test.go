@@ -24,6 +24,7 @@ import (
 
 // world is the endpoint over the real pipeline, served on loopback.
 type world struct {
+	h      *Handler
 	url    string
 	jobs   *exec.Executor
 	agents *agents.Store
@@ -59,6 +60,7 @@ func newWorld(tb testing.TB, o Options) *world {
 	w.svc = run.New(run.Options{Env: reg, Jobs: jobs, Agents: store, Home: home})
 	o.Pipeline, o.Jobs = w.svc, jobs
 	h := New(o)
+	w.h = h
 	srv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
 		if err := h.ServeMCP(rw, r); err != nil {
 			w.mu.Lock()
