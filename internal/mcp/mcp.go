@@ -171,7 +171,9 @@ func (h *Handler) serverOptions() *sdk.ServerOptions {
 	o := &sdk.ServerOptions{
 		Logger: h.sdkLog,
 		// Tools only: no logging capability, which the SDK offers by default.
-		Capabilities:              &sdk.ServerCapabilities{},
+		// Codex sends its sandbox state with each call to a server that
+		// declares this experimental capability (see declared.go).
+		Capabilities:              &sdk.ServerCapabilities{Experimental: map[string]any{CodexSandboxMeta: map[string]any{}}},
 		SupportedProtocolVersions: sessionVersions,
 	}
 	if prefix := h.sessionIDPrefix; prefix != "" {
@@ -371,14 +373,15 @@ func (h *Handler) newServer(sess run.Session) *sdk.Server {
 	}
 	s := sdk.NewServer(h.impl, o)
 	// The bash description states the policy this agent's commands run under.
-	for _, d := range tools.DefinitionsFor(h.pipeline.AgentPolicy(sess.Agent)) {
+	policy := h.pipeline.AgentPolicy(sess.Agent)
+	for _, d := range tools.DefinitionsFor(policy) {
 		s.AddTool(&sdk.Tool{
 			Name:        d.Name,
 			Description: d.Description,
 			InputSchema: d.Schema,
 			Title:       d.Title,
 			Annotations: annotations(d),
-		}, h.toolHandler(sess.ID, d.Name))
+		}, h.toolHandler(sess.ID, policy, d.Name))
 	}
 	return s
 }
