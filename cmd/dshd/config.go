@@ -110,6 +110,9 @@ type config struct {
 		// IdleTimeoutSeconds ends a session no request has used for this
 		// long (0 = the default, 30 minutes).
 		IdleTimeoutSeconds int `yaml:"idleTimeoutSeconds"`
+		// AllowedRoots are the absolute directories a client's MCP roots
+		// may lie within to become a new session's agent's cwd.
+		AllowedRoots []string `yaml:"allowedRoots"`
 	} `yaml:"mcp"`
 }
 
@@ -178,6 +181,11 @@ func (c *config) validate() error {
 	for _, p := range slices.Concat(c.Sandbox.WritableRoots, c.Sandbox.ProtectedPaths, c.Sandbox.HiddenPaths) {
 		if !filepath.IsAbs(p) {
 			errs = append(errs, fmt.Errorf("sandbox: %q is not an absolute path", p))
+		}
+	}
+	for _, p := range c.MCP.AllowedRoots {
+		if !filepath.IsAbs(p) {
+			errs = append(errs, fmt.Errorf("mcp.allowedRoots: %q is not an absolute path", p))
 		}
 	}
 	if c.Cluster != nil {

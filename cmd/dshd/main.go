@@ -466,6 +466,7 @@ func newServices(ctx context.Context, cfg config, home, token, tokenPath string,
 			Jobs:           executor,
 			SessionTimeout: cmp.Or(time.Duration(cfg.MCP.IdleTimeoutSeconds)*time.Second, mcpIdleTimeout),
 			MaxSessions:    cmp.Or(cfg.MCP.MaxSessions, mcpMaxSessions),
+			AllowedRoots:   cfg.MCP.AllowedRoots,
 			// In cluster mode a session id names this replica, which
 			// holds the session, so any replica routes it here.
 			SessionIDPrefix: mcpSessionPrefix(cfg),

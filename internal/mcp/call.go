@@ -32,8 +32,16 @@ const stopTimeout = 30 * time.Second
 // raced its start) is stopped at once, and the call records how it ended.
 // policy is the agent's sandbox policy, which a client's declared sandbox
 // mode can only tighten.
-func (h *Handler) toolHandler(agentID string, policy sandbox.Policy, name string) sdk.ToolHandler {
+func (h *Handler) toolHandler(agent *sessionAgent, policy sandbox.Policy, name string) sdk.ToolHandler {
 	return func(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+		agentID, err := agent.get(ctx, req.Session)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			h.log.Error("make the agent of an MCP session", "err", err)
+			return errorResult("internal error: this session's agent could not be made; the server log has the cause"), nil
+		}
 		callCtx, cancelCall := context.WithCancel(context.WithoutCancel(ctx))
 		defer cancelCall()
 

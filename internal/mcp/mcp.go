@@ -83,6 +83,10 @@ type Options struct {
 	// MaxSessions caps the open sessions (0 = no cap): an initialize beyond
 	// it is answered with a JSON-RPC error (HTTP 429) and creates nothing.
 	MaxSessions int
+	// AllowedRoots are the directories (absolute) a client's roots may lie
+	// within to become a new session's agent's cwd (see roots.go); none:
+	// roots are not asked for.
+	AllowedRoots []string
 	// ProgressInterval is the least time between two progress
 	// notifications of one call (default 100ms).
 	ProgressInterval time.Duration
@@ -115,6 +119,7 @@ type Handler struct {
 	sdkLog *slog.Logger
 	ids    *idMap
 
+	allowedRoots   []string
 	maxSessions    int
 	sessionTimeout time.Duration
 	mu             sync.Mutex
@@ -143,6 +148,7 @@ func New(o Options) *Handler {
 		sessionIDPrefix: o.SessionIDPrefix,
 		ids:             newIDMap(),
 		maxSessions:     o.MaxSessions,
+		allowedRoots:    allowedRoots(o.AllowedRoots),
 		sessionTimeout:  o.SessionTimeout,
 		live:            map[string]bool{},
 	}
@@ -261,14 +267,21 @@ func (h *Handler) ServeMCP(w http.ResponseWriter, r *http.Request) error {
 		writeRPCError(w, http.StatusTooManyRequests, id, codeTooManySessions, h.tooMany())
 		return nil
 	}
-	sess, err := h.bind(r)
-	if err != nil {
-		h.opened("", nil)
-		return err
+	var server *sdk.Server
+	if h.rootsApply(r, msgs[0]) {
+		// The agent is made at the first call, in the client's root: no
+		// Dsh-Agent-Id yet (DSH_SESSION_ID names it in every command).
+		server = h.rootsServer()
+	} else {
+		sess, err := h.bind(r)
+		if err != nil {
+			h.opened("", nil)
+			return err
+		}
+		w.Header().Set(AgentHeader, sess.ID)
+		h.log.Debug("MCP session bound", "agent_id", sess.ID)
+		server = h.boundServer(sess)
 	}
-	w.Header().Set(AgentHeader, sess.ID)
-	h.log.Debug("MCP session bound", "agent_id", sess.ID)
-	server := h.newServer(sess)
 	r = r.WithContext(context.WithValue(r.Context(), serverKey{}, server))
 	h.streamable.ServeHTTP(out, r)
 	out.finish()
@@ -360,20 +373,15 @@ func (h *Handler) bind(r *http.Request) (run.Session, error) {
 }
 
 // newServer returns the server of one session: the model-facing tools,
-// each running as the session's agent. What the agent's SessionStart hooks
-// gave as additional context becomes the server's instructions, which MCP
-// clients hand their model, as Claude Code and Codex do with the context
-// of their own SessionStart hooks.
-func (h *Handler) newServer(sess run.Session) *sdk.Server {
+// each running as the session's agent, under policy (the agent's, which
+// the bash description states). instructions are the server's
+// instructions, which MCP clients hand their model: what the agent's
+// SessionStart hooks gave as additional context, as Claude Code and Codex
+// do with the context of their own SessionStart hooks.
+func (h *Handler) newServer(agent *sessionAgent, policy sandbox.Policy, instructions string) *sdk.Server {
 	o := h.serverOptions()
-	o.Instructions = strings.Join(sess.AdditionalContext, "\n\n")
-	if o.Instructions != "" {
-		// The instructions reach the model: its first tool result need not.
-		h.pipeline.ContextDelivered(sess.ID)
-	}
+	o.Instructions = instructions
 	s := sdk.NewServer(h.impl, o)
-	// The bash description states the policy this agent's commands run under.
-	policy := h.pipeline.AgentPolicy(sess.Agent)
 	for _, d := range tools.DefinitionsFor(policy) {
 		s.AddTool(&sdk.Tool{
 			Name:        d.Name,
@@ -381,9 +389,19 @@ func (h *Handler) newServer(sess run.Session) *sdk.Server {
 			InputSchema: d.Schema,
 			Title:       d.Title,
 			Annotations: annotations(d),
-		}, h.toolHandler(sess.ID, policy, d.Name))
+		}, h.toolHandler(agent, policy, d.Name))
 	}
 	return s
+}
+
+// boundServer is the server of a session bound to sess at initialize.
+func (h *Handler) boundServer(sess run.Session) *sdk.Server {
+	instructions := strings.Join(sess.AdditionalContext, "\n\n")
+	if instructions != "" {
+		// The instructions reach the model: its first tool result need not.
+		h.pipeline.ContextDelivered(sess.ID)
+	}
+	return h.newServer(&sessionAgent{id: sess.ID}, h.pipeline.AgentPolicy(sess.Agent), instructions)
 }
 
 // annotations are d's hints as MCP tool annotations, every hint stated
