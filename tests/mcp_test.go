@@ -446,3 +446,35 @@ func transcriptCounts(t *testing.T, s *testServer, agentID string) map[string]in
 	}
 	return counts
 }
+
+// TestMCPRoots: with mcp.allowedRoots configured, the root the official
+// TypeScript client offers (as Claude Code offers its project directory)
+// becomes the new agent's cwd; the session's instructions say where
+// commands run.
+func TestMCPRoots(t *testing.T) {
+	allowed := t.TempDir()
+	project := filepath.Join(allowed, "project")
+	if err := os.Mkdir(project, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s := startServer(t, withConfig("mcp:\n  allowedRoots: ["+strconv.Quote(allowed)+"]\n"))
+	c := startMCPClient(t)
+	var sess mcpSession
+	c.do(map[string]any{"op": "connect", "session": "r", "url": s.URL + "/mcp",
+		"headers": map[string]string{"Authorization": "Bearer " + s.Token}, "roots": []string{"file://" + project}}, &sess)
+	if sess.SessionID == "" || sess.AgentID != "" || !strings.Contains(sess.Instructions, allowed) {
+		t.Fatalf("session = %+v, want no agent before the first call and instructions naming %s", sess, allowed)
+	}
+	r := c.call("r", "bash", map[string]any{"command": `pwd; echo "$DSH_SESSION_ID"`})
+	out := strings.Fields(r.text())
+	if r.Result.IsError || len(out) != 2 || out[0] != project {
+		t.Fatalf("pwd = %q, want %s and the agent id", r.text(), project)
+	}
+	var got struct {
+		Cwd string `json:"cwd"`
+	}
+	if st := s.DoJSON(t, "GET", "/agents/"+out[1], nil, &got); st != 200 || got.Cwd != project {
+		t.Errorf("GET /agents/%s = %d %+v, want cwd %s", out[1], st, got, project)
+	}
+}
+
