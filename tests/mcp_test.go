@@ -477,4 +477,3 @@ func TestMCPRoots(t *testing.T) {
 		t.Errorf("GET /agents/%s = %d %+v, want cwd %s", out[1], st, got, project)
 	}
 }
-
