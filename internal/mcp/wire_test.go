@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -316,5 +317,35 @@ func TestClientMistakesLogQuietly(t *testing.T) {
 	}
 	if !strings.Contains(out, "MCP initialize on an initialized session") {
 		t.Errorf("the second initialize is not logged; logs:\n%s", out)
+	}
+}
+
+// TestWireSplitToken: a token split across writes is still swapped back,
+// and what was held back goes out on Flush.
+func TestWireSplitToken(t *testing.T) {
+	m := newIDMap()
+	msgs, batch, ok := parse([]byte(`{"jsonrpc":"2.0","id":1.5,"method":"ping"}`))
+	if !ok {
+		t.Fatal("parse failed")
+	}
+	body, back, done := m.swap("s", msgs, batch)
+	defer done()
+	var sent struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal(body, &sent); err != nil || !strings.HasPrefix(sent.ID, m.prefix) {
+		t.Fatalf("swapped body %s: id %q, want a token", body, sent.ID)
+	}
+	answer := `data: {"jsonrpc":"2.0","id":"` + sent.ID + `","result":{}}` + "\n\n"
+	for cut := 1; cut < len(answer); cut++ {
+		rec := httptest.NewRecorder()
+		w := &wire{ResponseWriter: rec, back: back, prefix: `"` + m.prefix}
+		_, _ = w.Write([]byte(answer[:cut]))
+		_, _ = w.Write([]byte(answer[cut:]))
+		w.Flush()
+		w.finish()
+		if want := `data: {"jsonrpc":"2.0","id":1.5,"result":{}}` + "\n\n"; rec.Body.String() != want {
+			t.Fatalf("cut at %d: %q, want %q", cut, rec.Body.String(), want)
+		}
 	}
 }
