@@ -231,7 +231,9 @@ func TestMCP(t *testing.T) {
 	var tools struct {
 		Tools []struct {
 			Name        string         `json:"name"`
+			Title       string         `json:"title"`
 			InputSchema map[string]any `json:"inputSchema"`
+			Annotations map[string]any `json:"annotations"`
 		} `json:"tools"`
 	}
 	c.do(map[string]any{"op": "listTools", "session": "a"}, &tools)
@@ -245,6 +247,31 @@ func TestMCP(t *testing.T) {
 	slices.Sort(names) // the SDK lists tools by name
 	if want := []string{"bash", "job_kill", "job_list", "job_output", "write_stdin"}; !slices.Equal(names, want) {
 		t.Errorf("tools = %v, want %v", names, want)
+	}
+	// Every tool states every hint, as the client reads them (the server's
+	// default policy: unrestricted, network on). Clients such as Codex ask
+	// before a tool whose hints are missing; honest hints let them decide.
+	wantHints := map[string][4]bool{ // readOnly, destructive, idempotent, openWorld
+		"bash":        {false, true, false, true},
+		"write_stdin": {false, true, false, true},
+		"job_output":  {true, false, true, false},
+		"job_list":    {true, false, true, false},
+		"job_kill":    {false, true, true, false},
+	}
+	for _, tl := range tools.Tools {
+		an := tl.Annotations
+		var got [4]bool
+		for i, k := range []string{"readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint"} {
+			v, ok := an[k].(bool)
+			if !ok {
+				t.Errorf("%s: annotation %s = %v, want a boolean", tl.Name, k, an[k])
+			}
+			got[i] = v
+		}
+		if got != wantHints[tl.Name] || tl.Title == "" || an["title"] != tl.Title {
+			t.Errorf("%s: title %q, annotations %v; want a title and hints (readOnly, destructive, idempotent, openWorld) %v",
+				tl.Name, tl.Title, an, wantHints[tl.Name])
+		}
 	}
 
 	// DSH_SESSION_ID is the bound agent.
@@ -418,4 +445,35 @@ func transcriptCounts(t *testing.T, s *testServer, agentID string) map[string]in
 		counts[e.Type]++
 	}
 	return counts
+}
+
+// TestMCPRoots: with mcp.allowedRoots configured, the root the official
+// TypeScript client offers (as Claude Code offers its project directory)
+// becomes the new agent's cwd; the session's instructions say where
+// commands run.
+func TestMCPRoots(t *testing.T) {
+	allowed := t.TempDir()
+	project := filepath.Join(allowed, "project")
+	if err := os.Mkdir(project, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s := startServer(t, withConfig("mcp:\n  allowedRoots: ["+strconv.Quote(allowed)+"]\n"))
+	c := startMCPClient(t)
+	var sess mcpSession
+	c.do(map[string]any{"op": "connect", "session": "r", "url": s.URL + "/mcp",
+		"headers": map[string]string{"Authorization": "Bearer " + s.Token}, "roots": []string{"file://" + project}}, &sess)
+	if sess.SessionID == "" || sess.AgentID != "" || !strings.Contains(sess.Instructions, allowed) {
+		t.Fatalf("session = %+v, want no agent before the first call and instructions naming %s", sess, allowed)
+	}
+	r := c.call("r", "bash", map[string]any{"command": `pwd; echo "$DSH_SESSION_ID"`})
+	out := strings.Fields(r.text())
+	if r.Result.IsError || len(out) != 2 || out[0] != project {
+		t.Fatalf("pwd = %q, want %s and the agent id", r.text(), project)
+	}
+	var got struct {
+		Cwd string `json:"cwd"`
+	}
+	if st := s.DoJSON(t, "GET", "/agents/"+out[1], nil, &got); st != 200 || got.Cwd != project {
+		t.Errorf("GET /agents/%s = %d %+v, want cwd %s", out[1], st, got, project)
+	}
 }

@@ -104,6 +104,16 @@ type config struct {
 		HeaderTimeoutMs int   `yaml:"headerTimeoutMs"`
 		BodyTimeoutMs   int   `yaml:"bodyTimeoutMs"`
 	} `yaml:"http"`
+	MCP struct {
+		// MaxSessions caps the open MCP sessions (0 = the default, 256).
+		MaxSessions int `yaml:"maxSessions"`
+		// IdleTimeoutSeconds ends a session no request has used for this
+		// long (0 = the default, 30 minutes).
+		IdleTimeoutSeconds int `yaml:"idleTimeoutSeconds"`
+		// AllowedRoots are the absolute directories a client's MCP roots
+		// may lie within to become a new session's agent's cwd.
+		AllowedRoots []string `yaml:"allowedRoots"`
+	} `yaml:"mcp"`
 }
 
 // clusterConfig is the cluster section. Settings come from the file only,
@@ -176,6 +186,11 @@ func (c *config) validate() error {
 			errs = append(errs, fmt.Errorf("sandbox: %q is not an absolute path", p))
 		}
 	}
+	for _, p := range c.MCP.AllowedRoots {
+		if !filepath.IsAbs(p) {
+			errs = append(errs, fmt.Errorf("mcp.allowedRoots: %q is not an absolute path", p))
+		}
+	}
 	if c.Cluster != nil {
 		if err := c.Cluster.clusterSettings().Validate(); err != nil {
 			errs = append(errs, fmt.Errorf("cluster: %w", err))
@@ -203,6 +218,7 @@ func (c *config) validate() error {
 		{"jobs.retainMax", int64(c.Jobs.RetainMax)}, {"jobs.idempotencyWindowSeconds", int64(c.Jobs.IdempotencyWindowSeconds)}, {"agents.maxDepth", int64(c.Agents.MaxDepth)},
 		{"webhooks.timeoutMs", int64(c.Webhooks.TimeoutMs)}, {"http.maxBodyBytes", c.HTTP.MaxBodyBytes},
 		{"http.headerTimeoutMs", int64(c.HTTP.HeaderTimeoutMs)}, {"http.bodyTimeoutMs", int64(c.HTTP.BodyTimeoutMs)},
+		{"mcp.maxSessions", int64(c.MCP.MaxSessions)}, {"mcp.idleTimeoutSeconds", int64(c.MCP.IdleTimeoutSeconds)},
 	} {
 		if f.v < 0 {
 			errs = append(errs, fmt.Errorf("%s: must not be negative", f.name))

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -55,9 +56,13 @@ func main() {
 	}
 }
 
-// mcpSessionTimeout closes MCP sessions idle this long. A day keeps a
-// client's session over a working day's pauses; the agent outlives it.
-const mcpSessionTimeout = 24 * time.Hour
+// MCP session defaults. Each open session holds a server, goroutines and
+// buffers; its agent outlives it, and a client that names the agent again
+// continues as it.
+const (
+	mcpMaxSessions = 256
+	mcpIdleTimeout = 30 * time.Minute
+)
 
 // options are the command-line flags.
 type options struct {
@@ -468,7 +473,9 @@ func newServices(ctx context.Context, cfg config, home, token, tokenPath string,
 			Logger:         logger.With("component", "mcp"),
 			Pipeline:       pipeline,
 			Jobs:           executor,
-			SessionTimeout: mcpSessionTimeout,
+			SessionTimeout: cmp.Or(time.Duration(cfg.MCP.IdleTimeoutSeconds)*time.Second, mcpIdleTimeout),
+			MaxSessions:    cmp.Or(cfg.MCP.MaxSessions, mcpMaxSessions),
+			AllowedRoots:   cfg.MCP.AllowedRoots,
 			// In cluster mode a session id names this replica, which
 			// holds the session, so any replica routes it here.
 			SessionIDPrefix: mcpSessionPrefix(cfg),

@@ -358,11 +358,16 @@ func TestRefusals(t *testing.T) {
 	if err := os.WriteFile(badMode, []byte("jobs:\n  containment: jail\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	badMCP := filepath.Join(tmp, "mcp.yaml")
+	if err := os.WriteFile(badMCP, []byte("mcp:\n  maxSessions: -1\n  allowedRoots: [src]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name    string
 		args    []string
 		wantAll []string
 	}{
+		{"bad mcp section", []string{"--home", tmp, "--config", badMCP}, []string{"mcp.maxSessions", "mcp.allowedRoots", `"src"`}},
 		{"unknown containment mode", []string{"--home", tmp, "--config", badMode}, []string{"jobs.containment", "jail"}},
 		{"home conflict", []string{"--home", filepath.Join(tmp, "a"), "--config", conflict},
 			[]string{"--home", "skills.local.dshHome", filepath.Join(tmp, "a"), filepath.Join(tmp, "b")}},

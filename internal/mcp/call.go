@@ -13,6 +13,7 @@ import (
 	"github.com/dshd/dshd/internal/agents"
 	"github.com/dshd/dshd/internal/exec"
 	"github.com/dshd/dshd/internal/run"
+	"github.com/dshd/dshd/internal/sandbox"
 	"github.com/dshd/dshd/internal/shellenv"
 )
 
@@ -29,8 +30,18 @@ const stopTimeout = 30 * time.Second
 // PostToolUse hooks, recorded in the transcript. Before a job exists the
 // call itself is cancelled; a job that starts after that (the cancellation
 // raced its start) is stopped at once, and the call records how it ended.
-func (h *Handler) toolHandler(agentID, name string) sdk.ToolHandler {
+// policy is the agent's sandbox policy, which a client's declared sandbox
+// mode can only tighten.
+func (h *Handler) toolHandler(agent *sessionAgent, policy sandbox.Policy, name string) sdk.ToolHandler {
 	return func(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+		agentID, err := agent.get(ctx, req.Session)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			h.log.Error("make the agent of an MCP session", "err", err)
+			return errorResult("internal error: this session's agent could not be made; the server log has the cause"), nil
+		}
 		callCtx, cancelCall := context.WithCancel(context.WithoutCancel(ctx))
 		defer cancelCall()
 
@@ -76,7 +87,13 @@ func (h *Handler) toolHandler(agentID, name string) sdk.ToolHandler {
 			}
 		}
 
-		res, err := h.pipeline.CallWith(callCtx, agentID, name, "", req.Params.Arguments, run.CallOptions{Started: started})
+		opts := run.CallOptions{Started: started}
+		if declared, ok := declaredPolicy(req.Params.Meta); ok {
+			// The call runs under the tighter of the agent's policy and the
+			// one its client declares: never looser than the agent's.
+			opts.Sandbox = tighter(policy, declared)
+		}
+		res, err := h.pipeline.CallWith(callCtx, agentID, name, "", req.Params.Arguments, opts)
 		if progress != nil {
 			progress.stop() // no notification may follow the result
 		}

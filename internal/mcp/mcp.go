@@ -22,6 +22,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
@@ -74,10 +75,18 @@ type Options struct {
 	Jobs     jobStopper   // usually *exec.Executor
 	// Version is reported to clients as the server's version ("" = "dev").
 	Version string
-	// SessionTimeout closes MCP sessions idle for this long (0 = never).
-	// The agent and its transcript stay; a client that comes back starts
-	// a new session, naming the agent to keep its identity.
+	// SessionTimeout closes MCP sessions idle for this long (0 = never);
+	// a running call keeps its session from being idle. The agent and its
+	// transcript stay; a client that comes back starts a new session,
+	// naming the agent to keep its identity.
 	SessionTimeout time.Duration
+	// MaxSessions caps the open sessions (0 = no cap): an initialize beyond
+	// it is answered with a JSON-RPC error (HTTP 429) and creates nothing.
+	MaxSessions int
+	// AllowedRoots are the directories (absolute) a client's roots may lie
+	// within to become a new session's agent's cwd (see roots.go); none:
+	// roots are not asked for.
+	AllowedRoots []string
 	// ProgressInterval is the least time between two progress
 	// notifications of one call (default 100ms).
 	ProgressInterval time.Duration
@@ -105,6 +114,17 @@ type Handler struct {
 	progressBytes int
 	// sessionIDPrefix: see Options.SessionIDPrefix.
 	sessionIDPrefix string
+	// sdkLog is the SDK's logger: what it logs of a client's mistakes at
+	// ERROR, and its chatter at INFO, one level down (see demote).
+	sdkLog *slog.Logger
+	ids    *idMap
+
+	allowedRoots   []string
+	maxSessions    int
+	sessionTimeout time.Duration
+	mu             sync.Mutex
+	live           map[string]bool // open sessions, by id
+	opening        int             // initialize requests being served
 }
 
 // sessionVersions are the protocol versions that have sessions (2025-11-25
@@ -126,10 +146,16 @@ func New(o Options) *Handler {
 		progressEvery:   o.ProgressInterval,
 		progressBytes:   o.ProgressBytes,
 		sessionIDPrefix: o.SessionIDPrefix,
+		ids:             newIDMap(),
+		maxSessions:     o.MaxSessions,
+		allowedRoots:    allowedRoots(o.AllowedRoots),
+		sessionTimeout:  o.SessionTimeout,
+		live:            map[string]bool{},
 	}
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
 	}
+	h.sdkLog = slog.New(demote{h.log.Handler()})
 	if h.impl.Version == "" {
 		h.impl.Version = "dev"
 	}
@@ -141,7 +167,7 @@ func New(o Options) *Handler {
 	}
 	h.bare = sdk.NewServer(h.impl, h.serverOptions())
 	h.streamable = sdk.NewStreamableHTTPHandler(h.server, &sdk.StreamableHTTPOptions{
-		Logger:         h.log,
+		Logger:         h.sdkLog,
 		SessionTimeout: o.SessionTimeout,
 	})
 	return h
@@ -149,9 +175,11 @@ func New(o Options) *Handler {
 
 func (h *Handler) serverOptions() *sdk.ServerOptions {
 	o := &sdk.ServerOptions{
-		Logger: h.log,
+		Logger: h.sdkLog,
 		// Tools only: no logging capability, which the SDK offers by default.
-		Capabilities:              &sdk.ServerCapabilities{},
+		// Codex sends its sandbox state with each call to a server that
+		// declares this experimental capability (see declared.go).
+		Capabilities:              &sdk.ServerCapabilities{Experimental: map[string]any{CodexSandboxMeta: map[string]any{}}},
 		SupportedProtocolVersions: sessionVersions,
 	}
 	if prefix := h.sessionIDPrefix; prefix != "" {
@@ -180,37 +208,145 @@ func (h *Handler) server(r *http.Request) *sdk.Server {
 // later request of the session runs as that agent; naming an agent on them
 // changes nothing.
 //
+// Every answer is JSON-RPC (see wire.go): ids come back as the client sent
+// them, and the transport's errors are JSON-RPC errors. An initialize
+// beyond Options.MaxSessions is refused (HTTP 429) before any agent is
+// made; an initialize on a session that already has one, too (HTTP 400,
+// invalid request).
+//
 // ServeMCP returns an error, having written nothing, only when binding
 // failed: errors wrapping agents.ErrNotFound for an agent that does not
 // exist, ErrAgentConflict, or the store's errors. Everything else is
 // answered by the transport, as the MCP specification says.
 func (h *Handler) ServeMCP(w http.ResponseWriter, r *http.Request) error {
-	if r.Method == http.MethodPost && r.Header.Get("Mcp-Session-Id") == "" {
-		body, err := io.ReadAll(r.Body)
-		if err != nil {
-			return fmt.Errorf("read MCP request: %w", err)
-		}
-		r.Body = io.NopCloser(bytes.NewReader(body))
-		if isInitialize(body) {
-			sess, err := h.bind(r)
-			if err != nil {
-				return err
-			}
-			w.Header().Set(AgentHeader, sess.ID)
-			h.log.Debug("MCP session bound", "agent_id", sess.ID)
-			r = r.WithContext(context.WithValue(r.Context(), serverKey{}, h.newServer(sess)))
-		}
+	out := &wire{ResponseWriter: w, prefix: `"` + h.ids.prefix}
+	if r.Method != http.MethodPost {
+		defer out.finish()
+		h.streamable.ServeHTTP(out, r)
+		return nil
 	}
-	h.streamable.ServeHTTP(w, r)
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		return fmt.Errorf("read MCP request: %w", err)
+	}
+	msgs, batch, ok := parse(body)
+	if !ok {
+		h.log.Debug("MCP request is not JSON-RPC")
+		writeRPCError(w, http.StatusBadRequest, nil, codeParseError, "parse error: the body is not a JSON-RPC message or batch")
+		return nil
+	}
+	var id json.RawMessage
+	initialize := false
+	if len(msgs) == 1 && !batch {
+		id, initialize = msgs[0].id, msgs[0].method == "initialize"
+	}
+	out.id = id
+	session := r.Header.Get("Mcp-Session-Id")
+	if initialize && session != "" && h.isLive(session) {
+		h.log.Debug("MCP initialize on an initialized session", "session_id", session)
+		writeRPCError(w, http.StatusBadRequest, id, codeInvalidRequest,
+			"this session is already initialized: to start another, send initialize without the Mcp-Session-Id header")
+		return nil
+	}
+	swapped, back, done := h.ids.swap(session, msgs, batch)
+	defer done()
+	if swapped != nil {
+		body = swapped
+	}
+	out.back = back
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	r.ContentLength = int64(len(body))
+
+	if !initialize || session != "" {
+		defer out.finish()
+		h.streamable.ServeHTTP(out, r)
+		return nil
+	}
+	if !h.reserve() {
+		h.log.Info("MCP session refused: too many open", "max_sessions", h.maxSessions)
+		writeRPCError(w, http.StatusTooManyRequests, id, codeTooManySessions, h.tooMany())
+		return nil
+	}
+	var server *sdk.Server
+	if h.rootsApply(r, msgs[0]) {
+		// The agent is made at the first call, in the client's root: no
+		// Dsh-Agent-Id yet (DSH_SESSION_ID names it in every command).
+		server = h.rootsServer()
+	} else {
+		sess, err := h.bind(r)
+		if err != nil {
+			h.opened("", nil)
+			return err
+		}
+		w.Header().Set(AgentHeader, sess.ID)
+		h.log.Debug("MCP session bound", "agent_id", sess.ID)
+		server = h.boundServer(sess)
+	}
+	r = r.WithContext(context.WithValue(r.Context(), serverKey{}, server))
+	h.streamable.ServeHTTP(out, r)
+	out.finish()
+	h.opened(w.Header().Get("Mcp-Session-Id"), server)
 	return nil
 }
 
-// isInitialize reports whether body is a JSON-RPC initialize request.
-func isInitialize(body []byte) bool {
-	var msg struct {
-		Method string `json:"method"`
+// reserve counts an initialize request against MaxSessions; false: none
+// is left.
+func (h *Handler) reserve() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.maxSessions > 0 && len(h.live)+h.opening >= h.maxSessions {
+		return false
 	}
-	return json.Unmarshal(body, &msg) == nil && msg.Method == "initialize"
+	h.opening++
+	return true
+}
+
+// opened ends a reservation: the session id the SDK gave, if it opened
+// one on server, is live until the session ends.
+func (h *Handler) opened(id string, server *sdk.Server) {
+	var ss *sdk.ServerSession
+	if server != nil && id != "" {
+		for s := range server.Sessions() {
+			ss = s
+		}
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.opening--
+	if ss == nil {
+		return
+	}
+	h.live[id] = true
+	go func() {
+		_ = ss.Wait()
+		h.mu.Lock()
+		delete(h.live, id)
+		h.mu.Unlock()
+		h.log.Debug("MCP session ended", "session_id", id)
+	}()
+}
+
+func (h *Handler) isLive(id string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.live[id]
+}
+
+// Sessions is the number of open sessions.
+func (h *Handler) Sessions() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.live)
+}
+
+// tooMany is the message of a refused initialize.
+func (h *Handler) tooMany() string {
+	msg := fmt.Sprintf("too many MCP sessions: %d are open, the most this server allows (mcp.maxSessions); "+
+		"end one (DELETE /mcp with its Mcp-Session-Id header)", h.maxSessions)
+	if h.sessionTimeout > 0 {
+		msg += fmt.Sprintf(" or wait: a session unused for %s ends", h.sessionTimeout)
+	}
+	return msg
 }
 
 // bind returns the agent a new session runs as.
@@ -237,40 +373,46 @@ func (h *Handler) bind(r *http.Request) (run.Session, error) {
 }
 
 // newServer returns the server of one session: the model-facing tools,
-// each running as the session's agent. What the agent's SessionStart hooks
-// gave as additional context becomes the server's instructions, which MCP
-// clients hand their model, as Claude Code and Codex do with the context
-// of their own SessionStart hooks.
-func (h *Handler) newServer(sess run.Session) *sdk.Server {
+// each running as the session's agent, under policy (the agent's, which
+// the bash description states). instructions are the server's
+// instructions, which MCP clients hand their model: what the agent's
+// SessionStart hooks gave as additional context, as Claude Code and Codex
+// do with the context of their own SessionStart hooks.
+func (h *Handler) newServer(agent *sessionAgent, policy sandbox.Policy, instructions string) *sdk.Server {
 	o := h.serverOptions()
-	o.Instructions = strings.Join(sess.AdditionalContext, "\n\n")
-	if o.Instructions != "" {
-		// The instructions reach the model: its first tool result need not.
-		h.pipeline.ContextDelivered(sess.ID)
-	}
+	o.Instructions = instructions
 	s := sdk.NewServer(h.impl, o)
-	// The bash description states the policy this agent's commands run under.
-	for _, d := range tools.DefinitionsFor(h.pipeline.AgentPolicy(sess.Agent)) {
+	for _, d := range tools.DefinitionsFor(policy) {
 		s.AddTool(&sdk.Tool{
 			Name:        d.Name,
 			Description: d.Description,
 			InputSchema: d.Schema,
-			Annotations: annotations(d.Name),
-		}, h.toolHandler(sess.ID, d.Name))
+			Title:       d.Title,
+			Annotations: annotations(d),
+		}, h.toolHandler(agent, policy, d.Name))
 	}
 	return s
 }
 
-// annotations hint what each tool does to clients that ask before running
-// tools: job_output and job_list only read, job_kill is idempotent, bash
-// can do anything.
-func annotations(name string) *sdk.ToolAnnotations {
-	no := false
-	switch name {
-	case tools.ToolJobOutput, tools.ToolJobList:
-		return &sdk.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: &no}
-	case tools.ToolJobKill:
-		return &sdk.ToolAnnotations{IdempotentHint: true, OpenWorldHint: &no}
+// boundServer is the server of a session bound to sess at initialize.
+func (h *Handler) boundServer(sess run.Session) *sdk.Server {
+	instructions := strings.Join(sess.AdditionalContext, "\n\n")
+	if instructions != "" {
+		// The instructions reach the model: its first tool result need not.
+		h.pipeline.ContextDelivered(sess.ID)
 	}
-	return nil
+	return h.newServer(&sessionAgent{id: sess.ID}, h.pipeline.AgentPolicy(sess.Agent), instructions)
+}
+
+// annotations are d's hints as MCP tool annotations, every hint stated
+// (a client assumes the worst of a hint left out).
+func annotations(d tools.Definition) *sdk.ToolAnnotations {
+	h := d.Hints
+	return &sdk.ToolAnnotations{
+		Title:           d.Title,
+		ReadOnlyHint:    h.ReadOnly,
+		DestructiveHint: &h.Destructive,
+		IdempotentHint:  h.Idempotent,
+		OpenWorldHint:   &h.OpenWorld,
+	}
 }

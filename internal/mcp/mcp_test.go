@@ -24,6 +24,7 @@ import (
 
 // world is the endpoint over the real pipeline, served on loopback.
 type world struct {
+	h      *Handler
 	url    string
 	jobs   *exec.Executor
 	agents *agents.Store
@@ -33,21 +34,28 @@ type world struct {
 	errs []error // what ServeMCP returned
 }
 
-func newWorld(tb testing.TB, o Options) *world {
+// newWorld serves o over a fresh pipeline; setup may change the
+// executor's and the pipeline's options before they are built.
+func newWorld(tb testing.TB, o Options, setup ...func(*exec.Options, *run.Options)) *world {
 	tb.Helper()
 	home := tb.TempDir()
 	reg, err := shellenv.New(shellenv.Options{Home: home, StatePath: filepath.Join(home, "contributors.json")})
 	if err != nil {
 		tb.Fatal(err)
 	}
-	jobs, err := exec.New(exec.Options{
+	eo := exec.Options{
 		Home:           home,
 		Environ:        os.Environ(),
 		DefaultCwd:     tb.TempDir(),
 		DefaultTimeout: 30 * time.Second,
 		MaxTimeout:     time.Minute,
 		Grace:          200 * time.Millisecond,
-	})
+	}
+	var ro run.Options
+	for _, f := range setup {
+		f(&eo, &ro)
+	}
+	jobs, err := exec.New(eo)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -56,9 +64,11 @@ func newWorld(tb testing.TB, o Options) *world {
 		tb.Fatal(err)
 	}
 	w := &world{jobs: jobs, agents: store}
-	w.svc = run.New(run.Options{Env: reg, Jobs: jobs, Agents: store, Home: home})
+	ro.Env, ro.Jobs, ro.Agents, ro.Home = reg, jobs, store, home
+	w.svc = run.New(ro)
 	o.Pipeline, o.Jobs = w.svc, jobs
 	h := New(o)
+	w.h = h
 	srv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
 		if err := h.ServeMCP(rw, r); err != nil {
 			w.mu.Lock()

@@ -90,6 +90,11 @@ type CallOptions struct {
 	// caller can follow its output as it arrives or stop it. It runs on the
 	// calling goroutine and must not block.
 	Started func(job *exec.Job)
+	// Sandbox, when set, is the sandbox policy of the command a bash call
+	// starts: empty fields take the agent's, and it must be within the
+	// agent's (sandbox.ErrLooser). An MCP client's declared sandbox mode
+	// tightens a call this way.
+	Sandbox sandbox.Policy
 }
 
 // callWith runs a call for CallWith.
@@ -121,7 +126,7 @@ func (s *Service) callWith(ctx context.Context, agentID, name, callID string, ar
 		// The model's mistake: tell it, so it can correct the call.
 		res = CallResult{IsError: true, Text: argErr.Error()}
 	case name == tools.ToolBash:
-		res, err = s.bash(ctx, agent, callID, a, o.Started)
+		res, err = s.bash(ctx, agent, callID, a, o)
 	case name == tools.ToolJobOutput:
 		res, err = s.jobOutput(ctx, agentID, a)
 	case name == tools.ToolJobList:
@@ -247,8 +252,10 @@ func (s *Service) record(ctx context.Context, agentID, typ string, data any) err
 
 // bash runs the bash tool: PreToolUse hooks, the shared pipeline, waiting
 // (foreground), PostToolUse hooks.
-func (s *Service) bash(ctx context.Context, agent agents.Agent, callID string, a tools.Args, started func(*exec.Job)) (CallResult, error) {
+func (s *Service) bash(ctx context.Context, agent agents.Agent, callID string, a tools.Args, o CallOptions) (CallResult, error) {
+	started := o.Started
 	spec := exec.Spec{
+		Sandbox:    o.Sandbox,
 		Command:    a.Str("command"),
 		Cwd:        workdir(agent.Cwd, a.Str("workdir")),
 		Timeout:    time.Duration(a.Int("timeout")) * time.Millisecond,

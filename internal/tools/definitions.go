@@ -39,6 +39,52 @@ type Definition struct {
 	Name        string
 	Description string
 	Schema      map[string]any
+	// Title is a short human-readable name, for clients that show one.
+	Title string
+	// Hints say what calling the tool can do, for clients that decide by
+	// them whether to ask their user first (MCP tool annotations). They
+	// describe the tool under the policy the definitions were made for.
+	Hints Hints
+}
+
+// Hints are a tool's behaviour hints (MCP's tool annotations). Each is
+// decided for the worst call the tool allows, never for a typical one.
+type Hints struct {
+	// ReadOnly: no call changes anything outside the call's own scratch.
+	ReadOnly bool
+	// Destructive: a call may delete or overwrite what was there, or stop
+	// work in progress. Meaningful only when not ReadOnly.
+	Destructive bool
+	// Idempotent: repeating a call with the same arguments has no further
+	// effect.
+	Idempotent bool
+	// OpenWorld: a call may reach beyond this host (the network).
+	OpenWorld bool
+}
+
+// hintsFor are the hints of each tool under policy. bash and write_stdin
+// run (or type into) arbitrary commands: they are read-only only when the
+// file system is read-only and the network is off, destructive whenever a
+// file system is writable, never idempotent, and open-world whenever the
+// network is on. job_output and job_list only read dshd's own state;
+// job_kill stops processes (destructive), and stopping a stopped job again
+// changes nothing (idempotent).
+func hintsFor(name string, policy sandbox.Policy) Hints {
+	switch name {
+	case ToolBash, ToolWriteStdin:
+		confinedFS := policy.FS == sandbox.ReadOnly
+		offline := policy.Network == sandbox.NetworkOff
+		return Hints{
+			ReadOnly:    confinedFS && offline,
+			Destructive: !confinedFS,
+			OpenWorld:   !offline,
+		}
+	case ToolJobOutput, ToolJobList:
+		return Hints{ReadOnly: true, Idempotent: true}
+	case ToolJobKill:
+		return Hints{Destructive: true, Idempotent: true}
+	}
+	return Hints{Destructive: true, OpenWorld: true} // an unknown tool: assume the worst
 }
 
 // bashDescription stays within 1,024 characters: several clients and proxies
@@ -81,7 +127,7 @@ func Definitions() []Definition { return DefinitionsFor(sandbox.Default) }
 // DefinitionsFor is Definitions with the bash description stating policy,
 // the one the model's commands run under, so it does not waste turns.
 func DefinitionsFor(policy sandbox.Policy) []Definition {
-	return []Definition{
+	defs := []Definition{
 		{Name: ToolBash, Description: bashDescription + "\n\n" + policy.Sentence(), Schema: argumentsSchema(ToolBash)},
 		{
 			Name:        ToolJobOutput,
@@ -100,6 +146,20 @@ func DefinitionsFor(policy sandbox.Policy) []Definition {
 		},
 		{Name: ToolWriteStdin, Description: writeStdinDescription, Schema: argumentsSchema(ToolWriteStdin)},
 	}
+	for i := range defs {
+		defs[i].Title = titles[defs[i].Name]
+		defs[i].Hints = hintsFor(defs[i].Name, policy.Or(sandbox.Default))
+	}
+	return defs
+}
+
+// titles are the tools' human-readable names.
+var titles = map[string]string{
+	ToolBash:       "Run a shell command",
+	ToolJobOutput:  "Read a job's output",
+	ToolJobList:    "List jobs",
+	ToolJobKill:    "Stop a job",
+	ToolWriteStdin: "Type into a running job",
 }
 
 // genericTool is the format-neutral rendering of a Definition.

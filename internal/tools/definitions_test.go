@@ -178,3 +178,32 @@ func TestStrictSchemas(t *testing.T) {
 		t.Error("strictSchema changed the definitions it was given")
 	}
 }
+
+// TestHintsFollowPolicy: bash and write_stdin are read-only only when the
+// policy makes them so, destructive while a file system is writable, and
+// open-world while the network is on; the job tools do not depend on it.
+func TestHintsFollowPolicy(t *testing.T) {
+	cases := []struct {
+		policy     sandbox.Policy
+		shell, job Hints // bash and write_stdin; job_list and job_output
+	}{
+		{sandbox.Default, Hints{Destructive: true, OpenWorld: true}, Hints{ReadOnly: true, Idempotent: true}},
+		{sandbox.Policy{FS: sandbox.WorkspaceWrite, Network: sandbox.NetworkOff}, Hints{Destructive: true}, Hints{ReadOnly: true, Idempotent: true}},
+		{sandbox.Policy{FS: sandbox.ReadOnly, Network: sandbox.NetworkOn}, Hints{OpenWorld: true}, Hints{ReadOnly: true, Idempotent: true}},
+		{sandbox.Policy{FS: sandbox.ReadOnly, Network: sandbox.NetworkOff}, Hints{ReadOnly: true}, Hints{ReadOnly: true, Idempotent: true}},
+	}
+	for _, c := range cases {
+		for _, d := range DefinitionsFor(c.policy) {
+			want := c.job
+			switch d.Name {
+			case ToolBash, ToolWriteStdin:
+				want = c.shell
+			case ToolJobKill:
+				want = Hints{Destructive: true, Idempotent: true}
+			}
+			if d.Hints != want || d.Title == "" {
+				t.Errorf("%s under %s: title %q, hints %+v, want a title and %+v", d.Name, c.policy, d.Title, d.Hints, want)
+			}
+		}
+	}
+}

@@ -4,7 +4,8 @@
 // step and checks the server (and /proc) between steps.
 //
 // Commands:
-//   {"op":"connect","session":"a","url":"…","headers":{…}}
+//   {"op":"connect","session":"a","url":"…","headers":{…},"roots":["file:///…"]}
+//       (roots: offered to the server, which may ask for them)
 //       → {"sessionId","agentId","serverName","instructions","protocolVersion"}
 //   {"op":"listTools","session":"a"} → {"tools":[{name,description,inputSchema,annotations}]}
 //   {"op":"call","session":"a","name":"bash","arguments":{…},
@@ -17,6 +18,7 @@
 import { createInterface } from 'node:readline';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { ListRootsRequestSchema } from '@modelcontextprotocol/sdk/types.js';
 
 const sessions = new Map();
 
@@ -34,7 +36,16 @@ async function connect(cmd) {
     requestInit: { headers: cmd.headers ?? {} },
     fetch: recordingFetch,
   });
-  const client = new Client({ name: 'dshd-mcp-test', version: '1.0.0' });
+  const roots = cmd.roots ?? null;
+  const client = new Client(
+    { name: 'dshd-mcp-test', version: '1.0.0' },
+    roots ? { capabilities: { roots: { listChanged: false } } } : undefined,
+  );
+  if (roots) {
+    client.setRequestHandler(ListRootsRequestSchema, async () => ({
+      roots: roots.map((uri) => ({ uri, name: uri })),
+    }));
+  }
   await client.connect(transport);
   sessions.set(cmd.session, { client, transport });
   const info = client.getServerVersion();
