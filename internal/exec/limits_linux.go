@@ -138,6 +138,17 @@ type limitWatch struct {
 	mu      sync.Mutex
 	procs   map[*proc]*watched
 	running bool
+	// maxGap is the longest time seen between two rounds (the interval,
+	// or more when the machine is loaded): a throttled job can overrun
+	// its share by that much CPU time before a round freezes it.
+	maxGap time.Duration
+}
+
+// longestGap returns the longest time seen between two rounds so far.
+func (w *limitWatch) longestGap() time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.maxGap
 }
 
 // watched is one job under the watch.
@@ -175,8 +186,11 @@ func (w *limitWatch) remove(p *proc) {
 func (w *limitWatch) loop() {
 	t := time.NewTicker(LimitWatchInterval)
 	defer t.Stop()
-	for range t.C {
+	last := time.Now()
+	for now := range t.C {
 		w.mu.Lock()
+		w.maxGap = max(w.maxGap, now.Sub(last))
+		last = now
 		if len(w.procs) == 0 {
 			w.running = false
 			w.mu.Unlock()
