@@ -457,7 +457,9 @@ func (g *V1Group) Events() (oomKills, pidsMax int64) {
 // PidsPeak returns the most tasks of the job the pids group held at once
 // (pids.peak, Linux 6.13 or later), -1 when unknown. While Spawn's thread
 // was in the group it held a slot the job did not have: a peak reached then
-// (pids.peak no higher than when the thread left) counts one less.
+// (pids.peak no higher than when the thread left) counts one less. The
+// kernel keeps one peak, so a job that reaches, after the thread left,
+// exactly the count it had with the thread reads one less than it held.
 func (g *V1Group) PidsPeak() int64 {
 	if !slices.Contains(g.names, cgroup1.Pids) {
 		return -1

@@ -126,8 +126,15 @@ func TestV1PidsLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = g.Remove() })
-	cmd := osexec.Command("bash", "-c", `sleep 2 & sleep 2 & sleep 2 & sleep 2 & echo started; wait`)
+	// bash forks its four sleeps only once Spawn's thread has left the
+	// group (the test writes a line then): a peak reached exactly as the
+	// thread leaves cannot be told from one it held (see PidsPeak).
+	cmd := osexec.Command("bash", "-c", `read go; sleep 2 & sleep 2 & sleep 2 & sleep 2 & echo started; wait`)
 	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,6 +154,9 @@ func TestV1PidsLimit(t *testing.T) {
 		}
 		_ = g.Remove()
 	})
+	if _, err := in.Write([]byte("go\n")); err != nil {
+		t.Fatal(err)
+	}
 	buf := make([]byte, 8)
 	if n, _ := out.Read(buf); string(buf[:n]) != "started\n" {
 		t.Fatalf("bash printed %q", buf[:n])
