@@ -92,9 +92,9 @@ MUTATE_PKGS ?= sandbox exec run shellenv
 mutate:
 	@for p in $(MUTATE_PKGS); do \
 	  case $$p in \
-	    sandbox) ex='-E (ns_linux|bwrap|seccomp|host)\.go$$' ;; \
-	    exec) ex='-E /[^e][^/]*\.go$$ -E /e[^n][^/]*\.go$$' ;; \
-	    run) ex='-E /(call|service|stdin)\.go$$' ;; \
+	    sandbox) ex='-E (^|/)(ns_linux|bwrap|seccomp|host)\.go$$' ;; \
+	    exec) ex='-E (^|/)[^e/][^/]*\.go$$ -E (^|/)e[^n/][^/]*\.go$$' ;; \
+	    run) ex='-E (^|/)(call|service|stdin)\.go$$' ;; \
 	    *) ex='' ;; \
 	  esac; \
 	  echo "== internal/$$p"; $(GREMLINS) unleash --workers 1 --timeout-coefficient 10 $$ex ./internal/$$p || exit 1; \
