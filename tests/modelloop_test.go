@@ -64,7 +64,7 @@ func TestModelMistakesAreToolResults(t *testing.T) {
 	if st := s.DoJSON(t, "POST", "/agents", map[string]any{}, &a); st != 201 {
 		t.Fatalf("POST /agents = %d", st)
 	}
-	for _, tt := range []struct {
+	for i, tt := range []struct {
 		arguments any
 		want      string
 	}{
@@ -72,7 +72,8 @@ func TestModelMistakesAreToolResults(t *testing.T) {
 		{map[string]any{"command": "true", "timeout": "30s"}, "timeout must be a non-negative integer"},
 		{"echo hi", "the string given does not hold one"},
 	} {
-		r := s.callToolRaw(t, a.ID, "bash", map[string]any{"callId": "bad", "arguments": tt.arguments})
+		// A call id of its own each: a call id runs (and answers) once.
+		r := s.callToolRaw(t, a.ID, "bash", map[string]any{"callId": fmt.Sprintf("bad-%d", i), "arguments": tt.arguments})
 		if !r.IsError || !strings.Contains(r.Text, tt.want) || r.JobID != "" {
 			t.Errorf("arguments %v = %+v, want an error result saying %q", tt.arguments, r, tt.want)
 		}
