@@ -237,16 +237,19 @@ func (p *proc) releaseGroup() bool {
 		return true
 	}
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	if p.released {
+		p.mu.Unlock()
 		return true
 	}
 	if p.cg.Populated() {
+		p.mu.Unlock()
 		return false
 	}
 	p.usage = p.cg.Usage()
 	p.released = true
 	_ = p.cg.Remove()
+	p.mu.Unlock()
+	// Not under p.mu: measureV1 takes it.
 	p.releaseV1()
 	return true
 }
