@@ -152,9 +152,9 @@ func (p *proc) measureV1(remove bool) {
 // while the group is not released yet.
 func (p *proc) measureLive() {
 	p.mu.Lock()
-	g := p.cg
+	g, released := p.cg, p.released
 	p.mu.Unlock()
-	if g == nil || !g.Populated() {
+	if g == nil || released || !g.Populated() {
 		return // released (p.usage has its figures) or gone
 	}
 	u := g.Usage()

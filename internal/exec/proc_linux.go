@@ -346,7 +346,7 @@ func (p *proc) wait(cmd *osexec.Cmd, pid, pidfd int, st *streams, readers *sync.
 	if alive {
 		remaining = max(p.countRemaining(nil), 1)
 	} else {
-		p.releaseGroup()
+		p.releaseEmpty(true)
 	}
 	p.ended(ru)
 	<-exitWork

@@ -65,7 +65,7 @@ func (e *Executor) indexAdd(j *Job, pid int) {
 	}
 	b, err := json.Marshal(ent)
 	if err == nil {
-		err = os.WriteFile(filepath.Join(dir, j.id+".json"), b, 0o600)
+		err = writeSmall(filepath.Join(dir, j.id+".json"), b)
 	}
 	if err != nil {
 		e.log.Warn("index running job", "job_id", j.id, "err", err)
@@ -78,7 +78,7 @@ func (e *Executor) indexRemove(j *Job) {
 	if dir == "" {
 		return
 	}
-	if err := os.Remove(filepath.Join(dir, j.id+".json")); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if err := syscall.Unlink(filepath.Join(dir, j.id+".json")); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		e.log.Warn("unindex job", "job_id", j.id, "err", err)
 	}
 }
@@ -233,4 +233,28 @@ func lostJob(e *Executor, ent indexEntry, now time.Time) *Job {
 	j.stderr.init(e.opts.CaptureBytes, 0, "", ent.ID, ".stderr")
 	j.stdout.eof, j.stderr.eof = true, true
 	return j
+}
+
+// writeSmall creates path (0600) with b, in one write: plain system calls,
+// where os.WriteFile would also set the file up for the runtime's poller.
+func writeSmall(path string, b []byte) error {
+	fd, err := syscall.Open(path, syscall.O_WRONLY|syscall.O_CREAT|syscall.O_TRUNC|syscall.O_CLOEXEC, 0o600)
+	if err != nil {
+		return &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	for len(b) > 0 {
+		n, err := syscall.Write(fd, b)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			syscall.Close(fd)
+			return &os.PathError{Op: "write", Path: path, Err: err}
+		}
+		b = b[n:]
+	}
+	if err := syscall.Close(fd); err != nil {
+		return &os.PathError{Op: "close", Path: path, Err: err}
+	}
+	return nil
 }
