@@ -149,6 +149,25 @@ func BenchmarkExecForeground(b *testing.B) {
 	b.ReportMetric(us(d99), "direct-p99-µs")
 	b.ReportMetric(us(s99), "exec-p99-µs")
 	b.ReportMetric(float64(s99)/float64(d99), "p99-ratio")
+	reportLoad(b)
+}
+
+// reportLoad reports the load average of the last minute beside a
+// benchmark's figures (a ratio measured on a busy machine says so), and
+// logs all three.
+func reportLoad(b *testing.B) {
+	raw, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return
+	}
+	f := strings.Fields(string(raw))
+	if len(f) < 3 {
+		return
+	}
+	if l1, err := strconv.ParseFloat(f[0], 64); err == nil {
+		b.ReportMetric(l1, "load1")
+	}
+	b.Logf("load average %s %s %s", f[0], f[1], f[2])
 }
 
 // BenchmarkExecConcurrent8 measures throughput with 8 concurrent clients,
@@ -185,6 +204,7 @@ func BenchmarkExecConcurrent8(b *testing.B) {
 	b.ReportMetric(served, "exec-ops/s")
 	b.ReportMetric(bared/base, "bare-throughput-ratio")
 	b.ReportMetric(served/base, "throughput-ratio")
+	reportLoad(b)
 }
 
 // rssKiB reads a process's resident set (VmRSS) or its peak (VmHWM).

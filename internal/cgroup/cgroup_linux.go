@@ -147,7 +147,7 @@ func (m *Manager) Create(name string, lim Limits) (*Group, error) {
 }
 
 func (m *Manager) create(name string, lim Limits) (*Group, error) {
-	g := &Group{path: filepath.Join(m.dir, name), fd: -1}
+	g := &Group{path: filepath.Join(m.dir, name), fd: -1, m: m}
 	if err := os.Mkdir(g.path, 0o755); err != nil {
 		return nil, fmt.Errorf("create cgroup: %w", err)
 	}
@@ -205,7 +205,7 @@ func (m *Manager) Leftovers() ([]*Group, error) {
 	var gs []*Group
 	for _, de := range entries {
 		if de.IsDir() {
-			gs = append(gs, &Group{path: filepath.Join(m.dir, de.Name()), fd: -1})
+			gs = append(gs, &Group{path: filepath.Join(m.dir, de.Name()), fd: -1, m: m})
 		}
 	}
 	return gs, nil
@@ -215,6 +215,7 @@ func (m *Manager) Leftovers() ([]*Group, error) {
 type Group struct {
 	path string
 	fd   int
+	m    *Manager // says which controllers' files the group has
 }
 
 // Path returns the group's directory.
@@ -278,7 +279,7 @@ func (g *Group) Procs() []int {
 // Populated reports whether any live process is in the group or below it.
 // A group that no longer exists is not populated.
 func (g *Group) Populated() bool {
-	b, err := os.ReadFile(filepath.Join(g.path, "cgroup.events"))
+	b, err := ReadSmall(filepath.Join(g.path, "cgroup.events"))
 	if err != nil {
 		return false
 	}
@@ -344,20 +345,29 @@ func (g *Group) Events() (oomKills, pidsMax int64) {
 // Usage reads what the group used so far.
 func (g *Group) Usage() Usage {
 	u := Usage{PidsPeak: -1}
-	if s := readString(filepath.Join(g.path, "pids.peak")); s != "" {
-		u.PidsPeak, _ = strconv.ParseInt(s, 10, 64)
+	// Only the files of the controllers the group has: each is an open
+	// and a read at every job's end.
+	pids, memory := g.has("pids"), g.has("memory")
+	if pids {
+		if s := readString(filepath.Join(g.path, "pids.peak")); s != "" {
+			u.PidsPeak, _ = strconv.ParseInt(s, 10, 64)
+		}
 	}
-	if b, err := os.ReadFile(filepath.Join(g.path, "cpu.stat")); err == nil {
+	if b, err := ReadSmall(filepath.Join(g.path, "cpu.stat")); err == nil {
 		u.CPU = time.Duration(keyed(b)["usage_usec"]) * time.Microsecond
 	}
-	if s := readString(filepath.Join(g.path, "memory.peak")); s != "" {
-		u.PeakMemoryBytes, _ = strconv.ParseInt(s, 10, 64)
+	if memory {
+		if s := readString(filepath.Join(g.path, "memory.peak")); s != "" {
+			u.PeakMemoryBytes, _ = strconv.ParseInt(s, 10, 64)
+		}
+		if b, err := ReadSmall(filepath.Join(g.path, "memory.events")); err == nil {
+			u.OOMKills = keyed(b)["oom_kill"]
+		}
 	}
-	if b, err := os.ReadFile(filepath.Join(g.path, "memory.events")); err == nil {
-		u.OOMKills = keyed(b)["oom_kill"]
-	}
-	if b, err := os.ReadFile(filepath.Join(g.path, "pids.events")); err == nil {
-		u.PidsMaxHits = keyed(b)["max"]
+	if pids {
+		if b, err := ReadSmall(filepath.Join(g.path, "pids.events")); err == nil {
+			u.PidsMaxHits = keyed(b)["max"]
+		}
 	}
 	return u
 }
@@ -464,8 +474,40 @@ func unescape(s string) string {
 	return b.String()
 }
 
+// has reports whether the group may have controller c's files: those of
+// the manager's controllers; every controller for a group of no manager.
+func (g *Group) has(c string) bool { return g.m == nil || g.m.Has(c) }
+
+// ReadSmall reads a small kernel file (cgroupfs, procfs) with plain system
+// calls: os.ReadFile would stat it and set it up for the runtime's poller,
+// four more calls for every file read at a job's end.
+func ReadSmall(path string) ([]byte, error) {
+	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	defer syscall.Close(fd)
+	buf := make([]byte, 0, 512)
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := syscall.Read(fd, buf[len(buf):cap(buf)])
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, &os.PathError{Op: "read", Path: path, Err: err}
+		}
+		if n == 0 {
+			return buf, nil
+		}
+		buf = buf[:len(buf)+n]
+	}
+}
+
 func readString(path string) string {
-	b, err := os.ReadFile(path)
+	b, err := ReadSmall(path)
 	if err != nil {
 		return ""
 	}

@@ -152,11 +152,14 @@ func (p *proc) measureV1(remove bool) {
 // while the group is not released yet.
 func (p *proc) measureLive() {
 	p.mu.Lock()
-	g := p.cg
+	g, released := p.cg, p.released
 	p.mu.Unlock()
-	if g == nil || !g.Populated() {
-		return // released (p.usage has its figures) or gone
+	if g == nil || released {
+		return // released: p.usage has its figures
 	}
+	// Read whether or not the group is still populated: it may have emptied
+	// since the waiter looked, and its figures are whole then. A group
+	// removed meanwhile reads as zeros, which the maxima below ignore.
 	u := g.Usage()
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -232,7 +232,11 @@ func removeGroup(g *cgroup.Group) {
 
 // releaseGroup records the usage of p's cgroup and removes it, once empty.
 // It reports false if the group is still populated.
-func (p *proc) releaseGroup() bool {
+func (p *proc) releaseGroup() bool { return p.releaseEmpty(false) }
+
+// releaseEmpty is releaseGroup; empty says the caller has just seen the
+// group empty, which spares reading it again.
+func (p *proc) releaseEmpty(empty bool) bool {
 	if p.cg == nil {
 		return true
 	}
@@ -241,7 +245,7 @@ func (p *proc) releaseGroup() bool {
 		p.mu.Unlock()
 		return true
 	}
-	if p.cg.Populated() {
+	if !empty && p.cg.Populated() {
 		p.mu.Unlock()
 		return false
 	}
@@ -249,7 +253,8 @@ func (p *proc) releaseGroup() bool {
 	p.released = true
 	_ = p.cg.Remove()
 	p.mu.Unlock()
-	p.releaseV1() // takes p.mu itself
+	// Not under p.mu: measureV1 takes it.
+	p.releaseV1()
 	return true
 }
 
@@ -369,7 +374,7 @@ type procStat struct {
 
 // readStat reads /proc/<pid>/stat.
 func readStat(pid int) (procStat, bool) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	b, err := cgroup.ReadSmall("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
 		return procStat{}, false
 	}

@@ -144,6 +144,8 @@ type Executor struct {
 
 	idemMu  sync.Mutex // guards idemLog; taken before mu, never while holding it
 	idemLog *idemLog
+
+	index runIndex // the running index (recover_linux.go)
 }
 
 type finishedJob struct {
@@ -857,6 +859,7 @@ func (e *Executor) Close(ctx context.Context) error {
 		}
 	}
 	e.removeJobs(js)
+	e.index.close()
 	e.idemMu.Lock()
 	if e.idemLog != nil {
 		e.idemLog.close()

@@ -90,3 +90,28 @@ func TestRecoverLostKillsGroup(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestCgroupJobEnds: a job in cgroup mode ends, its group released and its
+// v1 groups measured, within a bound: releasing the group once held the
+// proc's lock while measuring the v1 groups, which take it too, and every
+// cgroup-mode job hung in its waiter.
+func TestCgroupJobEnds(t *testing.T) {
+	e := newTestExecutor(t, func(o *Options) { o.Containment = ContainmentAuto })
+	if e.Containment().Mode != ContainmentCgroup {
+		testenv.Need(t, "no cgroup v2 subtree here: %s", e.Containment().Reason)
+	}
+	for _, lim := range []Limits{{}, {Pids: 64}} {
+		j, err := e.Start(testCtx(t), Spec{Command: "true", Limits: lim})
+		if err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-j.proc.done:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("limits %+v: the job of `true` did not end within 10s", lim)
+		}
+		if s := j.Snapshot(); s.ExitCode == nil || *s.ExitCode != 0 {
+			t.Fatalf("limits %+v: %+v", lim, s)
+		}
+	}
+}

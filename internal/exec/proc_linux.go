@@ -15,6 +15,7 @@ import (
 
 	"github.com/dshd/dshd/internal/cgroup"
 	"github.com/dshd/dshd/internal/sandbox"
+	"github.com/dshd/dshd/internal/stages"
 )
 
 // drainTimeout bounds how long output is still read after the leader has
@@ -132,6 +133,7 @@ func (p *proc) start(s *spawnSpec) error {
 }
 
 func (p *proc) spawn(s *spawnSpec) error {
+	t := stages.Start()
 	cg, err := s.contain.group()
 	if err != nil {
 		return err
@@ -141,12 +143,14 @@ func (p *proc) spawn(s *spawnSpec) error {
 		removeGroup(cg)
 		return err
 	}
+	t = stages.Done(stages.Contain, t)
 	st, err := openStreams(s)
 	if err != nil {
 		removeGroup(cg)
 		removeV1(v1g)
 		return err
 	}
+	t = stages.Done(stages.Streams, t)
 	cmd := &osexec.Cmd{
 		Env:    s.env,
 		Dir:    s.dir,
@@ -202,6 +206,7 @@ func (p *proc) spawn(s *spawnSpec) error {
 	if cg != nil {
 		cg.CloseFD()
 	}
+	t = stages.Done(stages.Spawn, t)
 
 	p.mu.Lock()
 	p.cg = cg
@@ -229,6 +234,7 @@ func (p *proc) spawn(s *spawnSpec) error {
 	if s.onStart != nil {
 		s.onStart(cmd.Process.Pid)
 	}
+	t = stages.Done(stages.Index, t)
 	pid := cmd.Process.Pid
 	if pidfd >= 0 {
 		// os/exec keeps a duplicate of the pidfd until Wait, which we never
@@ -254,7 +260,7 @@ func (p *proc) spawn(s *spawnSpec) error {
 		readers.Add(1)
 		go readStream(st.errR, s.stderr, &readers)
 	}
-	go p.wait(cmd, pid, pidfd, st, &readers, s.onExit)
+	go p.wait(cmd, pid, pidfd, st, &readers, s.onExit, t)
 	return nil
 }
 
@@ -327,8 +333,10 @@ func (st *streams) closeParentEnds() {
 }
 
 // wait is the one goroutine that reaps the leader (waitLeader).
-func (p *proc) wait(cmd *osexec.Cmd, pid, pidfd int, st *streams, readers *sync.WaitGroup, onExit func(syscall.WaitStatus, error)) {
+// t is when the spawn returned (stages).
+func (p *proc) wait(cmd *osexec.Cmd, pid, pidfd int, st *streams, readers *sync.WaitGroup, onExit func(syscall.WaitStatus, error), t time.Time) {
 	ws, ru, err := waitLeader(cmd, pidfd)
+	t = stages.Done(stages.Wait, t)
 	reaperOf.reaped(pid)
 	// The leader is reaped, but its pid stays reserved as our pgid while any
 	// group member lives, so the probe cannot hit an unrelated process.
@@ -338,10 +346,11 @@ func (p *proc) wait(cmd *osexec.Cmd, pid, pidfd int, st *streams, readers *sync.
 	if alive {
 		remaining = max(p.countRemaining(nil), 1)
 	} else {
-		p.releaseGroup()
+		p.releaseEmpty(true)
 	}
 	p.ended(ru)
 	<-exitWork
+	t = stages.Done(stages.Release, t)
 	p.mu.Lock()
 	p.exited = true
 	p.groupAlive = alive
@@ -367,9 +376,11 @@ func (p *proc) wait(cmd *osexec.Cmd, pid, pidfd int, st *streams, readers *sync.
 	if p.in != nil && !st.tty {
 		p.in.Close() // a held-open pipe; the terminal is outR
 	}
+	t = stages.Done(stages.Drain, t)
 	exitWork <- struct{}{}
 	onExit(ws, err)
 	<-exitWork
+	stages.Done(stages.Record, t)
 	close(p.done)
 }
 

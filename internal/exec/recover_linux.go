@@ -7,19 +7,24 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/dshd/dshd/internal/cgroup"
 )
 
-// The running index: one small JSON file per running job under
-// <home>/jobs/running, written right after the spawn and removed when the
-// job ends. After a crash it tells the next start which processes to stop
-// and which jobs to report as lost. A file per job keeps each write and
-// removal independent, and a file cut short by the crash loses only its own
-// pid (the job is still reported lost, and in cgroup mode its group is
-// found and killed anyway).
+// The running index: an append-only log, <home>/jobs/running/index.log,
+// of one JSON line per job started (its entry, right after the spawn) and
+// one per job ended ({"end": id}). Each line is one write(2) to a
+// descriptor held open, so a job costs two writes and no file created or
+// removed; a crash of dshd cannot cut a write short (the kernel finishes
+// it), and a line torn by a crash of the machine is skipped (its processes
+// died with the machine). When the log has grown past indexCompactAt it is
+// rewritten with the running jobs alone. After a crash it tells the next
+// start which processes to stop and which jobs to report as lost. Index
+// files of one JSON file per job, which earlier versions wrote, are still
+// read.
 
 // indexEntry is one running job in the index.
 type indexEntry struct {
@@ -65,7 +70,7 @@ func (e *Executor) indexAdd(j *Job, pid int) {
 	}
 	b, err := json.Marshal(ent)
 	if err == nil {
-		err = os.WriteFile(filepath.Join(dir, j.id+".json"), b, 0o600)
+		err = e.index.add(dir, j.id, append(b, '\n'))
 	}
 	if err != nil {
 		e.log.Warn("index running job", "job_id", j.id, "err", err)
@@ -78,9 +83,157 @@ func (e *Executor) indexRemove(j *Job) {
 	if dir == "" {
 		return
 	}
-	if err := os.Remove(filepath.Join(dir, j.id+".json")); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if err := e.index.remove(j.id); err != nil {
 		e.log.Warn("unindex job", "job_id", j.id, "err", err)
 	}
+}
+
+// indexLogName is the running index's log in the index directory.
+const indexLogName = "index.log"
+
+// indexCompactAt is the size past which the log is rewritten with the
+// running jobs alone.
+const indexCompactAt = 1 << 20
+
+// runIndex is the running index's log, opened at the first job.
+type runIndex struct {
+	mu   sync.Mutex
+	path string
+	f    *os.File
+	size int64
+	live map[string][]byte // running job id -> its entry's line
+}
+
+// indexEnd is the line that ends a job's entry.
+type indexEnd struct {
+	End string `json:"end"`
+}
+
+// add appends the entry line of job id (JSON and a newline), opening the
+// log in dir on first use.
+func (x *runIndex) add(dir, id string, line []byte) error {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.f == nil {
+		x.path = filepath.Join(dir, indexLogName)
+		f, err := os.OpenFile(x.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|os.O_TRUNC, 0o600)
+		if err != nil {
+			return err
+		}
+		x.f, x.size, x.live = f, 0, make(map[string][]byte)
+	}
+	if _, err := x.f.Write(line); err != nil {
+		return err
+	}
+	x.size += int64(len(line))
+	x.live[id] = line
+	return nil
+}
+
+// remove appends the end of job id's entry, and compacts the log once it
+// has grown past indexCompactAt.
+func (x *runIndex) remove(id string) error {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.f == nil {
+		return nil
+	}
+	if _, ok := x.live[id]; !ok {
+		return nil // never indexed (its write failed)
+	}
+	line, _ := json.Marshal(indexEnd{End: id})
+	line = append(line, '\n')
+	if _, err := x.f.Write(line); err != nil {
+		return err
+	}
+	delete(x.live, id)
+	x.size += int64(len(line))
+	if x.size < indexCompactAt {
+		return nil
+	}
+	return x.compactLocked()
+}
+
+// compactLocked rewrites the log with the running jobs' entries alone: a
+// new file renamed over the old one, so a crash leaves either.
+func (x *runIndex) compactLocked() error {
+	tmp := x.path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_APPEND|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	var buf []byte
+	for _, line := range x.live {
+		buf = append(buf, line...)
+	}
+	if _, err := f.Write(buf); err != nil {
+		f.Close()
+		os.Remove(tmp)
+		return err
+	}
+	if err := os.Rename(tmp, x.path); err != nil {
+		f.Close()
+		os.Remove(tmp)
+		return err
+	}
+	x.f.Close()
+	x.f, x.size = f, int64(len(buf))
+	return nil
+}
+
+// close closes the log and, when no job is left in it, removes it.
+func (x *runIndex) close() {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.f == nil {
+		return
+	}
+	x.f.Close()
+	x.f = nil
+	if len(x.live) == 0 {
+		os.Remove(x.path)
+	}
+}
+
+// readIndexLog returns the entries of the jobs the log at path says are
+// running, in the order they started. A line that does not parse (torn by
+// a crash of the machine) is skipped.
+func readIndexLog(path string) ([]indexEntry, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var order []string
+	live := make(map[string]indexEntry)
+	for line := range strings.SplitSeq(string(b), "\n") {
+		var rec struct {
+			indexEntry
+			End string `json:"end"`
+		}
+		if line == "" || json.Unmarshal([]byte(line), &rec) != nil {
+			continue
+		}
+		switch {
+		case rec.End != "":
+			delete(live, rec.End)
+		case rec.ID != "":
+			if _, ok := live[rec.ID]; !ok {
+				order = append(order, rec.ID)
+			}
+			live[rec.ID] = rec.indexEntry
+		}
+	}
+	var ents []indexEntry
+	for _, id := range order {
+		if ent, ok := live[id]; ok {
+			ents = append(ents, ent)
+			delete(live, id)
+		}
+	}
+	return ents, nil
 }
 
 // recoverLost runs once in New, before any job starts. It stops every
@@ -101,7 +254,14 @@ func (e *Executor) recoverLost() error {
 	if err != nil {
 		return err
 	}
-	var ents []indexEntry
+	logPath := filepath.Join(dir, indexLogName)
+	ents, err := readIndexLog(logPath)
+	if err != nil {
+		e.log.Warn("read the running index", "path", logPath, "err", err)
+	}
+	if err := os.Remove(logPath); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		e.log.Warn("remove the running index", "path", logPath, "err", err)
+	}
 	for _, de := range des {
 		id, ok := strings.CutSuffix(de.Name(), ".json")
 		if !ok || !de.Type().IsRegular() {

@@ -3,11 +3,13 @@ package exec
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	osexec "os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -102,15 +104,12 @@ func TestIndexFollowsRunningJobs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(e.indexDir(), j.ID()+".json")
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("running job not indexed: %v", err)
+	path := filepath.Join(e.indexDir(), indexLogName)
+	ents, err := readIndexLog(path)
+	if err != nil || len(ents) != 1 {
+		t.Fatalf("running job not indexed: %v %+v", err, ents)
 	}
-	var ent indexEntry
-	if err := json.Unmarshal(b, &ent); err != nil {
-		t.Fatal(err)
-	}
+	ent := ents[0]
 	st, ok := readStat(ent.PID)
 	if ent.ID != j.ID() || ent.AgentID != "agt_x" || ent.PID != j.Snapshot().PID || !ok || st.start != ent.LeaderStart {
 		t.Errorf("index entry = %+v; leader stat %+v", ent, st)
@@ -121,8 +120,66 @@ func TestIndexFollowsRunningJobs(t *testing.T) {
 	if _, err := e.Cancel(testCtx(t), j.ID()); err != nil {
 		t.Fatal(err)
 	}
+	if ents, err := readIndexLog(path); err != nil || len(ents) != 0 {
+		t.Errorf("finished job still indexed: %v %+v", err, ents)
+	}
+}
+
+// TestIndexLogCompactsAndRecovers: the running index is a log of two
+// writes per job; past indexCompactAt it is rewritten with the running
+// jobs alone, and the next start after a crash (the executor is never
+// closed) reports exactly those jobs lost, skipping a line torn by a crash
+// of the machine.
+func TestIndexLogCompactsAndRecovers(t *testing.T) {
+	home := t.TempDir()
+	e := newTestExecutor(t, func(o *Options) { o.Home = home })
+	bg, err := e.Start(testCtx(t), Spec{Command: "sleep 300", Background: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = e.Cancel(testCtx(t), bg.ID()) })
+	path := filepath.Join(home, "jobs", "running", indexLogName)
+	// Enough ended entries to pass indexCompactAt, without running as many
+	// jobs: the log is the executor's own.
+	line := func(id string) []byte {
+		b, _ := json.Marshal(indexEntry{ID: id, Command: strings.Repeat("x", 400)})
+		return append(b, '\n')
+	}
+	grown := 0
+	for i := 0; grown < indexCompactAt; i++ {
+		id := fmt.Sprintf("job_filler%d", i)
+		if err := e.index.add(e.indexDir(), id, line(id)); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.index.remove(id); err != nil {
+			t.Fatal(err)
+		}
+		grown += len(line(id)) + len(`{"end":""}`) + len(id) + 1
+	}
+	fi, err := os.Stat(path)
+	if err != nil || fi.Size() >= indexCompactAt {
+		t.Fatalf("index log after %d bytes of ended entries: %v, size %d; want it compacted", grown, err, fi.Size())
+	}
+	ents, err := readIndexLog(path)
+	if err != nil || len(ents) != 1 || ents[0].ID != bg.ID() {
+		t.Fatalf("index after compaction = %v %+v, want the running job alone", err, ents)
+	}
+	// A torn line, as a crash of the machine may leave.
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Write([]byte(`{"id":"job_torn","comm`))
+	f.Close()
+
+	// A crash: a second executor on the same home, the first never closed.
+	e2 := newTestExecutor(t, func(o *Options) { o.Home = home })
+	lost := e2.Jobs("", StateLost)
+	if len(lost) != 1 || lost[0].ID != bg.ID() {
+		t.Fatalf("lost jobs after the crash = %+v, want %s alone", lost, bg.ID())
+	}
 	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("finished job still indexed: %v", err)
+		t.Errorf("index log left after recovery: %v", err)
 	}
 }
 

@@ -53,6 +53,10 @@ func TestRemainderAccounted(t *testing.T) {
 			if s.State != StateExited || strings.TrimSpace(s.Stdout.Text) != "started" {
 				t.Fatalf("job = %s, stdout %q", s.State, s.Stdout.Text)
 			}
+			// nohup may not have exec'd sleep yet when the leader ends.
+			for deadline := time.Now().Add(2 * time.Second); len(sleepers(arg)) == 0 && time.Now().Before(deadline); {
+				time.Sleep(5 * time.Millisecond)
+			}
 			if len(sleepers(arg)) != 1 {
 				t.Fatalf("sleep %s is not running", arg)
 			}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/dshd/dshd/internal/sandbox"
 	"github.com/dshd/dshd/internal/shellenv"
+	"github.com/dshd/dshd/internal/stages"
 )
 
 // errReleased is the start error of a reservation released unstarted. A
@@ -205,6 +206,7 @@ func (r *Reservation) Start(managed shellenv.Overlay) (*Job, error) {
 
 func (r *Reservation) start(managed shellenv.Overlay) (*Job, error) {
 	e, j := r.e, r.j
+	t := stages.Start()
 	fail := func(err error) (*Job, error) {
 		if j.timer != nil {
 			j.timer.Stop()
@@ -239,6 +241,7 @@ func (r *Reservation) start(managed shellenv.Overlay) (*Job, error) {
 	if err := checkArgSize(j.command, env); err != nil {
 		return fail(err)
 	}
+	stages.Done(stages.Env, t)
 
 	e.mu.Lock()
 	delete(e.reserved, j.id)

@@ -13,6 +13,7 @@ import (
 	"github.com/dshd/dshd/internal/agents"
 	"github.com/dshd/dshd/internal/exec"
 	"github.com/dshd/dshd/internal/http/api"
+	"github.com/dshd/dshd/internal/stages"
 	"github.com/dshd/dshd/internal/tools"
 )
 
@@ -320,6 +321,8 @@ func (s *Server) CallTool(ctx context.Context, req api.CallToolRequestObject) (a
 // jobs answer 200 when they end, or still running once yieldMs has passed.
 // The job outlives the request either way.
 func (s *Server) Exec(ctx context.Context, req api.ExecRequestObject) (api.ExecResponseObject, error) {
+	clock := stageClockOf(ctx)
+	clock.done(stages.Decode)
 	job, err := s.pipeline.Exec(ctx, fromAPIExecRequest(*req.Body, req.Params.IdempotencyKey))
 	if err != nil {
 		return nil, err
@@ -335,7 +338,9 @@ func (s *Server) Exec(ctx context.Context, req api.ExecRequestObject) (api.ExecR
 		ctx, cancel = context.WithTimeout(ctx, millis(req.Body.YieldMs))
 		defer cancel()
 	}
-	return api.Exec200JSONResponse(toAPIJob(waitJob(ctx, job))), nil
+	snap := waitJob(ctx, job)
+	clock.restart()
+	return api.Exec200JSONResponse(toAPIJob(snap)), nil
 }
 
 // waitJob waits for job to end or ctx to expire, and returns its state then.

@@ -281,7 +281,7 @@ func NewServer(d Deps) (http.Handler, error) {
 
 	r := chi.NewRouter()
 	s.router = r
-	mws := []func(http.Handler) http.Handler{s.bodyDeadline, s.closeChunked, s.requestID, s.observe, s.checkHost, s.secureHeaders, s.authenticate}
+	mws := []func(http.Handler) http.Handler{timeStages, s.bodyDeadline, s.closeChunked, s.requestID, s.observe, s.checkHost, s.secureHeaders, s.authenticate}
 	if d.JobRouter != nil {
 		peerKey := d.PeerKey
 		if len(peerKey) == 0 {

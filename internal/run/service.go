@@ -24,6 +24,7 @@ import (
 	"github.com/dshd/dshd/internal/limits"
 	"github.com/dshd/dshd/internal/sandbox"
 	"github.com/dshd/dshd/internal/shellenv"
+	"github.com/dshd/dshd/internal/stages"
 	"github.com/dshd/dshd/internal/tools"
 )
 
@@ -249,6 +250,7 @@ func (e *errBlocked) Error() string { return "blocked by hook: " + e.reason }
 // or external (resolvers, webhooks, hooks) runs for a request the job table
 // refuses. spec.Cwd "" means the agent's cwd; spec.AgentID is set here.
 func (s *Service) start(ctx context.Context, agent *agents.Agent, spec exec.Spec, pass gate) (*exec.Job, error) {
+	t := stages.Start()
 	if err := errors.Join(spec.Sandbox.Validate(), spec.Limits.Validate()); err != nil {
 		return nil, err
 	}
@@ -270,6 +272,7 @@ func (s *Service) start(ctx context.Context, agent *agents.Agent, spec exec.Spec
 		}
 	}
 	spec.Sandbox = spec.Sandbox.Or(s.policy)
+	t = stages.Done(stages.Validate, t)
 	res, err := s.jobs.Reserve(ctx, spec)
 	if err != nil {
 		return nil, err // the executor's error says what was refused
@@ -277,7 +280,9 @@ func (s *Service) start(ctx context.Context, agent *agents.Agent, spec exec.Spec
 	if job, ok := res.Existing(); ok {
 		return job, nil // idempotent repeat: nothing runs again
 	}
+	t = stages.Done(stages.Reserve, t)
 	overlay, err := s.collect(ctx, res, agent, spec)
+	stages.Done(stages.Overlay, t)
 	if err == nil && pass != nil {
 		reason, blocked, gerr := pass(ctx)
 		switch {

@@ -1,0 +1,146 @@
+package httpapi
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	osexec "os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	contract "github.com/dshd/dshd/api"
+	"github.com/dshd/dshd/internal/agents"
+	"github.com/dshd/dshd/internal/exec"
+	"github.com/dshd/dshd/internal/run"
+	"github.com/dshd/dshd/internal/sandbox"
+	"github.com/dshd/dshd/internal/shellenv"
+	"github.com/dshd/dshd/internal/stages"
+)
+
+// BenchmarkExecStages breaks one foreground POST /exec of `true` down by
+// stage (package stages), through the real handler, pipeline and executor
+// on loopback HTTP, with containment auto and the default sandbox policy
+// as a server has them. Each stage's median is reported beside the whole
+// request's and a direct `bash -c true` spawn measured in the same loop,
+// so a change that adds a millisecond shows where. The wait stage is
+// mostly bash's own run.
+func BenchmarkExecStages(b *testing.B) {
+	ctx := context.Background()
+	home := b.TempDir()
+	reg, err := shellenv.New(shellenv.Options{Home: home, StatePath: filepath.Join(home, "contributors.json")})
+	if err != nil {
+		b.Fatal(err)
+	}
+	host := sandbox.NewHost(ctx, sandbox.Config{})
+	jobs, err := exec.New(exec.Options{Home: home, Environ: os.Environ(), Containment: exec.ContainmentAuto, Sandbox: host})
+	if err != nil {
+		b.Fatal(err)
+	}
+	store, err := agents.Open(ctx, agents.Options{Dir: filepath.Join(home, "sessions"), DefaultCwd: b.TempDir()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		_ = jobs.Close(cctx)
+		_ = store.Close()
+	})
+	svc := run.New(run.Options{Env: reg, Jobs: jobs, Agents: store, Home: home, SandboxHost: host})
+	f := &failing{}
+	h, err := NewServer(Deps{
+		Logger: discardLogger(), Token: testToken, Spec: contract.OpenAPI,
+		Env: reg, Jobs: jobs, Pipeline: svc, Agents: f, Hooks: f, Skills: skillsFailing{f}, MCP: f,
+		MaxBodyBytes: 1 << 20,
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	b.Cleanup(srv.Close)
+	client := srv.Client()
+	post := func() {
+		req, _ := http.NewRequest("POST", srv.URL+"/exec", bytes.NewReader([]byte(`{"command":"true"}`)))
+		req.Header.Set("Authorization", "Bearer "+testToken)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := client.Do(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !bytes.Contains(body, []byte(`"exitCode":0`)) {
+			b.Fatalf("POST /exec = %d: %s", resp.StatusCode, body)
+		}
+	}
+	direct := func() {
+		if err := osexec.Command("bash", "-c", "true").Run(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for range 20 {
+		post()
+		direct()
+	}
+
+	var mu sync.Mutex
+	var per [stages.N][]time.Duration
+	stages.SetHook(func(s stages.Stage, d time.Duration) {
+		mu.Lock()
+		per[s] = append(per[s], d)
+		mu.Unlock()
+	})
+	defer stages.SetHook(nil)
+	var whole, floor []time.Duration
+	for b.Loop() {
+		t0 := time.Now()
+		direct()
+		t1 := time.Now()
+		post()
+		floor = append(floor, t1.Sub(t0))
+		whole = append(whole, time.Since(t1))
+	}
+	stages.SetHook(nil)
+	median := func(d []time.Duration) time.Duration {
+		if len(d) == 0 {
+			return 0
+		}
+		s := slices.Clone(d)
+		slices.Sort(s)
+		return s[len(s)/2]
+	}
+	var sum time.Duration
+	var line strings.Builder
+	mu.Lock()
+	defer mu.Unlock()
+	for s := range stages.N {
+		m := median(per[s])
+		sum += m
+		b.ReportMetric(float64(m.Nanoseconds())/1e3, stages.Stage(s).String()+"-µs")
+		fmt.Fprintf(&line, " %s=%.0f", stages.Stage(s), float64(m.Nanoseconds())/1e3)
+	}
+	b.ReportMetric(float64(median(whole).Nanoseconds())/1e3, "exec-µs")
+	b.ReportMetric(float64(median(floor).Nanoseconds())/1e3, "direct-µs")
+	b.ReportMetric(float64(sum.Nanoseconds())/1e3, "stages-µs")
+	b.ReportMetric(0, "ns/op")
+	b.Logf("load %s; medians in µs:%s; stages %.0f, whole request %.0f, direct spawn %.0f", loadAvg(), line.String(),
+		float64(sum.Nanoseconds())/1e3, float64(median(whole).Nanoseconds())/1e3, float64(median(floor).Nanoseconds())/1e3)
+}
+
+// loadAvg is the first three fields of /proc/loadavg.
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	return strings.Join(f[:min(3, len(f))], " ")
+}
