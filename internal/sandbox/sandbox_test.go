@@ -716,3 +716,47 @@ func BenchmarkGitDirs(b *testing.B) {
 		}
 	}
 }
+
+// TestGitScanEdges: a root that is a link is followed (the harness's root
+// may be one), the entries below it are not; a budget of exactly the
+// entries there are suffices; the scanner keeps at most maxScannedRoots
+// roots and keeps the ones it has room for.
+func TestGitScanEdges(t *testing.T) {
+	real := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(real, "sub", ".git"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(t.TempDir(), "ws")
+	if err := os.Symlink(real, link); err != nil {
+		t.Fatal(err)
+	}
+	var g gitScanner
+	budget := DefaultGitScanMaxEntries
+	got, err := g.scan(link, &budget, DefaultGitScanMaxEntries)
+	if want := []string{filepath.Join(link, "sub", ".git")}; err != nil || !slices.Equal(got, want) {
+		t.Errorf("scan of a root that is a link = %v, %v; want %v", got, err, want)
+	}
+	used := DefaultGitScanMaxEntries - budget
+	budget = used
+	if _, err := (&gitScanner{}).scan(link, &budget, used); err != nil {
+		t.Errorf("a budget of exactly the %d entries there are: %v", used, err)
+	}
+
+	roots := make([]string, maxScannedRoots+3)
+	for i := range roots {
+		roots[i] = t.TempDir()
+	}
+	g = gitScanner{}
+	for i, r := range roots {
+		budget := DefaultGitScanMaxEntries
+		if _, err := g.scan(r, &budget, DefaultGitScanMaxEntries); err != nil {
+			t.Fatal(err)
+		}
+		if i == 1 && len(g.roots) != 2 {
+			t.Errorf("after two roots the scanner keeps %d, want 2", len(g.roots))
+		}
+	}
+	if len(g.roots) != maxScannedRoots {
+		t.Errorf("after %d roots the scanner keeps %d, want %d", len(roots), len(g.roots), maxScannedRoots)
+	}
+}
