@@ -760,3 +760,25 @@ func TestGitScanEdges(t *testing.T) {
 		t.Errorf("after %d roots the scanner keeps %d, want %d", len(roots), len(g.roots), maxScannedRoots)
 	}
 }
+
+// TestKernelFSThroughLinks: a root that is a link into /proc, /sys or /dev
+// is on the kernel's file systems too, and never writable.
+func TestKernelFSThroughLinks(t *testing.T) {
+	dir := t.TempDir()
+	for _, target := range []string{"/proc/sys/kernel", "/sys/fs/cgroup", "/dev/shm"} {
+		link := filepath.Join(dir, strings.ReplaceAll(strings.Trim(target, "/"), "/", "-"))
+		if err := os.Symlink(target, link); err != nil {
+			t.Fatal(err)
+		}
+		if !kernelFS(link) {
+			t.Errorf("kernelFS(%s -> %s) = false", link, target)
+		}
+		h := &Host{}
+		if pl, err := h.planFor(Policy{WorkspaceWrite, NetworkOff}, []string{link}); err != nil || len(pl.writable) != 0 {
+			t.Errorf("plan for a root linked to %s: writable %v, %v; want none", target, pl.writable, err)
+		}
+	}
+	if kernelFS(dir) {
+		t.Errorf("kernelFS(%s) = true", dir)
+	}
+}
