@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/base64"
@@ -124,6 +125,14 @@ func (c *conformingClient) RoundTrip(req *http.Request) (*http.Response, error) 
 		return nil, err
 	}
 	resp.Body = io.NopCloser(bytes.NewReader(body))
+	c.check(req, route, params, resp, body)
+	return resp, nil
+}
+
+// check checks a response to req, whose body was read whole, against the
+// contract (RoundTrip's check, for a test that must read a stream itself).
+func (c *conformingClient) check(req *http.Request, route *routers.Route, params map[string]string, resp *http.Response, body []byte) {
+	c.t.Helper()
 	ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
 	in := &openapi3filter.ResponseValidationInput{
 		RequestValidationInput: &openapi3filter.RequestValidationInput{Request: req, PathParams: params, Route: route},
@@ -151,7 +160,6 @@ func (c *conformingClient) RoundTrip(req *http.Request) (*http.Response, error) 
 	c.mu.Lock()
 	c.seen[route.Method+" "+route.Path+" "+strconv.Itoa(resp.StatusCode)] = true
 	c.mu.Unlock()
-	return resp, nil
 }
 
 // TestResponsesConformToContract drives every operation of the real server
@@ -504,7 +512,14 @@ func TestOutputEventsMatchContract(t *testing.T) {
 	var job struct{ ID string }
 	// stdout: text, then (after stderr's binary) a last byte that starts a
 	// two-byte character the job never finishes.
-	cmd := `printf 'h\303\251llo\n'; sleep 0.2; printf '\377\000bin' >&2; sleep 0.2; printf 'end \303'`
+	// Each part waits until the client has received the one before (the
+	// test touches a file when it sees it), so every form arrives as an
+	// event of its own however late the client connects or reads.
+	sig := t.TempDir()
+	wait := func(name string) string {
+		return `until [ -e '` + filepath.Join(sig, name) + `' ]; do sleep 0.01; done; `
+	}
+	cmd := wait("connected") + `printf 'h\303\251llo\n'; ` + wait("text") + `printf '\377\000bin' >&2; ` + wait("binary") + `printf 'end \303'`
 	if st := s.DoJSON(t, "POST", "/exec", map[string]any{"command": cmd, "background": true}, &job); st != 202 {
 		t.Fatalf("POST /exec = %d", st)
 	}
@@ -515,16 +530,47 @@ func TestOutputEventsMatchContract(t *testing.T) {
 	}
 	req.Header.Set("Authorization", "Bearer "+s.Token)
 	req.Header.Set("Accept", "text/event-stream")
-	// The conforming client checks every event against the schema.
-	resp, err := (&http.Client{Transport: cc}).Do(req)
+	// The stream is read here as it comes (the job waits for each event to
+	// arrive), then checked as the conforming client checks every answer,
+	// every event against the schema.
+	route, params, err := cc.router.FindRoute(req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	body, err := io.ReadAll(resp.Body)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	touch := func(name string) {
+		if err := os.WriteFile(filepath.Join(sig, name), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	touch("connected")
+	var body []byte
+	var sentText, sentBinary bool
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		body = append(append(body, line...), '\n')
+		if !strings.HasPrefix(line, "data: ") {
+			continue
+		}
+		switch {
+		case !sentText && bytes.Contains(body, []byte("event: stdout\n")):
+			sentText = true
+			touch("text")
+		case !sentBinary && bytes.Contains(body, []byte("event: stderr\n")):
+			sentBinary = true
+			touch("binary")
+		}
+	}
 	resp.Body.Close()
-	if err != nil || resp.StatusCode != 200 {
+	if err := sc.Err(); err != nil || resp.StatusCode != 200 {
 		t.Fatalf("GET output = %d, %v", resp.StatusCode, err)
 	}
+	cc.check(req, route, params, resp, body)
 	events, err := parseEvents(body)
 	if err != nil {
 		t.Fatal(err)
