@@ -550,7 +550,9 @@ export interface paths {
          *     cannot be taken back). Writes are recorded on the job's `input` (size and
          *     time; the bytes themselves only with `jobs.recordInput`). The answer is the
          *     job after the write, or nothing (204) with `Prefer: return=minimal`: a
-         *     terminal that sends every key needs no job back.
+         *     terminal that sends every key needs no job back. A job that has ended is
+         *     409 `job_not_running`, whatever its kind; a running job started with neither
+         *     `tty` nor `openStdin`, or whose input was closed, is 409 `input_not_open`.
          */
         post: operations["writeJobInput"];
         delete?: never;
@@ -572,7 +574,7 @@ export interface paths {
         put?: never;
         /**
          * Resize a running terminal job's terminal.
-         * @description Sets the terminal's size in character cells; the program gets `SIGWINCH`. A job without a terminal is 409 `not_a_terminal`.
+         * @description Sets the terminal's size in character cells; the program gets `SIGWINCH`. A job that has ended is 409 `job_not_running`, with or without a terminal; a running job without a terminal is 409 `not_a_terminal`.
          */
         post: operations["resizeJob"];
         delete?: never;
@@ -598,7 +600,8 @@ export interface paths {
          *     sends ^C to its foreground group: processes that left the group (`setsid`)
          *     do not get it. To stop the whole job, cancel it (`DELETE /jobs/{id}`), which
          *     goes through the kill path. The signal's effect is up to the program; the
-         *     answer is the job right after sending it.
+         *     answer is the job right after sending it. A job whose leader has exited is
+         *     409 `job_not_running`.
          */
         post: operations["signalJob"];
         delete?: never;
@@ -1318,7 +1321,9 @@ export interface components {
         ExecRequest: {
             /**
              * @description Run as `bash -c <command>`. At most 131,071 bytes (the kernel's limit on one
-             *     argument); longer commands are refused with 413 `argument_too_large`.
+             *     argument); longer commands are refused with 413 `argument_too_large`, whatever
+             *     their characters. `maxLength` counts characters, so a command within it can
+             *     still be over in bytes; the server answers both with the same 413.
              */
             command: string;
             agentId?: string;
@@ -1994,7 +1999,7 @@ export interface components {
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
-        /** @description The request conflicts with what exists (`duplicate_contributor`, `key_owned` with `key` and `owner`, `builtin_contributor`, `idempotency_key_in_use`: the first request with this `Idempotency-Key` is still being started; `job_not_running`: the job has ended; `input_not_open`: the job was started without `tty` or `openStdin`, or its input was closed; `input_blocked`: the program did not take the bytes in time; `not_a_terminal`: the job has no terminal to resize). */
+        /** @description The request conflicts with what exists (`duplicate_contributor`, `key_owned` with `key` and `owner`, `builtin_contributor`, `idempotency_key_in_use`: the first request with this `Idempotency-Key` is still being started; `job_not_running`: the job has ended, whatever its kind (this comes before the two next); `input_not_open`: the running job was started without `tty` or `openStdin`, or its input was closed; `input_blocked`: the program did not take the bytes in time; `not_a_terminal`: the running job has no terminal to resize). */
         R409: {
             headers: {
                 [name: string]: unknown;

@@ -1135,7 +1135,9 @@ type ExecRequest struct {
 	Cols *int32 `json:"cols,omitempty"`
 
 	// Command Run as `bash -c <command>`. At most 131,071 bytes (the kernel's limit on one
-	// argument); longer commands are refused with 413 `argument_too_large`.
+	// argument); longer commands are refused with 413 `argument_too_large`, whatever
+	// their characters. `maxLength` counts characters, so a command within it can
+	// still be over in bytes; the server answers both with the same 413.
 	Command string  `json:"command"`
 	Cwd     *string `json:"cwd,omitempty"`
 
