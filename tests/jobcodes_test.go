@@ -1,6 +1,8 @@
 package tests
 
 import (
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -70,8 +72,39 @@ func TestControlCodesOfEndedAndRunningJobs(t *testing.T) {
 		}
 	}
 
+	// The other codes of the control routes.
+	if st, code := post(t, "job_nope", "stdin", map[string]any{"data": "x"}); st != 404 || code != "job_not_found" {
+		t.Errorf("write to an unknown job = %d %q, want 404 job_not_found", st, code)
+	}
+	if st, code := post(t, "job_nope", "resize", map[string]any{"cols": 80, "rows": 24}); st != 404 || code != "job_not_found" {
+		t.Errorf("resize an unknown job = %d %q, want 404 job_not_found", st, code)
+	}
+	if st, code := post(t, "job_nope", "signal", map[string]any{"signal": "SIGINT"}); st != 404 || code != "job_not_found" {
+		t.Errorf("signal an unknown job = %d %q, want 404 job_not_found", st, code)
+	}
+	// A signal off the allowlist is refused by the contract's enum.
+	if st, code := post(t, plain.ID, "signal", map[string]any{"signal": "SIGSEGV"}); st != 400 || code != "bad_request" {
+		t.Errorf("signal SIGSEGV = %d %q, want 400 bad_request", st, code)
+	}
+	// A program that does not read: the pipe takes 64 KiB, then the write
+	// waits timeoutMs and is input_blocked, saying how much was taken.
+	reader := s.startInteractive(t, map[string]any{"command": "sleep 30", "openStdin": true})
+	defer s.cancelJob(t, reader.ID)
+	var p problem
+	st := s.DoJSON(t, "POST", "/jobs/"+reader.ID+"/stdin", map[string]any{"data": strings.Repeat("x", 200_000), "timeoutMs": 200}, &p)
+	if st != 409 || p.Code != "input_blocked" || !strings.Contains(p.Detail, "of 200000 bytes were taken") {
+		t.Errorf("write to a program that does not read = %d %q %q, want 409 input_blocked saying how many bytes were taken", st, p.Code, p.Detail)
+	}
+	var all []job
+	s.DoJSON(t, "GET", "/jobs?state=running", nil, &all)
+	for _, id := range []string{plain.ID, pipe.ID, reader.ID} {
+		if !slices.ContainsFunc(all, func(j job) bool { return j.ID == id }) {
+			t.Errorf("job %s is no longer running after refused requests", id)
+		}
+	}
+
 	// The model's write_stdin: an ended job has ended, a running one
-	// without input takes none.
+	// without input takes none, one that does not read is not reading.
 	var a agent
 	s.DoJSON(t, "POST", "/agents", map[string]any{}, &a)
 	done := s.callTool(t, a.ID, "bash", map[string]any{"command": "true"})
@@ -85,6 +118,15 @@ func TestControlCodesOfEndedAndRunningJobs(t *testing.T) {
 	}
 	if r := s.callTool(t, a.ID, "write_stdin", map[string]any{"session_id": running.JobID, "chars": "x\n"}); !r.IsError || !strings.Contains(r.Text, "takes no input") {
 		t.Errorf("write_stdin to a running job without input = %+v, want isError saying it takes no input", r)
+	}
+	deaf := s.callTool(t, a.ID, "bash", map[string]any{"command": "sleep 30", "tty": true, "yield_time_ms": 100})
+	if deaf.JobID == "" {
+		t.Fatalf("bash with tty: %+v", deaf)
+	}
+	defer s.cancelJob(t, deaf.JobID)
+	// The terminal holds 4 KiB of lines nobody reads; the write waits a second.
+	if r := s.callTool(t, a.ID, "write_stdin", map[string]any{"session_id": deaf.JobID, "chars": strings.Repeat("xxxxxxx\n", 12_500), "yield_time_ms": 100}); !r.IsError || !strings.Contains(r.Text, "not reading its input") {
+		t.Errorf("write_stdin to a terminal program that does not read = %.300s, want isError saying it is not reading", fmt.Sprintf("%+v", r))
 	}
 }
 
