@@ -1,17 +1,17 @@
 # The README's commands: `make test` runs every check CI runs; `make bench`
-# prints the performance figures beside their baselines.
+# prints the performance figures beside their baselines (docs/performance.md).
 GO ?= go
 
-.PHONY: test check generate generate-check vet fmt-check unit bench fuzz run deps lint-contract python-install-check vendor-check mutate
+.PHONY: test check generate generate-check vet fmt-check unit bench fuzz run deps lint-contract python-install-check vendor-check systemd-check mutate
 
-test: deps generate-check fmt-check vet lint-contract vendor-check python-install-check unit
+test: deps generate-check fmt-check vet lint-contract vendor-check python-install-check systemd-check unit
 
 # npm packages are pinned by each directory's package-lock.json.
 NODE_DIRS = api/lint clients/typescript tests tests/mcp web/vendor
 
 deps:
 	$(GO) mod download
-	./scripts/ensure-debian-packages.sh chromium=chromium,chromium-driver bwrap=bubblewrap python3=python3 py:ensurepip=python3-venv
+	./scripts/ensure-debian-packages.sh chromium=chromium,chromium-driver bwrap=bubblewrap python3=python3 py:ensurepip=python3-venv systemd-analyze=systemd
 	./scripts/ensure-node-deps.sh $(NODE_DIRS)
 
 # The UI's vendored xterm.js (web/vendor/xterm) is byte for byte the pinned
@@ -36,6 +36,12 @@ generate:
 	$(GO) generate ./...
 	@test -x clients/typescript/node_modules/.bin/openapi-typescript || { echo "run make deps first: clients/typescript needs its npm packages" >&2; exit 1; }
 	cd clients/typescript && node_modules/.bin/openapi-typescript ../../api/openapi.yaml -o src/schema.d.ts
+
+# The systemd unit of examples/systemd passes `systemd-analyze verify` with
+# no warning (ExecStart pointed at a dshd built by the documented go build),
+# and its sysusers file makes the unit's user; no systemd needs to run.
+systemd-check:
+	./scripts/check-systemd-unit.sh
 
 # Fails when the committed generated code differs from what the contract makes.
 generate-check: generate
@@ -86,8 +92,7 @@ run:
 # sandbox's policy rules, plan and .git search, the job environment's
 # managed/ambient/token rules, the registry, and the child-bounds rule. Each
 # mutant reruns its package's tests, so this is slow (tens of minutes) and
-# not part of `make test`. Survivors are listed in the README's Testing
-# section; MUTATE_PKGS runs a subset.
+# not part of `make test`. Survivors are listed in docs/testing.md; MUTATE_PKGS runs a subset.
 GREMLINS = $(GO) run github.com/go-gremlins/gremlins/cmd/gremlins@v0.6.0
 MUTATE_PKGS ?= sandbox exec run shellenv
 mutate:
