@@ -131,6 +131,8 @@ func TestBrowserNarrowJob(t *testing.T) {
 	if geom.Cell < 6 {
 		t.Errorf("a terminal character is %.1f px wide at %d px, want at least 6 (readable)", geom.Cell, phoneWidth)
 	}
+	// Phones hide scrollbars: a line says the box scrolls.
+	b.do("the terminal says it scrolls sideways", chromedp.WaitVisible(chromedp.CSS(testID("job-terminal-wide"))))
 	t.Logf("terminal at %d px: box %d px wide, content %d px, overflow-x %s, character %.1f px", phoneWidth, geom.ClientWidth, geom.ScrollWidth, geom.OverflowX, geom.Cell)
 	b.checkView("narrow-terminal-job")
 
@@ -169,7 +171,10 @@ func TestBrowserNarrowJob(t *testing.T) {
 	// At desktop width the list stays beside the detail's way in.
 	b.do("desktop viewport", chromedp.EmulateViewport(1280, 800))
 	b.do("select the terminal job wide", chromedp.Click(chromedp.CSS(testID("job-select-"+term.ID))))
+	// xterm.js draws only while its element is in view.
+	b.do("scroll to the terminal", chromedp.ScrollIntoView(chromedp.CSS(testID("job-terminal"))))
 	b.waitText(rows, "THEEND")
+	b.do("no sideways note when the terminal fits", chromedp.WaitNotVisible(chromedp.CSS(testID("job-terminal-wide"))))
 	b.do("the list stays at desktop width", chromedp.WaitVisible(chromedp.CSS(testID("job-select-"+plain.ID))))
 	b.checkView("wide-terminal-job")
 	b.checkConsole()

@@ -43,6 +43,12 @@ export function createJobsView() {
   const terminalBox = $('job-terminal');
   const terminalType = $('job-terminal-type');
   const terminalState = $('job-terminal-state');
+  const terminalWide = $('job-terminal-wide');
+  // Overlay scrollbars (phones) do not show that the terminal's box scrolls
+  // sideways: a line says so while its columns are wider than the box.
+  const wideWatch = new ResizeObserver(() => {
+    terminalWide.hidden = !terminal || terminalBox.scrollWidth <= terminalBox.clientWidth + 1;
+  });
   let terminal = null; // the selected terminal job's view
   const limitsCaption = $('job-limits-caption');
   const agentFilter = $('jobs-agent');
@@ -169,6 +175,7 @@ export function createJobsView() {
     terminal?.dispose();
     terminal = null;
     terminalBox.replaceChildren();
+    wideWatch.disconnect();
     panel.hidden = true;
     delete view.dataset.jobOpen;
     for (const entry of rows.values()) updateRow(entry, entry.job);
@@ -339,6 +346,8 @@ export function createJobsView() {
     const isTerminal = Boolean(job.terminal);
     terminalPanel.hidden = !isTerminal;
     output.hidden = isTerminal;
+    wideWatch.disconnect();
+    terminalWide.hidden = true;
     if (!isTerminal) return;
     terminal = createTerminal(terminalBox, job, {
       onState: (text) => {
@@ -349,6 +358,8 @@ export function createJobsView() {
     });
     terminalType.setAttribute('aria-disabled', String(job.state !== 'running'));
     updateTypeButton();
+    wideWatch.observe(terminalBox);
+    if (terminalBox.firstElementChild) wideWatch.observe(terminalBox.firstElementChild);
   }
 
   // Shows a job's detail. focus: the person chose it here; at phone width,
