@@ -261,6 +261,8 @@ func TestBrowserAgentLineage(t *testing.T) {
 			root.Depth, child.Depth, fork.Depth, childFork.Depth)
 	}
 	check(1280)
+	b.do("select the root", chromedp.Click(chromedp.CSS(fmt.Sprintf(`[data-agent-button=%q]`, root.ID))))
+	b.waitText("#transcript-caption", root.ID+" (label-repo · ")
 	b.checkView("agents-lineage")
 
 	// The jobs view names the agent the same way: in its filter and its rows.

@@ -25,6 +25,7 @@ export function createAgentsView() {
   let inflight = false;
   let selectedId = null;
   let lastAgents = ''; // the last /agents answer, to skip identical renders
+  let agentsById = new Map(); // from that answer, for the agents' labels
   let transcript = null; // {id, text, denied: Set of callIds, count}
   let transcriptController = null;
   let hookCommands = null; // hook name → command, from GET /hooks
@@ -48,6 +49,7 @@ export function createAgentsView() {
       if (text !== lastAgents) {
         lastAgents = text;
         const agents = JSON.parse(text);
+        agentsById = new Map((Array.isArray(agents) ? agents : []).map((a) => [a.id, a]));
         renderTree(Array.isArray(agents) ? agents : []);
       }
       setMessage(error, '');
@@ -164,7 +166,8 @@ export function createAgentsView() {
       transcript.count += events.length;
       for (const ev of events) tbody.append(eventRow(ev, transcript));
       const n = transcript.count;
-      setText(caption, `Transcript of ${id}: ${n} ${n === 1 ? 'line' : 'lines'}`);
+      const agent = agentsById.get(id);
+      setText(caption, `Transcript of ${id}${agent ? ` (${agentLabel(agent)})` : ''}: ${n} ${n === 1 ? 'line' : 'lines'}`);
       table.hidden = false;
       hint.hidden = true;
     } catch (err) {
