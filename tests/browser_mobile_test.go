@@ -72,6 +72,7 @@ func TestBrowserNarrowJob(t *testing.T) {
 			return JSON.stringify({page: Math.round(r.top + scrollY), view: Math.round(r.top)}); })()`)
 		var pos struct{ Page, View int }
 		mustUnmarshal(t, got, &pos)
+		t.Logf("after selecting the job, %s is at %d px on the page", sel, pos.Page)
 		if pos.Page < 0 || pos.Page >= phoneHeight || pos.View < 0 || pos.View >= phoneHeight {
 			t.Errorf("after selecting the job, %s is at %d px on the page (%d px in the viewport); want it on the first screen (< %d px)", sel, pos.Page, pos.View, phoneHeight)
 		}
@@ -269,6 +270,8 @@ func TestBrowserAgentLineage(t *testing.T) {
 	b.do("open the jobs view", chromedp.Click(chromedp.CSS(`[data-testid="nav-jobs"]`)))
 	b.waitText(testID("job-state-"+call.JobID), "exited")
 	b.waitText(fmt.Sprintf(`tr[data-job-id=%q] .agent-cell`, call.JobID), "label-repo")
+	b.do("select the root's job", chromedp.Click(chromedp.CSS(testID("job-select-"+call.JobID))))
+	b.waitText(`#job-facts [data-fact="Agent"]`, root.ID+" (label-repo · ")
 	b.waitOption("jobs-agent", root.ID)
 	if got := b.eval(`[...document.getElementById('jobs-agent').options].find((o) => o.value === '` + root.ID + `')?.textContent ?? ''`); !strings.Contains(got, root.ID) || !strings.Contains(got, "label-repo") {
 		t.Errorf("the agent filter offers %q for %s, want its label and id", got, root.ID)

@@ -389,7 +389,7 @@ export function createJobsView() {
   function renderFacts(job) {
     const items = [
       ['State', job.state],
-      ['Agent', job.agentId ?? 'none'],
+      ['Agent', job.agentId ? `${job.agentId}${agentsById.has(job.agentId) ? ` (${agentLabel(agentsById.get(job.agentId))})` : ''}` : 'none'],
       ['Directory', job.cwd],
       ['Process group', job.pid ? String(job.pid) : ''],
       ['Timeout', job.timeoutMs ? formatDuration(job.timeoutMs) : 'none'],
