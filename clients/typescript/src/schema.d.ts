@@ -291,7 +291,7 @@ export interface paths {
         put?: never;
         /**
          * New agent with a copy of the transcript, up to boundary seq when given.
-         * @description The fork is a new session: `parentId` names the original, SessionStart hooks run with source `startup`.
+         * @description The fork is a new session: `parentId` names the original, SessionStart hooks run with source `startup`. It keeps the original's `depth`: a fork continues the same conversation, it is not a sub-agent, and does not count against the configured depth.
          */
         post: operations["forkAgent"];
         delete?: never;
@@ -1262,7 +1262,10 @@ export interface components {
             rootId: string;
             /** @enum {string} */
             origin: "root" | "fork" | "spawn";
-            /** Format: int32 */
+            /**
+             * Format: int32
+             * @description Spawn depth: 0 for a root, the parent's plus one for a spawned child, the parent's for a fork (a fork continues the same conversation and does not count against the configured depth).
+             */
             depth: number;
             cwd: string;
             /** Format: date-time */
@@ -2985,7 +2988,7 @@ export interface operations {
                      *       "parentId": "agt_01m8rk3468mk6yta9t5hevkezw",
                      *       "rootId": "agt_01m8rk3468mk6yta9t5hevkezw",
                      *       "origin": "fork",
-                     *       "depth": 1,
+                     *       "depth": 0,
                      *       "cwd": "/home/me/project",
                      *       "createdAt": "2026-12-01T10:41:04Z",
                      *       "sessionStart": {

@@ -834,8 +834,10 @@ func (e ListToolsParamsFormat) Valid() bool {
 type Agent struct {
 	CreatedAt time.Time `json:"createdAt"`
 	Cwd       string    `json:"cwd"`
-	Depth     int32     `json:"depth"`
-	Id        string    `json:"id"`
+
+	// Depth Spawn depth: 0 for a root, the parent's plus one for a spawned child, the parent's for a fork (a fork continues the same conversation and does not count against the configured depth).
+	Depth int32  `json:"depth"`
+	Id    string `json:"id"`
 
 	// Limits The limits recorded at the agent's creation for its jobs (the request completed by
 	// the parent's or the server's). A limit absent here takes the server's current
