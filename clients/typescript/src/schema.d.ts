@@ -878,7 +878,7 @@ export interface components {
              */
             mechanism?: string;
             /**
-             * @description The system-call filter every confined command runs under: its architecture and how many calls it denies with EPERM (the README's Sandbox policies lists them); absent when confined policies are unavailable here or the filter is turned off (`sandbox.seccomp: false`).
+             * @description The system-call filter every confined command runs under: its architecture and how many calls it denies with EPERM (docs/security.md, System-call filter, lists them); absent when confined policies are unavailable here or the filter is turned off (`sandbox.seccomp: false`).
              * @example x86_64: 43 calls denied
              */
             seccomp?: string;

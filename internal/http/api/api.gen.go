@@ -1861,7 +1861,7 @@ type SandboxSupport struct {
 	// Reason Why a policy is not enforceable here.
 	Reason *string `json:"reason,omitempty"`
 
-	// Seccomp The system-call filter every confined command runs under: its architecture and how many calls it denies with EPERM (the README's Sandbox policies lists them); absent when confined policies are unavailable here or the filter is turned off (`sandbox.seccomp: false`).
+	// Seccomp The system-call filter every confined command runs under: its architecture and how many calls it denies with EPERM (docs/security.md, System-call filter, lists them); absent when confined policies are unavailable here or the filter is turned off (`sandbox.seccomp: false`).
 	//
 	// Example: x86_64: 43 calls denied
 	Seccomp *string `json:"seccomp,omitempty"`
