@@ -238,6 +238,9 @@ func (r *Reservation) start(managed shellenv.Overlay) (*Job, error) {
 		base = e.run.ttyBase
 	}
 	env := base.with(r.env, managed.AppendEnv(nil))
+	if j.sandbox.Network == sandbox.NetworkAllowlist {
+		env = withProxyEnv(env)
+	}
 	if err := checkArgSize(j.command, env); err != nil {
 		return fail(err)
 	}
