@@ -462,6 +462,19 @@ func (j *Job) sandboxed() func(path string, args []string, start sandbox.StartFu
 // Sandbox returns the sandbox policy the job runs under.
 func (j *Job) Sandbox() sandbox.Policy { return j.sandbox }
 
+// Network returns what the job reached and was refused through the
+// allowlist's proxy so far; nil unless it runs under the allowlist.
+func (j *Job) Network() *netallow.Record {
+	j.mu.Lock()
+	n := j.net
+	j.mu.Unlock()
+	if n == nil {
+		return nil
+	}
+	r := n.Record()
+	return &r
+}
+
 // winsize is the size the job's terminal starts with; nil without one.
 func (j *Job) winsize() *winsize {
 	if j.terminal == nil {

@@ -61,7 +61,20 @@ const (
 // Hosts is a network allowlist in canonical form (sorted, without
 // duplicates). It is comparable, so a Policy is; its JSON is an array of
 // entries. The zero Hosts lists nothing.
-type Hosts struct{ s string }
+type Hosts struct {
+	s   string
+	bad string // why HostsOf's entries were invalid; Validate reports it
+}
+
+// HostsOf is NewHosts for a request: invalid entries make a Hosts that
+// Policy.Validate rejects, saying why.
+func HostsOf(entries []string) Hosts {
+	l, err := netallow.Parse(entries)
+	if err != nil {
+		return Hosts{s: "\x00", bad: err.Error()}
+	}
+	return Hosts{s: strings.Join(l.Entries(), "\n")}
+}
 
 // NewHosts parses and canonicalizes entries (netallow.Parse).
 func NewHosts(entries []string) (Hosts, error) {
@@ -178,6 +191,9 @@ func (p Policy) Validate() error {
 	}
 	if p.Network != "" && netRank(p.Network) < 0 {
 		return fmt.Errorf("%w: network %q (want on, allowlist or off)", ErrInvalid, p.Network)
+	}
+	if p.Allow.bad != "" {
+		return fmt.Errorf("%w: allow: %s", ErrInvalid, p.Allow.bad)
 	}
 	if p.Network == NetworkAllowlist && p.Allow.IsZero() {
 		return fmt.Errorf("%w: network allowlist needs allow, the hosts it lists (for none, network off)", ErrInvalid)
