@@ -425,7 +425,17 @@ func relay(c net.Conn, br *bufio.Reader, up net.Conn) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		io.Copy(up, br)
+		// What the reader holds first, then socket to socket (splice(2)
+		// between TCP connections).
+		if n := br.Buffered(); n > 0 {
+			b, _ := br.Peek(n)
+			if _, err := up.Write(b); err != nil {
+				closeWrite(up)
+				return
+			}
+			br.Discard(n)
+		}
+		io.Copy(up, c)
 		closeWrite(up)
 	}()
 	io.Copy(c, up)
