@@ -339,6 +339,26 @@ func TestProxyOneRequestPerConnection(t *testing.T) {
 	}
 }
 
+// TestProxyHostHeader: a plain-HTTP request reaches the allowed host with
+// that host in its Host header, whatever header the client sent.
+func TestProxyHostHeader(t *testing.T) {
+	t.Parallel()
+	web := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, r.Host) }))
+	defer web.Close()
+	port := web.Listener.Addr().(*net.TCPAddr).Port
+	_, addr := testProxy(t, nil, map[string][]netip.Addr{"web.test": loopback()}, nil, mustParse(t, "web.test"))
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "GET http://web.test:%d/ HTTP/1.1\r\nHost: evil.test\r\n\r\n", port)
+	all, _ := io.ReadAll(c)
+	if want := fmt.Sprintf("\r\n\r\nweb.test:%d", port); !strings.HasSuffix(string(all), want) {
+		t.Errorf("answer %q, want the server to have seen Host web.test:%d", all, port)
+	}
+}
+
 // TestSessionClose: closing a session ends its open tunnels.
 func TestSessionClose(t *testing.T) {
 	t.Parallel()

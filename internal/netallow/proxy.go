@@ -339,6 +339,10 @@ func (s *Session) handle(c net.Conn) {
 	defer s.track(up, false)
 	s.reach(target)
 	// One request per connection: the next one may name another host.
+	// The Host header is the host decided on: a request may not name an
+	// allowed host and ask its server for another (http.ReadRequest
+	// already ignores the header of an absolute URL; kept explicit).
+	req.Host = req.URL.Host
 	req.Header.Del("Proxy-Connection")
 	req.Header.Del("Proxy-Authorization")
 	req.Close = true

@@ -245,6 +245,9 @@ func TestBwrapArgs(t *testing.T) {
 			"--bind", l.ws, l.ws, "--ro-bind", g, g, "--ro-bind", ng, ng, "--ro-bind", mg, mg, "--ro-bind", wg, wg}, tail...)},
 		{Policy{FS: ReadOnly, Network: NetworkOff}, append([]string{"/usr/bin/bwrap", "--cap-drop", "ALL", "--unshare-pid", "--unshare-net",
 			"--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--remount-ro", "/proc", "--tmpfs", "/tmp", "--ro-bind", l.ws, l.ws}, tail...)},
+		// The allowlist's namespace is dshd's (it listens in it first).
+		{Policy{FS: ReadOnly, Network: NetworkAllowlist, Allow: MustHosts("a.example.com")}, append([]string{"/usr/bin/bwrap", "--cap-drop", "ALL", "--unshare-pid",
+			"--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--remount-ro", "/proc", "--tmpfs", "/tmp", "--ro-bind", l.ws, l.ws}, tail...)},
 	} {
 		t.Run(tc.p.String(), func(t *testing.T) {
 			pl, err := h.planFor(tc.p, []string{l.ws})
