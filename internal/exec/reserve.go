@@ -218,6 +218,14 @@ func (r *Reservation) start(managed shellenv.Overlay) (*Job, error) {
 		if !spawnFailed {
 			j.proc.failed(err)
 		}
+		j.mu.Lock()
+		net := j.net
+		j.mu.Unlock()
+		if net != nil {
+			// The sandbox was built and its proxy served, but the job
+			// did not start: nothing will finish it.
+			net.Close()
+		}
 		if j.started != nil {
 			close(j.started)
 		}

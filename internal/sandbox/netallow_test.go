@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http/httptest"
 	"net/netip"
@@ -60,6 +61,21 @@ func TestAllowlistPolicyRules(t *testing.T) {
 	// and all.
 	if got := (Policy{FS: ReadOnly}).Or(outer); got.Network != NetworkAllowlist || got.Allow != outer.Allow {
 		t.Errorf("Or = %+v", got)
+	}
+	// Stored with an agent and read back, the list is the same.
+	b, err := json.Marshal(outer)
+	if err != nil || string(b) != `{"policy":"workspace-write","network":"allowlist","allow":["*.example.org","api.example.com"]}` {
+		t.Errorf("json %s, %v", b, err)
+	}
+	var back Policy
+	if err := json.Unmarshal(b, &back); err != nil || back != outer {
+		t.Errorf("read back %+v, %v; want %+v", back, err, outer)
+	}
+	if b, _ := json.Marshal(Policy{FS: ReadOnly, Network: NetworkOff}); strings.Contains(string(b), "allow") {
+		t.Errorf("json %s names an allowlist", b)
+	}
+	if err := json.Unmarshal([]byte(`{"network":"allowlist","allow":["*"]}`), &back); err == nil {
+		t.Error("an invalid stored list was read")
 	}
 	if s := al("b.com", "a.com").Sentence(); !strings.HasSuffix(s, "; network allowlist.") {
 		t.Errorf("sentence %q does not name the allowlist", s)
