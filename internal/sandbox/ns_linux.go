@@ -61,12 +61,10 @@ func probeNamespaces(ctx context.Context, shell string, f *syscallFilter) error 
 	defer cancel()
 	cmd := osexec.CommandContext(ctx, shell, "-c", ":")
 	cmd.Dir = "/"
-	pl := plan{readOnlyRoot: true, newNet: true, proxy: true}
-	ln, err := startInNamespaces(pl, f, cmd.Start)
-	if err != nil {
+	pl := plan{readOnlyRoot: true, newNet: true}
+	if _, err := startInNamespaces(pl, f, cmd.Start); err != nil {
 		return err
 	}
-	ln.Close()
 	if err := cmd.Wait(); err != nil {
 		return fmt.Errorf("%s -c : in the sandbox: %w", shell, err)
 	}
