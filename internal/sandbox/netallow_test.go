@@ -87,6 +87,7 @@ func TestAllowlistPolicyRules(t *testing.T) {
 // listed, a raw address, a direct connection, a UDP send and a name that
 // resolves to a restricted address are not; the session records both.
 func TestAllowlist(t *testing.T) {
+	t.Parallel()
 	needRoot(t)
 	if _, err := osexec.LookPath("curl"); err != nil {
 		testenv.Need(t, "curl: %v", err)
