@@ -64,6 +64,7 @@ bench:
 	$(GO) test -run '^$$' -bench 'ExecStages' -benchtime 1000x -count=1 -v -timeout 30m ./internal/http
 	$(GO) test -run '^$$' -bench 'ExecForeground|ExecConcurrent8|Declarations10000|MCPBash' -benchtime 1000x -count=1 -timeout 30m ./tests
 	$(GO) test -run '^$$' -bench 'ExecSandbox' -benchtime 200x -count=1 -timeout 30m ./tests
+	$(GO) test -run '^$$' -bench 'ProxyConnect|ProxyThroughput' -count=1 -timeout 30m ./internal/netallow
 	$(GO) test -run '^$$' -bench 'TerminalEcho' -benchtime 2000x -count=1 -timeout 30m ./tests
 	$(GO) test -run '^$$' -bench 'Stream256MiB' -benchtime 3x -count=1 -timeout 30m ./tests
 	$(GO) test -run '^$$' -bench 'OutputDelivery256MiB' -benchtime 3x -count=1 -timeout 30m ./tests

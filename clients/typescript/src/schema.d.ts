@@ -1235,11 +1235,42 @@ export interface components {
         SandboxRequest: {
             policy?: components["schemas"]["SandboxFS"];
             network?: components["schemas"]["SandboxNetwork"];
+            allow?: components["schemas"]["NetworkAllowlist"];
         };
         /** @description The sandbox policy in effect. */
         SandboxPolicy: {
             policy: components["schemas"]["SandboxFS"];
             network: components["schemas"]["SandboxNetwork"];
+            allow?: components["schemas"]["NetworkAllowlist"];
+        };
+        /**
+         * @description The hosts a command under network `allowlist` may reach through dshd's proxy, and only
+         *     with it (given with any other network, or invalid: 422 `invalid_sandbox`). An entry is a host name
+         *     (`api.example.com`), every name below a domain (`*.example.org`, not `example.org`
+         *     itself) or an address (`10.0.0.5`, `[fd00::1]`), each with an optional `:port` (any port
+         *     without). A name that resolves to a loopback, link-local (cloud metadata) or private
+         *     address is refused unless an entry names that address; a raw address is reached only
+         *     when an entry names it. A child's list, and an execution's, must stay within its
+         *     agent's (each entry covered by one of the parent's), else 422 `sandbox_looser`.
+         *     Answered in canonical form: lower case, sorted, without duplicates.
+         * @example [
+         *       "api.example.com",
+         *       "*.example.org:443"
+         *     ]
+         */
+        NetworkAllowlist: string[];
+        /** @description What a command under network `allowlist` asked the proxy for: the hosts reached and those refused, each `host:port` as the client named it, with how many connections (CONNECT tunnels and plain-HTTP requests). */
+        NetworkRecord: {
+            reached: components["schemas"]["NetworkHostCount"][];
+            refused: components["schemas"]["NetworkHostCount"][];
+        };
+        NetworkHostCount: {
+            /** @example api.example.com:443 */
+            host: string;
+            /** Format: int64 */
+            count: number;
+            /** @description Why the first refused connection was refused (the proxy's 403 says the same); absent for reached hosts. */
+            reason?: string;
         };
         /**
          * @description What the command may touch on the file system, loosest first. `unrestricted`: every
@@ -1252,10 +1283,10 @@ export interface components {
          */
         SandboxFS: "unrestricted" | "workspace-write" | "read-only";
         /**
-         * @description `off`: a network namespace of its own (a loopback no one else listens on); `on`: the host's network.
+         * @description Loosest first. `on`: the host's network. `allowlist`: a network namespace of its own whose one way out is dshd's proxy (HTTP CONNECT and plain HTTP, `HTTP_PROXY` and `HTTPS_PROXY` set for the command) to the hosts `allow` lists; direct connections, UDP and other hosts fail (the proxy answers 403 with the reason). `off`: a network namespace of its own (a loopback no one else listens on).
          * @enum {string}
          */
-        SandboxNetwork: "on" | "off";
+        SandboxNetwork: "on" | "allowlist" | "off";
         Agent: {
             id: string;
             parentId: string | null;
@@ -1692,6 +1723,8 @@ export interface components {
              */
             killedBy?: "timeout" | "cancelled" | "shutdown" | "oom" | "pids_limit" | null;
             sandbox?: components["schemas"]["SandboxPolicy"];
+            /** @description What the job reached and was refused through the allowlist's proxy; null unless it runs under network `allowlist`. */
+            network?: components["schemas"]["NetworkRecord"] | null;
             limits?: components["schemas"]["JobLimits"];
             /** @description Processes of a finished job that outlived its leader (`nohup cmd &`, `setsid`), still running in its cgroup or process group; null when none is left. They keep the job's slot (a foreground job's count as a background job of its agent) until they end. `DELETE /jobs/{id}` and `job_kill` stop them; shutdown kills them. */
             remaining?: components["schemas"]["JobRemaining"] | null;
@@ -1774,6 +1807,7 @@ export interface components {
                 /** Format: int32 */
                 exitCode?: number;
                 sandbox?: components["schemas"]["SandboxPolicy"];
+                network?: components["schemas"]["NetworkRecord"];
                 additionalContext?: string[];
                 systemMessages?: string[];
             };
