@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -68,6 +69,9 @@ func (ms *modelServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ms.mu.Lock()
 	ms.requests = append(ms.requests, r.Method+" "+r.URL.Path)
 	ms.mu.Unlock()
+	if d := os.Getenv("MODELSERVER_DUMP"); d != "" {
+		_ = os.WriteFile(fmt.Sprintf("%s/%d.json", d, time.Now().UnixNano()), body, 0o644)
+	}
 	switch {
 	case r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/responses"):
 		ms.responses(w, body)
@@ -151,12 +155,19 @@ func (ms *modelServer) responses(w http.ResponseWriter, body []byte) {
 			answered = true
 		}
 	}
+	// A namespace tool (Codex groups an MCP server's tools in one) is
+	// called by its own name with the namespace beside it.
 	var names []string
+	namespace := map[string]string{}
 	for _, t := range req.Tools {
-		names = append(names, t.Name)
-		for _, sub := range t.Tools {
-			names = append(names, t.Name+"__"+sub.Name)
+		if t.Type == "namespace" {
+			for _, sub := range t.Tools {
+				names = append(names, t.Name+"__"+sub.Name)
+				namespace[t.Name+"__"+sub.Name] = t.Name
+			}
+			continue
 		}
+		names = append(names, t.Name)
 	}
 	tool := ms.pickTool(names)
 	var item map[string]any
@@ -164,6 +175,9 @@ func (ms *modelServer) responses(w http.ResponseWriter, body []byte) {
 		args, _ := json.Marshal(map[string]any{"command": ms.command})
 		item = map[string]any{"type": "function_call", "id": "fc_1", "call_id": ms.callID, "name": tool,
 			"arguments": string(args), "status": "completed"}
+		if ns := namespace[tool]; ns != "" {
+			item["namespace"], item["name"] = ns, strings.TrimPrefix(tool, ns+"__")
+		}
 	} else {
 		item = map[string]any{"type": "message", "id": "msg_1", "role": "assistant", "status": "completed",
 			"content": []any{map[string]any{"type": "output_text", "text": "done", "annotations": []any{}}}}
