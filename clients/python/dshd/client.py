@@ -291,7 +291,7 @@ class Client:
     # -- tools ----------------------------------------------------------
 
     def tools(self, format: Optional[str] = None) -> List[JSON]:
-        """GET /tools; format: generic (default), openai, openai-responses or anthropic."""
+        """GET /tools; format: generic (default), openai, openai-strict, openai-responses or anthropic."""
         return self._json("GET", "/tools", query={"format": format})
 
     def call_tool(self, agent_id: str, name: str, arguments: Union[JSON, str], call_id: Optional[str] = None) -> JSON:

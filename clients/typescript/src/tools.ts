@@ -10,6 +10,7 @@ type Schemas = components["schemas"];
 export interface ToolFormats {
   generic: Schemas["GenericTool"];
   openai: Schemas["OpenAIChatTool"];
+  "openai-strict": Schemas["OpenAIChatTool"];
   "openai-responses": Schemas["OpenAIResponsesTool"];
   anthropic: Schemas["AnthropicTool"];
 }
