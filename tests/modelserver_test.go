@@ -7,6 +7,8 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -18,9 +20,11 @@ import (
 // …/messages), each with and without streaming. To a request that offers a
 // bash tool (named bash, or ending in "bash" as MCP clients prefix it) and
 // carries no result of its call yet, it answers with one call of that tool
-// running command; once the result comes back it records the result's
+// running command (first loading it with ToolSearch where Claude Code
+// defers MCP tools); once the result comes back it records the result's
 // text and answers with final text. Any other request (a client's title or
-// quota probe) gets plain text.
+// quota probe) gets plain text. MODELSERVER_DUMP=dir writes each request
+// body there, to see what a client sends.
 type modelServer struct {
 	URL     string
 	command string
@@ -246,6 +250,13 @@ func (ms *modelServer) messages(w http.ResponseWriter, body []byte) {
 	if !answered && tool != "" {
 		block = map[string]any{"type": "tool_use", "id": ms.callID, "name": tool, "input": map[string]any{"command": ms.command}}
 		stop = "tool_use"
+	} else if deferred := deferredBashRE.Find(body); !answered && tool == "" && deferred != nil &&
+		slices.Contains(names, "ToolSearch") && !strings.Contains(string(body), `"tool_use_id":"call_search_1"`) {
+		// Claude Code defers MCP tools: the model names them in a
+		// ToolSearch first, which loads them into the next request's tools.
+		block = map[string]any{"type": "tool_use", "id": "call_search_1", "name": "ToolSearch",
+			"input": map[string]any{"query": "select:" + string(deferred), "max_results": 1}}
+		stop = "tool_use"
 	}
 	usage := map[string]any{"input_tokens": 10, "output_tokens": 5, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
 	msg := map[string]any{"id": "msg_1", "type": "message", "role": "assistant", "model": req.Model,
@@ -264,7 +275,7 @@ func (ms *modelServer) messages(w http.ResponseWriter, body []byte) {
 	if block["type"] == "tool_use" {
 		args, _ := json.Marshal(block["input"])
 		sse.event("content_block_start", map[string]any{"type": "content_block_start", "index": 0,
-			"content_block": map[string]any{"type": "tool_use", "id": ms.callID, "name": tool, "input": map[string]any{}}})
+			"content_block": map[string]any{"type": "tool_use", "id": block["id"], "name": block["name"], "input": map[string]any{}}})
 		sse.event("content_block_delta", map[string]any{"type": "content_block_delta", "index": 0,
 			"delta": map[string]any{"type": "input_json_delta", "partial_json": string(args)}})
 	} else {
@@ -278,6 +289,9 @@ func (ms *modelServer) messages(w http.ResponseWriter, body []byte) {
 		"delta": map[string]any{"stop_reason": stop, "stop_sequence": nil}, "usage": map[string]any{"output_tokens": 5}})
 	sse.event("message_stop", map[string]any{"type": "message_stop"})
 }
+
+// deferredBashRE finds an MCP client's deferred bash tool named in a request.
+var deferredBashRE = regexp.MustCompile(`mcp__[A-Za-z0-9_-]+__bash\b`)
 
 func writeJSON(w http.ResponseWriter, v any) {
 	w.Header().Set("Content-Type", "application/json")

@@ -116,8 +116,6 @@ func TestRealClientsOverMCP(t *testing.T) {
 		out := runBounded(t, 120*time.Second, project, append([]string{
 			"HOME=" + home, "DSHD_TOKEN=" + s.Token,
 			"ANTHROPIC_BASE_URL=" + ms.URL, "ANTHROPIC_API_KEY=sk-ant-test",
-			// The scripted model calls dshd's bash at once: no tool search first.
-			"ENABLE_TOOL_SEARCH=false",
 		}, quietEnv...), claude, "-p", "Print your session id with the dshd bash tool.",
 			"--mcp-config", ".mcp.json", "--strict-mcp-config",
 			"--allowedTools", "mcp__dshd__bash", "--model", "claude-sonnet-4-5", "--max-turns", "4")
