@@ -125,6 +125,7 @@ func TestRealClientsOverMCP(t *testing.T) {
 
 	t.Run("codex", func(t *testing.T) {
 		t.Parallel()
+		needTool(t, "node")
 		codex := realClient(t, "@openai/codex/bin/codex.js")
 		snippet := fencedBlock(t, doc, "Add dshd to **Codex**", "toml")
 		if !strings.Contains(snippet, docURL) || !strings.Contains(snippet, `bearer_token_env_var = "DSHD_TOKEN"`) {
