@@ -7,7 +7,7 @@ GO ?= go
 test: deps generate-check fmt-check vet lint-contract vendor-check python-install-check systemd-check unit
 
 # npm packages are pinned by each directory's package-lock.json.
-NODE_DIRS = api/lint clients/typescript tests tests/mcp web/vendor
+NODE_DIRS = api/lint clients/typescript tests tests/mcp tests/pyright tests/realclients web/vendor
 
 deps:
 	$(GO) mod download

@@ -3235,11 +3235,14 @@ export interface operations {
             query?: {
                 /**
                  * @description `generic` (default): `{name, description, inputSchema}`. `openai`: Chat
-                 *     Completions function tools. `openai-responses`: Responses API function tools,
+                 *     Completions function tools. `openai-strict`: Chat Completions function tools
+                 *     in strict mode (`strict: true` in each function, the parameters as in
+                 *     `openai-responses`). `openai-responses`: Responses API function tools,
                  *     `strict: true`, every property required and the optional ones nullable (send
-                 *     null for "not given"). `anthropic`: Anthropic Messages client tools.
+                 *     null for "not given"), no other property allowed. `anthropic`: Anthropic
+                 *     Messages client tools.
                  */
-                format?: "generic" | "openai" | "openai-responses" | "anthropic";
+                format?: "generic" | "openai" | "openai-strict" | "openai-responses" | "anthropic";
             };
             header?: never;
             path?: never;

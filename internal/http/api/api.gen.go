@@ -815,6 +815,7 @@ const (
 	Generic         ListToolsParamsFormat = "generic"
 	Openai          ListToolsParamsFormat = "openai"
 	OpenaiResponses ListToolsParamsFormat = "openai-responses"
+	OpenaiStrict    ListToolsParamsFormat = "openai-strict"
 )
 
 // Valid indicates whether the value is a known member of the ListToolsParamsFormat enum.
@@ -827,6 +828,8 @@ func (e ListToolsParamsFormat) Valid() bool {
 	case Openai:
 		return true
 	case OpenaiResponses:
+		return true
+	case OpenaiStrict:
 		return true
 	default:
 		return false
@@ -2366,9 +2369,12 @@ type WriteJobInputParams struct {
 // ListToolsParams defines parameters for ListTools.
 type ListToolsParams struct {
 	// Format `generic` (default): `{name, description, inputSchema}`. `openai`: Chat
-	// Completions function tools. `openai-responses`: Responses API function tools,
+	// Completions function tools. `openai-strict`: Chat Completions function tools
+	// in strict mode (`strict: true` in each function, the parameters as in
+	// `openai-responses`). `openai-responses`: Responses API function tools,
 	// `strict: true`, every property required and the optional ones nullable (send
-	// null for "not given"). `anthropic`: Anthropic Messages client tools.
+	// null for "not given"), no other property allowed. `anthropic`: Anthropic
+	// Messages client tools.
 	Format *ListToolsParamsFormat `form:"format,omitempty" json:"format,omitempty"`
 }
 
