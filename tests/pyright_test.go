@@ -34,7 +34,7 @@ func TestPythonClientPyright(t *testing.T) {
 	}
 	tmp := t.TempDir()
 	example := filepath.Join(tmp, "readme_example.py")
-	writeFile(t, example, fencedBlock(t, string(readme), "# dshd Python client", "python"))
+	writeFile(t, example, fencedBlock(t, "clients/python/README.md", string(readme), "# dshd Python client", "python"))
 	cfg, err := json.Marshal(map[string]any{
 		"typeCheckingMode": "strict",
 		"pythonVersion":    "3.9",

@@ -13,17 +13,14 @@ import (
 )
 
 // mcpDoc is the text that documents the MCP clients' configuration:
-// docs/mcp.md once the documentation has its own pages, else the README.
+// docs/mcp.md.
 func mcpDoc(t *testing.T) string {
 	t.Helper()
-	for _, p := range []string{"../docs/mcp.md", "../README.md"} {
-		b, err := os.ReadFile(p)
-		if err == nil && strings.Contains(string(b), "Add dshd to **Codex**") {
-			return string(b)
-		}
+	b, err := os.ReadFile("../docs/mcp.md")
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatal("neither docs/mcp.md nor README.md documents the MCP clients' configuration")
-	return ""
+	return string(b)
 }
 
 // realClient finds a pinned client's file under tests/realclients, or
@@ -100,7 +97,7 @@ func TestRealClientsOverMCP(t *testing.T) {
 	t.Run("claude-code", func(t *testing.T) {
 		t.Parallel()
 		claude := realClient(t, "@anthropic-ai/claude-code-linux-x64/claude")
-		snippet := fencedBlock(t, doc, "Add dshd to **Claude Code**", "json")
+		snippet := fencedBlock(t, "docs/mcp.md", doc, "Add dshd to **Claude Code**", "json")
 		if !strings.Contains(snippet, docURL) || !strings.Contains(snippet, "${DSHD_TOKEN}") {
 			t.Fatalf("the Claude Code snippet no longer names %s with ${DSHD_TOKEN}:\n%s", docURL, snippet)
 		}
@@ -127,7 +124,7 @@ func TestRealClientsOverMCP(t *testing.T) {
 		t.Parallel()
 		needTool(t, "node")
 		codex := realClient(t, "@openai/codex/bin/codex.js")
-		snippet := fencedBlock(t, doc, "Add dshd to **Codex**", "toml")
+		snippet := fencedBlock(t, "docs/mcp.md", doc, "Add dshd to **Codex**", "toml")
 		if !strings.Contains(snippet, docURL) || !strings.Contains(snippet, `bearer_token_env_var = "DSHD_TOKEN"`) {
 			t.Fatalf("the Codex snippet no longer names %s with DSHD_TOKEN:\n%s", docURL, snippet)
 		}

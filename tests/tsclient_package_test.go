@@ -109,7 +109,7 @@ func TestTypeScriptClientPackage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	example := fencedBlock(t, string(readme), "## Use", "ts")
+	example := fencedBlock(t, "clients/typescript/README.md", string(readme), "## Use", "ts")
 	s := startServer(t)
 	const readmeURL = `"http://127.0.0.1:7433"`
 	if !strings.Contains(example, readmeURL) {
