@@ -308,15 +308,43 @@ type StartFunc func(path string, args []string, extra []*os.File) error
 // p is enforceable. A protection that cannot be applied in full fails with
 // ErrUnavailable, and nothing starts.
 func (h *Host) Start(p Policy, cwd string, roots []string, path string, args []string, start StartFunc) error {
+	return h.StartIn(nil, p, cwd, roots, path, args, start)
+}
+
+// View is a file-system view a command sees at a path of its own: a
+// detached mount (an agent's snapshot workspace, see package workspace)
+// that the command's mount namespace mounts at Target, over what is there.
+type View struct {
+	// Target is where the view is mounted (the workspace directory).
+	Target string
+	// FD is the detached mount (from fsmount or open_tree); cloned, never
+	// consumed, so one descriptor serves every job.
+	FD int
+}
+
+// StartIn is Start with the command seeing view (nil: none) at its
+// target: the command gets a mount namespace of its own, with a clone of
+// the view mounted there first, then the sandbox of p built on top (so
+// workspace-write makes the view writable, read-only keeps it read-only),
+// or nothing more for an unconfined p. A nil Host starts unconfined
+// commands only.
+func (h *Host) StartIn(view *View, p Policy, cwd string, roots []string, path string, args []string, start StartFunc) error {
 	if !p.Confined() {
+		if view != nil {
+			return startInNamespaces(plan{view: view, viewOnly: true}, nil, func() error { return start(path, args, nil) })
+		}
 		return start(path, args, nil)
 	}
-	pl, err := h.planFor(p, roots)
+	if h == nil {
+		return fmt.Errorf("%w: %s: no sandbox configured", ErrUnavailable, p)
+	}
+	pl, err := h.planFor(p, roots, view)
 	if err != nil {
 		return err
 	}
 	switch h.mech {
 	case MechanismNamespaces:
+		pl.view = view
 		return startInNamespaces(pl, h.nsFilter, func() error { return start(path, args, nil) })
 	case MechanismBubblewrap:
 		extra, fd, err := h.bwrapFiles()
@@ -325,7 +353,13 @@ func (h *Host) Start(p Policy, cwd string, roots []string, path string, args []s
 		}
 		defer closeAll(extra)
 		a := bwrapArgs(h.bwrap, pl, fd, cwd, path, args)
-		return start(h.bwrap, append([]string{"bwrap"}, a[1:]...), extra)
+		run := func() error { return start(h.bwrap, append([]string{"bwrap"}, a[1:]...), extra) }
+		if view != nil {
+			// bubblewrap builds its namespace from the one it starts in,
+			// binding / recursively: the view mounted there is in it.
+			return startInNamespaces(plan{view: view, viewOnly: true}, nil, run)
+		}
+		return run()
 	}
 	return fmt.Errorf("%w: %s: %s", ErrUnavailable, p, h.why)
 }

@@ -111,7 +111,7 @@ type graft struct {
 // is not the main thread, to pl.
 func (pl *plan) enter() (err error) {
 	flags := unix.CLONE_NEWNS | unix.CLONE_FS
-	if pl.newNet {
+	if pl.newNet && !pl.viewOnly {
 		flags |= unix.CLONE_NEWNET
 	}
 	if err := unix.Unshare(flags); err != nil {
@@ -125,6 +125,14 @@ func (pl *plan) enter() (err error) {
 	// Nothing mounted here may reach the host's namespace.
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_SLAVE, ""); err != nil {
 		return fmt.Errorf("make / a slave: %w", err)
+	}
+	if pl.view != nil {
+		if err := pl.view.attach(); err != nil {
+			return err
+		}
+		if pl.viewOnly {
+			return nil
+		}
 	}
 	var grafts []graft
 	defer func() {
@@ -231,6 +239,19 @@ func (pl *plan) enter() (err error) {
 		}
 	}
 	return dropPrivileges()
+}
+
+// attach mounts a clone of the view at its target.
+func (v *View) attach() error {
+	c, err := unix.OpenTree(v.FD, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH)
+	if err != nil {
+		return fmt.Errorf("clone the workspace view: %w", err)
+	}
+	defer unix.Close(c)
+	if err := unix.MoveMount(c, "", unix.AT_FDCWD, v.Target, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return fmt.Errorf("mount the workspace view at %s: %w", v.Target, err)
+	}
+	return nil
 }
 
 // attach mounts g at its path (creating the mount point inside a tmpfs).
