@@ -93,7 +93,7 @@ func (m *Manager) lowerView(a *agentState) (string, func(), error) {
 	}
 	fd, err := mountOverlay(m.lowers(a), "", "")
 	if err != nil {
-		return "", nil, fmt.Errorf("%w: mount the frozen view: %v", ErrUnavailable, err)
+		return "", nil, unavailable("mount the frozen view: %v", err)
 	}
 	return viewPath(fd), func() { closeFD(fd) }, nil
 }

@@ -75,6 +75,19 @@ var (
 	ErrInvalid = errors.New("invalid workspace request")
 )
 
+// UnavailableError says why snapshots cannot be had here; it is
+// ErrUnavailable.
+type UnavailableError struct{ Reason string }
+
+func (e *UnavailableError) Error() string { return ErrUnavailable.Error() + ": " + e.Reason }
+
+// Is makes errors.Is(err, ErrUnavailable) hold.
+func (e *UnavailableError) Is(target error) bool { return target == ErrUnavailable }
+
+func unavailable(format string, args ...any) error {
+	return &UnavailableError{Reason: fmt.Sprintf(format, args...)}
+}
+
 // ConflictError lists the paths changed on both sides since the fork.
 type ConflictError struct{ Paths []string }
 
@@ -275,7 +288,7 @@ func (m *Manager) Info(agent string) Info {
 // then Fork.
 func (m *Manager) CheckFork(parent, cwd string) error {
 	if ok, why := m.Available(); !ok {
-		return fmt.Errorf("%w: %s", ErrUnavailable, why)
+		return unavailable("%s", why)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -295,7 +308,7 @@ func (m *Manager) checkForkLocked(parent, cwd string) error {
 			return fmt.Errorf("%w: workspace %s is not a directory", ErrInvalid, cwd)
 		}
 		if within(m.dir, cwd) || within(cwd, m.dir) {
-			return fmt.Errorf("%w: workspace %s and the dshd home overlap", ErrUnavailable, cwd)
+			return unavailable("workspace %s and the dshd home overlap", cwd)
 		}
 	}
 	if n := m.active[parent]; n > 0 {
@@ -310,7 +323,7 @@ func (m *Manager) checkForkLocked(parent, cwd string) error {
 // a shared directory by mistake.
 func (m *Manager) Fork(parent, cwd, child string) (err error) {
 	if ok, why := m.Available(); !ok {
-		return fmt.Errorf("%w: %s", ErrUnavailable, why)
+		return unavailable("%s", why)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -420,7 +433,7 @@ func (m *Manager) Acquire(agent string) (*Lease, error) {
 		return nil, fmt.Errorf("%w: agent %s", ErrDropped, agent)
 	}
 	if m.why != "" {
-		return nil, fmt.Errorf("%w: %s", ErrUnavailable, m.why)
+		return nil, unavailable("%s", m.why)
 	}
 	fd, err := m.mountLocked(agent, a)
 	if err != nil {
@@ -437,7 +450,7 @@ func (m *Manager) mountLocked(agent string, a *agentState) (int, error) {
 	}
 	fd, err := mountOverlay(m.lowers(a), m.upperDir(a.Upper), m.workDir(a.Upper))
 	if err != nil {
-		return -1, fmt.Errorf("%w: mount agent %s's workspace: %v", ErrUnavailable, agent, err)
+		return -1, unavailable("mount agent %s's workspace: %v", agent, err)
 	}
 	m.mounts[agent] = fd
 	return fd, nil
