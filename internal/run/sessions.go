@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/dshd/dshd/internal/agents"
+	"github.com/dshd/dshd/internal/exec"
 	"github.com/dshd/dshd/internal/hooks"
 	"github.com/dshd/dshd/internal/sandbox"
 	"github.com/dshd/dshd/internal/workspace"
@@ -134,6 +135,12 @@ func (s *Service) startChild(ctx context.Context, parent string, mode workspace.
 	}
 	if err := s.ws.CheckFork(parent, p.Cwd); err != nil {
 		return Session{}, err
+	}
+	// Its jobs in the shared directory too (before its first snapshot
+	// fork it has no layer, and they write to what becomes the frozen
+	// base).
+	if n := len(s.jobs.Jobs(parent, exec.StateRunning)); n > 0 {
+		return Session{}, fmt.Errorf("%w: agent %s runs %d job(s); a snapshot fork freezes its workspace and needs it idle", workspace.ErrBusy, parent, n)
 	}
 	return s.startSession(ctx, SourceStartup, func() (agents.Agent, error) {
 		a, err := make()

@@ -1,7 +1,6 @@
 package workspace
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -112,21 +111,37 @@ func probe(dir string) error {
 	if err := os.Remove(filepath.Join(viewPath(fd), "f")); err != nil {
 		return fmt.Errorf("overlayfs whiteout under %s: %w", dir, err)
 	}
-	errc := make(chan error, 1)
-	go func() {
-		// Never unlocked: the thread, in a namespace of its own, dies
-		// with this goroutine.
-		runtime.LockOSThread()
-		if unix.Gettid() == unix.Getpid() {
-			errc <- errors.New("refusing to probe on the main thread")
-			return
-		}
-		errc <- attach(fd, filepath.Join(tmp, "target"))
-	}()
-	if err := <-errc; err != nil {
+	if err := onThrowawayThread(func() error { return attach(fd, filepath.Join(tmp, "target")) }); err != nil {
 		return fmt.Errorf("mount namespace: %w", err)
 	}
 	return nil
+}
+
+// onThrowawayThread runs f on an OS thread of its own that is never given
+// back to the scheduler (its goroutine ends locked to it, so the runtime
+// terminates it): f may change the thread's namespaces. Never on the main
+// thread, which the runtime cannot terminate: a goroutine that finds
+// itself there holds it while another one runs f.
+func onThrowawayThread(f func() error) error {
+	errc := make(chan error, 1)
+	var run func()
+	run = func() {
+		runtime.LockOSThread()
+		if unix.Gettid() == unix.Getpid() {
+			// Hold the main thread until f has run elsewhere.
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				run()
+			}()
+			<-done
+			runtime.UnlockOSThread()
+			return
+		}
+		errc <- f()
+	}
+	go run()
+	return <-errc
 }
 
 // attach enters a new mount namespace on the calling (locked, not main)

@@ -131,6 +131,8 @@ type Manager struct {
 	agents map[string]*agentState
 	mounts map[string]int // agent -> detached overlay mount (fsmount fd)
 	active map[string]int // agent -> jobs holding a Lease
+	// releaseWait: see defaultReleaseWait (tests shorten it).
+	releaseWait time.Duration
 }
 
 // Open opens the workspaces kept under dir (created 0700), probes once that
@@ -142,7 +144,7 @@ func Open(dir, disabled string, logger *slog.Logger) (*Manager, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	m := &Manager{dir: dir, log: logger, agents: map[string]*agentState{}, mounts: map[string]int{}, active: map[string]int{}}
+	m := &Manager{dir: dir, log: logger, agents: map[string]*agentState{}, mounts: map[string]int{}, active: map[string]int{}, releaseWait: defaultReleaseWait}
 	if err := os.MkdirAll(filepath.Join(dir, "layers"), 0o700); err != nil {
 		return nil, fmt.Errorf("workspaces: %w", err)
 	}
@@ -292,6 +294,7 @@ func (m *Manager) CheckFork(parent, cwd string) error {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.waitIdleLocked(parent)
 	return m.checkForkLocked(parent, cwd)
 }
 
@@ -317,6 +320,21 @@ func (m *Manager) checkForkLocked(parent, cwd string) error {
 	return nil
 }
 
+// defaultReleaseWait is how long an operation that needs an agent idle
+// waits for the leases of jobs that have just ended (a lease is given back
+// by the job's waiter, a moment after the job's end is reported).
+const defaultReleaseWait = 2 * time.Second
+
+// waitIdleLocked waits, unlocking meanwhile, up to releaseWait for agent
+// to hold no lease.
+func (m *Manager) waitIdleLocked(agent string) {
+	for deadline := time.Now().Add(m.releaseWait); m.active[agent] > 0 && time.Now().Before(deadline); {
+		m.mu.Unlock()
+		time.Sleep(5 * time.Millisecond)
+		m.mu.Lock()
+	}
+}
+
 // Fork gives child a snapshot of parent's current view. A parent without a
 // workspace of its own (whose directory is cwd) moves onto one first. On
 // error child's workspace is recorded as dropped, so that it never runs in
@@ -335,6 +353,7 @@ func (m *Manager) Fork(parent, cwd, child string) (err error) {
 			}
 		}
 	}()
+	m.waitIdleLocked(parent)
 	if err := m.checkForkLocked(parent, cwd); err != nil {
 		return err
 	}
@@ -485,6 +504,7 @@ func (m *Manager) Drop(agent string) error {
 	if a.Dropped {
 		return nil
 	}
+	m.waitIdleLocked(agent)
 	if n := m.active[agent]; n > 0 {
 		return fmt.Errorf("%w: agent %s runs %d job(s)", ErrBusy, agent, n)
 	}

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/dshd/dshd/internal/testenv"
 )
@@ -246,6 +247,7 @@ func TestBusyAndDrop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	m.releaseWait = 20 * time.Millisecond
 	if err := m.CheckFork("p", base); !errors.Is(err, ErrBusy) {
 		t.Errorf("fork of a running parent: %v", err)
 	}
@@ -270,6 +272,21 @@ func TestBusyAndDrop(t *testing.T) {
 	}
 	if _, err := m.Acquire("nobody"); err != nil {
 		t.Errorf("an agent without a workspace: %v", err)
+	}
+}
+
+func TestDisabledSaysWhy(t *testing.T) {
+	t.Parallel()
+	m, err := Open(filepath.Join(t.TempDir(), "workspaces"), "cluster mode", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ue *UnavailableError
+	if err := m.CheckFork("p", t.TempDir()); !errors.As(err, &ue) || !errors.Is(err, ErrUnavailable) || ue.Reason != "cluster mode" {
+		t.Errorf("fork with snapshots off: %v", err)
+	}
+	if ok, why := m.Available(); ok || why != "cluster mode" {
+		t.Errorf("available = %v %q", ok, why)
 	}
 }
 
