@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dshd/dshd/internal/apitest"
 	"github.com/dshd/dshd/internal/testenv"
 )
 
@@ -279,7 +280,13 @@ func TestWorkspaceSnapshotRules(t *testing.T) {
 	t.Parallel()
 	testenv.NeedRoot(t, "overlayfs mounts and mount namespaces need CAP_SYS_ADMIN")
 	repo := gitRepo(t)
-	s := startServer(t)
+	home := filepath.Join(t.TempDir(), "home")
+	hookLog := filepath.Join(t.TempDir(), "hook.log")
+	// A hook reads the agent's f.txt after each bash call: in its view.
+	apitest.WriteJSON(t, filepath.Join(home, "hooks", "claude-code.json"), map[string]any{"hooks": map[string]any{
+		"PostToolUse": []any{map[string]any{"matcher": "Bash", "hooks": []any{map[string]any{"type": "command", "command": "cat f.txt >> " + hookLog}}}},
+	}})
+	s := startServer(t, withHome(home))
 	needSnapshots(t, s)
 	p := s.newAgent(t, "/agents", map[string]any{"cwd": repo})
 
@@ -314,6 +321,12 @@ func TestWorkspaceSnapshotRules(t *testing.T) {
 	if out := s.run(t, p.ID, "cat f.txt"); out != "base\n" {
 		t.Errorf("the parent saw the child's write: %q", out)
 	}
+	if r := s.callTool(t, c.ID, "bash", map[string]any{"command": "echo hooked > f.txt"}); r.IsError {
+		t.Fatalf("bash call: %s", r.Text)
+	}
+	if b, _ := os.ReadFile(hookLog); string(b) != "hooked\n" {
+		t.Errorf("the child's PostToolUse hook read f.txt = %q, want its view's", b)
+	}
 	for _, body := range []map[string]any{{"directory": "relative/dir"}, {"directory": filepath.Join(repo, "missing")}} {
 		if st := s.DoJSON(t, "POST", "/agents/"+c.ID+"/workspace/apply", body, &pr); st != 422 || pr.Code != "invalid_workspace" {
 			t.Errorf("apply to %v = %d %+v", body, st, pr)
@@ -329,7 +342,7 @@ func TestWorkspaceSnapshotRules(t *testing.T) {
 	if st := s.DoJSON(t, "POST", "/agents/"+c.ID+"/workspace/apply", map[string]any{"directory": out}, nil); st != 200 {
 		t.Errorf("apply to a directory = %d", st)
 	}
-	if b, _ := os.ReadFile(filepath.Join(out, "f.txt")); !strings.HasPrefix(string(b), "sandboxed") {
+	if b, _ := os.ReadFile(filepath.Join(out, "f.txt")); !strings.HasPrefix(string(b), "hooked") {
 		t.Errorf("applied to a directory: %q", b)
 	}
 }
