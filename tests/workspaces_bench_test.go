@@ -31,7 +31,9 @@ func makeTree(b *testing.B, dir string, files, size int) {
 		}
 	}
 	for _, args := range [][]string{
-		{"init", "-q"}, {"add", "-A"},
+		// No automatic gc: it would repack in the background while cp
+		// copies the tree.
+		{"init", "-q"}, {"config", "gc.auto", "0"}, {"config", "maintenance.auto", "false"}, {"add", "-A"},
 		{"-c", "user.name=b", "-c", "user.email=b@example.com", "commit", "-qm", "tree"},
 	} {
 		cmd := exec.Command("git", args...)
