@@ -468,7 +468,7 @@ func (s *Service) runHooks(ctx context.Context, callID, agentID string, in hooks
 			return hooks.Outcome{}, fmt.Errorf("run %s hooks: %w", in.Event, err)
 		}
 		defer lease.Release()
-		if lease != nil {
+		if lease != nil && lease.FD >= 0 {
 			in.View = &sandbox.View{Target: lease.Target, FD: lease.FD}
 		}
 	}

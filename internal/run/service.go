@@ -285,7 +285,7 @@ func (s *Service) start(ctx context.Context, agent *agents.Agent, spec exec.Spec
 		if lease, err = s.ws.Acquire(agent.ID); err != nil {
 			return nil, err
 		}
-		if lease != nil {
+		if lease != nil && lease.FD >= 0 {
 			spec.View = &sandbox.View{Target: lease.Target, FD: lease.FD}
 		}
 	}

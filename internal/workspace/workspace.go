@@ -411,8 +411,8 @@ func (m *Manager) Fork(parent, cwd, child string) (err error) {
 type Lease struct {
 	// Target is where the view is mounted (the workspace directory).
 	Target string
-	// FD is the detached overlay mount the job's namespace clones; valid
-	// until Release.
+	// FD is the detached overlay mount the job's namespace clones, valid
+	// until Release; -1 when the agent shares its directory.
 	FD int
 
 	m     *Manager
@@ -434,10 +434,11 @@ func (l *Lease) Release() {
 	})
 }
 
-// Acquire returns a lease on agent's view for one job, or nil (and no
-// error) when the agent has no workspace of its own. ErrDropped when its
-// workspace was dropped, ErrUnavailable when this host cannot mount it any
-// more.
+// Acquire returns a lease on agent's view for one job; its FD is -1 (no
+// view: the job runs in the shared directory) when the agent has no
+// workspace of its own. ErrDropped when its workspace was dropped,
+// ErrUnavailable when this host cannot mount it any more. A nil Manager
+// returns a nil Lease.
 func (m *Manager) Acquire(agent string) (*Lease, error) {
 	if m == nil {
 		return nil, nil
@@ -446,7 +447,10 @@ func (m *Manager) Acquire(agent string) (*Lease, error) {
 	defer m.mu.Unlock()
 	a, ok := m.agents[agent]
 	if !ok {
-		return nil, nil
+		// No view, but counted all the same: the agent's first snapshot
+		// fork freezes the directory this job writes.
+		m.active[agent]++
+		return &Lease{FD: -1, m: m, agent: agent}, nil
 	}
 	if a.Dropped {
 		return nil, fmt.Errorf("%w: agent %s", ErrDropped, agent)

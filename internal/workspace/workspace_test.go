@@ -270,8 +270,18 @@ func TestBusyAndDrop(t *testing.T) {
 	if got := layers(); got != n-1 {
 		t.Errorf("layers %d -> %d after drop", n, got)
 	}
-	if _, err := m.Acquire("nobody"); err != nil {
-		t.Errorf("an agent without a workspace: %v", err)
+	// An agent without a workspace of its own runs in the shared
+	// directory, and its first snapshot fork waits for its jobs too.
+	l, err = m.Acquire("shared")
+	if err != nil || l.FD != -1 {
+		t.Fatalf("an agent without a workspace: %+v %v", l, err)
+	}
+	if err := m.CheckFork("shared", t.TempDir()); !errors.Is(err, ErrBusy) {
+		t.Errorf("first snapshot fork of a running shared agent: %v", err)
+	}
+	l.Release()
+	if err := m.CheckFork("shared", t.TempDir()); err != nil {
+		t.Errorf("first snapshot fork of an idle shared agent: %v", err)
 	}
 }
 
