@@ -133,6 +133,11 @@ type Manager struct {
 	active map[string]int // agent -> jobs holding a Lease
 	// releaseWait: see defaultReleaseWait (tests shorten it).
 	releaseWait time.Duration
+
+	usageMu     sync.Mutex
+	usageAt     time.Time
+	usageBytes  int64
+	usageLayers int
 }
 
 // Open opens the workspaces kept under dir (created 0700), probes once that
@@ -524,9 +529,19 @@ func (m *Manager) Drop(agent string) error {
 	return nil
 }
 
+// usageTTL is how long Usage answers from its last count: /healthz may be
+// polled often, and counting walks every layer.
+const usageTTL = 10 * time.Second
+
 // Usage is the disk used by every layer, in bytes (the base directories
-// not counted), and how many layers there are.
+// not counted), and how many layers there are, as counted at most
+// usageTTL ago.
 func (m *Manager) Usage() (bytes int64, layers int) {
+	m.usageMu.Lock()
+	defer m.usageMu.Unlock()
+	if !m.usageAt.IsZero() && time.Since(m.usageAt) < usageTTL {
+		return m.usageBytes, m.usageLayers
+	}
 	root := filepath.Join(m.dir, "layers")
 	ents, _ := os.ReadDir(root)
 	_ = filepath.WalkDir(root, func(_ string, d fs.DirEntry, err error) error {
@@ -537,6 +552,7 @@ func (m *Manager) Usage() (bytes int64, layers int) {
 		}
 		return nil
 	})
+	m.usageBytes, m.usageLayers, m.usageAt = bytes, len(ents), time.Now()
 	return bytes, len(ents)
 }
 
