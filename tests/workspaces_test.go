@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/dshd/dshd/internal/apitest"
+	"github.com/dshd/dshd/internal/cluster/natstest"
 	"github.com/dshd/dshd/internal/testenv"
 )
 
@@ -344,5 +345,37 @@ func TestWorkspaceSnapshotRules(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(filepath.Join(out, "f.txt")); !strings.HasPrefix(string(b), "hooked") {
 		t.Errorf("applied to a directory: %q", b)
+	}
+}
+
+// TestWorkspaceSnapshotClusterRefused: cluster mode refuses snapshot forks
+// with a clear code and reason, makes no agent, and says so in /healthz;
+// shared forks work as before.
+func TestWorkspaceSnapshotClusterRefused(t *testing.T) {
+	t.Parallel()
+	nc := natstest.Start(t, 3)
+	s := startServer(t, withConfig("cluster:\n  replicaId: ws-0\n  urls: ["+strings.Join(nc.URLs, ", ")+"]\n"))
+	var h struct {
+		Details struct {
+			Workspaces struct {
+				Snapshot bool   `json:"snapshot"`
+				Reason   string `json:"reason"`
+			} `json:"workspaces"`
+		} `json:"details"`
+	}
+	if st := s.DoJSON(t, "GET", "/healthz", nil, &h); st != 200 || h.Details.Workspaces.Snapshot || !strings.HasPrefix(h.Details.Workspaces.Reason, "cluster mode") {
+		t.Errorf("healthz = %d %+v", st, h.Details.Workspaces)
+	}
+	p := s.newAgent(t, "/agents", map[string]any{"cwd": t.TempDir()})
+	var pr wsProblem
+	if st := s.DoJSON(t, "POST", "/agents/"+p.ID+"/spawn", map[string]any{"workspace": "snapshot"}, &pr); st != 422 || pr.Code != "workspace_snapshot_unavailable" || !strings.HasPrefix(pr.Reason, "cluster mode") {
+		t.Errorf("snapshot spawn in cluster mode = %d %+v", st, pr)
+	}
+	var list []wsAgent
+	if s.DoJSON(t, "GET", "/agents", nil, &list); len(list) != 1 {
+		t.Errorf("a refused spawn made an agent: %d agents", len(list))
+	}
+	if c := s.newAgent(t, "/agents/"+p.ID+"/fork", map[string]any{"workspace": "shared"}); c.Workspace.Mode != "shared" {
+		t.Errorf("shared fork in cluster mode: %+v", c.Workspace)
 	}
 }
