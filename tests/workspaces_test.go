@@ -328,6 +328,14 @@ func TestWorkspaceSnapshotRules(t *testing.T) {
 	if b, _ := os.ReadFile(hookLog); string(b) != "hooked\n" {
 		t.Errorf("the child's PostToolUse hook read f.txt = %q, want its view's", b)
 	}
+	// A shared fork of a snapshot agent shares its view, not the base.
+	sh := s.newAgent(t, "/agents/"+c.ID+"/fork", map[string]any{})
+	if sh.Workspace.Mode != "shared" || sh.Workspace.ParentID != c.ID {
+		t.Errorf("shared fork of a snapshot agent: %+v", sh.Workspace)
+	}
+	if out := s.run(t, sh.ID, "cat f.txt"); out != "hooked\n" {
+		t.Errorf("a shared fork of a snapshot agent sees %q, not its parent's view", out)
+	}
 	for _, body := range []map[string]any{{"directory": "relative/dir"}, {"directory": filepath.Join(repo, "missing")}} {
 		if st := s.DoJSON(t, "POST", "/agents/"+c.ID+"/workspace/apply", body, &pr); st != 422 || pr.Code != "invalid_workspace" {
 			t.Errorf("apply to %v = %d %+v", body, st, pr)

@@ -85,11 +85,12 @@ func (s *Server) workspaceAgent(ctx context.Context, id string) error {
 
 func toAPIAgentWorkspace(i workspace.Info) api.AgentWorkspace {
 	w := api.AgentWorkspace{Mode: api.WorkspaceMode(i.Mode)}
+	w.Path, w.ParentId = optional(i.Path), optional(i.Parent)
 	if i.Mode == workspace.Snapshot {
-		w.Path, w.ParentId, w.Layers = optional(i.Path), optional(i.Parent), optional(int32(i.Layers))
-		if i.Dropped {
-			w.Dropped = ptr(true)
-		}
+		w.Layers = optional(int32(i.Layers))
+	}
+	if i.Dropped {
+		w.Dropped = ptr(true)
 	}
 	return w
 }

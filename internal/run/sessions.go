@@ -124,7 +124,20 @@ func (s *Service) startChild(ctx context.Context, parent string, mode workspace.
 		return Session{}, fmt.Errorf("%w: workspace mode %q (want shared or snapshot)", workspace.ErrInvalid, mode)
 	}
 	if mode != workspace.Snapshot {
-		return s.startSession(ctx, SourceStartup, make)
+		if s.ws == nil {
+			return s.startSession(ctx, SourceStartup, make)
+		}
+		// The same directory as a snapshot parent is its view.
+		return s.startSession(ctx, SourceStartup, func() (agents.Agent, error) {
+			a, err := make()
+			if err != nil {
+				return a, err
+			}
+			if err := s.ws.Share(parent, a.ID); err != nil {
+				return a, fmt.Errorf("agent %s was made, but sharing its parent's workspace could not be recorded (its commands are refused): %w", a.ID, err)
+			}
+			return a, nil
+		})
 	}
 	p, err := s.agents.Get(ctx, parent)
 	if err != nil {

@@ -70,7 +70,7 @@ func (m *Manager) Apply(agent, dir string) (Applied, error) {
 			return Applied{}, fmt.Errorf("%w: %s overlaps the dshd home", ErrInvalid, dir)
 		}
 		for id, o := range m.agents {
-			if o.Dropped || !(within(dir, o.Base) || within(o.Base, dir)) {
+			if o.Dropped || o.Shares != "" || !(within(dir, o.Base) || within(o.Base, dir)) {
 				continue
 			}
 			if id != agent {

@@ -79,6 +79,9 @@ func (m *Manager) liveLocked(agent string) (*agentState, error) {
 	if !ok {
 		return nil, fmt.Errorf("%w: agent %s", ErrNotFound, agent)
 	}
+	if a.Shares != "" {
+		return nil, fmt.Errorf("%w: agent %s shares agent %s's workspace", ErrNotFound, agent, a.Shares)
+	}
 	if a.Dropped {
 		return nil, fmt.Errorf("%w: agent %s", ErrDropped, agent)
 	}

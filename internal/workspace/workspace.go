@@ -114,6 +114,9 @@ type agentState struct {
 	Created time.Time `json:"created"`
 	// Dropped: DELETE dropped it (or making it failed).
 	Dropped bool `json:"dropped,omitempty"`
+	// Shares names the agent whose view this one shares (a shared fork or
+	// spawn of a snapshot agent); such an entry has no layer of its own.
+	Shares string `json:"shares,omitempty"`
 }
 
 type stateFile struct {
@@ -286,6 +289,10 @@ func (m *Manager) Info(agent string) Info {
 	if !ok {
 		return Info{Mode: Shared}
 	}
+	if a.Shares != "" {
+		o := m.agents[a.Shares]
+		return Info{Mode: Shared, Path: a.Base, Parent: a.Shares, Dropped: a.Dropped || o == nil || o.Dropped}
+	}
 	return Info{Mode: Snapshot, Path: a.Base, Parent: a.Parent, Layers: len(a.Layers), Dropped: a.Dropped}
 }
 
@@ -299,6 +306,7 @@ func (m *Manager) CheckFork(parent, cwd string) error {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	parent = m.ownerLocked(parent)
 	m.waitIdleLocked(parent)
 	return m.checkForkLocked(parent, cwd)
 }
@@ -350,6 +358,10 @@ func (m *Manager) Fork(parent, cwd, child string) (err error) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if a, ok := m.agents[parent]; ok && a.Dropped && a.Shares != "" {
+		return fmt.Errorf("%w: agent %s", ErrDropped, parent)
+	}
+	parent = m.ownerLocked(parent)
 	defer func() {
 		if err != nil {
 			m.agents[child] = &agentState{Base: cwd, Parent: parent, Created: time.Now().UTC(), Dropped: true}
@@ -450,6 +462,10 @@ func (m *Manager) Acquire(agent string) (*Lease, error) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if a, ok := m.agents[agent]; ok && a.Dropped && a.Shares != "" {
+		return nil, fmt.Errorf("%w: agent %s", ErrDropped, agent)
+	}
+	agent = m.ownerLocked(agent)
 	a, ok := m.agents[agent]
 	if !ok {
 		// No view, but counted all the same: the agent's first snapshot
@@ -510,6 +526,9 @@ func (m *Manager) Drop(agent string) error {
 	if !ok {
 		return fmt.Errorf("%w: agent %s", ErrNotFound, agent)
 	}
+	if a.Shares != "" {
+		return fmt.Errorf("%w: agent %s shares agent %s's workspace", ErrNotFound, agent, a.Shares)
+	}
 	if a.Dropped {
 		return nil
 	}
@@ -566,6 +585,39 @@ func (m *Manager) Close() {
 	for a := range m.mounts {
 		m.closeMountLocked(a)
 	}
+}
+
+// ownerLocked is the agent whose workspace agent uses: agent itself, or
+// the one it shares.
+func (m *Manager) ownerLocked(agent string) string {
+	if a, ok := m.agents[agent]; ok && a.Shares != "" {
+		return a.Shares
+	}
+	return agent
+}
+
+// Share makes child use parent's view, as a shared fork or spawn does: the
+// same directory as its parent means the parent's view when the parent has
+// a snapshot workspace (its jobs then count as the parent's). Nothing is
+// recorded for a parent without one. If the record cannot be saved the
+// child is marked dropped: it never runs in the base directory instead.
+func (m *Manager) Share(parent, child string) error {
+	if m == nil {
+		return nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	owner := m.ownerLocked(parent)
+	o, ok := m.agents[owner]
+	if !ok {
+		return nil
+	}
+	m.agents[child] = &agentState{Base: o.Base, Shares: owner, Created: time.Now().UTC()}
+	if err := m.saveLocked(); err != nil {
+		m.agents[child].Dropped = true
+		return err
+	}
+	return nil
 }
 
 func emptyDir(d string) (bool, error) {

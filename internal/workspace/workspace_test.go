@@ -285,6 +285,62 @@ func TestBusyAndDrop(t *testing.T) {
 	}
 }
 
+// A shared child of a snapshot agent shares its view (not the base
+// directory); its snapshot forks fork that view.
+func TestSharedChildOfSnapshotAgent(t *testing.T) {
+	t.Parallel()
+	m, home, base := fixture(t)
+	if err := m.Fork("p", base, "c"); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Share("c", "s"); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Share("root-less", "x"); err != nil || m.Info("x").Mode != Shared {
+		t.Errorf("share of a plain agent: %v %+v", err, m.Info("x"))
+	}
+	put(t, view(t, m, "s"), "f.txt", "from s\n")
+	if got := read(t, view(t, m, "c"), "f.txt"); got != "from s\n" {
+		t.Errorf("c does not see its shared child's write: %q", got)
+	}
+	if i := m.Info("s"); i.Mode != Shared || i.Parent != "c" || i.Path != base {
+		t.Errorf("info s = %+v", i)
+	}
+	if _, err := m.Changes("s", false); !errors.Is(err, ErrNotFound) {
+		t.Errorf("changes of a sharing agent: %v", err)
+	}
+	if err := m.Fork("s", base, "g"); err != nil {
+		t.Fatal(err)
+	}
+	if got := read(t, view(t, m, "g"), "f.txt"); got != "from s\n" {
+		t.Errorf("a snapshot of the shared view: %q", got)
+	}
+	if i := m.Info("g"); i.Parent != "c" {
+		t.Errorf("g's parent = %q, want the view's owner c", i.Parent)
+	}
+	// Jobs of the sharing agent count as the owner's.
+	l, err := m.Acquire("s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.releaseWait = 20 * time.Millisecond
+	if err := m.CheckFork("c", base); !errors.Is(err, ErrBusy) {
+		t.Errorf("fork of c while s runs: %v", err)
+	}
+	l.Release()
+	m.Close()
+	m2 := open(t, home)
+	if got := read(t, view(t, m2, "s"), "f.txt"); got != "from s\n" {
+		t.Errorf("after a restart: %q", got)
+	}
+	if err := m2.Drop("c"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m2.Acquire("s"); !errors.Is(err, ErrDropped) {
+		t.Errorf("a sharing agent of a dropped workspace runs: %v", err)
+	}
+}
+
 func TestDisabledSaysWhy(t *testing.T) {
 	t.Parallel()
 	m, err := Open(filepath.Join(t.TempDir(), "workspaces"), "cluster mode", nil)

@@ -992,7 +992,8 @@ export interface components {
         };
         /**
          * @description How a forked or spawned agent gets its workspace (its `cwd`). `shared`: the same directory
-         *     as its parent, every write seen by both at once. `snapshot`: a copy-on-write snapshot of
+         *     as its parent (the parent's view, when the parent has a snapshot), every write seen by
+         *     both at once. `snapshot`: a copy-on-write snapshot of
          *     the parent's view at the fork, isolated both ways from then on, at a cost that does not
          *     grow with the workspace (no file is copied).
          * @default shared
@@ -1003,7 +1004,7 @@ export interface components {
             mode: components["schemas"]["WorkspaceMode"];
             /** @description Where its commands see the snapshot (its base directory); snapshot only. */
             path?: string;
-            /** @description The agent it was forked or spawned from; absent for the root of a tree of snapshots. */
+            /** @description The agent it was forked or spawned from (absent for the root of a tree of snapshots); for a `shared` agent, the snapshot agent whose view it shares. */
             parentId?: string;
             /**
              * Format: int32

@@ -1002,12 +1002,13 @@ type AgentWorkspace struct {
 	Layers *int32 `json:"layers,omitempty"`
 
 	// Mode How a forked or spawned agent gets its workspace (its `cwd`). `shared`: the same directory
-	// as its parent, every write seen by both at once. `snapshot`: a copy-on-write snapshot of
+	// as its parent (the parent's view, when the parent has a snapshot), every write seen by
+	// both at once. `snapshot`: a copy-on-write snapshot of
 	// the parent's view at the fork, isolated both ways from then on, at a cost that does not
 	// grow with the workspace (no file is copied).
 	Mode WorkspaceMode `json:"mode"`
 
-	// ParentId The agent it was forked or spawned from; absent for the root of a tree of snapshots.
+	// ParentId The agent it was forked or spawned from (absent for the root of a tree of snapshots); for a `shared` agent, the snapshot agent whose view it shares.
 	ParentId *string `json:"parentId,omitempty"`
 
 	// Path Where its commands see the snapshot (its base directory); snapshot only.
@@ -1341,7 +1342,8 @@ type ForkInput struct {
 	Sandbox *SandboxRequest `json:"sandbox,omitempty"`
 
 	// Workspace How a forked or spawned agent gets its workspace (its `cwd`). `shared`: the same directory
-	// as its parent, every write seen by both at once. `snapshot`: a copy-on-write snapshot of
+	// as its parent (the parent's view, when the parent has a snapshot), every write seen by
+	// both at once. `snapshot`: a copy-on-write snapshot of
 	// the parent's view at the fork, isolated both ways from then on, at a cost that does not
 	// grow with the workspace (no file is copied).
 	Workspace *WorkspaceMode `json:"workspace,omitempty"`
@@ -2058,7 +2060,8 @@ type SpawnInput struct {
 	Sandbox *SandboxRequest `json:"sandbox,omitempty"`
 
 	// Workspace How a forked or spawned agent gets its workspace (its `cwd`). `shared`: the same directory
-	// as its parent, every write seen by both at once. `snapshot`: a copy-on-write snapshot of
+	// as its parent (the parent's view, when the parent has a snapshot), every write seen by
+	// both at once. `snapshot`: a copy-on-write snapshot of
 	// the parent's view at the fork, isolated both ways from then on, at a cost that does not
 	// grow with the workspace (no file is copied).
 	Workspace *WorkspaceMode `json:"workspace,omitempty"`
@@ -2386,7 +2389,8 @@ type WorkspaceChanges struct {
 }
 
 // WorkspaceMode How a forked or spawned agent gets its workspace (its `cwd`). `shared`: the same directory
-// as its parent, every write seen by both at once. `snapshot`: a copy-on-write snapshot of
+// as its parent (the parent's view, when the parent has a snapshot), every write seen by
+// both at once. `snapshot`: a copy-on-write snapshot of
 // the parent's view at the fork, isolated both ways from then on, at a cost that does not
 // grow with the workspace (no file is copied).
 type WorkspaceMode string
