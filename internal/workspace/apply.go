@@ -116,13 +116,11 @@ func (m *Manager) Apply(agent, dir string) (Applied, error) {
 			conflicts = append(conflicts, c.Path)
 			continue
 		}
-		if c.Kind != Deleted {
-			// Its parent must still be a directory (or be made by us).
-			if par := filepath.Dir(t); par != target {
-				if fi, err := os.Lstat(par); err == nil && !fi.IsDir() {
-					conflicts = append(conflicts, c.Path)
-				}
-			}
+		// Every directory above it must still be one (or be missing, to be
+		// made): never a file, never a link that would lead the write or
+		// the deletion out of the target.
+		if !realDirs(target, c.Path) {
+			conflicts = append(conflicts, c.Path)
 		}
 	}
 	if len(conflicts) > 0 {
@@ -132,6 +130,28 @@ func (m *Manager) Apply(agent, dir string) (Applied, error) {
 		return Applied{}, fmt.Errorf("apply agent %s's changes to %s: %w", agent, res.Target, err)
 	}
 	return res, nil
+}
+
+// realDirs reports whether every existing directory above rel in target
+// is a directory (Lstat: a link is not) and, below the first missing one,
+// nothing exists.
+func realDirs(target, rel string) bool {
+	p := target
+	parts := strings.Split(filepath.ToSlash(filepath.Dir(rel)), "/")
+	for _, part := range parts {
+		if part == "." || part == "" {
+			continue
+		}
+		p = filepath.Join(p, part)
+		fi, err := os.Lstat(p)
+		if err != nil {
+			return errors.Is(err, fs.ErrNotExist)
+		}
+		if !fi.IsDir() {
+			return false
+		}
+	}
+	return true
 }
 
 // write applies cs (from upper) onto target: stage, rename, delete.
@@ -152,7 +172,7 @@ func write(upper, target string, cs []Change) (err error) {
 	}()
 	mkdirs := func(d string, perm fs.FileMode) error {
 		var todo []string
-		for p := d; p != target; p = filepath.Dir(p) {
+		for p := d; p != target && within(p, target); p = filepath.Dir(p) {
 			if _, err := os.Lstat(p); err == nil {
 				break
 			}

@@ -208,6 +208,20 @@ func TestApplyAllOrNothing(t *testing.T) {
 	if read(t, out, "f.txt") != "from c2\n" || read(t, out, "c2.txt") != "c2\n" || read(t, out, "keep.txt") != "changed by c2\n" {
 		t.Error("apply to a directory")
 	}
+	// A directory the target turned into a link is a conflict: the write
+	// would leave the target.
+	elsewhere := t.TempDir()
+	put(t, view(t, m, "c2"), "dir/sub/new.txt", "x\n")
+	out2 := t.TempDir()
+	if err := os.Symlink(elsewhere, filepath.Join(out2, "dir")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Apply("c2", out2); !errors.As(err, &ce) || !slices.Contains(ce.Paths, "dir/sub/new.txt") {
+		t.Errorf("apply through a link: %v", err)
+	}
+	if ents, _ := os.ReadDir(elsewhere); len(ents) != 0 {
+		t.Errorf("apply wrote through a link: %v", ents)
+	}
 	if _, err := m.Apply("c2", base); !errors.Is(err, ErrBusy) {
 		t.Errorf("apply onto the tree's base: %v", err)
 	}
