@@ -398,6 +398,26 @@ func (m *Manager) Fork(parent, cwd, child string) (err error) {
 	}
 	np.Upper = pUpper
 	c := &agentState{Base: np.Base, Layers: slices.Clone(np.Layers), Upper: cUpper, Parent: parent, Created: time.Now().UTC()}
+	// Both views are mounted before anything is recorded: a base or a
+	// layer overlayfs refuses (a base on a file system it cannot stack
+	// on) fails the fork here, leaving the parent as it was, rather than
+	// at the next command of either. The mounts then serve those commands.
+	m.closeMountLocked(parent)
+	undo := func() {
+		os.RemoveAll(m.layerDir(pUpper))
+		os.RemoveAll(m.layerDir(cUpper))
+	}
+	pfd, err := mountOverlay(m.lowers(&np), m.upperDir(pUpper), m.workDir(pUpper))
+	if err != nil {
+		undo()
+		return unavailable("mount agent %s's workspace on %s: %v", parent, np.Base, err)
+	}
+	cfd, err := mountOverlay(m.lowers(c), m.upperDir(cUpper), m.workDir(cUpper))
+	if err != nil {
+		closeFD(pfd)
+		undo()
+		return unavailable("mount the snapshot of %s: %v", np.Base, err)
+	}
 	old := m.agents[parent]
 	m.agents[parent], m.agents[child] = &np, c
 	if err := m.saveLocked(); err != nil {
@@ -407,11 +427,12 @@ func (m *Manager) Fork(parent, cwd, child string) (err error) {
 			m.agents[parent] = old
 		}
 		delete(m.agents, child)
-		os.RemoveAll(m.layerDir(pUpper))
-		os.RemoveAll(m.layerDir(cUpper))
+		closeFD(pfd)
+		closeFD(cfd)
+		undo()
 		return err
 	}
-	m.closeMountLocked(parent)
+	m.mounts[parent], m.mounts[child] = pfd, cfd
 	if had {
 		if slices.Contains(np.Layers, p.Upper) {
 			// Frozen: overlayfs's work directory is no longer needed.
