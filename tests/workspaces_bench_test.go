@@ -73,8 +73,8 @@ func median(d []time.Duration) time.Duration {
 // 1 GiB, beside a shared fork (the agent alone) and, on the large tree,
 // `git worktree add` and `cp -a --reflink=auto` of the same tree in the same
 // run. Target: under 50 ms and flat in the workspace's size. Then the first
-// command (`true`) of fresh children, which mount their view, beside a
-// command of their parent and of a shared agent. Disk: the trees, one
+// command (`true`) of fresh children (their views were mounted by the fork)
+// beside a command of their parent and of a shared agent. Disk: the trees, one
 // worktree and one copy at a time, all under the benchmark's temporary
 // directory, removed at its end.
 func BenchmarkWorkspaceFork(b *testing.B) {
