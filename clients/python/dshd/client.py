@@ -268,16 +268,34 @@ class Client:
         return self._json("POST", f"/agents/{self._q(agent_id)}/resume")
 
     def fork_agent(self, agent_id: str, boundary: Optional[int] = None, sandbox: Optional[JSON] = None,
-                   limits: Optional[JSON] = None) -> JSON:
+                   limits: Optional[JSON] = None, workspace: Optional[str] = None) -> JSON:
         """POST /agents/{id}/fork. sandbox and limits may only tighten the
-        parent's."""
+        parent's; workspace is "shared" (default) or "snapshot"."""
         return self._json("POST", f"/agents/{self._q(agent_id)}/fork",
-                          _body(boundary=boundary, sandbox=sandbox, limits=limits))
+                          _body(boundary=boundary, sandbox=sandbox, limits=limits, workspace=workspace))
 
-    def spawn_agent(self, agent_id: str, sandbox: Optional[JSON] = None, limits: Optional[JSON] = None) -> JSON:
+    def spawn_agent(self, agent_id: str, sandbox: Optional[JSON] = None, limits: Optional[JSON] = None,
+                    workspace: Optional[str] = None) -> JSON:
         """POST /agents/{id}/spawn. sandbox and limits may only tighten the
-        parent's."""
-        return self._json("POST", f"/agents/{self._q(agent_id)}/spawn", _body(sandbox=sandbox, limits=limits))
+        parent's; workspace is "shared" (default) or "snapshot"."""
+        return self._json("POST", f"/agents/{self._q(agent_id)}/spawn",
+                          _body(sandbox=sandbox, limits=limits, workspace=workspace))
+
+    def workspace_changes(self, agent_id: str, diff: bool = False) -> JSON:
+        """GET /agents/{id}/workspace/changes: what a snapshot agent changed
+        since its fork (with unified diffs of text files if diff)."""
+        return self._json("GET", f"/agents/{self._q(agent_id)}/workspace/changes",
+                          query={"diff": "true" if diff else None})
+
+    def apply_workspace(self, agent_id: str, directory: Optional[str] = None) -> JSON:
+        """POST /agents/{id}/workspace/apply: the agent's changes onto its
+        parent's view (or directory), all or nothing; a conflict raises
+        with code workspace_conflict and the paths."""
+        return self._json("POST", f"/agents/{self._q(agent_id)}/workspace/apply", _body(directory=directory))
+
+    def drop_workspace(self, agent_id: str) -> None:
+        """DELETE /agents/{id}/workspace: drop the agent's snapshot."""
+        self._send("DELETE", f"/agents/{self._q(agent_id)}/workspace")
 
     def transcript(self, agent_id: str) -> Transcript:
         """GET /agents/{id}/transcript as typed events."""
