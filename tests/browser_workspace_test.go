@@ -16,7 +16,8 @@ import (
 // and directory; for a snapshot fork, the files its bash tool added,
 // modified and deleted, with a text file's diff fetched only when asked for
 // and drawn as text (markup in the file stays characters); for an agent
-// that shares its directory, "shared" and no changes list. axe-core finds
+// that shares its directory, "shared" and no changes list; once the fork's
+// workspace is dropped, "dropped" in the tree and its section. axe-core finds
 // nothing at 1280 and 390 px, and the page never scrolls sideways.
 func TestBrowserWorkspace(t *testing.T) {
 	t.Parallel()
@@ -123,5 +124,18 @@ func TestBrowserWorkspace(t *testing.T) {
 	}
 	b.noSidewaysPage("a shared workspace at 390 px")
 	b.checkView("workspace-shared-narrow")
+
+	// Dropping the fork's workspace turns its mark into "dropped", and its
+	// section says so, with no changes list.
+	if st := srv.DoJSON(t, "DELETE", "/agents/"+child.ID+"/workspace", nil, nil); st != 204 {
+		t.Fatalf("drop the fork's workspace = %d", st)
+	}
+	b.waitText(testID("agent-workspace-"+child.ID), "dropped")
+	b.do("select the dropped fork", chromedp.Click(chromedp.CSS(fmt.Sprintf(`[data-agent-button=%q]`, child.ID))))
+	b.waitText(`#workspace-facts [data-fact="State"]`, "dropped")
+	b.waitText(testID("workspace-hint"), "was dropped")
+	if got := b.eval(`document.getElementById('workspace-changes-wrap').hidden + ' ' + document.querySelectorAll('#workspace-changes-body tr').length`); got != "true 0" {
+		t.Errorf("the dropped fork's changes list: hidden and rows = %q, want \"true 0\"", got)
+	}
 	b.checkConsole()
 }
