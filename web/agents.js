@@ -1,7 +1,9 @@
 // Agents view: the lineage as nested lists, and the selected agent's
 // transcript. While visible it polls GET /agents and the selected transcript,
 // so new agents and new events show up without a refresh. #/agents?agent=ID
-// selects an agent.
+// selects an agent. The selected agent's workspace shows above its
+// transcript: its mode, and for a snapshot the changes since its fork, each
+// text file's diff on request.
 
 import { isQuiet, path, request, requestJSON } from './api.js';
 import { agentLabel, badge, formatBytes, h, setMessage, setText, timeElement, viewLink } from './dom.js';
@@ -29,6 +31,7 @@ export function createAgentsView() {
   let transcript = null; // {id, text, denied: Set of callIds, count}
   let transcriptController = null;
   let hookCommands = null; // hook name → command, from GET /hooks
+  const ws = createWorkspacePanel();
 
   document.addEventListener('visibilitychange', () => {
     if (active && !document.hidden) poll();
@@ -52,6 +55,7 @@ export function createAgentsView() {
         agentsById = new Map((Array.isArray(agents) ? agents : []).map((a) => [a.id, a]));
         renderTree(Array.isArray(agents) ? agents : []);
       }
+      if (selectedId) ws.show(selectedId, agentsById.get(selectedId));
       setMessage(error, '');
       setText(updated, `Updated ${new Date().toLocaleTimeString()}`);
       if (selectedId) await loadTranscript(selectedId);
@@ -117,6 +121,7 @@ export function createAgentsView() {
           class: 'muted', 'data-testid': `agent-depth-${agent.id}`,
           title: 'Spawn depth: 0 for a root, one more for each spawn; a fork keeps its parent\'s',
         }, `depth ${agent.depth}`),
+        workspaceBadge(agent),
         forkOf ? h('span', { class: 'muted fork-of' }, ' · fork of ', h('code', {}, agent.parentId)) : null,
         orphan ? h('span', { class: 'muted' }, ` (parent ${agent.parentId} not listed)`) : null,
         h('div', { class: 'agent-meta' }, h('span', { class: 'path' }, agent.cwd), ' · ', timeElement(agent.createdAt),
@@ -134,6 +139,7 @@ export function createAgentsView() {
       div.classList.toggle('selected', on);
       button.setAttribute('aria-pressed', String(on));
     }
+    ws.show(id, agentsById.get(id));
     loadTranscript(id);
   }
 
@@ -188,6 +194,7 @@ export function createAgentsView() {
         transcript = null;
         selectedId = agent;
         lastAgents = ''; // re-render the tree with the selection
+        ws.show(agent, agentsById.get(agent));
         loadTranscript(agent);
       }
       poll();
@@ -196,8 +203,191 @@ export function createAgentsView() {
       active = false;
       clearTimeout(timer);
       transcriptController?.abort();
+      ws.abort();
     },
   };
+}
+
+// A snapshot agent's mark in the tree: "snapshot", or "dropped" once its
+// workspace was dropped. A shared agent has none (that is the default).
+function workspaceBadge(agent) {
+  const w = agent.workspace;
+  if (w?.mode !== 'snapshot') return null;
+  return [' ', h('span', {
+    class: `badge ${w.dropped ? 'badge-bad' : 'badge-workspace-snapshot'}`,
+    'data-testid': `agent-workspace-${agent.id}`,
+    title: w.dropped
+      ? 'Its snapshot workspace was dropped: its commands are refused'
+      : 'Works in a copy-on-write snapshot of its parent\'s workspace',
+  }, w.dropped ? 'dropped' : 'snapshot')];
+}
+
+// The Workspace section of the selected agent: its mode and directory,
+// and for a live snapshot the changes since the fork (GET
+// /agents/{id}/workspace/changes). A file's diff is fetched only when asked
+// for (?diff=true), once, until the changes are refreshed.
+function createWorkspacePanel() {
+  const $ = (id) => document.getElementById(id);
+  const panel = $('workspace-panel');
+  const facts = $('workspace-facts');
+  const hint = $('workspace-hint');
+  const refresh = $('workspace-refresh');
+  const wrap = $('workspace-changes-wrap');
+  const caption = $('workspace-changes-caption');
+  const tbody = $('workspace-changes-body');
+
+  let current = null; // {id, key: the agent's workspace as JSON}
+  let diffs = null; // path → change with its diff, from ?diff=true
+  let controller = null;
+
+  refresh.addEventListener('click', () => {
+    if (current) loadChanges(current.id);
+  });
+
+  function abort() {
+    controller?.abort();
+    controller = null;
+  }
+
+  // Draws the section for agent id; agent is its GET /agents entry (absent
+  // until the list is loaded). Nothing is redrawn while the workspace is
+  // the same, so an open diff and the focus stay put across polls.
+  function show(id, agent) {
+    const key = agent ? JSON.stringify(agent.workspace ?? null) : '';
+    if (current && current.id === id && current.key === key) return;
+    abort();
+    current = { id, key };
+    diffs = null;
+    panel.hidden = false;
+    wrap.hidden = true;
+    tbody.replaceChildren();
+    refresh.hidden = true;
+    if (!agent) {
+      facts.replaceChildren();
+      setMessage(hint, `Loading the workspace of ${id}…`);
+      return;
+    }
+    const w = agent.workspace ?? { mode: 'shared' };
+    const items = [['Mode', badge(w.mode, `workspace-${w.mode}`)]];
+    if (w.mode === 'snapshot') {
+      items.push(['Directory', h('span', { class: 'path' }, w.path ?? agent.cwd)]);
+      if (w.parentId) items.push(['Forked from', h('code', {}, w.parentId)]);
+      items.push(['Layers', `${w.layers ?? 0} frozen under its own`]);
+      if (w.dropped) items.push(['State', badge('dropped', 'bad')]);
+    } else {
+      items.push(['Directory', h('span', { class: 'path' }, agent.cwd)]);
+      if (w.parentId) items.push(['Shares the view of', h('code', {}, w.parentId)]);
+    }
+    facts.replaceChildren(...items.map(([k, v]) => h('div', { 'data-fact': k }, h('dt', {}, k), h('dd', {}, v))));
+    if (w.mode !== 'snapshot') {
+      setMessage(hint, w.parentId
+        ? `Its commands write to the snapshot of ${w.parentId}: the changes are listed there.`
+        : 'Its commands write straight to the directory: there is no snapshot, so no changes to list.');
+      return;
+    }
+    if (w.dropped) {
+      setMessage(hint, 'The snapshot was dropped: its changes are gone and its commands are refused.');
+      return;
+    }
+    refresh.hidden = false;
+    loadChanges(id);
+  }
+
+  async function loadChanges(id) {
+    abort();
+    const c = new AbortController();
+    controller = c;
+    diffs = null;
+    setMessage(hint, `Loading the changes of ${id}…`);
+    try {
+      const out = await requestJSON(path('agents', id, 'workspace', 'changes'), { signal: c.signal });
+      if (c.signal.aborted || current?.id !== id) return;
+      const changes = Array.isArray(out?.changes) ? out.changes : [];
+      tbody.replaceChildren(...changes.map((ch, i) => changeRow(id, ch, i)));
+      const n = changes.length;
+      setText(caption, `Changes in ${out?.path ?? ''} since the fork: ${n} ${n === 1 ? 'path' : 'paths'}`);
+      wrap.hidden = n === 0;
+      setMessage(hint, n === 0 ? 'No changes since the fork.' : '');
+    } catch (err) {
+      if (isQuiet(err) || c.signal.aborted) return;
+      wrap.hidden = true;
+      setMessage(hint, `Could not list the changes of ${id}: ${err.message}`);
+    }
+  }
+
+  function changeRow(id, ch, i) {
+    const diffId = `workspace-diff-${i}`;
+    let button = null;
+    if (ch.type === 'file') {
+      button = h('button', {
+        type: 'button', class: 'link', 'aria-expanded': 'false', 'aria-controls': diffId,
+        'data-testid': `workspace-diff-button-${ch.path}`,
+        onclick: () => toggleDiff(id, ch, button, diffId),
+      }, 'Show diff');
+      button.append(h('span', { class: 'visually-hidden' }, ` of ${ch.path}`));
+    }
+    return h('tr', { 'data-change-path': ch.path, 'data-change-kind': ch.kind },
+      cell('Change', {}, badge(ch.kind, `change-${ch.kind}`)),
+      cell('Type', {}, ch.type),
+      cell('Path', { class: 'path-cell' }, h('span', { class: 'path' }, ch.path)),
+      cell('Size', { class: 'num', title: `${ch.size} bytes` }, formatBytes(ch.size ?? 0)),
+      cell('Diff', { class: 'actions-cell' }, button));
+  }
+
+  async function toggleDiff(id, ch, button, diffId) {
+    const row = button.closest('tr');
+    const open = row.nextElementSibling?.id === diffId ? row.nextElementSibling : null;
+    if (open) {
+      open.remove();
+      button.setAttribute('aria-expanded', 'false');
+      button.firstChild.textContent = 'Show diff';
+      return;
+    }
+    if (!diffs) {
+      button.disabled = true;
+      button.firstChild.textContent = 'Loading diff';
+      try {
+        const out = await requestJSON(`${path('agents', id, 'workspace', 'changes')}?diff=true`, { signal: controller?.signal });
+        if (current?.id !== id) return;
+        diffs = new Map((Array.isArray(out?.changes) ? out.changes : []).map((c) => [c.path, c]));
+      } catch (err) {
+        if (isQuiet(err)) return;
+        setMessage(hint, `Could not load the diff of ${ch.path}: ${err.message}`);
+        return;
+      } finally {
+        button.disabled = false;
+        button.firstChild.textContent = 'Show diff';
+      }
+    }
+    const got = diffs.get(ch.path);
+    let body;
+    if (got?.diff) {
+      body = h('pre', {
+        class: 'diff', tabindex: '0', role: 'region', 'aria-label': `Diff of ${ch.path}`,
+        'data-testid': `workspace-diff-${ch.path}`,
+      }, diffLines(got.diff));
+    } else {
+      const why = got?.diffOmitted ?? (got ? 'no difference in text' : 'the path is no longer changed; refresh the changes');
+      body = h('p', { class: 'hint', 'data-testid': `workspace-diff-${ch.path}` }, `No diff: ${why}.`);
+    }
+    row.after(h('tr', { id: diffId, class: 'diff-row' }, h('td', { colspan: '5', class: 'diff-cell' }, body)));
+    button.setAttribute('aria-expanded', 'true');
+    button.firstChild.textContent = 'Hide diff';
+  }
+
+  return { show, abort };
+}
+
+// The lines of a unified diff, added and removed ones marked (as text).
+function diffLines(diff) {
+  return diff.split(/(?<=\n)/).map((line) => {
+    let kind = null;
+    if (line.startsWith('+++') || line.startsWith('---')) kind = 'diff-file';
+    else if (line.startsWith('@@')) kind = 'diff-hunk';
+    else if (line.startsWith('+')) kind = 'diff-add';
+    else if (line.startsWith('-')) kind = 'diff-del';
+    return kind ? h('span', { class: kind }, line) : line;
+  });
 }
 
 // eventRow renders one transcript event. ctx.denied collects the call ids a
