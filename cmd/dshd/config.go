@@ -70,6 +70,12 @@ type config struct {
 		MaxDepth       int    `yaml:"maxDepth"`
 		TranscriptSync string `yaml:"transcriptSync"`
 	} `yaml:"agents"`
+	// Workspaces configures snapshot workspaces (docs/workspaces.md).
+	Workspaces struct {
+		// MaxBytes caps the layers' disk use: a snapshot fork is refused
+		// while they use this much (0: no cap).
+		MaxBytes int64 `yaml:"maxBytes"`
+	} `yaml:"workspaces"`
 	Webhooks struct {
 		TimeoutMs int `yaml:"timeoutMs"`
 	} `yaml:"webhooks"`
@@ -234,6 +240,7 @@ func (c *config) validate() error {
 		{"webhooks.timeoutMs", int64(c.Webhooks.TimeoutMs)}, {"http.maxBodyBytes", c.HTTP.MaxBodyBytes},
 		{"http.headerTimeoutMs", int64(c.HTTP.HeaderTimeoutMs)}, {"http.bodyTimeoutMs", int64(c.HTTP.BodyTimeoutMs)},
 		{"mcp.maxSessions", int64(c.MCP.MaxSessions)}, {"mcp.idleTimeoutSeconds", int64(c.MCP.IdleTimeoutSeconds)},
+		{"workspaces.maxBytes", c.Workspaces.MaxBytes},
 	} {
 		if f.v < 0 {
 			errs = append(errs, fmt.Errorf("%s: must not be negative", f.name))

@@ -473,6 +473,7 @@ func newServices(ctx context.Context, cfg config, home, token, tokenPath string,
 		sessions.Close()
 		return nil, err
 	}
+	workspaces.SetMaxBytes(cfg.Workspaces.MaxBytes)
 	if ok, why := workspaces.Available(); !ok {
 		logger.Info("workspaces: snapshot forks are unavailable; requests for them are refused", "reason", why)
 	}

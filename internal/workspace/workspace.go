@@ -70,6 +70,9 @@ var (
 	// ErrConflict: applying would overwrite a change made on the target
 	// side since the fork; see ConflictError.
 	ErrConflict = errors.New("workspace changes conflict")
+	// ErrOverBudget: the layers already use workspaces.maxBytes; no new
+	// snapshot is made until workspaces are dropped.
+	ErrOverBudget = errors.New("workspace layers over budget")
 	// ErrInvalid: a request that cannot be right (a relative target
 	// directory, one that does not exist).
 	ErrInvalid = errors.New("invalid workspace request")
@@ -137,6 +140,8 @@ type Manager struct {
 	// releaseWait: see defaultReleaseWait (tests shorten it).
 	releaseWait time.Duration
 
+	// maxBytes caps the layers' disk use at fork time (0: no cap).
+	maxBytes    int64
 	usageMu     sync.Mutex
 	usageAt     time.Time
 	usageBytes  int64
@@ -168,6 +173,12 @@ func Open(dir, disabled string, logger *slog.Logger) (*Manager, error) {
 	m.collect()
 	return m, nil
 }
+
+// SetMaxBytes sets the layers' disk budget (workspaces.maxBytes; 0: none).
+// A snapshot fork is refused with ErrOverBudget while the layers use that
+// much or more; writes within an existing layer are not cut (the home's
+// file system is the limit there).
+func (m *Manager) SetMaxBytes(n int64) { m.maxBytes = max(n, 0) }
 
 // Available says whether snapshot workspaces work here, and if not why.
 func (m *Manager) Available() (bool, string) {
@@ -329,6 +340,14 @@ func (m *Manager) checkForkLocked(parent, cwd string) error {
 	}
 	if n := m.active[parent]; n > 0 {
 		return fmt.Errorf("%w: agent %s runs %d job(s); a snapshot fork freezes its layer and needs it idle", ErrBusy, parent, n)
+	}
+	if m.maxBytes > 0 {
+		// Counted afresh: layers hold only what their agents changed,
+		// so the walk is short, and a cached count could let a fork
+		// through over budget or refuse one a drop has just made room for.
+		if used, _ := m.usage(true); used >= m.maxBytes {
+			return fmt.Errorf("%w: the layers use %d bytes, workspaces.maxBytes is %d; drop the snapshot workspaces no longer needed (DELETE /agents/{id}/workspace)", ErrOverBudget, used, m.maxBytes)
+		}
 	}
 	return nil
 }
@@ -576,10 +595,13 @@ const usageTTL = 10 * time.Second
 // Usage is the disk used by every layer, in bytes (the base directories
 // not counted), and how many layers there are, as counted at most
 // usageTTL ago.
-func (m *Manager) Usage() (bytes int64, layers int) {
+func (m *Manager) Usage() (bytes int64, layers int) { return m.usage(false) }
+
+// usage is Usage, counted afresh when fresh is set.
+func (m *Manager) usage(fresh bool) (bytes int64, layers int) {
 	m.usageMu.Lock()
 	defer m.usageMu.Unlock()
-	if !m.usageAt.IsZero() && time.Since(m.usageAt) < usageTTL {
+	if !fresh && !m.usageAt.IsZero() && time.Since(m.usageAt) < usageTTL {
 		return m.usageBytes, m.usageLayers
 	}
 	root := filepath.Join(m.dir, "layers")

@@ -299,6 +299,36 @@ func TestBusyAndDrop(t *testing.T) {
 	}
 }
 
+// A snapshot fork is refused while the layers use workspaces.maxBytes,
+// and allowed again once a drop frees them (counted afresh, not from the
+// cached figure).
+func TestForkBudget(t *testing.T) {
+	t.Parallel()
+	m, _, base := fixture(t)
+	m.SetMaxBytes(64 << 10)
+	if err := m.Fork("p", base, "c"); err != nil {
+		t.Fatal(err)
+	}
+	put(t, view(t, m, "c"), "big", strings.Repeat("x", 128<<10))
+	if err := m.CheckFork("c", base); !errors.Is(err, ErrOverBudget) {
+		t.Fatalf("fork with the layers over budget: %v, want ErrOverBudget", err)
+	}
+	if err := m.Fork("p", base, "c2"); !errors.Is(err, ErrOverBudget) {
+		t.Fatalf("fork with the layers over budget: %v, want ErrOverBudget", err)
+	}
+	if err := m.Drop("c"); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Fork("p", base, "c3"); err != nil {
+		t.Errorf("fork after the drop freed the budget: %v", err)
+	}
+	m.SetMaxBytes(0)
+	put(t, view(t, m, "c3"), "big", strings.Repeat("x", 128<<10))
+	if err := m.Fork("p", base, "c4"); err != nil {
+		t.Errorf("fork without a budget: %v", err)
+	}
+}
+
 // A shared child of a snapshot agent shares its view (not the base
 // directory); its snapshot forks fork that view.
 func TestSharedChildOfSnapshotAgent(t *testing.T) {
