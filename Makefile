@@ -1,8 +1,8 @@
 # The README's commands: `make test` runs every check CI runs; `make bench`
-# prints the performance figures beside their baselines.
+# prints the performance figures beside their baselines (docs/performance.md).
 GO ?= go
 
-.PHONY: test check generate generate-check vet fmt-check unit unit-e2e unit-pkgs bench fuzz run deps deps-go deps-debian deps-node lint-contract python-install-check vendor-check mutate
+.PHONY: test check generate generate-check vet fmt-check unit unit-e2e unit-pkgs bench fuzz run deps deps-go deps-debian deps-node lint-contract python-install-check vendor-check systemd-check mutate
 
 # The checks run in two stages: first the packages and the generated code
 # (the later checks compile what generate-check may rewrite), then every
@@ -12,7 +12,7 @@ GO ?= go
 test:
 	@$(MAKE) --no-print-directory -j3 deps
 	@$(MAKE) --no-print-directory generate-check
-	@$(MAKE) --no-print-directory -j8 --output-sync=target fmt-check vet lint-contract vendor-check python-install-check unit-e2e unit-pkgs
+	@$(MAKE) --no-print-directory -j8 --output-sync=target fmt-check vet lint-contract vendor-check python-install-check systemd-check unit-e2e unit-pkgs
 
 # npm packages are pinned by each directory's package-lock.json.
 NODE_DIRS = api/lint clients/typescript tests tests/mcp web/vendor
@@ -23,7 +23,7 @@ deps-go:
 	$(GO) mod download
 
 deps-debian:
-	./scripts/ensure-debian-packages.sh chromium=chromium,chromium-driver bwrap=bubblewrap python3=python3 py:ensurepip=python3-venv
+	./scripts/ensure-debian-packages.sh chromium=chromium,chromium-driver bwrap=bubblewrap python3=python3 py:ensurepip=python3-venv systemd-analyze=systemd
 
 deps-node:
 	./scripts/ensure-node-deps.sh $(NODE_DIRS)
@@ -50,6 +50,12 @@ generate:
 	$(GO) generate ./...
 	@test -x clients/typescript/node_modules/.bin/openapi-typescript || { echo "run make deps first: clients/typescript needs its npm packages" >&2; exit 1; }
 	cd clients/typescript && node_modules/.bin/openapi-typescript ../../api/openapi.yaml -o src/schema.d.ts
+
+# The systemd unit of examples/systemd passes `systemd-analyze verify` with
+# no warning (ExecStart pointed at a dshd built by the documented go build),
+# and its sysusers file makes the unit's user; no systemd needs to run.
+systemd-check:
+	./scripts/check-systemd-unit.sh
 
 # Fails when the committed generated code differs from what the contract makes.
 generate-check: generate
@@ -82,6 +88,7 @@ bench:
 	$(GO) test -run '^$$' -bench 'ExecStages' -benchtime 1000x -count=1 -v -timeout 30m ./internal/http
 	$(GO) test -run '^$$' -bench 'ExecForeground|ExecConcurrent8|Declarations10000|MCPBash' -benchtime 1000x -count=1 -timeout 30m ./tests
 	$(GO) test -run '^$$' -bench 'ExecSandbox' -benchtime 200x -count=1 -timeout 30m ./tests
+	$(GO) test -run '^$$' -bench 'ProxyConnect|ProxyThroughput' -count=1 -timeout 30m ./internal/netallow
 	$(GO) test -run '^$$' -bench 'TerminalEcho' -benchtime 2000x -count=1 -timeout 30m ./tests
 	$(GO) test -run '^$$' -bench 'Stream256MiB' -benchtime 3x -count=1 -timeout 30m ./tests
 	$(GO) test -run '^$$' -bench 'OutputDelivery256MiB' -benchtime 3x -count=1 -timeout 30m ./tests
@@ -110,8 +117,7 @@ run:
 # sandbox's policy rules, plan and .git search, the job environment's
 # managed/ambient/token rules, the registry, and the child-bounds rule. Each
 # mutant reruns its package's tests, so this is slow (tens of minutes) and
-# not part of `make test`. Survivors are listed in the README's Testing
-# section; MUTATE_PKGS runs a subset.
+# not part of `make test`. Survivors are listed in docs/testing.md; MUTATE_PKGS runs a subset.
 GREMLINS = $(GO) run github.com/go-gremlins/gremlins/cmd/gremlins@v0.6.0
 MUTATE_PKGS ?= sandbox exec run shellenv
 mutate:

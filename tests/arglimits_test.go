@@ -11,8 +11,9 @@ import (
 
 // TestOversizedExecutionsRefusedBeforeSpawn sends commands and environments
 // the kernel cannot take (execve's E2BIG). Each is refused with problem+json
-// (400 where the contract's maxLength already says so, else 413
-// argument_too_large), nothing runs, and the server stays up;
+// 413 argument_too_large, whatever mix of characters makes the command too
+// long (the contract's maxLength counts characters, the kernel bytes: one
+// fault, one answer), nothing runs, and the server stays up;
 // through the bash tool the model reads the same reason in an isError result.
 func TestOversizedExecutionsRefusedBeforeSpawn(t *testing.T) {
 	t.Parallel()
@@ -28,11 +29,12 @@ func TestOversizedExecutionsRefusedBeforeSpawn(t *testing.T) {
 		status int
 		code   string
 	}{
-		// The contract's maxLength (characters) answers first.
-		{"command over one argument's limit", map[string]any{"command": long(200_000)}, 400, "bad_request"},
-		{"command just over one argument's limit", map[string]any{"command": long(131_072)}, 400, "bad_request"},
+		// Over the contract's maxLength (characters) too: the same answer.
+		{"command over one argument's limit", map[string]any{"command": long(200_000)}, 413, "argument_too_large"},
+		{"command just over one argument's limit", map[string]any{"command": long(131_072)}, 413, "argument_too_large"},
 		// Bytes are what the kernel counts.
 		{"command of multi-byte characters within maxLength but over the byte limit", map[string]any{"command": touch + strings.Repeat("é", 70_000)}, 413, "argument_too_large"},
+		{"command of multi-byte characters one byte over", map[string]any{"command": long(131_072-2) + "é"}, 413, "argument_too_large"},
 		{"env value over one argument's limit", map[string]any{"command": touch, "env": map[string]string{"BIG": strings.Repeat("v", 131_072)}}, 413, "argument_too_large"},
 		{"environment over the whole argument space", map[string]any{"command": touch, "env": bigEnv(24, 120_000)}, 413, "argument_too_large"},
 	}
@@ -64,6 +66,10 @@ func TestOversizedExecutionsRefusedBeforeSpawn(t *testing.T) {
 	}
 	if st := s.DoJSON(t, "POST", "/exec", map[string]any{"command": ok}, &job); st != 200 || job.State != "exited" || job.Stdout.Text != "ok\n" {
 		t.Fatalf("a command of exactly 131,071 bytes = %d %+v, want it to run", st, job)
+	}
+	okMixed := ok[:131_071-2] + "é"
+	if st := s.DoJSON(t, "POST", "/exec", map[string]any{"command": okMixed}, &job); st != 200 || job.State != "exited" || job.Stdout.Text != "ok\n" {
+		t.Fatalf("a command of exactly 131,071 bytes ending in a 2-byte character = %d %+v, want it to run", st, job)
 	}
 
 	var agent struct{ ID string }

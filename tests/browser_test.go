@@ -351,7 +351,11 @@ func TestBrowserUI(t *testing.T) {
 	b.waitText(`#job-facts [data-fact="CPU time"]`, "ms")
 	b.waitText(`#job-facts [data-fact="Peak memory"]`, "B")
 	b.waitText(`#job-facts [data-fact="Sandbox"]`, "unrestricted, network on")
-	b.waitText("#job-limits-body", "No limits.")
+	// No limits: one line among the facts, no empty table.
+	b.waitText(`#job-facts [data-fact="Limits"]`, "none")
+	if got := b.eval(`String(document.getElementById('job-limits-table').offsetParent === null)`); got != "true" {
+		t.Errorf("the limits table is drawn for a job without limits")
+	}
 
 	// The confined, limited job: its policy, each limit with its value and
 	// how this host enforced it, as the job record says.
@@ -476,6 +480,8 @@ func TestBrowserUI(t *testing.T) {
 			}
 			b.do("select a job narrow", chromedp.Click(chromedp.CSS(testID("job-select-"+done.ID))))
 			b.waitText(testID("job-output-exit"), "exited: 3")
+			// The detail replaces the list at this width; back to it.
+			b.do("back to the list narrow", chromedp.Click(chromedp.CSS(testID("job-back"))))
 			b.do("select the limited job narrow", chromedp.Click(chromedp.CSS(testID("job-select-"+limited.JobID))))
 			b.waitText(`#job-limits-body tr[data-limit="memoryBytes"]`, "256 MiB")
 		default:

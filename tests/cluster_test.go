@@ -615,7 +615,7 @@ func TestClusterNATSNodeLoss(t *testing.T) {
 	lost := time.Now()
 	// While the connection moves and the buckets elect new leaders, a
 	// registration may answer 503 cluster_unavailable; one that answered
-	// it may still have been stored (the README says: read before
+	// it may still have been stored (docs/cluster.md says: read before
 	// retrying), so a retry may find its own contributor.
 	var p problem
 	unavailable := false

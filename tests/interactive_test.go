@@ -195,7 +195,7 @@ func TestInteractivePipeStdin(t *testing.T) {
 
 	// A job started without openStdin or tty has no input to write to.
 	plain := s.startInteractive(t, map[string]any{"command": "sleep 10"})
-	defer s.Do(t, "DELETE", "/jobs/"+plain.ID, nil).Body.Close()
+	defer s.cancelJob(t, plain.ID)
 	var p problem
 	if st := s.DoJSON(t, "POST", "/jobs/"+plain.ID+"/stdin", map[string]any{"data": "x"}, &p); st != 409 || p.Code != "input_not_open" {
 		t.Errorf("write to a plain job = %d %q, want 409 input_not_open", st, p.Code)

@@ -82,12 +82,13 @@ func quickStartBlock(t *testing.T, readme string) string {
 	return block
 }
 
-// fencedBlock returns the first ```lang block after heading in the README.
-func fencedBlock(t *testing.T, readme, heading, lang string) string {
+// fencedBlock returns the first ```lang block after heading in doc, the text
+// of the page named page.
+func fencedBlock(t *testing.T, page, doc, heading, lang string) string {
 	t.Helper()
-	_, section, ok := strings.Cut(readme, heading)
+	_, section, ok := strings.Cut(doc, heading)
 	if !ok {
-		t.Fatalf("README has no %q section", heading)
+		t.Fatalf("%s has no %q section", page, heading)
 	}
 	_, rest, ok := strings.Cut(section, "```"+lang+"\n")
 	if !ok {
@@ -100,18 +101,23 @@ func fencedBlock(t *testing.T, readme, heading, lang string) string {
 	return block
 }
 
-// TestREADMEConfigAndHooks starts the real server with the README's
-// configuration example and hooks file, pasted as they are, together with
-// --home (the combination an older example made the server refuse), and
-// checks that the hooks do what the README says.
+// TestREADMEConfigAndHooks starts the real server with the configuration
+// example of docs/configuration.md and the hooks file of docs/hooks.md,
+// pasted as they are, together with --home (the combination an older
+// example made the server refuse), and checks that the hooks do what
+// docs/hooks.md says.
 func TestREADMEConfigAndHooks(t *testing.T) {
 	t.Parallel()
-	readme, err := os.ReadFile("../README.md")
+	configPage, err := os.ReadFile("../docs/configuration.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	config := fencedBlock(t, string(readme), "## Configuration", "yaml")
-	hooksFile := fencedBlock(t, string(readme), "### Hooks", "json")
+	hooksPage, err := os.ReadFile("../docs/hooks.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	config := fencedBlock(t, "docs/configuration.md", string(configPage), "\n## The configuration file\n", "yaml")
+	hooksFile := fencedBlock(t, "docs/hooks.md", string(hooksPage), "\n## Hook files\n", "json")
 
 	home := filepath.Join(t.TempDir(), "home")
 	if err := os.MkdirAll(filepath.Join(home, "hooks"), 0o700); err != nil {
@@ -165,7 +171,7 @@ func TestREADMEOpenUI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	block := strings.TrimSpace(fencedBlock(t, string(readme), "Open the UI with a one-time login link", "sh"))
+	block := strings.TrimSpace(fencedBlock(t, "README.md", string(readme), "Open the UI with a one-time login link", "sh"))
 	const command = "go run ./cmd/dshd ui"
 	if block != command {
 		t.Fatalf("the README opens the UI with %q; update this test with it (want %q)", block, command)

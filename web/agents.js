@@ -4,7 +4,7 @@
 // selects an agent.
 
 import { isQuiet, path, request, requestJSON } from './api.js';
-import { badge, formatBytes, h, setMessage, setText, timeElement, viewLink } from './dom.js';
+import { agentLabel, badge, formatBytes, h, setMessage, setText, timeElement, viewLink } from './dom.js';
 import { hookBadge, hookDetails, parseTranscript } from './events.js';
 
 const POLL_MS = 2000;
@@ -25,6 +25,7 @@ export function createAgentsView() {
   let inflight = false;
   let selectedId = null;
   let lastAgents = ''; // the last /agents answer, to skip identical renders
+  let agentsById = new Map(); // from that answer, for the agents' labels
   let transcript = null; // {id, text, denied: Set of callIds, count}
   let transcriptController = null;
   let hookCommands = null; // hook name → command, from GET /hooks
@@ -48,6 +49,7 @@ export function createAgentsView() {
       if (text !== lastAgents) {
         lastAgents = text;
         const agents = JSON.parse(text);
+        agentsById = new Map((Array.isArray(agents) ? agents : []).map((a) => [a.id, a]));
         renderTree(Array.isArray(agents) ? agents : []);
       }
       setMessage(error, '');
@@ -62,21 +64,31 @@ export function createAgentsView() {
     }
   }
 
+  // The tree's nesting is the API's depth: a spawned child is drawn inside
+  // its parent's group, one level in; a fork keeps its parent's depth (it
+  // continues the same conversation, it is not a sub-agent), so it is drawn
+  // at its parent's level, right after it, marked as a fork of it.
   function renderTree(agents) {
     const byId = new Map(agents.map((a) => [a.id, a]));
-    const children = new Map();
+    const children = new Map(); // parent id → spawned children (and orphans' kin)
+    const forks = new Map(); // parent id → its forks, drawn after it
     const roots = [];
+    const push = (map, key, a) => {
+      if (!map.has(key)) map.set(key, []);
+      map.get(key).push(a);
+    };
     for (const a of agents) {
-      if (a.parentId && byId.has(a.parentId)) {
-        if (!children.has(a.parentId)) children.set(a.parentId, []);
-        children.get(a.parentId).push(a);
-      } else {
-        roots.push(a);
-      }
+      if (!a.parentId || !byId.has(a.parentId)) roots.push(a);
+      else if (a.origin === 'fork') push(forks, a.parentId, a);
+      else push(children, a.parentId, a);
     }
     const byAge = (a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0);
+    const withForks = (a, level) => [
+      node(a, byId, children.get(a.id) ?? [], (kids) => list(kids, level + 1)),
+      ...(forks.get(a.id) ?? []).sort(byAge).flatMap((f) => withForks(f, level)),
+    ];
     const list = (items, level) => h('ul', { class: level === 0 ? 'tree' : 'tree-group' },
-      items.sort(byAge).map((a) => node(a, byId, children.get(a.id) ?? [], (kids) => list(kids, level + 1))));
+      items.sort(byAge).flatMap((a) => withForks(a, level)));
 
     const hadFocus = tree.contains(document.activeElement) ? document.activeElement.dataset.agentButton : null;
     if (roots.length === 0) {
@@ -91,15 +103,21 @@ export function createAgentsView() {
   function node(agent, byId, kids, list) {
     const current = agent.id === selectedId;
     const orphan = agent.parentId && !byId.has(agent.parentId);
-    return h('li', { 'data-agent-id': agent.id, 'data-testid': `agent-${agent.id}` },
+    const forkOf = agent.origin === 'fork' && agent.parentId && !orphan;
+    return h('li', { 'data-agent-id': agent.id, 'data-testid': `agent-${agent.id}`, class: forkOf ? 'is-fork' : null },
       h('div', { class: `agent${current ? ' selected' : ''}` },
         h('button', {
           type: 'button', class: 'link', 'data-agent-button': agent.id,
           'aria-pressed': String(current),
           onclick: () => select(agent.id),
-        }, h('code', {}, agent.id)),
-        ' ', badge(agent.origin, `origin-${agent.origin}`),
-        h('span', { class: 'muted' }, ` depth ${agent.depth}`),
+        }, h('code', {}, agent.id), ' ',
+        h('span', { class: 'agent-label', 'data-testid': `agent-label-${agent.id}` }, agentLabel(agent))),
+        ' ', badge(agent.origin, `origin-${agent.origin}`), ' ',
+        h('span', {
+          class: 'muted', 'data-testid': `agent-depth-${agent.id}`,
+          title: 'Spawn depth: 0 for a root, one more for each spawn; a fork keeps its parent\'s',
+        }, `depth ${agent.depth}`),
+        forkOf ? h('span', { class: 'muted fork-of' }, ' · fork of ', h('code', {}, agent.parentId)) : null,
         orphan ? h('span', { class: 'muted' }, ` (parent ${agent.parentId} not listed)`) : null,
         h('div', { class: 'agent-meta' }, h('span', { class: 'path' }, agent.cwd), ' · ', timeElement(agent.createdAt),
           ' · ', viewLink('jobs', { agent: agent.id }, 'jobs')),
@@ -148,7 +166,8 @@ export function createAgentsView() {
       transcript.count += events.length;
       for (const ev of events) tbody.append(eventRow(ev, transcript));
       const n = transcript.count;
-      setText(caption, `Transcript of ${id}: ${n} ${n === 1 ? 'line' : 'lines'}`);
+      const agent = agentsById.get(id);
+      setText(caption, `Transcript of ${id}${agent ? ` (${agentLabel(agent)})` : ''}: ${n} ${n === 1 ? 'line' : 'lines'}`);
       table.hidden = false;
       hint.hidden = true;
     } catch (err) {

@@ -61,6 +61,20 @@ export function formatTime(iso) {
   return today ? time : `${d.toLocaleDateString()} ${time}`;
 }
 
+/**
+ * A short name for an agent, to tell agents apart beside their ids: the
+ * base name of its directory and its creation time ("myrepo · 14:02"; the
+ * date too when it is not today).
+ */
+export function agentLabel(agent) {
+  const base = String(agent?.cwd ?? '').replace(/\/+$/, '').split('/').pop() || '/';
+  const d = new Date(agent?.createdAt);
+  if (Number.isNaN(d.getTime())) return base;
+  const time = d.toLocaleTimeString([], { hour: '2-digit', minute: '2-digit', hourCycle: 'h23' });
+  const today = new Date().toDateString() === d.toDateString();
+  return `${base} · ${today ? time : `${d.toLocaleDateString([], { day: 'numeric', month: 'short' })} ${time}`}`;
+}
+
 /** "in 4m 12s" / "3s ago" relative to now. */
 export function formatRelative(iso, now = Date.now()) {
   const ms = new Date(iso).getTime() - now;

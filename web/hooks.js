@@ -3,7 +3,7 @@
 // transcripts. While visible it polls, and re-renders only what changed.
 
 import { isQuiet, path, request, requestJSON } from './api.js';
-import { h, setMessage, setText, timeElement, viewLink } from './dom.js';
+import { agentLabel, h, setMessage, setText, timeElement, viewLink } from './dom.js';
 import { hookBadge, hookDetails, parseTranscript } from './events.js';
 
 // How far back "recent" reaches: the newest agents, and the newest decisions among them.
@@ -61,7 +61,8 @@ export function createHooksView() {
         }
       }));
       if (!active) return;
-      renderDecisions(transcripts, new Map(list.map((hk) => [hk.name, hk])));
+      const byId = new Map((Array.isArray(agents) ? agents : []).map((a) => [a.id, a]));
+      renderDecisions(transcripts, new Map(list.map((hk) => [hk.name, hk])), byId);
       setMessage(error, '');
     } catch (err) {
       if (isQuiet(err)) return;
@@ -83,7 +84,7 @@ export function createHooksView() {
     setText(caption, `Configured hooks: ${hooks.length}${dialects.size ? ` (${[...dialects].sort().join(', ')})` : ''}`);
   }
 
-  function renderDecisions(transcripts, byName) {
+  function renderDecisions(transcripts, byName, agents) {
     const results = [];
     for (const { id, events } of transcripts) {
       for (const ev of events) {
@@ -108,7 +109,8 @@ export function createHooksView() {
           h('td', { class: 'nowrap', 'data-label': 'Event' }, d.event ?? '?'),
           h('td', { 'data-label': 'Hook' }, hk ? h('code', { class: 'details', title: d.handler }, hk.command) : h('code', {}, d.handler ?? '?'),
             h('span', { class: 'muted' }, ` ${d.dialect ?? ''}`)),
-          h('td', { 'data-label': 'Agent' }, viewLink('agents', { agent }, h('code', { class: 'id' }, agent))),
+          h('td', { 'data-label': 'Agent' }, viewLink('agents', { agent }, h('code', { class: 'id' }, agent)),
+            agents.has(agent) ? [' ', h('span', { class: 'agent-label' }, agentLabel(agents.get(agent)))] : null),
           h('td', { 'data-label': 'Details' }, details.length > DETAIL_CHARS ? `${details.slice(0, DETAIL_CHARS)}…` : details));
       })));
     const blocked = results.filter(({ ev }) => ev.data.decision === 'deny').length;

@@ -1,10 +1,12 @@
 // Jobs view: polls GET /jobs (filtered by agent and state) while visible,
 // streams the selected job's output over SSE, and cancels running jobs with
 // DELETE /jobs/{id}. The filters and the selected job live in the route
-// (#/jobs?agent=ID&state=running&job=ID), so other views link here.
+// (#/jobs?agent=ID&state=running&job=ID), so other views link here and the
+// browser's back closes a job. At phone width the selected job replaces the
+// list (style.css), with a button back to it.
 
 import { isQuiet, path, request, requestJSON } from './api.js';
-import { badge, formatBytes, formatDuration, h, setMessage, setText, timeElement, viewLink } from './dom.js';
+import { agentLabel, badge, formatBytes, formatDuration, h, setMessage, setText, timeElement, viewLink } from './dom.js';
 import { readEvents } from './sse.js';
 import { createTerminal } from './terminal.js';
 
@@ -16,9 +18,13 @@ const RETRY_MS = 1000;
 // The output pane is for reading, not archiving: past this many characters it
 // stops appending and says so. The whole stream stays on the output route.
 const MAX_OUTPUT_CHARS = 1 << 20;
+// The width at which the selected job replaces the list (as in style.css).
+const NARROW = window.matchMedia('(max-width: 600px)');
 
 export function createJobsView() {
   const $ = (id) => document.getElementById(id);
+  const view = $('view-jobs');
+  const back = $('job-back');
   const body = $('jobs-body');
   const caption = $('jobs-caption');
   const error = $('jobs-error');
@@ -32,10 +38,17 @@ export function createJobsView() {
   const envCaption = $('job-env-caption');
   const facts = $('job-facts');
   const limitsBody = $('job-limits-body');
+  const limitsWrap = $('job-limits-wrap');
   const terminalPanel = $('job-terminal-panel');
   const terminalBox = $('job-terminal');
   const terminalType = $('job-terminal-type');
   const terminalState = $('job-terminal-state');
+  const terminalWide = $('job-terminal-wide');
+  // Overlay scrollbars (phones) do not show that the terminal's box scrolls
+  // sideways: a line says so while its columns are wider than the box.
+  const wideWatch = new ResizeObserver(() => {
+    terminalWide.hidden = !terminal || terminalBox.scrollWidth <= terminalBox.clientWidth + 1;
+  });
   let terminal = null; // the selected terminal job's view
   const limitsCaption = $('job-limits-caption');
   const agentFilter = $('jobs-agent');
@@ -62,6 +75,7 @@ export function createJobsView() {
   let selected = null; // {id, controller}
   let polls = 0;
   let filterKey = '';
+  let agentsById = new Map(); // from the last GET /agents, for the agents' labels
 
   document.addEventListener('visibilitychange', () => {
     if (active && !document.hidden) poll();
@@ -108,13 +122,21 @@ export function createJobsView() {
   }
 
   function renderAgentChoices(agents) {
+    agentsById = new Map(agents.map((a) => [a.id, a]));
     const ids = agents.map((a) => a.id).sort().reverse();
     const current = agentFilter.value;
     if (current && !ids.includes(current)) ids.unshift(current);
-    const have = [...agentFilter.options].slice(1).map((o) => o.value);
-    if (have.join() === ids.join()) return;
-    agentFilter.replaceChildren(h('option', { value: '' }, 'Any agent'), ...ids.map((id) => h('option', { value: id }, id)));
+    const texts = ids.map(agentChoice);
+    const have = [...agentFilter.options].slice(1).map((o) => o.textContent);
+    if (have.join('\n') === texts.join('\n')) return;
+    agentFilter.replaceChildren(h('option', { value: '' }, 'Any agent'), ...ids.map((id, i) => h('option', { value: id }, texts[i])));
     agentFilter.value = current;
+  }
+
+  // An agent in the filter: its label, then its id.
+  function agentChoice(id) {
+    const agent = agentsById.get(id);
+    return agent ? `${agentLabel(agent)} — ${id}` : id;
   }
 
   // Applies the route's parameters: filters, and the job to show.
@@ -122,7 +144,7 @@ export function createJobsView() {
     const agent = params.get('agent') ?? '';
     const state = STATES.includes(params.get('state')) ? params.get('state') : '';
     if (agent && ![...agentFilter.options].some((o) => o.value === agent)) {
-      agentFilter.append(h('option', { value: agent }, agent));
+      agentFilter.append(h('option', { value: agent }, agentChoice(agent)));
     }
     agentFilter.value = agent;
     stateFilter.value = state;
@@ -136,7 +158,42 @@ export function createJobsView() {
     }
     const job = params.get('job');
     if (job && job !== selected?.id) openJob(job);
+    if (!job && selected) {
+      // The route left the job (the browser's back): the list again, the
+      // keyboard focus on the job's row if it was in the closed detail.
+      const lost = panel.contains(document.activeElement) || document.activeElement === document.body;
+      const id = closeJob();
+      if (lost) focusRow(id);
+    }
   }
+
+  // Closes the selected job's detail; returns the id it showed.
+  function closeJob() {
+    const id = selected?.id;
+    selected?.controller.abort();
+    selected = null;
+    terminal?.dispose();
+    terminal = null;
+    terminalBox.replaceChildren();
+    wideWatch.disconnect();
+    panel.hidden = true;
+    delete view.dataset.jobOpen;
+    for (const entry of rows.values()) updateRow(entry, entry.job);
+    return id;
+  }
+
+  function focusRow(id) {
+    const button = rows.get(id)?.cells.select;
+    if (button) button.focus();
+    else $('jobs-heading').focus();
+  }
+
+  // Back to the list: the job leaves the route.
+  back.addEventListener('click', () => {
+    const id = closeJob();
+    navigate();
+    focusRow(id);
+  });
 
   async function openJob(id) {
     try {
@@ -185,7 +242,10 @@ export function createJobsView() {
     const select = h('button', {
       type: 'button', class: 'link command', 'data-testid': `job-select-${job.id}`,
       'aria-pressed': 'false', title: job.command,
-      onclick: () => selectJob(rows.get(job.id)?.job ?? job),
+      onclick: () => {
+        selectJob(rows.get(job.id)?.job ?? job, { focus: true });
+        navigate();
+      },
     }, job.command);
     const cancel = h('button', {
       type: 'button', class: 'danger', 'data-testid': `job-cancel-${job.id}`,
@@ -212,10 +272,14 @@ export function createJobsView() {
     const { cells } = entry;
     const previous = entry.job;
     entry.job = job;
-    if (!cells.agent.firstChild || previous.agentId !== job.agentId) {
-      cells.agent.replaceChildren(job.agentId
-        ? viewLink('agents', { agent: job.agentId }, h('code', { class: 'id' }, job.agentId))
-        : h('span', { class: 'muted' }, 'none'));
+    const agent = job.agentId ? agentsById.get(job.agentId) : null;
+    const label = agent ? agentLabel(agent) : '';
+    if (!cells.agent.firstChild || previous.agentId !== job.agentId || cells.agent.dataset.agentLabel !== label) {
+      cells.agent.dataset.agentLabel = label;
+      cells.agent.replaceChildren(...(job.agentId
+        ? [viewLink('agents', { agent: job.agentId }, h('code', { class: 'id' }, job.agentId)),
+          label ? ' ' : null, label ? h('span', { class: 'agent-label' }, label) : null]
+        : [h('span', { class: 'muted' }, 'none')]));
     }
     if (cells.state.dataset.state !== job.state || cells.state.dataset.killedBy !== (job.killedBy ?? '')) {
       cells.state.dataset.state = job.state;
@@ -282,6 +346,8 @@ export function createJobsView() {
     const isTerminal = Boolean(job.terminal);
     terminalPanel.hidden = !isTerminal;
     output.hidden = isTerminal;
+    wideWatch.disconnect();
+    terminalWide.hidden = true;
     if (!isTerminal) return;
     terminal = createTerminal(terminalBox, job, {
       onState: (text) => {
@@ -292,13 +358,19 @@ export function createJobsView() {
     });
     terminalType.setAttribute('aria-disabled', String(job.state !== 'running'));
     updateTypeButton();
+    wideWatch.observe(terminalBox);
+    if (terminalBox.firstElementChild) wideWatch.observe(terminalBox.firstElementChild);
   }
 
-  function selectJob(job) {
+  // Shows a job's detail. focus: the person chose it here; at phone width,
+  // where the detail replaces the list, the keyboard focus and the screen
+  // go to the detail's heading.
+  function selectJob(job, { focus = false } = {}) {
     selected?.controller.abort();
     selected = { id: job.id, controller: new AbortController() };
     for (const entry of rows.values()) updateRow(entry, entry.job);
     panel.hidden = false;
+    view.dataset.jobOpen = '';
     setText(outputHeading, `Output of job ${job.id}`);
     setText(outputCommand, `$ ${job.command}`);
     output.replaceChildren();
@@ -306,6 +378,10 @@ export function createJobsView() {
     renderFacts(job);
     renderEnv(job);
     stream(job.id, selected.controller.signal);
+    if (focus && NARROW.matches) {
+      window.scrollTo({ top: 0 });
+      outputHeading.focus({ preventScroll: true });
+    }
   }
 
   // What else is known about the job: where it ran, its limits' outcome and
@@ -313,12 +389,14 @@ export function createJobsView() {
   function renderFacts(job) {
     const items = [
       ['State', job.state],
-      ['Agent', job.agentId ?? 'none'],
+      ['Agent', job.agentId ? `${job.agentId}${agentsById.has(job.agentId) ? ` (${agentLabel(agentsById.get(job.agentId))})` : ''}` : 'none'],
       ['Directory', job.cwd],
       ['Process group', job.pid ? String(job.pid) : ''],
       ['Timeout', job.timeoutMs ? formatDuration(job.timeoutMs) : 'none'],
       ['Sandbox', sandboxText(job.sandbox)],
       ['Killed by dshd', job.killedBy ? killedByText(job.killedBy) : (job.state === 'running' ? '' : 'no')],
+      // No limits: one line here instead of an empty table.
+      ['Limits', limitsOf(job).length ? '' : (job.state === 'lost' ? 'not recorded for a lost job' : 'none')],
       ['CPU time', job.usage ? formatDuration(job.usage.cpuMs) : ''],
       ['Peak memory', job.usage?.peakMemoryBytes ? formatBytes(job.usage.peakMemoryBytes) : ''],
     ].filter(([, v]) => v);
@@ -328,19 +406,19 @@ export function createJobsView() {
 
   // The limits in effect (the request's, completed by the agent's or the
   // server's) and how this host enforced each one.
+  // A job without limits has none of this table (its facts say so).
   function renderLimits(job) {
     const limits = job.limits ?? {};
-    const set = LIMITS.filter(({ key }) => limits[key] !== undefined && limits[key] !== null);
-    limitsBody.replaceChildren(...(set.length === 0
-      ? [h('tr', {}, h('td', { colspan: 3, class: 'empty' }, job.state === 'lost' ? 'Not recorded for a lost job.' : 'No limits.'))]
-      : set.map(({ key, label, format }) => {
-        const how = limits.enforcement?.[key] ?? 'none';
-        return h('tr', { 'data-limit': key, 'data-enforcement': how },
-          h('th', { scope: 'row' }, label),
-          h('td', { 'data-label': 'Value', class: 'num' }, format(limits[key])),
-          h('td', { 'data-label': 'Enforced by', class: how === 'none' ? 'unenforced' : '' }, enforcementText(key, how)));
-      })));
-    setText(limitsCaption, `Limits of job ${job.id} and how this host enforced them: ${set.length === 0 ? 'none' : set.length}`);
+    const set = limitsOf(job);
+    limitsWrap.hidden = set.length === 0;
+    limitsBody.replaceChildren(...set.map(({ key, label, format }) => {
+      const how = limits.enforcement?.[key] ?? 'none';
+      return h('tr', { 'data-limit': key, 'data-enforcement': how },
+        h('th', { scope: 'row' }, label),
+        h('td', { 'data-label': 'Value', class: 'num' }, format(limits[key])),
+        h('td', { 'data-label': 'Enforced by', class: how === 'none' ? 'unenforced' : '' }, enforcementText(key, how)));
+    }));
+    setText(limitsCaption, `Limits of job ${job.id} and how this host enforced them: ${set.length}`);
   }
 
   function renderEnv(job) {
@@ -433,9 +511,7 @@ export function createJobsView() {
     hide() {
       active = false;
       clearTimeout(timer);
-      selected?.controller.abort();
-      selected = null;
-      panel.hidden = true;
+      closeJob();
     },
   };
 }
@@ -453,6 +529,12 @@ const KILLED_BY = {
   oom: 'memory limit',
   pids_limit: 'process limit',
 };
+
+// The limits set on a job, in LIMITS order.
+function limitsOf(job) {
+  const limits = job.limits ?? {};
+  return LIMITS.filter(({ key }) => limits[key] !== undefined && limits[key] !== null);
+}
 
 function killedByText(reason) {
   return KILLED_BY[reason] ?? reason;

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -16,6 +17,7 @@ import (
 	"github.com/dshd/dshd/internal/cluster"
 	"github.com/dshd/dshd/internal/exec"
 	"github.com/dshd/dshd/internal/limits"
+	"github.com/dshd/dshd/internal/netallow"
 	"github.com/dshd/dshd/internal/sandbox"
 )
 
@@ -75,7 +77,14 @@ type config struct {
 	// built; see package sandbox.
 	Sandbox struct {
 		Policy  string `yaml:"policy"`  // unrestricted (default), workspace-write, read-only
-		Network string `yaml:"network"` // on (default), off
+		Network string `yaml:"network"` // on (default), allowlist, off
+		// Allow is the default policy's allowlist, with network allowlist.
+		Allow []string `yaml:"allow"`
+		// ProxyHosts pins host names to addresses for the allowlist's
+		// proxy, chosen by the operator: a pinned name is not resolved,
+		// and its address may be loopback or private (it still has to be
+		// on a command's allowlist).
+		ProxyHosts map[string]string `yaml:"proxyHosts"`
 		// Mechanism: auto (default), namespaces or bubblewrap.
 		Mechanism string `yaml:"mechanism"`
 		// Bwrap is the bubblewrap binary (default: bwrap on PATH).
@@ -202,6 +211,12 @@ func (c *config) validate() error {
 			errs = append(errs, fmt.Errorf("cluster.peerSecretFile: %q is not an absolute path", f))
 		}
 	}
+	if _, err := c.proxyHosts(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.sandboxPolicy().Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("sandbox: %w", err))
+	}
 	switch c.Jobs.Containment {
 	case "", "auto", "cgroup", "group":
 	default:
@@ -233,7 +248,31 @@ func (c *config) validate() error {
 // sandboxPolicy is the configured default policy, completed by
 // sandbox.Default.
 func (c *config) sandboxPolicy() sandbox.Policy {
-	return sandbox.Policy{FS: sandbox.FS(c.Sandbox.Policy), Network: sandbox.Network(c.Sandbox.Network)}.Or(sandbox.Default)
+	p := sandbox.Policy{FS: sandbox.FS(c.Sandbox.Policy), Network: sandbox.Network(c.Sandbox.Network)}
+	if c.Sandbox.Allow != nil {
+		p.Allow = sandbox.HostsOf(c.Sandbox.Allow)
+	}
+	return p.Or(sandbox.Default)
+}
+
+// proxyHosts are the operator's pinned names (sandbox.proxyHosts).
+func (c *config) proxyHosts() (map[string][]netip.Addr, error) {
+	out := make(map[string][]netip.Addr, len(c.Sandbox.ProxyHosts))
+	var errs []error
+	for name, addr := range c.Sandbox.ProxyHosts {
+		e, err := netallow.ParseEntry(name)
+		if err != nil || e.Host == "" || e.Wildcard || e.Port != 0 {
+			errs = append(errs, fmt.Errorf("sandbox.proxyHosts: %q is not a host name", name))
+			continue
+		}
+		a, err := netip.ParseAddr(addr)
+		if err != nil || a.Zone() != "" {
+			errs = append(errs, fmt.Errorf("sandbox.proxyHosts: %s: %q is not an address", name, addr))
+			continue
+		}
+		out[e.Host] = []netip.Addr{a.Unmap()}
+	}
+	return out, errors.Join(errs...)
 }
 
 // jobLimits are the configured default limits of every job.

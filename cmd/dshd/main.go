@@ -38,6 +38,7 @@ import (
 	httpapi "github.com/dshd/dshd/internal/http"
 	"github.com/dshd/dshd/internal/ids"
 	"github.com/dshd/dshd/internal/mcp"
+	"github.com/dshd/dshd/internal/netallow"
 	pipe "github.com/dshd/dshd/internal/run"
 	"github.com/dshd/dshd/internal/sandbox"
 	"github.com/dshd/dshd/internal/shellenv"
@@ -379,7 +380,16 @@ func newServices(ctx context.Context, cfg config, home, token, tokenPath string,
 		return nil, fmt.Errorf("working directory: %w", err)
 	}
 	policy := cfg.sandboxPolicy()
+	pinned, err := cfg.proxyHosts()
+	if err != nil {
+		return nil, err
+	}
+	proxy, err := netallow.New(netallow.Config{Hosts: pinned, Registerer: reg, Log: logger})
+	if err != nil {
+		return nil, fmt.Errorf("network proxy: %w", err)
+	}
 	sbx := sandbox.NewHost(ctx, sandbox.Config{
+		Proxy:             proxy,
 		Mechanism:         sandbox.Mechanism(cfg.Sandbox.Mechanism),
 		Bwrap:             cfg.Sandbox.Bwrap,
 		Home:              home,

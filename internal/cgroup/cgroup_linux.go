@@ -25,7 +25,15 @@ var limitControllers = []string{"cpu", "memory", "pids"}
 type Manager struct {
 	dir         string
 	controllers []string
+	// moved: dshd left its own group for ServerLeaf (see leaveOwnGroup);
+	// moveErr: why it tried and could not.
+	moved   bool
+	moveErr error
 }
+
+// ServerLeaf is the group dshd moves itself into, below its own, when its
+// own group must pass controllers down (see leaveOwnGroup).
+const ServerLeaf = "dshd.server"
 
 // Open finds dshd's own cgroup v2 directory, creates (or reuses) the
 // subgroup name under it, enables the limit controllers the host delegates,
@@ -53,12 +61,58 @@ func openAt(own, name string, probe []string) (*Manager, error) {
 		return nil, fmt.Errorf("%w: %s has no cgroup.kill (needs Linux 5.14 or later): %v", ErrUnavailable, dir, err)
 	}
 	m := &Manager{dir: dir}
+	if moved, err := leaveOwnGroup(own); err != nil {
+		m.moveErr = err
+	} else {
+		m.moved = moved
+	}
 	m.controllers = enableControllers(own, dir)
 	if err := m.probe(probe); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
 	return m, nil
 }
+
+// leaveOwnGroup moves this process into the leaf <own>/ServerLeaf when own
+// offers controllers, is not the hierarchy's root and holds this process
+// alone: a systemd service with Delegate=yes, or a container whose cgroup
+// namespace root is its own. The kernel's "no internal processes" rule lets
+// a non-root group that holds a process pass no controller to its children,
+// so without the move every limit of every job would fall to dshd's
+// watcher. Another process in own (a supervisor, a shell, a test runner)
+// is not dshd's to move, and then nothing moves. It reports whether this
+// process moved.
+func leaveOwnGroup(own string) (bool, error) {
+	if len(fields(readString(filepath.Join(own, "cgroup.controllers")))) == 0 {
+		return false, nil // nothing to pass down
+	}
+	if _, err := os.Stat(filepath.Join(own, "cgroup.type")); err != nil {
+		return false, nil // the root has no cgroup.type, and no such rule
+	}
+	procs, err := ReadSmall(filepath.Join(own, "cgroup.procs"))
+	if err != nil {
+		return false, fmt.Errorf("read %s: %w", filepath.Join(own, "cgroup.procs"), err)
+	}
+	self := strconv.Itoa(os.Getpid())
+	if f := fields(string(procs)); len(f) != 1 || f[0] != self {
+		return false, nil
+	}
+	leaf := filepath.Join(own, ServerLeaf)
+	if err := os.Mkdir(leaf, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+		return false, fmt.Errorf("create %s: %w", leaf, err)
+	}
+	// Writing the pid moves every thread of the process.
+	if err := writeFile(filepath.Join(leaf, "cgroup.procs"), self); err != nil {
+		_ = syscall.Rmdir(leaf)
+		return false, fmt.Errorf("move dshd into %s: %w", leaf, err)
+	}
+	return true, nil
+}
+
+// Moved reports whether dshd moved itself into <own>/ServerLeaf so that its
+// own group could pass controllers down, and, when it tried and could not,
+// why.
+func (m *Manager) Moved() (bool, error) { return m.moved, m.moveErr }
 
 // enableControllers turns on, in own and then in dir, every limit
 // controller that own offers, and returns those dir's children really get.

@@ -81,6 +81,11 @@ func newContainer(mode, home, bash string, log *slog.Logger) (*container, error)
 			c.info.Mode = ContainmentCgroup
 			c.info.CgroupDir = mgr.Dir()
 			c.info.Controllers = mgr.Controllers()
+			if moved, err := mgr.Moved(); moved {
+				log.Info("containment: dshd moved into a leaf of its own cgroup, so that cgroup can pass controllers to the jobs' groups", "leaf", cgroup.ServerLeaf)
+			} else if err != nil {
+				log.Warn("containment: dshd could not leave its own cgroup for a leaf; it cannot pass controllers to the jobs' groups", "err", err)
+			}
 			log.Info("containment: a cgroup per job", "cgroup", mgr.Dir(), "controllers", strings.Join(c.info.Controllers, ","))
 			return c, nil
 		}

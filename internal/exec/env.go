@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/dshd/dshd/internal/netallow"
 	"github.com/dshd/dshd/internal/shellenv"
 )
 
@@ -316,4 +317,18 @@ func upper(c byte) byte {
 		return c - 'a' + 'A'
 	}
 	return c
+}
+
+// withProxyEnv sets, over env, the variables that send a command's HTTP
+// clients to the network allowlist's proxy (netallow.Env): under the
+// allowlist there is no other way out.
+func withProxyEnv(env []string) []string {
+	set := netallow.Env()
+	out := make([]string, 0, len(env)+len(set))
+	for _, kv := range env {
+		if !slices.ContainsFunc(set, func(s string) bool { return envName(s) == envName(kv) }) {
+			out = append(out, kv)
+		}
+	}
+	return append(out, set...)
 }

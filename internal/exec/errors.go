@@ -61,17 +61,20 @@ var (
 	// a restart): the command is not run again.
 	ErrIdempotencyJobGone = errors.New("job of the idempotency key is no longer recorded")
 
-	// ErrInputNotOpen is returned by Executor.WriteInput when the job has
-	// no input held open (it was started neither with a terminal nor with
-	// OpenStdin, or its input was closed).
+	// ErrInputNotOpen is returned by Executor.WriteInput when the running
+	// job has no input held open (it was started neither with a terminal
+	// nor with OpenStdin, or its input was closed). A job that has ended
+	// is ErrJobEnded instead.
 	ErrInputNotOpen = errors.New("job input not open")
 
-	// ErrNotTerminal is returned by Executor.Resize for a job that does not
-	// run in a terminal.
+	// ErrNotTerminal is returned by Executor.Resize for a running job that
+	// does not run in a terminal. A job that has ended is ErrJobEnded
+	// instead.
 	ErrNotTerminal = errors.New("job has no terminal")
 
 	// ErrJobEnded is returned by Executor.WriteInput, Resize and Signal
-	// when the job's leader has already exited.
+	// when the job's leader has already exited, whatever the job's kind:
+	// it comes before ErrInputNotOpen and ErrNotTerminal.
 	ErrJobEnded = errors.New("job is not running")
 
 	// ErrInputBlocked is returned by Executor.WriteInput when the program

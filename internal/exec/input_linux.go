@@ -79,17 +79,18 @@ var (
 // deadline for the program to take it (one writer at a time; later writers
 // wait their turn within their own deadline). It returns how many bytes
 // were taken: all of them, or fewer with ErrInputBlocked when the deadline
-// passed first. errInputNotOpen: p has no interactive input, or it was
-// closed; errInputEnded: the job's leader has exited.
+// passed first. errInputEnded: the job's leader has exited, whatever the
+// job's input was; errInputNotOpen: p is running and has no interactive
+// input, or it was closed.
 func (p *proc) writeInput(b []byte, deadline time.Time) (int, error) {
 	p.mu.Lock()
 	f, ended, closed := p.in, p.exited, p.inClosed
 	p.mu.Unlock()
 	switch {
-	case f == nil:
-		return 0, errInputNotOpen
 	case ended:
 		return 0, errInputEnded
+	case f == nil:
+		return 0, errInputNotOpen
 	case closed:
 		return 0, errInputNotOpen
 	}
@@ -138,9 +139,12 @@ func (p *proc) writeInput(b []byte, deadline time.Time) (int, error) {
 // for a writer in progress, at most until deadline.
 func (p *proc) closeInput(deadline time.Time) error {
 	p.mu.Lock()
-	f, tty := p.in, p.inTTY
+	f, tty, ended := p.in, p.inTTY, p.exited
 	p.mu.Unlock()
-	if f == nil {
+	switch {
+	case ended:
+		return errInputEnded
+	case f == nil:
 		return errInputNotOpen
 	}
 	if tty {
@@ -169,17 +173,18 @@ func (p *proc) closeInput(deadline time.Time) error {
 	return f.Close()
 }
 
-// resize sets the size of p's terminal. errInputNotOpen: p has no
-// terminal; errInputEnded: the job ended.
+// resize sets the size of p's terminal. errInputEnded: the job ended,
+// with or without a terminal; errInputNotOpen: p is running and has no
+// terminal.
 func (p *proc) resize(ws winsize) error {
 	p.mu.Lock()
 	f, tty, ended := p.in, p.inTTY, p.exited
 	p.mu.Unlock()
 	switch {
-	case !tty:
-		return errInputNotOpen
 	case ended:
 		return errInputEnded
+	case !tty:
+		return errInputNotOpen
 	}
 	if err := setWinsize(f, ws); err != nil {
 		if errors.Is(err, os.ErrClosed) {

@@ -92,8 +92,9 @@ func inputDeadline(ctx context.Context) time.Time {
 // terminal job closing writes ^D, its end-of-file character. What was
 // written is recorded on the job (Snapshot.Input).
 //
-// Errors: ErrJobNotFound; ErrInputNotOpen (no input held open, or closed);
-// ErrJobEnded (the leader has exited); ErrInputBlocked (the program did
+// Errors: ErrJobNotFound; ErrJobEnded (the leader has exited, whatever
+// the job's input was); ErrInputNotOpen (a running job with no input held
+// open, or whose input was closed); ErrInputBlocked (the program did
 // not take every byte in time; the error says how many it took, and they
 // are recorded).
 func (e *Executor) WriteInput(ctx context.Context, id string, data []byte, closeInput bool) (Snapshot, error) {
@@ -168,7 +169,8 @@ func (j *Job) recordInput(b []byte, closed bool) {
 // (1 to MaxTerminalSize each); the program gets SIGWINCH.
 //
 // Errors: ErrJobNotFound; ErrInvalidInput (a size out of range);
-// ErrNotTerminal; ErrJobEnded.
+// ErrJobEnded (the leader has exited, terminal or not); ErrNotTerminal (a
+// running job without a terminal).
 func (e *Executor) Resize(id string, cols, rows int) (Snapshot, error) {
 	if !validSize(cols) || !validSize(rows) {
 		return Snapshot{}, fmt.Errorf("resize job %s: %w: cols and rows must be within 1 and %d", id, ErrInvalidInput, MaxTerminalSize)
@@ -177,9 +179,8 @@ func (e *Executor) Resize(id string, cols, rows int) (Snapshot, error) {
 	if err != nil {
 		return Snapshot{}, err
 	}
-	if j.terminal == nil {
-		return j.Snapshot(), fmt.Errorf("resize job %s: %w", id, ErrNotTerminal)
-	}
+	// proc.resize says which comes first: a job that has ended is not
+	// running, terminal or not.
 	if err := j.proc.resize(winsize{cols: uint16(cols), rows: uint16(rows)}); err != nil {
 		return j.Snapshot(), j.inputError("resize", err)
 	}

@@ -249,3 +249,56 @@ func waitGone(tb testing.TB, pid string) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestEndedJobRefusals: once a job's leader has exited, writing, closing
+// and resizing are ErrJobEnded whatever the job was (no input, a pipe
+// closed or open, a terminal), never ErrInputNotOpen or ErrNotTerminal:
+// those are for a running job only.
+func TestEndedJobRefusals(t *testing.T) {
+	t.Parallel()
+	e := newTestExecutor(t, nil)
+	ctx := testCtx(t)
+	kinds := []struct {
+		name string
+		spec Spec
+	}{
+		{"no input", Spec{Command: "true"}},
+		{"open pipe", Spec{Command: "true", OpenStdin: true}},
+		{"terminal", Spec{Command: "true", TTY: true}},
+	}
+	for _, k := range kinds {
+		j, err := e.Start(ctx, k.spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := j.Wait(ctx); err != nil {
+			t.Fatal(err)
+		}
+		calls := map[string]func() error{
+			"write":  func() error { _, err := e.WriteInput(ctx, j.ID(), []byte("x"), false); return err },
+			"close":  func() error { _, err := e.WriteInput(ctx, j.ID(), nil, true); return err },
+			"resize": func() error { _, err := e.Resize(j.ID(), 80, 24); return err },
+		}
+		for op, call := range calls {
+			if err := call(); !errors.Is(err, ErrJobEnded) {
+				t.Errorf("%s: %s after the end: %v, want ErrJobEnded", k.name, op, err)
+			}
+		}
+	}
+
+	// A running job whose pipe was closed: its input is not open.
+	j, err := e.Start(ctx, Spec{Command: "sleep 5", Background: true, OpenStdin: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Cancel(ctx, j.ID())
+	if _, err := e.WriteInput(ctx, j.ID(), nil, true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.WriteInput(ctx, j.ID(), []byte("x"), false); !errors.Is(err, ErrInputNotOpen) {
+		t.Errorf("write after close: %v, want ErrInputNotOpen", err)
+	}
+	if _, err := e.WriteInput(ctx, j.ID(), nil, true); !errors.Is(err, ErrInputNotOpen) {
+		t.Errorf("close after close: %v, want ErrInputNotOpen", err)
+	}
+}

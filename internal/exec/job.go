@@ -8,6 +8,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dshd/dshd/internal/netallow"
 	"github.com/dshd/dshd/internal/sandbox"
 	"github.com/dshd/dshd/internal/shellenv"
 )
@@ -93,6 +94,9 @@ type Snapshot struct {
 	KilledBy string
 	// Sandbox is the sandbox policy the job ran under.
 	Sandbox sandbox.Policy
+	// Network is what the job's commands reached and were refused through
+	// the network allowlist's proxy; nil unless the job runs under it.
+	Network *netallow.Record
 	// Limits are the limits in effect for the job: Spec.Limits completed
 	// by Options.Limits.
 	Limits Limits
@@ -161,6 +165,9 @@ type Job struct {
 	terminal  *Terminal   // nil without a pty; replaced (never changed in place) by Resize
 	openInput bool        // started with a terminal or OpenStdin
 	input     InputRecord // writes through WriteInput
+	// net is the job's session of the allowlist proxy (nil unless its
+	// policy is the allowlist); closed when the job finishes.
+	net *netallow.Session
 }
 
 // ID returns the job id ("job_…").
@@ -207,6 +214,10 @@ func (j *Job) Snapshot() Snapshot {
 		Limits:      j.limits,
 		Enforcement: j.enforce,
 		Terminal:    j.terminal,
+	}
+	if j.net != nil {
+		r := j.net.Record()
+		s.Network = &r
 	}
 	if j.openInput {
 		in := j.input
@@ -399,6 +410,14 @@ func (j *Job) finish(ws syscall.WaitStatus, waitErr error) {
 	}
 	j.stdout.eof = true
 	j.stderr.eof = true
+	net := j.net
+	j.mu.Unlock()
+	if net != nil {
+		// The way out closes with the job: what the leader left behind
+		// runs on without it.
+		net.Close()
+	}
+	j.mu.Lock()
 	j.notifyLocked()
 	j.mu.Unlock()
 	if waitErr != nil {
@@ -430,12 +449,31 @@ func (j *Job) sandboxed() func(path string, args []string, start sandbox.StartFu
 	}
 	h := j.e.opts.Sandbox
 	return func(path string, args []string, start sandbox.StartFunc) error {
-		return h.Start(j.sandbox, j.cwd, j.roots, path, args, start)
+		sess, err := h.Start(j.sandbox, j.cwd, j.roots, path, args, start)
+		if sess != nil {
+			j.mu.Lock()
+			j.net = sess
+			j.mu.Unlock()
+		}
+		return err
 	}
 }
 
 // Sandbox returns the sandbox policy the job runs under.
 func (j *Job) Sandbox() sandbox.Policy { return j.sandbox }
+
+// Network returns what the job reached and was refused through the
+// allowlist's proxy so far; nil unless it runs under the allowlist.
+func (j *Job) Network() *netallow.Record {
+	j.mu.Lock()
+	n := j.net
+	j.mu.Unlock()
+	if n == nil {
+		return nil
+	}
+	r := n.Record()
+	return &r
+}
 
 // winsize is the size the job's terminal starts with; nil without one.
 func (j *Job) winsize() *winsize {

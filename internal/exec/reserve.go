@@ -218,6 +218,14 @@ func (r *Reservation) start(managed shellenv.Overlay) (*Job, error) {
 		if !spawnFailed {
 			j.proc.failed(err)
 		}
+		j.mu.Lock()
+		net := j.net
+		j.mu.Unlock()
+		if net != nil {
+			// The sandbox was built and its proxy served, but the job
+			// did not start: nothing will finish it.
+			net.Close()
+		}
 		if j.started != nil {
 			close(j.started)
 		}
@@ -238,6 +246,9 @@ func (r *Reservation) start(managed shellenv.Overlay) (*Job, error) {
 		base = e.run.ttyBase
 	}
 	env := base.with(r.env, managed.AppendEnv(nil))
+	if j.sandbox.Network == sandbox.NetworkAllowlist {
+		env = withProxyEnv(env)
+	}
 	if err := checkArgSize(j.command, env); err != nil {
 		return fail(err)
 	}

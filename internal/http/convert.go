@@ -13,6 +13,7 @@ import (
 	"github.com/dshd/dshd/internal/hooks"
 	"github.com/dshd/dshd/internal/http/api"
 	"github.com/dshd/dshd/internal/limits"
+	"github.com/dshd/dshd/internal/netallow"
 	"github.com/dshd/dshd/internal/run"
 	"github.com/dshd/dshd/internal/sandbox"
 	"github.com/dshd/dshd/internal/shellenv"
@@ -242,6 +243,9 @@ func fromAPISandbox(in *api.SandboxRequest) sandbox.Policy {
 		if in.Network != nil {
 			p.Network = sandbox.Network(*in.Network)
 		}
+		if in.Allow != nil {
+			p.Allow = sandbox.HostsOf(*in.Allow)
+		}
 	}
 	return p
 }
@@ -252,7 +256,26 @@ func toAPISandbox(p sandbox.Policy) *api.SandboxPolicy {
 	if p.FS == "" || p.Network == "" {
 		return nil
 	}
-	return &api.SandboxPolicy{Policy: api.SandboxFS(p.FS), Network: api.SandboxNetwork(p.Network)}
+	out := &api.SandboxPolicy{Policy: api.SandboxFS(p.FS), Network: api.SandboxNetwork(p.Network)}
+	if !p.Allow.IsZero() {
+		out.Allow = ptr(p.Allow.Entries())
+	}
+	return out
+}
+
+// toAPINetwork is what a job reached and was refused; nil for none.
+func toAPINetwork(r *netallow.Record) *api.NetworkRecord {
+	if r == nil {
+		return nil
+	}
+	conv := func(hs []netallow.HostCount) []api.NetworkHostCount {
+		out := make([]api.NetworkHostCount, len(hs))
+		for i, h := range hs {
+			out[i] = api.NetworkHostCount{Host: h.Host, Count: int64(h.Count), Reason: optional(h.Reason)}
+		}
+		return out
+	}
+	return &api.NetworkRecord{Reached: conv(r.Reached), Refused: conv(r.Refused)}
 }
 
 func toAPISandboxSupport(s sandbox.Support, def sandbox.Policy) api.SandboxSupport {
@@ -371,6 +394,7 @@ func toAPIJob(s exec.Snapshot) api.Job {
 		}
 	}
 	j.Sandbox = toAPISandbox(s.Sandbox)
+	j.Network = toAPINetwork(s.Network)
 	j.Limits = toAPIJobLimits(s.Limits, s.Enforcement)
 	if t := s.Terminal; t != nil {
 		j.Terminal = &api.JobTerminal{Cols: int32(t.Cols), Rows: int32(t.Rows), Term: t.Term}

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -165,21 +166,90 @@ func hasBody(r *http.Request) bool { return r.Body != nil && r.Body != http.NoBo
 
 // bodyDeadline gives a client s.bodyTimeout, from the end of its headers, to
 // send its whole body, on every route (open ones included). It sets the
-// connection's read deadline before anything can read or discard the body:
-// a handler, or the server draining an unread body after an early answer
-// (401, 421). limitBody lifts the deadline once the body is in, so the
-// server's own watch on the connection cannot cut SSE streams, long-polls
-// or downloads that outlast it. Requests without a body have no read
-// deadline after their headers, as before.
+// connection's read deadline before anything can read the body. limitBody
+// lifts the deadline once the body is in, so the server's own watch on the
+// connection cannot cut SSE streams, long-polls or downloads that outlast
+// it. Requests without a body have no read deadline after their headers,
+// as before.
+//
+// A request answered without its whole body having been read (an early
+// answer: 401, 421, a GET that takes no body, 413) is answered with
+// Connection: close, and the connection is closed as soon as the answer is
+// out. Go's server would otherwise try to drain what is left before it
+// answers or reuses the connection, and a body that never comes would hold
+// the answer, or the connection, until the read deadline.
 func (s *Server) bodyDeadline(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if hasBody(r) {
-			// Only a writer without a connection (a test recorder) refuses.
-			_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.bodyTimeout))
+		if !hasBody(r) {
+			next.ServeHTTP(w, r)
+			return
 		}
-		next.ServeHTTP(w, r)
+		rc := http.NewResponseController(w)
+		// Only a writer without a connection (a test recorder) refuses.
+		_ = rc.SetReadDeadline(time.Now().Add(s.bodyTimeout))
+		body := &watchedBody{ReadCloser: r.Body}
+		r = r.WithContext(r.Context())
+		r.Body = body
+		next.ServeHTTP(&closeUnread{ResponseWriter: w, body: body}, r)
+		if !body.eof.Load() {
+			// The answer is written; the server's drain of the rest
+			// fails at once and the connection closes after the answer.
+			_ = rc.SetReadDeadline(time.Now())
+		}
 	})
 }
+
+// watchedBody records whether a request body was read to its end.
+type watchedBody struct {
+	io.ReadCloser
+	eof atomic.Bool
+}
+
+func (b *watchedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if errors.Is(err, io.EOF) {
+		b.eof.Store(true)
+	}
+	return n, err
+}
+
+// closeUnread adds Connection: close to an answer written while its
+// request's body is not read to its end. It keeps Flush and Unwrap working
+// so server-sent events and http.ResponseController still do.
+type closeUnread struct {
+	http.ResponseWriter
+	body        *watchedBody
+	wroteHeader bool
+}
+
+func (w *closeUnread) header() {
+	if w.wroteHeader {
+		return
+	}
+	w.wroteHeader = true
+	if !w.body.eof.Load() {
+		w.ResponseWriter.Header().Set("Connection", "close")
+	}
+}
+
+func (w *closeUnread) WriteHeader(code int) {
+	if code >= 200 { // an interim answer (103) is not the answer
+		w.header()
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *closeUnread) Write(p []byte) (int, error) {
+	w.header()
+	return w.ResponseWriter.Write(p)
+}
+
+func (w *closeUnread) Flush() {
+	w.header()
+	_ = http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+func (w *closeUnread) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // limitBody reads bodies of up to s.maxBody bytes into memory and answers 413
 // for anything larger, and 408 for a body not received within the deadline
@@ -192,9 +262,8 @@ func (s *Server) limitBody(next http.Handler) http.Handler {
 		}
 		if takesNoBody(r.Method) {
 			// No operation reads a body with this method. Leave it unread
-			// and close the connection after the answer, so that nothing
-			// of it is read as a next request; the read deadline bounds
-			// the server's attempt to drain it.
+			// and close the connection after the answer (bodyDeadline), so
+			// that nothing of it is read as a next request, nor waited for.
 			w.Header().Set("Connection", "close")
 			r.Body, r.ContentLength = http.NoBody, 0
 			next.ServeHTTP(w, r)

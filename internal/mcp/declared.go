@@ -118,7 +118,8 @@ func tighter(a, b sandbox.Policy) sandbox.Policy {
 		out.FS = b.FS
 	}
 	if b.Network != "" && (a.Network == "" || (sandbox.Policy{FS: sandbox.Unrestricted, Network: b.Network}).Within(sandbox.Policy{FS: sandbox.Unrestricted, Network: a.Network})) {
-		out.Network = b.Network
+		// An allowlist goes with its network (a declared off replaces it).
+		out.Network, out.Allow = b.Network, b.Allow
 	}
 	return out
 }

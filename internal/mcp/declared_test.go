@@ -100,11 +100,15 @@ func TestDeclaredSandboxTightens(t *testing.T) {
 
 func TestTighter(t *testing.T) {
 	ro := sandbox.Policy{FS: sandbox.ReadOnly, Network: sandbox.NetworkOn}
+	allow := sandbox.Policy{FS: sandbox.WorkspaceWrite, Network: sandbox.NetworkAllowlist, Allow: sandbox.MustHosts("a.example.com")}
 	for _, c := range []struct{ a, b, want sandbox.Policy }{
 		{sandbox.Default, ro, ro},
 		{ro, sandbox.Default, ro},
 		{ro, sandbox.Policy{FS: sandbox.WorkspaceWrite, Network: sandbox.NetworkOff}, sandbox.Policy{FS: sandbox.ReadOnly, Network: sandbox.NetworkOff}},
 		{sandbox.Default, sandbox.Policy{Network: sandbox.NetworkOff}, sandbox.Policy{FS: sandbox.Unrestricted, Network: sandbox.NetworkOff}},
+		// An allowlist stays unless a declaration turns the network off.
+		{allow, sandbox.Policy{FS: sandbox.ReadOnly, Network: sandbox.NetworkOn}, sandbox.Policy{FS: sandbox.ReadOnly, Network: sandbox.NetworkAllowlist, Allow: allow.Allow}},
+		{allow, sandbox.Policy{Network: sandbox.NetworkOff}, sandbox.Policy{FS: sandbox.WorkspaceWrite, Network: sandbox.NetworkOff}},
 	} {
 		if got := tighter(c.a, c.b); got != c.want {
 			t.Errorf("tighter(%v, %v) = %v, want %v", c.a, c.b, got, c.want)

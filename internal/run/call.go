@@ -14,6 +14,7 @@ import (
 	"github.com/dshd/dshd/internal/agents"
 	"github.com/dshd/dshd/internal/exec"
 	"github.com/dshd/dshd/internal/hooks"
+	"github.com/dshd/dshd/internal/netallow"
 	"github.com/dshd/dshd/internal/sandbox"
 	"github.com/dshd/dshd/internal/tools"
 )
@@ -41,6 +42,10 @@ type CallResult struct {
 	// Sandbox is the sandbox policy a bash call's job ran under; nil when no
 	// job ran.
 	Sandbox *sandbox.Policy
+	// Network is what a bash call's job reached and was refused through
+	// the network allowlist's proxy (by the time the call returned); nil
+	// unless it ran under the allowlist.
+	Network *netallow.Record
 	// AdditionalContext is the additionalContext the PreToolUse and
 	// PostToolUse hooks offered the model, in configuration order, then
 	// the SessionStart context no earlier result of the agent carried (the
@@ -155,7 +160,7 @@ func (s *Service) callWith(ctx context.Context, agentID, name, callID string, ar
 	// The job may have run even if the caller has gone away: record its end
 	// regardless, so every recorded call has its result.
 	result := resultEvent{
-		CallID: res.CallID, IsError: res.IsError, Text: res.Text, JobID: res.JobID, ExitCode: res.ExitCode, Sandbox: res.Sandbox,
+		CallID: res.CallID, IsError: res.IsError, Text: res.Text, JobID: res.JobID, ExitCode: res.ExitCode, Sandbox: res.Sandbox, Network: toNetworkEvent(res.Network),
 		AdditionalContext: res.AdditionalContext, SystemMessages: res.SystemMessages,
 	}
 	if rerr := s.record(context.WithoutCancel(ctx), agentID, agents.EventToolResult, result); rerr != nil {
@@ -209,10 +214,54 @@ type resultEvent struct {
 	ExitCode *int   `json:"exitCode,omitempty"`
 	// Sandbox is the policy the call's job ran under (bash calls that ran).
 	Sandbox *sandbox.Policy `json:"sandbox,omitempty"`
+	// Network is what the job reached and was refused through the
+	// allowlist's proxy.
+	Network *networkEvent `json:"network,omitempty"`
 	// AdditionalContext and SystemMessages are what the hooks said (see
 	// CallResult).
 	AdditionalContext []string `json:"additionalContext,omitempty"`
 	SystemMessages    []string `json:"systemMessages,omitempty"`
+}
+
+// networkEvent is a netallow.Record in a transcript (the contract's
+// NetworkRecord).
+type networkEvent struct {
+	Reached []hostCountEvent `json:"reached"`
+	Refused []hostCountEvent `json:"refused"`
+}
+
+type hostCountEvent struct {
+	Host   string `json:"host"`
+	Count  int    `json:"count"`
+	Reason string `json:"reason,omitempty"`
+}
+
+func toNetworkEvent(r *netallow.Record) *networkEvent {
+	if r == nil {
+		return nil
+	}
+	conv := func(hs []netallow.HostCount) []hostCountEvent {
+		out := make([]hostCountEvent, len(hs))
+		for i, h := range hs {
+			out[i] = hostCountEvent{Host: h.Host, Count: h.Count, Reason: h.Reason}
+		}
+		return out
+	}
+	return &networkEvent{Reached: conv(r.Reached), Refused: conv(r.Refused)}
+}
+
+func (n *networkEvent) record() *netallow.Record {
+	if n == nil {
+		return nil
+	}
+	conv := func(hs []hostCountEvent) []netallow.HostCount {
+		out := make([]netallow.HostCount, len(hs))
+		for i, h := range hs {
+			out[i] = netallow.HostCount{Host: h.Host, Count: h.Count, Reason: h.Reason}
+		}
+		return out
+	}
+	return &netallow.Record{Reached: conv(n.Reached), Refused: conv(n.Refused)}
 }
 
 // hookInvokedEvent is the data of a hook/invoked transcript event.
@@ -323,6 +372,7 @@ func (s *Service) bash(ctx context.Context, agent agents.Agent, callID string, a
 	res, response := s.bashResult(ctx, job, started, yield)
 	pol := job.Sandbox()
 	res.Sandbox = &pol
+	res.Network = job.Network()
 	addHookOutput(&res, preOut)
 	post := hookInput(hooks.PostToolUse)
 	post.ToolResponse = response

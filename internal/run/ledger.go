@@ -131,7 +131,7 @@ func (s *Service) fromTranscript(ctx context.Context, agent string) error {
 		}
 		if p, ok := calls[d.CallID]; ok {
 			p.res = CallResult{CallID: d.CallID, IsError: d.IsError, Text: d.Text, JobID: d.JobID, ExitCode: d.ExitCode,
-				Sandbox: d.Sandbox, AdditionalContext: d.AdditionalContext, SystemMessages: d.SystemMessages}
+				Sandbox: d.Sandbox, Network: d.Network.record(), AdditionalContext: d.AdditionalContext, SystemMessages: d.SystemMessages}
 			p.settled, p.notRun = true, d.NotRun
 		}
 	}

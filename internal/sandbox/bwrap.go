@@ -18,7 +18,8 @@ func bwrapArgs(bwrap string, pl plan, seccompFD int, cwd, path string, args []st
 	if seccompFD >= 0 {
 		a = append(a, "--seccomp", strconv.Itoa(seccompFD))
 	}
-	if pl.newNet {
+	if pl.newNet && !pl.proxy {
+		// With the proxy, dshd made the namespace (startInNetNS).
 		a = append(a, "--unshare-net")
 	}
 	if !pl.readOnlyRoot {

@@ -3,11 +3,14 @@ package sandbox
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	osexec "os/exec"
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/dshd/dshd/internal/netallow"
 )
 
 // Mechanism is how confined policies are enforced.
@@ -59,6 +62,9 @@ type Config struct {
 	// command whose roots hold more is refused (ErrUnavailable) rather
 	// than run with a .git left writable. 0 means DefaultGitScanMaxEntries.
 	GitScanMaxEntries int
+	// Proxy serves the network allowlist's connections; nil: the
+	// allowlist policy is unavailable.
+	Proxy *netallow.Proxy
 	// NoSeccomp turns the system-call filter (see seccomp.go) off, to
 	// measure what it costs; confined commands otherwise always run under
 	// it, or not at all.
@@ -85,6 +91,10 @@ type Host struct {
 	net   bool      // network namespaces work
 	// netWhy says why the network cannot be turned off.
 	netWhy string
+	// allow: the allowlist works (a proxy, and a network namespace dshd
+	// makes itself and listens in); allowWhy says why not.
+	allow    bool
+	allowWhy string
 	// nsWhy says why auto did not use namespaces; "" if it did, or was
 	// not asked to.
 	nsWhy string
@@ -145,6 +155,7 @@ func NewHost(ctx context.Context, cfg Config) *Host {
 		err := probeNamespaces(ctx, shell, h.nsFilter)
 		if err == nil {
 			h.mech, h.net = MechanismNamespaces, true
+			h.probeAllow(false)
 			return h
 		}
 		nsWhy = "namespaces: " + err.Error()
@@ -154,12 +165,38 @@ func NewHost(ctx context.Context, cfg Config) *Host {
 		}
 	}
 	h.probeBwrap(ctx)
+	h.probeAllow(true)
 	h.nsWhy = nsWhy
 	if nsWhy != "" && h.mech == "" {
 		h.why = nsWhy + "; " + h.why
 		h.netWhy = nsWhy + "; " + h.netWhy
 	}
 	return h
+}
+
+// probeAllow decides whether the allowlist works: it needs the proxy and a
+// working network namespace, and, under bubblewrap (ownNetNS), that dshd
+// may make that namespace itself (it must listen in it before bubblewrap
+// starts: CAP_SYS_ADMIN).
+func (h *Host) probeAllow(ownNetNS bool) {
+	switch {
+	case h.cfg.Proxy == nil:
+		h.allowWhy = "network allowlist: no proxy configured"
+	case h.mech == "":
+		h.allowWhy = h.why
+	case !h.net:
+		h.allowWhy = h.netWhy
+	case ownNetNS:
+		ln, err := startInNetNS(func() error { return nil })
+		if err != nil {
+			h.allowWhy = "network allowlist under bubblewrap needs dshd to create network namespaces itself: " + err.Error()
+			return
+		}
+		ln.Close()
+		h.allow = true
+	default:
+		h.allow = true
+	}
 }
 
 // probeBwrap finds bubblewrap and checks it can build a sandbox here.
@@ -225,6 +262,9 @@ func (h *Host) Check(p Policy) error {
 	if p.Network == NetworkOff && !h.net {
 		return fmt.Errorf("%w: %s: %s", ErrUnavailable, p, h.netWhy)
 	}
+	if p.Network == NetworkAllowlist && !h.allow {
+		return fmt.Errorf("%w: %s: %s", ErrUnavailable, p, h.allowWhy)
+	}
 	return nil
 }
 
@@ -265,10 +305,16 @@ func (h *Host) Support() Support {
 		s.Seccomp = f.desc
 	}
 	s.Policies = append(s.Policies, WorkspaceWrite, ReadOnly)
+	if h.allow {
+		s.Networks = append(s.Networks, NetworkAllowlist)
+	}
 	if h.net {
 		s.Networks = append(s.Networks, NetworkOff)
 	} else {
 		s.Reason = h.netWhy
+	}
+	if !h.allow && s.Reason == "" {
+		s.Reason = h.allowWhy
 	}
 	return s
 }
@@ -307,27 +353,45 @@ type StartFunc func(path string, args []string, extra []*os.File) error
 // start(path, args, nil). Call Check first: Start assumes
 // p is enforceable. A protection that cannot be applied in full fails with
 // ErrUnavailable, and nothing starts.
-func (h *Host) Start(p Policy, cwd string, roots []string, path string, args []string, start StartFunc) error {
+//
+// Under the network allowlist it returns the command's proxy session
+// (nil otherwise): the caller closes it when the job ends, and reads what
+// the command reached and was refused from it.
+func (h *Host) Start(p Policy, cwd string, roots []string, path string, args []string, start StartFunc) (*netallow.Session, error) {
 	if !p.Confined() {
-		return start(path, args, nil)
+		return nil, start(path, args, nil)
+	}
+	if p.Network == NetworkAllowlist && (h == nil || !h.allow) {
+		return nil, fmt.Errorf("%w: %s: the network allowlist is unavailable", ErrUnavailable, p)
 	}
 	pl, err := h.planFor(p, roots)
 	if err != nil {
-		return err
+		return nil, err
 	}
+	var ln net.Listener
 	switch h.mech {
 	case MechanismNamespaces:
-		return startInNamespaces(pl, h.nsFilter, func() error { return start(path, args, nil) })
+		ln, err = startInNamespaces(pl, h.nsFilter, func() error { return start(path, args, nil) })
 	case MechanismBubblewrap:
-		extra, fd, err := h.bwrapFiles()
-		if err != nil {
-			return err
+		extra, fd, ferr := h.bwrapFiles()
+		if ferr != nil {
+			return nil, ferr
 		}
 		defer closeAll(extra)
 		a := bwrapArgs(h.bwrap, pl, fd, cwd, path, args)
-		return start(h.bwrap, append([]string{"bwrap"}, a[1:]...), extra)
+		run := func() error { return start(h.bwrap, append([]string{"bwrap"}, a[1:]...), extra) }
+		if pl.proxy {
+			ln, err = startInNetNS(run)
+		} else {
+			err = run()
+		}
+	default:
+		return nil, fmt.Errorf("%w: %s: %s", ErrUnavailable, p, h.why)
 	}
-	return fmt.Errorf("%w: %s: %s", ErrUnavailable, p, h.why)
+	if err != nil || ln == nil {
+		return nil, err
+	}
+	return h.cfg.Proxy.Serve(ln, p.Allow.List()), nil
 }
 
 // bwrapFiles returns what bubblewrap's child gets besides its streams: the

@@ -4,13 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	osexec "os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/dshd/dshd/internal/netallow"
 )
 
 // The namespaces mechanism confines one OS thread of dshd and starts the
@@ -58,7 +62,7 @@ func probeNamespaces(ctx context.Context, shell string, f *syscallFilter) error 
 	cmd := osexec.CommandContext(ctx, shell, "-c", ":")
 	cmd.Dir = "/"
 	pl := plan{readOnlyRoot: true, newNet: true}
-	if err := startInNamespaces(pl, f, cmd.Start); err != nil {
+	if _, err := startInNamespaces(pl, f, cmd.Start); err != nil {
 		return err
 	}
 	if err := cmd.Wait(); err != nil {
@@ -68,17 +72,34 @@ func probeNamespaces(ctx context.Context, shell string, f *syscallFilter) error 
 }
 
 // startInNamespaces builds pl on a fresh locked thread, installs the
-// system-call filter f there (nil: none) and calls start there.
-func startInNamespaces(pl plan, f *syscallFilter, start func() error) error {
-	errc := make(chan error, 1)
+// system-call filter f there (nil: none) and calls start there. With
+// pl.proxy it returns the proxy's listener inside the new network
+// namespace; the caller serves or closes it.
+func startInNamespaces(pl plan, f *syscallFilter, start func() error) (net.Listener, error) {
+	type result struct {
+		ln  net.Listener
+		err error
+	}
+	res := make(chan result, 1)
 	go func() {
+		var ln net.Listener
+		errc := make(chan error, 1)
+		defer func() {
+			err := <-errc
+			if err != nil && ln != nil {
+				ln.Close()
+				ln = nil
+			}
+			res <- result{ln, err}
+		}()
 		// Never unlocked: the thread dies with this goroutine.
 		runtime.LockOSThread()
 		if unix.Gettid() == unix.Getpid() {
 			errc <- errors.New("sandbox: refusing to confine the main thread")
 			return
 		}
-		if err := pl.enter(); err != nil {
+		var err error
+		if ln, err = pl.enter(); err != nil {
 			errc <- fmt.Errorf("sandbox: %w", err)
 			return
 		}
@@ -93,7 +114,55 @@ func startInNamespaces(pl plan, f *syscallFilter, start func() error) error {
 		}
 		errc <- start()
 	}()
-	return <-errc
+	r := <-res
+	return r.ln, r.err
+}
+
+// startInNetNS calls start on a fresh locked thread in a new network
+// namespace, loopback up, and returns the proxy's listener there (for
+// bubblewrap, which then needs no namespace of its own for the network).
+// The thread dies with its goroutine.
+func startInNetNS(start func() error) (net.Listener, error) {
+	type result struct {
+		ln  net.Listener
+		err error
+	}
+	res := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread()
+		if unix.Gettid() == unix.Getpid() {
+			res <- result{nil, errors.New("sandbox: refusing to move the main thread")}
+			return
+		}
+		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			res <- result{nil, fmt.Errorf("sandbox: unshare network: %w", err)}
+			return
+		}
+		if err := loopbackUp(); err != nil {
+			res <- result{nil, fmt.Errorf("sandbox: %w", err)}
+			return
+		}
+		ln, err := proxyListen()
+		if err == nil {
+			if err = start(); err != nil {
+				ln.Close()
+				ln = nil
+			}
+		}
+		res <- result{ln, err}
+	}()
+	r := <-res
+	return r.ln, r.err
+}
+
+// proxyListen opens the proxy's listener in the calling thread's network
+// namespace.
+func proxyListen() (net.Listener, error) {
+	ln, err := net.Listen("tcp4", "127.0.0.1:"+strconv.Itoa(netallow.Port))
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: the network proxy's listener: %w", err)
+	}
+	return ln, nil
 }
 
 // devNodes are bound into the private /dev (bubblewrap's --dev set).
@@ -108,8 +177,20 @@ type graft struct {
 }
 
 // enter confines the calling thread, which is locked to its goroutine and
-// is not the main thread, to pl.
-func (pl *plan) enter() (err error) {
+// is not the main thread, to pl; with pl.proxy it returns the proxy's
+// listener in the new network namespace.
+func (pl *plan) enter() (ln net.Listener, err error) {
+	defer func() {
+		if err != nil && ln != nil {
+			ln.Close()
+			ln = nil
+		}
+	}()
+	return ln, pl.build(&ln)
+}
+
+// build is enter's work; *ln gets the proxy's listener.
+func (pl *plan) build(ln *net.Listener) error {
 	flags := unix.CLONE_NEWNS | unix.CLONE_FS
 	if pl.newNet {
 		flags |= unix.CLONE_NEWNET
@@ -121,6 +202,13 @@ func (pl *plan) enter() (err error) {
 		if err := loopbackUp(); err != nil {
 			return err
 		}
+	}
+	if pl.proxy {
+		l, err := proxyListen()
+		if err != nil {
+			return err
+		}
+		*ln = l
 	}
 	// Nothing mounted here may reach the host's namespace.
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_SLAVE, ""); err != nil {

@@ -33,6 +33,9 @@ type plan struct {
 	hidden []string
 	// newNet: a network namespace of its own, loopback up.
 	newNet bool
+	// proxy: in that namespace, a listener on 127.0.0.1:netallow.Port
+	// whose connections dshd's proxy serves (the allowlist).
+	proxy bool
 }
 
 // planFor computes the sandbox of p for a command whose writable (or, under
@@ -47,7 +50,7 @@ type plan struct {
 // It fails, and nothing may run, when a protection cannot be applied in
 // full: a writable root too large to search for its .git directories.
 func (h *Host) planFor(p Policy, roots []string) (plan, error) {
-	pl := plan{newNet: p.Network == NetworkOff, readOnlyRoot: p.FS != Unrestricted}
+	pl := plan{newNet: p.Network != NetworkOn, proxy: p.Network == NetworkAllowlist, readOnlyRoot: p.FS != Unrestricted}
 	switch p.FS {
 	case ReadOnly:
 		for _, r := range roots {

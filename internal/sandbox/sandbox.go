@@ -8,7 +8,10 @@
 // protected paths read-only again inside them, the dshd home hidden under an
 // empty tmpfs (skills bound back read-only), the token file covered, a
 // private /tmp and a minimal /dev; a network namespace of its own (loopback
-// only) when the network is off; no capabilities and no way to gain any;
+// only) when the network is off, and also under an allowlist, where the
+// one way out is the proxy dshd serves from outside (package netallow) on a
+// listener it opens inside that namespace; no capabilities and no way to
+// gain any;
 // a seccomp filter denying the kernel surface no command needs (seccomp.go).
 // Two mechanisms build it (see Mechanism): the kernel's namespaces entered
 // by the spawning thread itself, with Landlock scoping the command's signals
@@ -17,8 +20,12 @@
 package sandbox
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
+
+	"github.com/dshd/dshd/internal/netallow"
 )
 
 // FS is a file-system policy.
@@ -44,9 +51,91 @@ type Network string
 
 // The network policies, loosest first.
 const (
-	NetworkOn  Network = "on"
-	NetworkOff Network = "off" // a network namespace of its own: loopback only, nobody listening
+	NetworkOn Network = "on"
+	// NetworkAllowlist: a network namespace of its own, whose one way out
+	// is dshd's proxy, to the hosts Policy.Allow names (package netallow).
+	NetworkAllowlist Network = "allowlist"
+	NetworkOff       Network = "off" // a network namespace of its own: loopback only, nobody listening
 )
+
+// Hosts is a network allowlist in canonical form (sorted, without
+// duplicates). It is comparable, so a Policy is; its JSON is an array of
+// entries. The zero Hosts lists nothing.
+type Hosts struct {
+	s   string
+	bad string // why HostsOf's entries were invalid; Validate reports it
+}
+
+// HostsOf is NewHosts for a request: invalid entries make a Hosts that
+// Policy.Validate rejects, saying why.
+func HostsOf(entries []string) Hosts {
+	l, err := netallow.Parse(entries)
+	if err != nil {
+		return Hosts{s: "\x00", bad: err.Error()}
+	}
+	return Hosts{s: strings.Join(l.Entries(), "\n")}
+}
+
+// NewHosts parses and canonicalizes entries (netallow.Parse).
+func NewHosts(entries []string) (Hosts, error) {
+	l, err := netallow.Parse(entries)
+	if err != nil {
+		return Hosts{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	return Hosts{s: strings.Join(l.Entries(), "\n")}, nil
+}
+
+// MustHosts is NewHosts for entries known to be valid.
+func MustHosts(entries ...string) Hosts {
+	h, err := NewHosts(entries)
+	if err != nil {
+		panic(err)
+	}
+	return h
+}
+
+// Entries returns the entries; nil for none.
+func (h Hosts) Entries() []string {
+	if h.s == "" {
+		return nil
+	}
+	return strings.Split(h.s, "\n")
+}
+
+// Equal reports whether h and o list the same entries (go-cmp uses it).
+func (h Hosts) Equal(o Hosts) bool { return h == o }
+
+// IsZero reports whether h lists nothing.
+func (h Hosts) IsZero() bool { return h.s == "" }
+
+// List returns h parsed.
+func (h Hosts) List() netallow.List {
+	l, _ := netallow.Parse(h.Entries())
+	return l
+}
+
+// MarshalJSON renders h as an array of entries.
+func (h Hosts) MarshalJSON() ([]byte, error) {
+	e := h.Entries()
+	if e == nil {
+		e = []string{}
+	}
+	return json.Marshal(e)
+}
+
+// UnmarshalJSON parses an array of entries.
+func (h *Hosts) UnmarshalJSON(b []byte) error {
+	var e []string
+	if err := json.Unmarshal(b, &e); err != nil {
+		return err
+	}
+	v, err := NewHosts(e)
+	if err != nil {
+		return err
+	}
+	*h = v
+	return nil
+}
 
 // Errors.
 var (
@@ -64,6 +153,8 @@ var (
 type Policy struct {
 	FS      FS      `json:"policy,omitempty"`
 	Network Network `json:"network,omitempty"`
+	// Allow is the allowlist of NetworkAllowlist (and set only with it).
+	Allow Hosts `json:"allow,omitzero"`
 }
 
 // Default is today's behaviour, the server default when config sets none.
@@ -85,8 +176,10 @@ func netRank(n Network) int {
 	switch n {
 	case NetworkOn:
 		return 0
-	case NetworkOff:
+	case NetworkAllowlist:
 		return 1
+	case NetworkOff:
+		return 2
 	}
 	return -1
 }
@@ -97,7 +190,16 @@ func (p Policy) Validate() error {
 		return fmt.Errorf("%w: policy %q (want unrestricted, workspace-write or read-only)", ErrInvalid, p.FS)
 	}
 	if p.Network != "" && netRank(p.Network) < 0 {
-		return fmt.Errorf("%w: network %q (want on or off)", ErrInvalid, p.Network)
+		return fmt.Errorf("%w: network %q (want on, allowlist or off)", ErrInvalid, p.Network)
+	}
+	if p.Allow.bad != "" {
+		return fmt.Errorf("%w: allow: %s", ErrInvalid, p.Allow.bad)
+	}
+	if p.Network == NetworkAllowlist && p.Allow.IsZero() {
+		return fmt.Errorf("%w: network allowlist needs allow, the hosts it lists (for none, network off)", ErrInvalid)
+	}
+	if p.Network != NetworkAllowlist && !p.Allow.IsZero() {
+		return fmt.Errorf("%w: allow is given only with network allowlist", ErrInvalid)
 	}
 	return nil
 }
@@ -108,17 +210,21 @@ func (p Policy) Or(def Policy) Policy {
 		p.FS = def.FS
 	}
 	if p.Network == "" {
-		p.Network = def.Network
+		p.Network, p.Allow = def.Network, def.Allow
 	}
 	return p
 }
 
 // Confined reports whether p needs a sandbox at all.
-func (p Policy) Confined() bool { return p.FS != Unrestricted || p.Network == NetworkOff }
+func (p Policy) Confined() bool { return p.FS != Unrestricted || p.Network != NetworkOn }
 
 // Within reports whether p is at least as tight as outer on both axes.
 func (p Policy) Within(outer Policy) bool {
-	return fsRank(p.FS) >= fsRank(outer.FS) && netRank(p.Network) >= netRank(outer.Network)
+	if fsRank(p.FS) < fsRank(outer.FS) || netRank(p.Network) < netRank(outer.Network) {
+		return false
+	}
+	// Under an allowlist, each of p's entries within one of outer's.
+	return p.Network != NetworkAllowlist || outer.Network != NetworkAllowlist || p.Allow.List().Within(outer.Allow.List())
 }
 
 // CheckWithin returns ErrLooser, naming both, when p is not Within outer.
@@ -130,7 +236,12 @@ func (p Policy) CheckWithin(outer Policy, what string) error {
 	return fmt.Errorf("%w: %s allows at most %s, requested %s", ErrLooser, what, outer, p)
 }
 
-func (p Policy) String() string { return fmt.Sprintf("%s, network %s", p.FS, p.Network) }
+func (p Policy) String() string {
+	if p.Network == NetworkAllowlist {
+		return fmt.Sprintf("%s, network allowlist (%s)", p.FS, strings.Join(p.Allow.Entries(), ", "))
+	}
+	return fmt.Sprintf("%s, network %s", p.FS, p.Network)
+}
 
 // Sentence says in one short sentence what a command may do under p, for
 // the model (the bash tool's description ends with it).
@@ -144,5 +255,7 @@ func (p Policy) Sentence() string {
 	case ReadOnly:
 		fs = "Sandbox " + string(p.FS) + ": write only in /tmp"
 	}
+	// An allowlist's hosts are not named: the bash description has 1,024
+	// characters in all (a refusal's 403 names the host and the reason).
 	return fs + "; network " + string(p.Network) + "."
 }

@@ -30,16 +30,16 @@ func TestPolicyRules(t *testing.T) {
 		fillFromDflt Policy // p.Or(Default)
 	}{
 		{name: "same", p: ww(NetworkOff), outer: ww(NetworkOff), within: true, confined: true, filled: ww(NetworkOff), fillFromDflt: ww(NetworkOff)},
-		{name: "tighter fs", p: Policy{ReadOnly, NetworkOff}, outer: ww(NetworkOff), within: true, confined: true, filled: Policy{ReadOnly, NetworkOff}, fillFromDflt: Policy{ReadOnly, NetworkOff}},
-		{name: "tighter network", p: Policy{Unrestricted, NetworkOff}, outer: Default, within: true, confined: true, filled: Policy{Unrestricted, NetworkOff}, fillFromDflt: Policy{Unrestricted, NetworkOff}},
-		{name: "looser fs", p: Policy{Unrestricted, NetworkOff}, outer: ww(NetworkOff), confined: true, filled: Policy{Unrestricted, NetworkOff}, fillFromDflt: Policy{Unrestricted, NetworkOff}},
+		{name: "tighter fs", p: Policy{FS: ReadOnly, Network: NetworkOff}, outer: ww(NetworkOff), within: true, confined: true, filled: Policy{FS: ReadOnly, Network: NetworkOff}, fillFromDflt: Policy{FS: ReadOnly, Network: NetworkOff}},
+		{name: "tighter network", p: Policy{FS: Unrestricted, Network: NetworkOff}, outer: Default, within: true, confined: true, filled: Policy{FS: Unrestricted, Network: NetworkOff}, fillFromDflt: Policy{FS: Unrestricted, Network: NetworkOff}},
+		{name: "looser fs", p: Policy{FS: Unrestricted, Network: NetworkOff}, outer: ww(NetworkOff), confined: true, filled: Policy{FS: Unrestricted, Network: NetworkOff}, fillFromDflt: Policy{FS: Unrestricted, Network: NetworkOff}},
 		{name: "looser network", p: ww(NetworkOn), outer: ww(NetworkOff), confined: true, filled: ww(NetworkOn), fillFromDflt: ww(NetworkOn)},
-		{name: "looser network, tighter fs", p: Policy{ReadOnly, NetworkOn}, outer: ww(NetworkOff), confined: true, filled: Policy{ReadOnly, NetworkOn}, fillFromDflt: Policy{ReadOnly, NetworkOn}},
+		{name: "looser network, tighter fs", p: Policy{FS: ReadOnly, Network: NetworkOn}, outer: ww(NetworkOff), confined: true, filled: Policy{FS: ReadOnly, Network: NetworkOn}, fillFromDflt: Policy{FS: ReadOnly, Network: NetworkOn}},
 		{name: "unrestricted", p: Default, outer: Default, within: true, filled: Default, fillFromDflt: Default},
 		{name: "empty takes the outer", p: Policy{}, outer: ww(NetworkOff), within: true, confined: true, filled: ww(NetworkOff), fillFromDflt: Default},
-		{name: "network only", p: Policy{Network: NetworkOff}, outer: Policy{ReadOnly, NetworkOn}, within: true, confined: true, filled: Policy{ReadOnly, NetworkOff}, fillFromDflt: Policy{Unrestricted, NetworkOff}},
-		{name: "unknown fs", p: Policy{FS: "everything"}, outer: Default, invalid: true, confined: true, filled: Policy{"everything", NetworkOn}, fillFromDflt: Policy{"everything", NetworkOn}},
-		{name: "unknown network", p: Policy{Network: "maybe"}, outer: Default, invalid: true, filled: Policy{Unrestricted, "maybe"}, fillFromDflt: Policy{Unrestricted, "maybe"}},
+		{name: "network only", p: Policy{Network: NetworkOff}, outer: Policy{FS: ReadOnly, Network: NetworkOn}, within: true, confined: true, filled: Policy{FS: ReadOnly, Network: NetworkOff}, fillFromDflt: Policy{FS: Unrestricted, Network: NetworkOff}},
+		{name: "unknown fs", p: Policy{FS: "everything"}, outer: Default, invalid: true, confined: true, filled: Policy{FS: "everything", Network: NetworkOn}, fillFromDflt: Policy{FS: "everything", Network: NetworkOn}},
+		{name: "unknown network", p: Policy{Network: "maybe"}, outer: Default, invalid: true, filled: Policy{FS: Unrestricted, Network: "maybe"}, fillFromDflt: Policy{FS: Unrestricted, Network: "maybe"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if err := tc.p.Validate(); (err != nil) != tc.invalid || (err != nil && !errors.Is(err, ErrInvalid)) {
@@ -70,7 +70,7 @@ func TestPolicyRules(t *testing.T) {
 }
 
 func TestSentence(t *testing.T) {
-	for _, p := range []Policy{Default, {Unrestricted, NetworkOff}, {WorkspaceWrite, NetworkOn}, {WorkspaceWrite, NetworkOff}, {ReadOnly, NetworkOn}, {ReadOnly, NetworkOff}} {
+	for _, p := range []Policy{Default, {FS: Unrestricted, Network: NetworkOff}, {FS: WorkspaceWrite, Network: NetworkOn}, {FS: WorkspaceWrite, Network: NetworkOff}, {FS: ReadOnly, Network: NetworkOn}, {FS: ReadOnly, Network: NetworkOff}} {
 		s := p.Sentence()
 		if !strings.HasPrefix(s, "Sandbox") || !strings.HasSuffix(s, "; network "+string(p.Network)+".") || strings.Contains(strings.TrimSuffix(s, "."), "\n") {
 			t.Errorf("%v: sentence %q", p, s)
@@ -137,13 +137,13 @@ func TestPlanFor(t *testing.T) {
 		roots []string
 		want  plan
 	}{
-		{"unrestricted, network off", Policy{Unrestricted, NetworkOff}, nil,
+		{"unrestricted, network off", Policy{FS: Unrestricted, Network: NetworkOff}, nil,
 			plan{newNet: true, home: l.home, skills: l.skills, token: l.token}},
-		{"workspace-write", Policy{WorkspaceWrite, NetworkOn}, []string{l.ws, l.outside, l.ws},
+		{"workspace-write", Policy{FS: WorkspaceWrite, Network: NetworkOn}, []string{l.ws, l.outside, l.ws},
 			plan{readOnlyRoot: true, writable: []string{l.ws, l.outside, extra}, protected: append(gits, protected), home: l.home, skills: l.skills, token: l.token}},
-		{"workspace-write, network off", Policy{WorkspaceWrite, NetworkOff}, []string{l.ws, "/proc/sys/kernel", "/sys/fs/cgroup", "/dev/shm"},
+		{"workspace-write, network off", Policy{FS: WorkspaceWrite, Network: NetworkOff}, []string{l.ws, "/proc/sys/kernel", "/sys/fs/cgroup", "/dev/shm"},
 			plan{readOnlyRoot: true, newNet: true, writable: []string{l.ws, extra}, protected: append(gits, protected), home: l.home, skills: l.skills, token: l.token}},
-		{"read-only", Policy{ReadOnly, NetworkOff}, []string{l.ws, l.outside},
+		{"read-only", Policy{FS: ReadOnly, Network: NetworkOff}, []string{l.ws, l.outside},
 			plan{readOnlyRoot: true, newNet: true, visible: []string{l.ws, l.outside}, home: l.home, skills: l.skills, token: l.token}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -166,14 +166,14 @@ func TestPlanFor(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.cfg.Hidden = []string{hiddenDir, link, l.token, "/does/not/exist", l.homeToken}
-	if pl, _ := h.planFor(Policy{WorkspaceWrite, NetworkOn}, []string{l.ws}); !slices.Equal(pl.hidden, []string{hiddenDir, l.token}) {
+	if pl, _ := h.planFor(Policy{FS: WorkspaceWrite, Network: NetworkOn}, []string{l.ws}); !slices.Equal(pl.hidden, []string{hiddenDir, l.token}) {
 		t.Errorf("hidden = %v, want %v", pl.hidden, []string{hiddenDir, l.token})
 	}
 	h.cfg.Hidden = nil
 
 	// A token inside the home is hidden with it, not covered on its own.
 	h.cfg.TokenFile = l.homeToken
-	if pl, _ := h.planFor(Policy{ReadOnly, NetworkOn}, []string{l.ws}); pl.token != "" {
+	if pl, _ := h.planFor(Policy{FS: ReadOnly, Network: NetworkOn}, []string{l.ws}); pl.token != "" {
 		t.Errorf("token inside the home covered on its own: %q", pl.token)
 	}
 }
@@ -220,7 +220,7 @@ func TestGitDirsEveryDepth(t *testing.T) {
 	}
 	h := &Host{cfg: Config{GitScanMaxEntries: limit}, mech: MechanismBubblewrap}
 	called := false
-	err = h.Start(Policy{WorkspaceWrite, NetworkOff}, root, []string{root}, "/bin/true", []string{"true"}, func(string, []string, []*os.File) error { called = true; return nil })
+	_, err = h.Start(Policy{FS: WorkspaceWrite, Network: NetworkOff}, root, []string{root}, "/bin/true", []string{"true"}, func(string, []string, []*os.File) error { called = true; return nil })
 	if !errors.Is(err, ErrUnavailable) || called {
 		t.Errorf("Start with a root too large to protect = %v, started %v; want ErrUnavailable and nothing started", err, called)
 	}
@@ -238,12 +238,15 @@ func TestBwrapArgs(t *testing.T) {
 		p    Policy
 		want []string
 	}{
-		{Policy{Unrestricted, NetworkOff}, append([]string{"/usr/bin/bwrap", "--cap-drop", "ALL", "--unshare-pid", "--unshare-net",
+		{Policy{FS: Unrestricted, Network: NetworkOff}, append([]string{"/usr/bin/bwrap", "--cap-drop", "ALL", "--unshare-pid", "--unshare-net",
 			"--bind", "/", "/", "--dev-bind", "/dev", "/dev", "--proc", "/proc"}, tail...)},
-		{Policy{WorkspaceWrite, NetworkOn}, append([]string{"/usr/bin/bwrap", "--cap-drop", "ALL", "--unshare-pid",
+		{Policy{FS: WorkspaceWrite, Network: NetworkOn}, append([]string{"/usr/bin/bwrap", "--cap-drop", "ALL", "--unshare-pid",
 			"--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--remount-ro", "/proc", "--tmpfs", "/tmp",
 			"--bind", l.ws, l.ws, "--ro-bind", g, g, "--ro-bind", ng, ng, "--ro-bind", mg, mg, "--ro-bind", wg, wg}, tail...)},
-		{Policy{ReadOnly, NetworkOff}, append([]string{"/usr/bin/bwrap", "--cap-drop", "ALL", "--unshare-pid", "--unshare-net",
+		{Policy{FS: ReadOnly, Network: NetworkOff}, append([]string{"/usr/bin/bwrap", "--cap-drop", "ALL", "--unshare-pid", "--unshare-net",
+			"--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--remount-ro", "/proc", "--tmpfs", "/tmp", "--ro-bind", l.ws, l.ws}, tail...)},
+		// The allowlist's namespace is dshd's (it listens in it first).
+		{Policy{FS: ReadOnly, Network: NetworkAllowlist, Allow: MustHosts("a.example.com")}, append([]string{"/usr/bin/bwrap", "--cap-drop", "ALL", "--unshare-pid",
 			"--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--remount-ro", "/proc", "--tmpfs", "/tmp", "--ro-bind", l.ws, l.ws}, tail...)},
 	} {
 		t.Run(tc.p.String(), func(t *testing.T) {
@@ -269,12 +272,12 @@ func TestHostFallback(t *testing.T) {
 	if h.Mechanism() != "" || !slices.Equal(s.Policies, []FS{Unrestricted}) || !slices.Equal(s.Networks, []Network{NetworkOn}) || !strings.Contains(s.Reason, "no-bwrap") {
 		t.Errorf("support without bubblewrap = %+v (mechanism %q)", s, h.Mechanism())
 	}
-	for _, p := range []Policy{{WorkspaceWrite, NetworkOn}, {ReadOnly, NetworkOff}, {Unrestricted, NetworkOff}} {
+	for _, p := range []Policy{{FS: WorkspaceWrite, Network: NetworkOn}, {FS: ReadOnly, Network: NetworkOff}, {FS: Unrestricted, Network: NetworkOff}} {
 		if err := h.Check(p); !errors.Is(err, ErrUnavailable) {
 			t.Errorf("Check(%v) = %v, want ErrUnavailable", p, err)
 		}
 		called := false
-		err := h.Start(p, "/", nil, "/bin/true", []string{"true"}, func(string, []string, []*os.File) error { called = true; return nil })
+		_, err := h.Start(p, "/", nil, "/bin/true", []string{"true"}, func(string, []string, []*os.File) error { called = true; return nil })
 		if !errors.Is(err, ErrUnavailable) || called {
 			t.Errorf("Start(%v) = %v, started %v; want ErrUnavailable and nothing started", p, err, called)
 		}
@@ -283,11 +286,11 @@ func TestHostFallback(t *testing.T) {
 		t.Errorf("Check(unrestricted) = %v", err)
 	}
 	var path string
-	if err := h.Start(Default, "/", nil, "/bin/true", []string{"true"}, func(p string, _ []string, _ []*os.File) error { path = p; return nil }); err != nil || path != "/bin/true" {
+	if _, err := h.Start(Default, "/", nil, "/bin/true", []string{"true"}, func(p string, _ []string, _ []*os.File) error { path = p; return nil }); err != nil || path != "/bin/true" {
 		t.Errorf("Start(unrestricted) = %v, started %q; want the command as is", err, path)
 	}
 	var nilHost *Host
-	if err := nilHost.Check(Policy{ReadOnly, NetworkOn}); !errors.Is(err, ErrUnavailable) {
+	if err := nilHost.Check(Policy{FS: ReadOnly, Network: NetworkOn}); !errors.Is(err, ErrUnavailable) {
 		t.Errorf("nil host Check = %v", err)
 	}
 
@@ -345,7 +348,7 @@ func TestNamespaces(t *testing.T) {
 				cmd := &osexec.Cmd{Dir: cwd}
 				var out strings.Builder
 				cmd.Stdout, cmd.Stderr = &out, &out
-				err := h.Start(p, cwd, roots, "/bin/bash", []string{"bash", "-c", script}, func(path string, args []string, extra []*os.File) error {
+				_, err := h.Start(p, cwd, roots, "/bin/bash", []string{"bash", "-c", script}, func(path string, args []string, extra []*os.File) error {
 					cmd.Path, cmd.Args, cmd.ExtraFiles = path, args, extra
 					return cmd.Start()
 				})
@@ -396,9 +399,9 @@ func TestNamespaces(t *testing.T) {
 				p                   Policy
 				inside, outside, ok bool // writes in cwd / outside; .git writable
 			}{
-				{p: Policy{Unrestricted, NetworkOff}, inside: true, outside: true, ok: true},
-				{p: Policy{WorkspaceWrite, NetworkOff}, inside: true},
-				{p: Policy{ReadOnly, NetworkOn}},
+				{p: Policy{FS: Unrestricted, Network: NetworkOff}, inside: true, outside: true, ok: true},
+				{p: Policy{FS: WorkspaceWrite, Network: NetworkOff}, inside: true},
+				{p: Policy{FS: ReadOnly, Network: NetworkOn}},
 			} {
 				t.Run(tc.p.String(), func(t *testing.T) {
 					check := func(what, script string, want bool) {
@@ -513,7 +516,7 @@ func TestNamespacesOnHost(t *testing.T) {
 	before, caps := mustRead(t, "/proc/self/mountinfo"), capEff()
 	for range 5 {
 		cmd := &osexec.Cmd{}
-		if err := h.Start(Policy{WorkspaceWrite, NetworkOff}, l.ws, []string{l.ws}, "/bin/true", []string{"true"}, func(p string, a []string, extra []*os.File) error {
+		if _, err := h.Start(Policy{FS: WorkspaceWrite, Network: NetworkOff}, l.ws, []string{l.ws}, "/bin/true", []string{"true"}, func(p string, a []string, extra []*os.File) error {
 			cmd.Path, cmd.Args, cmd.ExtraFiles = p, a, extra
 			return cmd.Start()
 		}); err != nil {
@@ -581,7 +584,7 @@ func TestHomeInsideRoot(t *testing.T) {
 				cmd := &osexec.Cmd{Dir: ws}
 				var out strings.Builder
 				cmd.Stdout, cmd.Stderr = &out, &out
-				err := h.Start(Policy{WorkspaceWrite, NetworkOff}, ws, []string{ws}, "/bin/bash", []string{"bash", "-c", tc.script}, func(path string, args []string, extra []*os.File) error {
+				_, err := h.Start(Policy{FS: WorkspaceWrite, Network: NetworkOff}, ws, []string{ws}, "/bin/bash", []string{"bash", "-c", tc.script}, func(path string, args []string, extra []*os.File) error {
 					cmd.Path, cmd.Args, cmd.ExtraFiles = path, args, extra
 					return cmd.Start()
 				})
@@ -774,7 +777,7 @@ func TestKernelFSThroughLinks(t *testing.T) {
 			t.Errorf("kernelFS(%s -> %s) = false", link, target)
 		}
 		h := &Host{}
-		if pl, err := h.planFor(Policy{WorkspaceWrite, NetworkOff}, []string{link}); err != nil || len(pl.writable) != 0 {
+		if pl, err := h.planFor(Policy{FS: WorkspaceWrite, Network: NetworkOff}, []string{link}); err != nil || len(pl.writable) != 0 {
 			t.Errorf("plan for a root linked to %s: writable %v, %v; want none", target, pl.writable, err)
 		}
 	}

@@ -32,7 +32,7 @@ func runIn(t *testing.T, h *Host, p Policy, dir, path string, args ...string) (s
 	cmd := &osexec.Cmd{Dir: dir}
 	var out strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &out
-	err := h.Start(p, dir, []string{dir}, path, append([]string{filepath.Base(path)}, args...), startWith(cmd))
+	_, err := h.Start(p, dir, []string{dir}, path, append([]string{filepath.Base(path)}, args...), startWith(cmd))
 	if err == nil {
 		err = cmd.Wait()
 	}
@@ -101,7 +101,7 @@ func TestSyscallFilter(t *testing.T) {
 			if h.Mechanism() != mech {
 				t.Fatalf("mechanism %q unavailable: %s", mech, h.Support().Reason)
 			}
-			for _, p := range []Policy{{WorkspaceWrite, NetworkOff}, {ReadOnly, NetworkOn}, {Unrestricted, NetworkOff}} {
+			for _, p := range []Policy{{FS: WorkspaceWrite, Network: NetworkOff}, {FS: ReadOnly, Network: NetworkOn}, {FS: Unrestricted, Network: NetworkOff}} {
 				t.Run(p.String(), func(t *testing.T) {
 					out, err := runIn(t, h, p, dir, probe, names...)
 					if err != nil {
@@ -136,7 +136,7 @@ func TestSyscallFilter(t *testing.T) {
 			// unshare(0) and keyctl through: the EPERMs above are the
 			// filter's, not the dropped capabilities'.
 			off := NewHost(ctx, Config{Mechanism: mech, NoSeccomp: true})
-			out, err := runIn(t, off, Policy{WorkspaceWrite, NetworkOff}, dir, probe, "unshare", "keyctl")
+			out, err := runIn(t, off, Policy{FS: WorkspaceWrite, Network: NetworkOff}, dir, probe, "unshare", "keyctl")
 			if err != nil {
 				t.Fatalf("sysprobe without the filter: %v\n%s", err, out)
 			}
@@ -171,7 +171,7 @@ if command -v strace >/dev/null; then strace -f -o /dev/null sh -c true && echo 
 				t.Fatalf("mechanism %q unavailable: %s", mech, h.Support().Reason)
 			}
 			dir := t.TempDir()
-			out, err := runIn(t, h, Policy{WorkspaceWrite, NetworkOff}, dir, "/bin/bash", "-c", script)
+			out, err := runIn(t, h, Policy{FS: WorkspaceWrite, Network: NetworkOff}, dir, "/bin/bash", "-c", script)
 			if err != nil {
 				t.Fatalf("%v\n%s", err, out)
 			}
@@ -203,7 +203,7 @@ func TestSyscallFilterFailsClosed(t *testing.T) {
 			t.Errorf("%s: support %+v (mechanism %q), want only unrestricted and the filter's error", mech, s, h.Mechanism())
 		}
 		called := false
-		err := h.Start(Policy{WorkspaceWrite, NetworkOff}, "/", nil, "/bin/true", []string{"true"}, func(string, []string, []*os.File) error { called = true; return nil })
+		_, err := h.Start(Policy{FS: WorkspaceWrite, Network: NetworkOff}, "/", nil, "/bin/true", []string{"true"}, func(string, []string, []*os.File) error { called = true; return nil })
 		if !errors.Is(err, ErrUnavailable) || called {
 			t.Errorf("%s: Start = %v, started %v; want ErrUnavailable and nothing started", mech, err, called)
 		}
@@ -283,7 +283,7 @@ func BenchmarkSyscallFilter(b *testing.B) {
 			cmd := &osexec.Cmd{Dir: dir}
 			var out strings.Builder
 			cmd.Stdout = &out
-			err := r.h.Start(Policy{WorkspaceWrite, NetworkOff}, dir, []string{dir}, probe, []string{"sysprobe", "loop"}, startWith(cmd))
+			_, err := r.h.Start(Policy{FS: WorkspaceWrite, Network: NetworkOff}, dir, []string{dir}, probe, []string{"sysprobe", "loop"}, startWith(cmd))
 			if err == nil {
 				err = cmd.Wait()
 			}

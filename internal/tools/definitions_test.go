@@ -107,8 +107,11 @@ func TestDefinitions(t *testing.T) {
 func TestDescriptionsFit(t *testing.T) {
 	var defs []Definition
 	for _, fs := range []sandbox.FS{sandbox.Unrestricted, sandbox.WorkspaceWrite, sandbox.ReadOnly} {
-		for _, n := range []sandbox.Network{sandbox.NetworkOn, sandbox.NetworkOff} {
+		for _, n := range []sandbox.Network{sandbox.NetworkOn, sandbox.NetworkAllowlist, sandbox.NetworkOff} {
 			p := sandbox.Policy{FS: fs, Network: n}
+			if n == sandbox.NetworkAllowlist {
+				p.Allow = sandbox.MustHosts("a-rather-long-host-name.registry.example.com:443", "*.githubusercontent.example.org")
+			}
 			got := DefinitionsFor(p)
 			if !strings.HasSuffix(got[0].Description, p.Sentence()) {
 				t.Errorf("bash description for %s does not end with its sentence %q", p, p.Sentence())

@@ -2,7 +2,9 @@
 // generated from api/openapi.yaml by openapi-typescript (src/schema.d.ts),
 // and every operation is called through openapi-fetch. Hand-written here is
 // only what generation cannot reach: following a job's output over SSE with
-// resume, the transcript as typed events, and problems as typed errors.
+// resume, the transcript as typed events, the bodies that are not JSON (the
+// contract as text, the metrics as text, the transcript as a stream of lines,
+// a job's raw output as bytes), and problems as typed errors.
 import createClient, { type Client, type Middleware } from "openapi-fetch";
 import type { components, paths } from "./schema.js";
 
@@ -16,6 +18,10 @@ export type Contributor = Schemas["Contributor"];
 export type ToolResult = Schemas["ToolResult"];
 export type Transcript = Schemas["Transcript"];
 export type TranscriptEvent = Schemas["TranscriptEvent"];
+/** The transcript's first line: the agent's session header. */
+export type TranscriptHeader = Transcript["header"];
+/** One line of the transcript as stored: the header first, then events. */
+export type TranscriptLine = TranscriptHeader | TranscriptEvent;
 
 /** An error answer of dshd: RFC 9457 problem details with a `code`. */
 export class ProblemError extends Error {
@@ -49,6 +55,18 @@ export interface DshdClient {
   api: DshdFetch;
   /** The transcript as typed events (Accept: application/json). */
   transcript(agentId: string): Promise<Transcript>;
+  /**
+   * The transcript as stored (application/x-ndjson), read as a stream: the
+   * header, then each event, parsed one line at a time. A torn last line (no
+   * newline: a crash while writing) is left out, as in the JSON form.
+   */
+  transcriptLines(agentId: string): AsyncGenerator<TranscriptLine>;
+  /** This contract as the server serves it (application/yaml), as text. */
+  openapiYAML(): Promise<string>;
+  /** The Prometheus metrics (text/plain), as text. */
+  metrics(): Promise<string>;
+  /** The raw bytes of one of a job's streams from `offset` (application/octet-stream). */
+  rawOutput(jobId: string, stream: "stdout" | "stderr", offset?: number): Promise<Uint8Array>;
   /** One SSE connection of a job's output, from `lastEventId` (undefined: the start). */
   followOutput(jobId: string, lastEventId?: string, signal?: AbortSignal): OutputStream;
   /** Every output event until `exit`, reconnecting with Last-Event-ID when a connection drops. */
@@ -87,6 +105,35 @@ export function createDshdClient(baseUrl: string, token: string): DshdClient {
       parseAs: "json",
     });
     return must(r) as unknown as Transcript;
+  }
+
+  async function* transcriptLines(agentId: string): AsyncGenerator<TranscriptLine> {
+    const r = await api.GET("/agents/{id}/transcript", {
+      params: { path: { id: agentId } },
+      headers: { Accept: "application/x-ndjson" },
+      parseAs: "stream",
+    });
+    const body = must(r);
+    if (!body) return;
+    yield* ndjsonLines<TranscriptLine>(body);
+  }
+
+  async function openapiYAML(): Promise<string> {
+    return must(await api.GET("/openapi.yaml", { parseAs: "text" })) ?? "";
+  }
+
+  async function metrics(): Promise<string> {
+    return must(await api.GET("/metrics", { parseAs: "text" })) ?? "";
+  }
+
+  async function rawOutput(jobId: string, stream: "stdout" | "stderr", offset?: number): Promise<Uint8Array> {
+    const r = await api.GET("/jobs/{id}/output", {
+      params: { path: { id: jobId }, query: { stream, offset } },
+      headers: { Accept: "application/octet-stream" },
+      parseAs: "arrayBuffer",
+    });
+    const b = must(r);
+    return b ? new Uint8Array(b) : new Uint8Array(0); // empty: no body at all
   }
 
   function followOutput(jobId: string, lastEventId?: string, signal?: AbortSignal): OutputStream {
@@ -170,7 +217,33 @@ export function createDshdClient(baseUrl: string, token: string): DshdClient {
     throw new Error(`output of ${jobId}: gave up reconnecting`);
   }
 
-  return { api, transcript, followOutput, output };
+  return { api, transcript, transcriptLines, openapiYAML, metrics, rawOutput, followOutput, output };
+}
+
+/**
+ * Parses a stream of newline-delimited JSON, yielding each complete line's
+ * value as it arrives. A last line without its newline is torn and left out.
+ */
+export async function* ndjsonLines<T>(body: ReadableStream<Uint8Array>): AsyncGenerator<T> {
+  const reader = body.getReader();
+  const decoder = new TextDecoder("utf-8", { fatal: true });
+  let buf = "";
+  try {
+    for (;;) {
+      const chunk = await reader.read();
+      if (chunk.done) break;
+      buf += decoder.decode(chunk.value, { stream: true });
+      let nl;
+      while ((nl = buf.indexOf("\n")) >= 0) {
+        const line = buf.slice(0, nl);
+        buf = buf.slice(nl + 1);
+        if (line.trim() !== "") yield JSON.parse(line) as T;
+      }
+    }
+  } finally {
+    // Stopped early, or done: either way the connection is not needed.
+    await reader.cancel().catch(() => {});
+  }
 }
 
 /** One event of the output stream as the contract describes it (data decoded as JSON). */

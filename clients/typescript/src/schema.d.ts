@@ -291,7 +291,7 @@ export interface paths {
         put?: never;
         /**
          * New agent with a copy of the transcript, up to boundary seq when given.
-         * @description The fork is a new session: `parentId` names the original, SessionStart hooks run with source `startup`.
+         * @description The fork is a new session: `parentId` names the original, SessionStart hooks run with source `startup`. It keeps the original's `depth`: a fork continues the same conversation, it is not a sub-agent, and does not count against the configured depth.
          */
         post: operations["forkAgent"];
         delete?: never;
@@ -550,7 +550,9 @@ export interface paths {
          *     cannot be taken back). Writes are recorded on the job's `input` (size and
          *     time; the bytes themselves only with `jobs.recordInput`). The answer is the
          *     job after the write, or nothing (204) with `Prefer: return=minimal`: a
-         *     terminal that sends every key needs no job back.
+         *     terminal that sends every key needs no job back. A job that has ended is
+         *     409 `job_not_running`, whatever its kind; a running job started with neither
+         *     `tty` nor `openStdin`, or whose input was closed, is 409 `input_not_open`.
          */
         post: operations["writeJobInput"];
         delete?: never;
@@ -572,7 +574,7 @@ export interface paths {
         put?: never;
         /**
          * Resize a running terminal job's terminal.
-         * @description Sets the terminal's size in character cells; the program gets `SIGWINCH`. A job without a terminal is 409 `not_a_terminal`.
+         * @description Sets the terminal's size in character cells; the program gets `SIGWINCH`. A job that has ended is 409 `job_not_running`, with or without a terminal; a running job without a terminal is 409 `not_a_terminal`.
          */
         post: operations["resizeJob"];
         delete?: never;
@@ -598,7 +600,8 @@ export interface paths {
          *     sends ^C to its foreground group: processes that left the group (`setsid`)
          *     do not get it. To stop the whole job, cancel it (`DELETE /jobs/{id}`), which
          *     goes through the kill path. The signal's effect is up to the program; the
-         *     answer is the job right after sending it.
+         *     answer is the job right after sending it. A job whose leader has exited is
+         *     409 `job_not_running`.
          */
         post: operations["signalJob"];
         delete?: never;
@@ -875,7 +878,7 @@ export interface components {
              */
             mechanism?: string;
             /**
-             * @description The system-call filter every confined command runs under: its architecture and how many calls it denies with EPERM (the README's Sandbox policies lists them); absent when confined policies are unavailable here or the filter is turned off (`sandbox.seccomp: false`).
+             * @description The system-call filter every confined command runs under: its architecture and how many calls it denies with EPERM (docs/security.md, System-call filter, lists them); absent when confined policies are unavailable here or the filter is turned off (`sandbox.seccomp: false`).
              * @example x86_64: 43 calls denied
              */
             seccomp?: string;
@@ -1232,11 +1235,42 @@ export interface components {
         SandboxRequest: {
             policy?: components["schemas"]["SandboxFS"];
             network?: components["schemas"]["SandboxNetwork"];
+            allow?: components["schemas"]["NetworkAllowlist"];
         };
         /** @description The sandbox policy in effect. */
         SandboxPolicy: {
             policy: components["schemas"]["SandboxFS"];
             network: components["schemas"]["SandboxNetwork"];
+            allow?: components["schemas"]["NetworkAllowlist"];
+        };
+        /**
+         * @description The hosts a command under network `allowlist` may reach through dshd's proxy, and only
+         *     with it (given with any other network, or invalid: 422 `invalid_sandbox`). An entry is a host name
+         *     (`api.example.com`), every name below a domain (`*.example.org`, not `example.org`
+         *     itself) or an address (`10.0.0.5`, `[fd00::1]`), each with an optional `:port` (any port
+         *     without). A name that resolves to a loopback, link-local (cloud metadata) or private
+         *     address is refused unless an entry names that address; a raw address is reached only
+         *     when an entry names it. A child's list, and an execution's, must stay within its
+         *     agent's (each entry covered by one of the parent's), else 422 `sandbox_looser`.
+         *     Answered in canonical form: lower case, sorted, without duplicates.
+         * @example [
+         *       "api.example.com",
+         *       "*.example.org:443"
+         *     ]
+         */
+        NetworkAllowlist: string[];
+        /** @description What a command under network `allowlist` asked the proxy for: the hosts reached and those refused, each `host:port` as the client named it, with how many connections (CONNECT tunnels and plain-HTTP requests). */
+        NetworkRecord: {
+            reached: components["schemas"]["NetworkHostCount"][];
+            refused: components["schemas"]["NetworkHostCount"][];
+        };
+        NetworkHostCount: {
+            /** @example api.example.com:443 */
+            host: string;
+            /** Format: int64 */
+            count: number;
+            /** @description Why the first refused connection was refused (the proxy's 403 says the same); absent for reached hosts. */
+            reason?: string;
         };
         /**
          * @description What the command may touch on the file system, loosest first. `unrestricted`: every
@@ -1249,17 +1283,20 @@ export interface components {
          */
         SandboxFS: "unrestricted" | "workspace-write" | "read-only";
         /**
-         * @description `off`: a network namespace of its own (a loopback no one else listens on); `on`: the host's network.
+         * @description Loosest first. `on`: the host's network. `allowlist`: a network namespace of its own whose one way out is dshd's proxy (HTTP CONNECT and plain HTTP, `HTTP_PROXY` and `HTTPS_PROXY` set for the command) to the hosts `allow` lists; direct connections, UDP and other hosts fail (the proxy answers 403 with the reason). `off`: a network namespace of its own (a loopback no one else listens on).
          * @enum {string}
          */
-        SandboxNetwork: "on" | "off";
+        SandboxNetwork: "on" | "allowlist" | "off";
         Agent: {
             id: string;
             parentId: string | null;
             rootId: string;
             /** @enum {string} */
             origin: "root" | "fork" | "spawn";
-            /** Format: int32 */
+            /**
+             * Format: int32
+             * @description Spawn depth: 0 for a root, the parent's plus one for a spawned child, the parent's for a fork (a fork continues the same conversation and does not count against the configured depth).
+             */
             depth: number;
             cwd: string;
             /** Format: date-time */
@@ -1318,7 +1355,9 @@ export interface components {
         ExecRequest: {
             /**
              * @description Run as `bash -c <command>`. At most 131,071 bytes (the kernel's limit on one
-             *     argument); longer commands are refused with 413 `argument_too_large`.
+             *     argument); longer commands are refused with 413 `argument_too_large`, whatever
+             *     their characters. `maxLength` counts characters, so a command within it can
+             *     still be over in bytes; the server answers both with the same 413.
              */
             command: string;
             agentId?: string;
@@ -1684,6 +1723,8 @@ export interface components {
              */
             killedBy?: "timeout" | "cancelled" | "shutdown" | "oom" | "pids_limit" | null;
             sandbox?: components["schemas"]["SandboxPolicy"];
+            /** @description What the job reached and was refused through the allowlist's proxy; null unless it runs under network `allowlist`. */
+            network?: components["schemas"]["NetworkRecord"] | null;
             limits?: components["schemas"]["JobLimits"];
             /** @description Processes of a finished job that outlived its leader (`nohup cmd &`, `setsid`), still running in its cgroup or process group; null when none is left. They keep the job's slot (a foreground job's count as a background job of its agent) until they end. `DELETE /jobs/{id}` and `job_kill` stop them; shutdown kills them. */
             remaining?: components["schemas"]["JobRemaining"] | null;
@@ -1766,6 +1807,7 @@ export interface components {
                 /** Format: int32 */
                 exitCode?: number;
                 sandbox?: components["schemas"]["SandboxPolicy"];
+                network?: components["schemas"]["NetworkRecord"];
                 additionalContext?: string[];
                 systemMessages?: string[];
             };
@@ -1994,7 +2036,7 @@ export interface components {
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
-        /** @description The request conflicts with what exists (`duplicate_contributor`, `key_owned` with `key` and `owner`, `builtin_contributor`, `idempotency_key_in_use`: the first request with this `Idempotency-Key` is still being started; `job_not_running`: the job has ended; `input_not_open`: the job was started without `tty` or `openStdin`, or its input was closed; `input_blocked`: the program did not take the bytes in time; `not_a_terminal`: the job has no terminal to resize). */
+        /** @description The request conflicts with what exists (`duplicate_contributor`, `key_owned` with `key` and `owner`, `builtin_contributor`, `idempotency_key_in_use`: the first request with this `Idempotency-Key` is still being started; `job_not_running`: the job has ended, whatever its kind (this comes before the two next); `input_not_open`: the running job was started without `tty` or `openStdin`, or its input was closed; `input_blocked`: the program did not take the bytes in time; `not_a_terminal`: the running job has no terminal to resize). */
         R409: {
             headers: {
                 [name: string]: unknown;
@@ -2980,7 +3022,7 @@ export interface operations {
                      *       "parentId": "agt_01m8rk3468mk6yta9t5hevkezw",
                      *       "rootId": "agt_01m8rk3468mk6yta9t5hevkezw",
                      *       "origin": "fork",
-                     *       "depth": 1,
+                     *       "depth": 0,
                      *       "cwd": "/home/me/project",
                      *       "createdAt": "2026-12-01T10:41:04Z",
                      *       "sessionStart": {

@@ -601,13 +601,16 @@ func (e SandboxFS) Valid() bool {
 
 // Defines values for SandboxNetwork.
 const (
-	Off SandboxNetwork = "off"
-	On  SandboxNetwork = "on"
+	Allowlist SandboxNetwork = "allowlist"
+	Off       SandboxNetwork = "off"
+	On        SandboxNetwork = "on"
 )
 
 // Valid indicates whether the value is a known member of the SandboxNetwork enum.
 func (e SandboxNetwork) Valid() bool {
 	switch e {
+	case Allowlist:
+		return true
 	case Off:
 		return true
 	case On:
@@ -834,8 +837,10 @@ func (e ListToolsParamsFormat) Valid() bool {
 type Agent struct {
 	CreatedAt time.Time `json:"createdAt"`
 	Cwd       string    `json:"cwd"`
-	Depth     int32     `json:"depth"`
-	Id        string    `json:"id"`
+
+	// Depth Spawn depth: 0 for a root, the parent's plus one for a spawned child, the parent's for a fork (a fork continues the same conversation and does not count against the configured depth).
+	Depth int32  `json:"depth"`
+	Id    string `json:"id"`
 
 	// Limits The limits recorded at the agent's creation for its jobs (the request completed by
 	// the parent's or the server's). A limit absent here takes the server's current
@@ -1135,7 +1140,9 @@ type ExecRequest struct {
 	Cols *int32 `json:"cols,omitempty"`
 
 	// Command Run as `bash -c <command>`. At most 131,071 bytes (the kernel's limit on one
-	// argument); longer commands are refused with 413 `argument_too_large`.
+	// argument); longer commands are refused with 413 `argument_too_large`, whatever
+	// their characters. `maxLength` counts characters, so a command within it can
+	// still be over in bytes; the server answers both with the same 413.
 	Command string  `json:"command"`
 	Cwd     *string `json:"cwd,omitempty"`
 
@@ -1391,7 +1398,10 @@ type Job struct {
 
 	// ManagedEnv The managed snapshot the command received.
 	ManagedEnv map[string]string `json:"managedEnv"`
-	Pid        int32             `json:"pid"`
+
+	// Network What the job reached and was refused through the allowlist's proxy; null unless it runs under network `allowlist`.
+	Network *NetworkRecord `json:"network,omitempty"`
+	Pid     int32          `json:"pid"`
 
 	// Remaining Processes of a finished job that outlived its leader (`nohup cmd &`, `setsid`), still running in its cgroup or process group; null when none is left. They keep the job's slot (a foreground job's count as a background job of its agent) until they end. `DELETE /jobs/{id}` and `job_kill` stop them; shutdown kills them.
 	Remaining *JobRemaining `json:"remaining,omitempty"`
@@ -1635,6 +1645,36 @@ type LoginCode struct {
 	Url string `json:"url"`
 }
 
+// NetworkAllowlist The hosts a command under network `allowlist` may reach through dshd's proxy, and only
+// with it (given with any other network, or invalid: 422 `invalid_sandbox`). An entry is a host name
+// (`api.example.com`), every name below a domain (`*.example.org`, not `example.org`
+// itself) or an address (`10.0.0.5`, `[fd00::1]`), each with an optional `:port` (any port
+// without). A name that resolves to a loopback, link-local (cloud metadata) or private
+// address is refused unless an entry names that address; a raw address is reached only
+// when an entry names it. A child's list, and an execution's, must stay within its
+// agent's (each entry covered by one of the parent's), else 422 `sandbox_looser`.
+// Answered in canonical form: lower case, sorted, without duplicates.
+//
+// Example: ["api.example.com","*.example.org:443"]
+type NetworkAllowlist = []string
+
+// NetworkHostCount defines model for NetworkHostCount.
+type NetworkHostCount struct {
+	Count int64 `json:"count"`
+
+	// Host Example: api.example.com:443
+	Host string `json:"host"`
+
+	// Reason Why the first refused connection was refused (the proxy's 403 says the same); absent for reached hosts.
+	Reason *string `json:"reason,omitempty"`
+}
+
+// NetworkRecord What a command under network `allowlist` asked the proxy for: the hosts reached and those refused, each `host:port` as the client named it, with how many connections (CONNECT tunnels and plain-HTTP requests).
+type NetworkRecord struct {
+	Reached []NetworkHostCount `json:"reached"`
+	Refused []NetworkHostCount `json:"refused"`
+}
+
 // OpenAIChatTool A Chat Completions function tool.
 type OpenAIChatTool struct {
 	Function struct {
@@ -1805,12 +1845,26 @@ type Resolver struct {
 // them. `read-only`: the same view, writable only a private `/tmp`.
 type SandboxFS string
 
-// SandboxNetwork `off`: a network namespace of its own (a loopback no one else listens on); `on`: the host's network.
+// SandboxNetwork Loosest first. `on`: the host's network. `allowlist`: a network namespace of its own whose one way out is dshd's proxy (HTTP CONNECT and plain HTTP, `HTTP_PROXY` and `HTTPS_PROXY` set for the command) to the hosts `allow` lists; direct connections, UDP and other hosts fail (the proxy answers 403 with the reason). `off`: a network namespace of its own (a loopback no one else listens on).
 type SandboxNetwork string
 
 // SandboxPolicy The sandbox policy in effect.
 type SandboxPolicy struct {
-	// Network `off`: a network namespace of its own (a loopback no one else listens on); `on`: the host's network.
+	// Allow The hosts a command under network `allowlist` may reach through dshd's proxy, and only
+	// with it (given with any other network, or invalid: 422 `invalid_sandbox`). An entry is a host name
+	// (`api.example.com`), every name below a domain (`*.example.org`, not `example.org`
+	// itself) or an address (`10.0.0.5`, `[fd00::1]`), each with an optional `:port` (any port
+	// without). A name that resolves to a loopback, link-local (cloud metadata) or private
+	// address is refused unless an entry names that address; a raw address is reached only
+	// when an entry names it. A child's list, and an execution's, must stay within its
+	// agent's (each entry covered by one of the parent's), else 422 `sandbox_looser`.
+	// Answered in canonical form: lower case, sorted, without duplicates.
+	//
+	//
+	// Example: ["api.example.com","*.example.org:443"]
+	Allow *NetworkAllowlist `json:"allow,omitempty"`
+
+	// Network Loosest first. `on`: the host's network. `allowlist`: a network namespace of its own whose one way out is dshd's proxy (HTTP CONNECT and plain HTTP, `HTTP_PROXY` and `HTTPS_PROXY` set for the command) to the hosts `allow` lists; direct connections, UDP and other hosts fail (the proxy answers 403 with the reason). `off`: a network namespace of its own (a loopback no one else listens on).
 	Network SandboxNetwork `json:"network"`
 
 	// Policy What the command may touch on the file system, loosest first. `unrestricted`: every
@@ -1830,7 +1884,21 @@ type SandboxPolicy struct {
 // with 422 `sandbox_looser`. A policy this host cannot enforce fails with 422
 // `sandbox_unavailable` (never runs unconfined); `GET /healthz` lists what it can.
 type SandboxRequest struct {
-	// Network `off`: a network namespace of its own (a loopback no one else listens on); `on`: the host's network.
+	// Allow The hosts a command under network `allowlist` may reach through dshd's proxy, and only
+	// with it (given with any other network, or invalid: 422 `invalid_sandbox`). An entry is a host name
+	// (`api.example.com`), every name below a domain (`*.example.org`, not `example.org`
+	// itself) or an address (`10.0.0.5`, `[fd00::1]`), each with an optional `:port` (any port
+	// without). A name that resolves to a loopback, link-local (cloud metadata) or private
+	// address is refused unless an entry names that address; a raw address is reached only
+	// when an entry names it. A child's list, and an execution's, must stay within its
+	// agent's (each entry covered by one of the parent's), else 422 `sandbox_looser`.
+	// Answered in canonical form: lower case, sorted, without duplicates.
+	//
+	//
+	// Example: ["api.example.com","*.example.org:443"]
+	Allow *NetworkAllowlist `json:"allow,omitempty"`
+
+	// Network Loosest first. `on`: the host's network. `allowlist`: a network namespace of its own whose one way out is dshd's proxy (HTTP CONNECT and plain HTTP, `HTTP_PROXY` and `HTTPS_PROXY` set for the command) to the hosts `allow` lists; direct connections, UDP and other hosts fail (the proxy answers 403 with the reason). `off`: a network namespace of its own (a loopback no one else listens on).
 	Network *SandboxNetwork `json:"network,omitempty"`
 
 	// Policy What the command may touch on the file system, loosest first. `unrestricted`: every
@@ -1857,7 +1925,7 @@ type SandboxSupport struct {
 	// Reason Why a policy is not enforceable here.
 	Reason *string `json:"reason,omitempty"`
 
-	// Seccomp The system-call filter every confined command runs under: its architecture and how many calls it denies with EPERM (the README's Sandbox policies lists them); absent when confined policies are unavailable here or the filter is turned off (`sandbox.seccomp: false`).
+	// Seccomp The system-call filter every confined command runs under: its architecture and how many calls it denies with EPERM (docs/security.md, System-call filter, lists them); absent when confined policies are unavailable here or the filter is turned off (`sandbox.seccomp: false`).
 	//
 	// Example: x86_64: 43 calls denied
 	Seccomp *string `json:"seccomp,omitempty"`
@@ -2124,6 +2192,9 @@ type ToolResultEvent struct {
 		ExitCode          *int32    `json:"exitCode,omitempty"`
 		IsError           bool      `json:"isError"`
 		JobId             *string   `json:"jobId,omitempty"`
+
+		// Network What a command under network `allowlist` asked the proxy for: the hosts reached and those refused, each `host:port` as the client named it, with how many connections (CONNECT tunnels and plain-HTTP requests).
+		Network *NetworkRecord `json:"network,omitempty"`
 
 		// Sandbox The sandbox policy in effect.
 		Sandbox        *SandboxPolicy `json:"sandbox,omitempty"`

@@ -1,0 +1,302 @@
+package tests
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http/httptest"
+	"os"
+	osexec "os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/dshd/dshd/internal/netallow/netallowtest"
+	"github.com/dshd/dshd/internal/testenv"
+)
+
+type netHostCount struct {
+	Host   string `json:"host"`
+	Count  int    `json:"count"`
+	Reason string `json:"reason"`
+}
+
+type netRecord struct {
+	Reached []netHostCount `json:"reached"`
+	Refused []netHostCount `json:"refused"`
+}
+
+type allowPolicy struct {
+	Policy  string   `json:"policy"`
+	Network string   `json:"network"`
+	Allow   []string `json:"allow"`
+}
+
+type netJob struct {
+	ID       string       `json:"id"`
+	State    string       `json:"state"`
+	ExitCode *int         `json:"exitCode"`
+	Stdout   output       `json:"stdout"`
+	Stderr   output       `json:"stderr"`
+	Sandbox  *allowPolicy `json:"sandbox"`
+	Network  *netRecord   `json:"network"`
+}
+
+// counts renders hs as host=count, sorted.
+func counts(hs []netHostCount) []string {
+	var out []string
+	for _, h := range hs {
+		out = append(out, fmt.Sprintf("%s=%d", h.Host, h.Count))
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestNetworkAllowlist drives the allowlist through the real server under
+// each mechanism: test names pinned by the operator (sandbox.proxyHosts) to
+// loopback servers, one plain HTTP and one TLS with a CA of its own. An
+// allowed name is reached over HTTP and over TLS; a name not listed, a raw
+// address, a name the normal resolver maps to loopback (localhost), a
+// direct connection and a UDP send are not; the job record lists both
+// kinds, for foreground, background and terminal jobs; a child cannot
+// widen the list (422); a model's argument naming hosts is ignored and
+// recorded, and the transcript's tool/result carries the record; /metrics
+// counts the decisions.
+func TestNetworkAllowlist(t *testing.T) {
+	t.Parallel()
+	if _, err := osexec.LookPath("curl"); err != nil {
+		testenv.Need(t, "curl: %v", err)
+	}
+	for _, mech := range sandboxMechanisms {
+		t.Run(mech, func(t *testing.T) {
+			t.Parallel()
+			testenv.SkipMechanism(t, mech)
+			testNetworkAllowlist(t, mech)
+		})
+	}
+}
+
+func testNetworkAllowlist(t *testing.T, mech string) {
+	web := httptest.NewServer(netallowtest.Hello)
+	defer web.Close()
+	tlsSrv, ca := netallowtest.TLSServer(t, netallowtest.Hello, "secure.test")
+	s := startServer(t, withConfig(fmt.Sprintf("sandbox:\n  mechanism: %s\n  proxyHosts:\n    web.test: 127.0.0.1\n    secure.test: 127.0.0.1\n    other.test: 127.0.0.1\n", mech)))
+	needSandbox(t, s)
+	var h healthSandbox
+	s.DoJSON(t, "GET", "/healthz", nil, &h)
+	if !slices.Contains(h.Details.Sandbox.Networks, "allowlist") {
+		t.Fatalf("/healthz networks %v lack allowlist: %s", h.Details.Sandbox.Networks, h.Details.Sandbox.Reason)
+	}
+	ws := t.TempDir()
+	caFile := filepath.Join(ws, "ca.pem")
+	if err := os.WriteFile(caFile, ca, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	wp, tp := netallowtest.Port(web), netallowtest.Port(tlsSrv)
+
+	var a struct {
+		ID      string       `json:"id"`
+		Sandbox *allowPolicy `json:"sandbox"`
+	}
+	body := map[string]any{"cwd": ws, "sandbox": map[string]any{"policy": "workspace-write", "network": "allowlist", "allow": []string{"WEB.test", "secure.test", "localhost", "*.wide.test"}}}
+	if st := s.DoJSON(t, "POST", "/agents", body, &a); st != 201 {
+		t.Fatalf("POST /agents = %d", st)
+	}
+	if a.Sandbox == nil || a.Sandbox.Network != "allowlist" || !slices.Equal(a.Sandbox.Allow, []string{"*.wide.test", "localhost", "secure.test", "web.test"}) {
+		t.Fatalf("agent sandbox = %+v, want the allowlist in canonical form", a.Sandbox)
+	}
+
+	script := fmt.Sprintf(`curl -sS --max-time 5 http://web.test:%[1]d/; echo " http=$?"
+curl -sS --max-time 5 --cacert %[2]s https://secure.test:%[3]d/; echo " https=$?"
+curl -sS --max-time 5 http://other.test:%[1]d/ | tr -d '\n'; echo " other"
+curl -sS --max-time 5 https://other.test:%[3]d/ 2>&1 | tr -d '\n'; echo " other-tls"
+curl -sS --max-time 5 --noproxy '' http://127.0.0.1:%[1]d/ | tr -d '\n'; echo " rawip"
+curl -sS --max-time 5 http://169.254.169.254/latest/meta-data/ | tr -d '\n'; echo " metadata"
+curl -sS --max-time 5 --noproxy '' http://localhost:%[1]d/ | tr -d '\n'; echo " localhost"
+curl -s --max-time 5 --noproxy '*' http://127.0.0.1:%[1]d/; echo " direct=$?"
+(echo x >/dev/udp/1.1.1.1/53) 2>/dev/null; echo " udp=$?"
+`, wp, caFile, tp)
+	wantOut := []string{
+		fmt.Sprintf("hello web.test:%d http=0", wp),
+		fmt.Sprintf("hello secure.test:%d https=0", tp),
+		fmt.Sprintf("other.test:%d: not on the network allowlist other", wp),
+		"403 other-tls",
+		"a raw address is reached only when the allowlist names it rawip",
+		"169.254.169.254:80: a raw address is reached only when the allowlist names it metadata",
+		"resolves to 127.0.0.1, a loopback address the allowlist does not name localhost",
+		" direct=7", " udp=1",
+	}
+	wantReached := []string{fmt.Sprintf("secure.test:%d=1", tp), fmt.Sprintf("web.test:%d=1", wp)}
+	wantRefused := []string{fmt.Sprintf("127.0.0.1:%d=1", wp), "169.254.169.254:80=1", fmt.Sprintf("localhost:%d=1", wp), fmt.Sprintf("other.test:%d=1", tp), fmt.Sprintf("other.test:%d=1", wp)}
+	slices.Sort(wantReached)
+	slices.Sort(wantRefused)
+	check := func(what string, j netJob, out string) {
+		t.Helper()
+		for _, w := range wantOut {
+			if !strings.Contains(out, w) {
+				t.Errorf("%s: output lacks %q:\n%s", what, w, out)
+			}
+		}
+		if j.Network == nil {
+			t.Fatalf("%s: job %s has no network record", what, j.ID)
+		}
+		if got := counts(j.Network.Reached); !slices.Equal(got, wantReached) {
+			t.Errorf("%s: reached %v, want %v", what, got, wantReached)
+		}
+		if got := counts(j.Network.Refused); !slices.Equal(got, wantRefused) {
+			t.Errorf("%s: refused %v, want %v", what, got, wantRefused)
+		}
+		for _, r := range j.Network.Refused {
+			if r.Reason == "" {
+				t.Errorf("%s: refused %s without a reason", what, r.Host)
+			}
+		}
+	}
+
+	t.Run("foreground", func(t *testing.T) {
+		var j netJob
+		if st := s.DoJSON(t, "POST", "/exec", map[string]any{"command": script, "agentId": a.ID}, &j); st != 200 {
+			t.Fatalf("POST /exec = %d", st)
+		}
+		check("foreground", j, j.Stdout.Text)
+		// The variables are set for the command; nothing else leads out.
+		var env netJob
+		s.DoJSON(t, "POST", "/exec", map[string]any{"command": "echo $HTTPS_PROXY $https_proxy $NO_PROXY", "agentId": a.ID}, &env)
+		if strings.TrimSpace(env.Stdout.Text) != "http://127.0.0.1:3128 http://127.0.0.1:3128 localhost,127.0.0.1,::1" {
+			t.Errorf("proxy variables = %q", env.Stdout.Text)
+		}
+	})
+	t.Run("background", func(t *testing.T) {
+		var started netJob
+		if st := s.DoJSON(t, "POST", "/exec", map[string]any{"command": script, "agentId": a.ID, "background": true}, &started); st != 202 {
+			t.Fatalf("POST /exec background = %d", st)
+		}
+		s.waitJob(t, started.ID)
+		var j netJob
+		s.DoJSON(t, "GET", "/jobs/"+started.ID, nil, &j)
+		check("background", j, j.Stdout.Text)
+	})
+	t.Run("tty", func(t *testing.T) {
+		var started netJob
+		if st := s.DoJSON(t, "POST", "/exec", map[string]any{"command": script + "echo done-tty", "agentId": a.ID, "background": true, "tty": true}, &started); st != 202 {
+			t.Fatalf("POST /exec tty = %d", st)
+		}
+		s.waitJob(t, started.ID)
+		var j netJob
+		s.DoJSON(t, "GET", "/jobs/"+started.ID, nil, &j)
+		check("tty", j, strings.ReplaceAll(string(s.rawOutput(t, started.ID)), "\r\n", "\n"))
+	})
+
+	t.Run("lineage", func(t *testing.T) {
+		for _, tc := range []struct {
+			path string
+			body map[string]any
+		}{
+			{"/agents/" + a.ID + "/spawn", map[string]any{"sandbox": map[string]any{"network": "allowlist", "allow": []string{"web.test", "evil.test"}}}},
+			{"/agents/" + a.ID + "/fork", map[string]any{"sandbox": map[string]any{"network": "allowlist", "allow": []string{"*.secure.test"}}}},
+			{"/agents/" + a.ID + "/spawn", map[string]any{"sandbox": map[string]any{"network": "on"}}},
+			{"/exec", map[string]any{"command": "true", "agentId": a.ID, "sandbox": map[string]any{"network": "allowlist", "allow": []string{"other.test"}}}},
+		} {
+			var p problemCode
+			if st := s.DoJSON(t, "POST", tc.path, tc.body, &p); st != 422 || p.Code != "sandbox_looser" {
+				t.Errorf("POST %s %v = %d %+v, want 422 sandbox_looser", tc.path, tc.body, st, p)
+			}
+		}
+		for _, bad := range []map[string]any{
+			{"network": "allowlist"},
+			{"network": "off", "allow": []string{"web.test"}},
+			{"network": "allowlist", "allow": []string{"http://web.test/"}},
+			{"network": "allowlist", "allow": []string{"*.test"}},
+		} {
+			var p problemCode
+			if st := s.DoJSON(t, "POST", "/agents/"+a.ID+"/spawn", map[string]any{"sandbox": bad}, &p); st != 422 || p.Code != "invalid_sandbox" {
+				t.Errorf("spawn with %v = %d %+v, want 422 invalid_sandbox", bad, st, p)
+			}
+		}
+		var child struct {
+			ID      string       `json:"id"`
+			Sandbox *allowPolicy `json:"sandbox"`
+		}
+		if st := s.DoJSON(t, "POST", "/agents/"+a.ID+"/spawn", map[string]any{"sandbox": map[string]any{"network": "allowlist", "allow": []string{"a.wide.test:443", "web.test"}}}, &child); st != 201 {
+			t.Fatalf("spawn narrower = %d", st)
+		}
+		if child.Sandbox == nil || !slices.Equal(child.Sandbox.Allow, []string{"a.wide.test:443", "web.test"}) {
+			t.Errorf("child sandbox = %+v", child.Sandbox)
+		}
+		// The narrower child is refused what its parent may reach.
+		var j netJob
+		s.DoJSON(t, "POST", "/exec", map[string]any{"command": fmt.Sprintf("curl -sS --max-time 5 --cacert %s https://secure.test:%d/", caFile, tp), "agentId": child.ID}, &j)
+		if j.Network == nil || len(j.Network.Reached) != 0 || len(j.Network.Refused) != 1 {
+			t.Errorf("child's job network = %+v, want secure.test refused", j.Network)
+		}
+	})
+
+	t.Run("model", func(t *testing.T) {
+		r := s.callTool(t, a.ID, "bash", map[string]any{
+			"command": fmt.Sprintf("curl -sS --max-time 5 http://other.test:%d/", wp),
+			"network": map[string]any{"allow": []string{"other.test"}},
+			"allow":   []string{"other.test"},
+		})
+		if !strings.Contains(r.Text, "not on the network allowlist") {
+			t.Errorf("bash result %q, want the refusal", r.Text)
+		}
+		var tr struct {
+			Events []struct {
+				Type string          `json:"type"`
+				Data json.RawMessage `json:"data"`
+			} `json:"events"`
+		}
+		resp := s.DoWith(t, "GET", "/agents/"+a.ID+"/transcript", nil, map[string]string{"Accept": "application/json", "Authorization": "Bearer " + s.Token})
+		decode(t, resp, &tr)
+		var ignored []string
+		var rec *netRecord
+		for _, e := range tr.Events {
+			switch e.Type {
+			case "tool/call":
+				var d struct{ Ignored []string }
+				_ = json.Unmarshal(e.Data, &d)
+				ignored = d.Ignored
+			case "tool/result":
+				var d struct{ Network *netRecord }
+				_ = json.Unmarshal(e.Data, &d)
+				rec = d.Network
+			}
+		}
+		if !slices.Contains(ignored, "network") || !slices.Contains(ignored, "allow") {
+			t.Errorf("tool/call ignored = %v, want network and allow", ignored)
+		}
+		if rec == nil || len(rec.Reached) != 0 || !slices.Equal(counts(rec.Refused), []string{fmt.Sprintf("other.test:%d=1", wp)}) {
+			t.Errorf("tool/result network = %+v, want other.test refused once", rec)
+		}
+	})
+
+	t.Run("metrics", func(t *testing.T) {
+		if got := s.metric(t, `dshd_network_proxy_connections_total{decision="reached"}`); got < 6 {
+			t.Errorf("reached = %v, want at least 6 (two per job of the script)", got)
+		}
+		if got := s.metric(t, `dshd_network_proxy_refused_total{reason="not_listed"}`); got < 7 {
+			t.Errorf("refused not_listed = %v, want at least 7", got)
+		}
+		if got := s.metric(t, `dshd_network_proxy_refused_total{reason="restricted_address"}`); got < 3 {
+			t.Errorf("refused restricted_address = %v, want at least 3", got)
+		}
+	})
+}
+
+// TestNetworkAllowlistConfig: a default allowlist that cannot be right,
+// and a pinned name or address that is not one, stop the server at start.
+func TestNetworkAllowlistConfig(t *testing.T) {
+	t.Parallel()
+	for yaml, want := range map[string]string{
+		"sandbox:\n  network: allowlist\n":                         "network allowlist needs allow",
+		"sandbox:\n  network: \"off\"\n  allow: [a.example.com]\n": "allow is given only with network allowlist",
+		"sandbox:\n  network: allowlist\n  allow: [\"*.com\"]\n":   "a wildcard must name a domain",
+		"sandbox:\n  proxyHosts:\n    web.test: not-an-address\n":  `web.test: "not-an-address" is not an address`,
+		"sandbox:\n  proxyHosts:\n    \"*.web.test\": 127.0.0.1\n": `"*.web.test" is not a host name`,
+	} {
+		out := refuseToStart(t, filepath.Join(t.TempDir(), "home"), "--config", writeConfig(t, yaml))
+		if !strings.Contains(out, want) {
+			t.Errorf("config %q: output lacks %q:\n%s", yaml, want, out)
+		}
+	}
+}
