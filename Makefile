@@ -78,8 +78,12 @@ unit: unit-e2e unit-pkgs
 unit-e2e:
 	$(GO) test -race -count=1 -parallel 16 -timeout 20m ./tests
 
+# One package at a time (-p 1): the other packages' tests all end well
+# before ./tests, and the fewer processes beside its serial timing tests
+# (crashes, partitions, limits), the less their deadlines depend on the
+# machine.
 unit-pkgs:
-	$(GO) test -race -count=1 -timeout 20m $$($(GO) list ./... | grep -v '/tests$$')
+	$(GO) test -race -count=1 -p 1 -timeout 20m $$($(GO) list ./... | grep -v '/tests$$')
 
 # In-process figures, then the real binary over loopback HTTP: latency and
 # throughput over many requests, the heavy loads once each.
