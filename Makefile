@@ -15,7 +15,7 @@ test:
 	@$(MAKE) --no-print-directory -j8 --output-sync=target fmt-check vet lint-contract vendor-check python-install-check systemd-check unit-e2e unit-pkgs
 
 # npm packages are pinned by each directory's package-lock.json.
-NODE_DIRS = api/lint clients/typescript tests tests/mcp web/vendor
+NODE_DIRS = api/lint clients/typescript tests tests/mcp tests/pyright tests/realclients web/vendor
 
 deps: deps-go deps-debian deps-node
 
@@ -99,6 +99,7 @@ bench:
 	$(GO) test -run '^$$' -bench 'OutputSlowClient|OutputFollowers50' -benchtime 1x -count=1 -timeout 30m ./tests
 	$(GO) test -run '^$$' -bench 'BackgroundSleeps(1000|5000)' -benchtime 1x -count=1 -timeout 30m ./tests
 	$(GO) test -run '^$$' -bench 'CrashRecovery50' -benchtime 1x -count=1 -timeout 30m ./tests
+	$(GO) test -run '^$$' -bench 'WorkspaceFork' -benchtime 1x -count=1 -timeout 30m ./tests
 	$(GO) test -run '^$$' -bench 'ClusterRegistry|ClusterExecForwarded' -benchtime 200x -count=1 -timeout 30m ./tests
 	$(GO) test -run '^$$' -bench 'ClusterSSEForwarded' -benchtime 3x -count=1 -timeout 30m ./tests
 	$(GO) test -run '^$$' -bench 'ClusterReady10000' -benchtime 1x -count=1 -timeout 30m ./tests

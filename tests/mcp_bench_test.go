@@ -23,10 +23,12 @@ func (a authTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	return a.base.RoundTrip(r)
 }
 
-// BenchmarkMCPBash interleaves a bash tool call of `true` through
-// POST /agents/{id}/tools/bash (the baseline) and the same call over MCP
-// (the official Go client, one session bound to the same agent), and
-// reports both medians and p99s and their ratio.
+// BenchmarkMCPBash interleaves a direct `bash -c true` spawn (the physical
+// floor), a foreground POST /exec of `true` (no agent), a bash tool call of
+// `true` through POST /agents/{id}/tools/bash (with its transcript commit)
+// and the same call over MCP (the official Go client, one session bound to
+// the same agent), and reports the medians and p99s, the MCP call's ratio to
+// the tool call, and each path's median ratio to direct spawn.
 func BenchmarkMCPBash(b *testing.B) {
 	s := startServer(b)
 	var a struct {
@@ -55,22 +57,33 @@ func BenchmarkMCPBash(b *testing.B) {
 			b.Fatalf("MCP bash true = %+v, %v", res, err)
 		}
 	}
-	for range 50 { // warm up both paths
+	for range 50 { // warm up every path
+		spawnDirect(b)
+		s.post(b, "/exec", execTrue)
 		s.post(b, "/agents/"+a.ID+"/tools/bash", httpCall)
 		mcpCall()
 	}
+	direct := make([]time.Duration, 0, b.N)
+	exec := make([]time.Duration, 0, b.N)
 	viaHTTP := make([]time.Duration, 0, b.N)
 	viaMCP := make([]time.Duration, 0, b.N)
 	b.ResetTimer()
 	for range b.N {
 		t0 := time.Now()
-		s.post(b, "/agents/"+a.ID+"/tools/bash", httpCall)
+		spawnDirect(b)
 		t1 := time.Now()
+		s.post(b, "/exec", execTrue)
+		t2 := time.Now()
+		s.post(b, "/agents/"+a.ID+"/tools/bash", httpCall)
+		t3 := time.Now()
 		mcpCall()
-		viaHTTP = append(viaHTTP, t1.Sub(t0))
-		viaMCP = append(viaMCP, time.Since(t1))
+		direct = append(direct, t1.Sub(t0))
+		exec = append(exec, t2.Sub(t1))
+		viaHTTP = append(viaHTTP, t3.Sub(t2))
+		viaMCP = append(viaMCP, time.Since(t3))
 	}
 	b.StopTimer()
+	dm, em := percentile(direct, .5), percentile(exec, .5)
 	hm, mm := percentile(viaHTTP, .5), percentile(viaMCP, .5)
 	h99, m99 := percentile(viaHTTP, .99), percentile(viaMCP, .99)
 	b.ReportMetric(us(hm), "tools-http-median-µs")
@@ -79,4 +92,10 @@ func BenchmarkMCPBash(b *testing.B) {
 	b.ReportMetric(us(h99), "tools-http-p99-µs")
 	b.ReportMetric(us(m99), "mcp-p99-µs")
 	b.ReportMetric(float64(m99)/float64(h99), "p99-ratio")
+	b.ReportMetric(us(dm), "direct-median-µs")
+	b.ReportMetric(us(em), "exec-median-µs")
+	b.ReportMetric(float64(em)/float64(dm), "exec-direct-ratio")
+	b.ReportMetric(float64(hm)/float64(dm), "tools-direct-ratio")
+	b.ReportMetric(float64(mm)/float64(dm), "mcp-direct-ratio")
+	reportLoad(b)
 }

@@ -334,7 +334,7 @@ func TestResponsesConformToContract(t *testing.T) {
 	if err := json.Unmarshal(b, &tr); err != nil || tr.Header.ID != agent || len(tr.Events) < 6 {
 		t.Errorf("transcript as JSON = %v, %+v", err, tr)
 	}
-	for _, f := range []string{"", "?format=generic", "?format=openai", "?format=openai-responses", "?format=anthropic"} {
+	for _, f := range []string{"", "?format=generic", "?format=openai", "?format=openai-strict", "?format=openai-responses", "?format=anthropic"} {
 		st, b = call("GET", "/tools"+f, nil, nil)
 		want(st, 200, "tools"+f, b)
 	}

@@ -44,6 +44,7 @@ import (
 	"github.com/dshd/dshd/internal/shellenv"
 	"github.com/dshd/dshd/internal/skills"
 	"github.com/dshd/dshd/internal/uiauth"
+	"github.com/dshd/dshd/internal/workspace"
 	"github.com/dshd/dshd/web"
 )
 
@@ -217,6 +218,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Re
 		return err
 	}
 	defer svc.sessions.Close()
+	defer svc.workspaces.Close()
 	defer svc.leaveCluster()
 	deps := httpapi.Deps{
 		Logger:       logger.With("component", "http"),
@@ -230,6 +232,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Re
 		Skills:       skills.New(home),
 		Containment:  svc.executor,
 		Sandbox:      sandboxReport{svc.sandbox, svc.policy},
+		Workspaces:   svc.workspaces,
 		Gatherer:     reg,
 		Registerer:   reg,
 		Spec:         contract.OpenAPI,
@@ -298,6 +301,8 @@ type services struct {
 	mcp      *mcp.Handler
 	sandbox  *sandbox.Host
 	policy   sandbox.Policy // the default sandbox policy
+	// workspaces keeps the agents' snapshot workspaces.
+	workspaces *workspace.Manager
 
 	// Cluster mode only (nil otherwise): the NATS connection, and what
 	// stops following the shared registry.
@@ -457,6 +462,20 @@ func newServices(ctx context.Context, cfg config, home, token, tokenPath string,
 		sessions.Close()
 		return nil, err
 	}
+	var wsOff string
+	if cfg.Cluster != nil {
+		// A snapshot lives on the replica that holds its layers; agents
+		// move between replicas' stores, their layers do not.
+		wsOff = "cluster mode: snapshot workspaces are kept on one host and are not supported across replicas"
+	}
+	workspaces, err := workspace.Open(filepath.Join(home, "workspaces"), wsOff, logger.With("component", "workspaces"))
+	if err != nil {
+		sessions.Close()
+		return nil, err
+	}
+	if ok, why := workspaces.Available(); !ok {
+		logger.Info("workspaces: snapshot forks are unavailable; requests for them are refused", "reason", why)
+	}
 	pipeline := pipe.New(pipe.Options{
 		Logger: logger.With("component", "run"),
 		Env:    env,
@@ -468,8 +487,10 @@ func newServices(ctx context.Context, cfg config, home, token, tokenPath string,
 		SandboxHost: sbx,
 		Limits:      cfg.jobLimits(),
 		KeptResults: filepath.Join(home, "kept-results"),
+		Workspaces:  workspaces,
 	})
 	return &services{
+		workspaces:  workspaces,
 		node:        node,
 		stopCluster: stopCluster,
 		sandbox:     sbx,

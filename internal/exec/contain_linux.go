@@ -63,6 +63,36 @@ type container struct {
 	// canFreeze: the groups have cgroup.freeze, so CPU limits can be
 	// enforced by freezing without the cpu controller.
 	canFreeze bool
+	// The empty job groups whose removal waits until their job's end is
+	// recorded (proc.wait): close waits for them, and once it has begun
+	// groups are removed at once.
+	remMu   sync.Mutex
+	pending int
+	closing bool
+	drained chan struct{} // closed when pending drops to 0 while closing
+}
+
+// deferRemoval reports whether a job group may be removed after its job's
+// end is recorded (then removed must follow), or must go now (closing).
+func (c *container) deferRemoval() bool {
+	c.remMu.Lock()
+	defer c.remMu.Unlock()
+	if c.closing {
+		return false
+	}
+	c.pending++
+	return true
+}
+
+// removed ends a removal that deferRemoval allowed.
+func (c *container) removed() {
+	c.remMu.Lock()
+	defer c.remMu.Unlock()
+	c.pending--
+	if c.pending == 0 && c.drained != nil {
+		close(c.drained)
+		c.drained = nil
+	}
 }
 
 // newContainer sets up containment for mode. home names the cgroup subtree,
@@ -161,6 +191,17 @@ func (s containSpec) group() (*cgroup.Group, error) {
 // close removes the subtree if it is empty (best effort: an earlier crash
 // may have left groups a later start cleans).
 func (c *container) close() {
+	c.remMu.Lock()
+	c.closing = true
+	var wait chan struct{}
+	if c.pending > 0 {
+		wait = make(chan struct{})
+		c.drained = wait
+	}
+	c.remMu.Unlock()
+	if wait != nil {
+		<-wait
+	}
 	if c.mgr != nil {
 		_ = syscall.Rmdir(c.mgr.Dir())
 	}
@@ -238,6 +279,30 @@ func removeGroup(g *cgroup.Group) {
 // releaseGroup records the usage of p's cgroup and removes it, once empty.
 // It reports false if the group is still populated.
 func (p *proc) releaseGroup() bool { return p.releaseEmpty(false) }
+
+// releaseLater is releaseEmpty(true) for the waiter, which has just seen
+// the group empty: it records the group's usage and returns the group to
+// remove once the job's end is recorded (nil if none), so the rmdir, which
+// the kernel may refuse for a moment after the last exit, is not between
+// the job's end and its response. An empty group holds nothing: a crash
+// before the removal leaves one that the next start removes (Leftovers).
+func (p *proc) releaseLater() *cgroup.Group {
+	if p.cg == nil {
+		return nil
+	}
+	p.mu.Lock()
+	if p.released {
+		p.mu.Unlock()
+		return nil
+	}
+	p.usage = p.cg.Usage()
+	p.released = true
+	g := p.cg
+	p.mu.Unlock()
+	// Not under p.mu: measureV1 takes it.
+	p.releaseV1()
+	return g
+}
 
 // releaseEmpty is releaseGroup; empty says the caller has just seen the
 // group empty, which spares reading it again.

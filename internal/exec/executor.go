@@ -371,6 +371,11 @@ type Spec struct {
 	// workspace), writable under sandbox.WorkspaceWrite and visible under
 	// sandbox.ReadOnly. Cwd is not among them unless CwdIsRoot is set.
 	WritableRoots []string
+	// View, if set, is the agent's snapshot workspace: the job's mount
+	// namespace mounts it at its target before anything else (see
+	// sandbox.Host.StartIn). The caller keeps View.FD open until the job
+	// is done.
+	View *sandbox.View
 	// CwdIsRoot makes the job's cwd one of its writable roots too. Only the
 	// harness's own cwd may be: a model's workdir is a place to start in,
 	// inside the view the harness's roots make, never a new root.

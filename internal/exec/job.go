@@ -142,7 +142,8 @@ type Job struct {
 	sandbox    sandbox.Policy // complete: the policy the job runs under
 	limits     Limits         // in effect: the spec's, completed by the defaults
 	enforce    LimitEnforcement
-	roots      []string // the roots the harness chose (Spec.WritableRoots, and the cwd with CwdIsRoot)
+	roots      []string      // the roots the harness chose (Spec.WritableRoots, and the cwd with CwdIsRoot)
+	view       *sandbox.View // the agent's snapshot workspace (Spec.View), or nil
 	createdAt  time.Time
 	timer      *time.Timer
 	spoolBytes int64         // granted from the executor's spool budget; under e.mu
@@ -442,14 +443,15 @@ func (j *Job) remove() {
 }
 
 // sandboxed returns how the job's command line is started in its
-// sandbox: nil when its policy confines nothing.
+// sandbox and workspace view: nil when its policy confines nothing and it
+// has no view.
 func (j *Job) sandboxed() func(path string, args []string, start sandbox.StartFunc) error {
-	if !j.sandbox.Confined() {
+	if !j.sandbox.Confined() && j.view == nil {
 		return nil
 	}
 	h := j.e.opts.Sandbox
 	return func(path string, args []string, start sandbox.StartFunc) error {
-		sess, err := h.Start(j.sandbox, j.cwd, j.roots, path, args, start)
+		sess, err := h.StartIn(j.view, j.sandbox, j.cwd, j.roots, path, args, start)
 		if sess != nil {
 			j.mu.Lock()
 			j.net = sess

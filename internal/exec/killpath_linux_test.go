@@ -115,3 +115,54 @@ func TestCgroupJobEnds(t *testing.T) {
 		}
 	}
 }
+
+// TestCgroupGroupsRemoved: a job's empty cgroup goes after its end is
+// recorded, not before its response, and Close waits for every such
+// removal: after jobs ending at once and a Close right behind them, no job
+// group and no subtree is left.
+func TestCgroupGroupsRemoved(t *testing.T) {
+	t.Parallel()
+	e, err := New(Options{Home: t.TempDir(), Environ: testEnviron(), DefaultCwd: t.TempDir(), Containment: ContainmentAuto})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.Containment().Mode != ContainmentCgroup {
+		_ = e.Close(testCtx(t))
+		testenv.Need(t, "no cgroup v2 subtree here: %s", e.Containment().Reason)
+	}
+	dir := e.run.cont.mgr.Dir()
+	const n = 16
+	jobs := make([]*Job, 0, n)
+	for i := range n {
+		j, err := e.Start(testCtx(t), Spec{Command: "true", Limits: Limits{Pids: int64(64 * (i % 2))}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		jobs = append(jobs, j)
+	}
+	first := jobs[0]
+	if _, err := first.Wait(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	group := filepath.Join(dir, first.ID())
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		if _, err := os.Stat(group); os.IsNotExist(err) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the group of an ended job, %s, is still there after 5s", group)
+		}
+	}
+	for _, j := range jobs {
+		if _, err := j.Wait(testCtx(t)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.Close(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		left, _ := os.ReadDir(dir)
+		t.Fatalf("after Close the subtree %s is still there (%v), holding %d entries", dir, err, len(left))
+	}
+}

@@ -260,7 +260,7 @@ func (p *proc) spawn(s *spawnSpec) error {
 		readers.Add(1)
 		go readStream(st.errR, s.stderr, &readers)
 	}
-	go p.wait(cmd, pid, pidfd, st, &readers, s.onExit, t)
+	go p.wait(s.contain.c, cmd, pid, pidfd, st, &readers, s.onExit, t)
 	return nil
 }
 
@@ -334,7 +334,7 @@ func (st *streams) closeParentEnds() {
 
 // wait is the one goroutine that reaps the leader (waitLeader).
 // t is when the spawn returned (stages).
-func (p *proc) wait(cmd *osexec.Cmd, pid, pidfd int, st *streams, readers *sync.WaitGroup, onExit func(syscall.WaitStatus, error), t time.Time) {
+func (p *proc) wait(c *container, cmd *osexec.Cmd, pid, pidfd int, st *streams, readers *sync.WaitGroup, onExit func(syscall.WaitStatus, error), t time.Time) {
 	ws, ru, err := waitLeader(cmd, pidfd)
 	t = stages.Done(stages.Wait, t)
 	reaperOf.reaped(pid)
@@ -343,10 +343,12 @@ func (p *proc) wait(cmd *osexec.Cmd, pid, pidfd int, st *streams, readers *sync.
 	exitWork <- struct{}{}
 	alive := p.jobAlive()
 	remaining := 0
+	var empty *cgroup.Group // removed once the end is recorded
 	if alive {
 		remaining = max(p.countRemaining(nil), 1)
-	} else {
-		p.releaseEmpty(true)
+	} else if empty = p.releaseLater(); empty != nil && !c.deferRemoval() {
+		_ = empty.Remove()
+		empty = nil
 	}
 	p.ended(ru)
 	<-exitWork
@@ -382,6 +384,10 @@ func (p *proc) wait(cmd *osexec.Cmd, pid, pidfd int, st *streams, readers *sync.
 	<-exitWork
 	stages.Done(stages.Record, t)
 	close(p.done)
+	if empty != nil {
+		_ = empty.Remove()
+		c.removed()
+	}
 }
 
 // stop starts the kill path once: SIGTERM to the group, the grace, SIGKILL

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"syscall"
 	"time"
+
+	"github.com/dshd/dshd/internal/sandbox"
 )
 
 // ProcessCaptureBytes is how much of each stream RunProcess keeps; the rest
@@ -25,6 +27,9 @@ type ProcessSpec struct {
 	ExtraEnv map[string]string
 	// Timeout: 0 means Options.DefaultTimeout.
 	Timeout time.Duration
+	// View, if set, is mounted at its target in the process's own mount
+	// namespace (an agent's snapshot workspace: its hooks see its view).
+	View *sandbox.View
 }
 
 // ProcessResult is how a helper process ended.
@@ -81,6 +86,7 @@ func (e *Executor) RunProcess(ctx context.Context, p ProcessSpec) (ProcessResult
 		stderr:   stderr.write,
 		onExit:   func(s syscall.WaitStatus, err error) { ws, waitErr = s, err },
 		contain:  e.run.cont.forJob(e.ids.New("proc_"), e.opts.Limits),
+		sandbox:  viewOnly(p.View),
 	})
 	if err != nil {
 		if errors.Is(err, ErrClosed) {
@@ -118,5 +124,16 @@ type limitedBuffer struct{ buf []byte }
 func (b *limitedBuffer) write(p []byte) {
 	if room := ProcessCaptureBytes - len(b.buf); room > 0 {
 		b.buf = append(b.buf, p[:min(len(p), room)]...)
+	}
+}
+
+// viewOnly starts an unconfined command seeing v (nil: no view, nil).
+func viewOnly(v *sandbox.View) func(path string, args []string, start sandbox.StartFunc) error {
+	if v == nil {
+		return nil
+	}
+	return func(path string, args []string, start sandbox.StartFunc) error {
+		_, err := (*sandbox.Host)(nil).StartIn(v, sandbox.Default, "", nil, path, args, start)
+		return err
 	}
 }

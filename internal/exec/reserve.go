@@ -101,6 +101,7 @@ func (e *Executor) Reserve(ctx context.Context, s Spec) (*Reservation, error) {
 		limits:     limits,
 		enforce:    e.run.cont.enforcement(limits),
 		roots:      roots,
+		view:       s.View,
 		createdAt:  e.now(),
 		state:      StateRunning,
 		openInput:  s.TTY || s.OpenStdin,

@@ -56,6 +56,7 @@ import (
 	"time"
 
 	"github.com/dshd/dshd/internal/exec"
+	"github.com/dshd/dshd/internal/sandbox"
 )
 
 // Dialect is the hook system a handler was written for.
@@ -127,6 +128,9 @@ type Input struct {
 	// Cwd is the agent's working directory; hooks run there. It is also
 	// CLAUDE_PROJECT_DIR for Claude Code hooks (unset when Cwd is empty).
 	Cwd string
+	// View, if set, is the agent's snapshot workspace: hooks see it at its
+	// target, as the agent's commands do.
+	View *sandbox.View
 	// ToolName is the tool being called ("Bash"); tool events only.
 	ToolName string
 	// ToolUseID is the tool call's id; tool events only.

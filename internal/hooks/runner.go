@@ -115,7 +115,7 @@ func (r *Runner) Run(ctx context.Context, in Input) (Outcome, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			spec := exec.ProcessSpec{Command: h.Command, Cwd: in.Cwd, Stdin: payloads[h.Dialect], Timeout: h.Timeout}
+			spec := exec.ProcessSpec{Command: h.Command, Cwd: in.Cwd, Stdin: payloads[h.Dialect], Timeout: h.Timeout, View: in.View}
 			if h.Dialect == DialectClaudeCode && in.Cwd != "" {
 				spec.ExtraEnv = map[string]string{claudeProjectDirEnv: in.Cwd}
 			}

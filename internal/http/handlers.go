@@ -15,6 +15,7 @@ import (
 	"github.com/dshd/dshd/internal/http/api"
 	"github.com/dshd/dshd/internal/stages"
 	"github.com/dshd/dshd/internal/tools"
+	"github.com/dshd/dshd/internal/workspace"
 )
 
 // GetHealth answers liveness probes.
@@ -30,6 +31,13 @@ func (s *Server) GetHealth(context.Context, api.GetHealthRequestObject) (api.Get
 		}
 		sb := toAPISandboxSupport(s.sandbox.Support(), s.sandbox.Default())
 		h.Details.Sandbox = &sb
+	}
+	if s.workspaces != nil {
+		if h.Details == nil {
+			h.Details = &api.HealthDetails{}
+		}
+		w := toAPIWorkspaceSupport(s.workspaces)
+		h.Details.Workspaces = &w
 	}
 	if s.cluster != nil {
 		if h.Details == nil {
@@ -157,7 +165,11 @@ func (s *Server) ListAgents(ctx context.Context, _ api.ListAgentsRequestObject) 
 	if err != nil {
 		return nil, err
 	}
-	return api.ListAgents200JSONResponse(convertAll(as, toAPIAgent)), nil
+	out := convertAll(as, toAPIAgent)
+	for i := range out {
+		out[i] = s.withWorkspace(out[i])
+	}
+	return api.ListAgents200JSONResponse(out), nil
 }
 
 // CreateAgent creates a root agent.
@@ -172,7 +184,7 @@ func (s *Server) CreateAgent(ctx context.Context, req api.CreateAgentRequestObje
 	if err != nil {
 		return nil, err
 	}
-	return api.CreateAgent201JSONResponse(toAPISession(a)), nil
+	return api.CreateAgent201JSONResponse(s.withWorkspace(toAPISession(a))), nil
 }
 
 // GetAgent returns an agent's header.
@@ -181,7 +193,7 @@ func (s *Server) GetAgent(ctx context.Context, req api.GetAgentRequestObject) (a
 	if err != nil {
 		return nil, err
 	}
-	return api.GetAgent200JSONResponse(toAPIAgent(a)), nil
+	return api.GetAgent200JSONResponse(s.withWorkspace(toAPIAgent(a))), nil
 }
 
 // ResumeAgent reloads an agent and records the resume.
@@ -190,35 +202,39 @@ func (s *Server) ResumeAgent(ctx context.Context, req api.ResumeAgentRequestObje
 	if err != nil {
 		return nil, err
 	}
-	return api.ResumeAgent200JSONResponse(toAPISession(a)), nil
+	return api.ResumeAgent200JSONResponse(s.withWorkspace(toAPISession(a))), nil
 }
 
 // ForkAgent forks an agent.
 func (s *Server) ForkAgent(ctx context.Context, req api.ForkAgentRequestObject) (api.ForkAgentResponseObject, error) {
 	var boundary *int64
 	var b agents.Bounds
+	var mode workspace.Mode
 	if req.Body != nil {
 		boundary = req.Body.Boundary
 		b = agents.Bounds{Sandbox: fromAPISandbox(req.Body.Sandbox), Limits: fromAPILimits(req.Body.Limits)}
+		mode = workspace.Mode(deref(req.Body.Workspace))
 	}
-	a, err := s.pipeline.ForkAgent(ctx, req.Id, boundary, b)
+	a, err := s.pipeline.ForkAgent(ctx, req.Id, boundary, b, mode)
 	if err != nil {
 		return nil, err
 	}
-	return api.ForkAgent201JSONResponse(toAPISession(a)), nil
+	return api.ForkAgent201JSONResponse(s.withWorkspace(toAPISession(a))), nil
 }
 
 // SpawnAgent spawns a child agent.
 func (s *Server) SpawnAgent(ctx context.Context, req api.SpawnAgentRequestObject) (api.SpawnAgentResponseObject, error) {
 	var b agents.Bounds
+	var mode workspace.Mode
 	if req.Body != nil {
 		b = agents.Bounds{Sandbox: fromAPISandbox(req.Body.Sandbox), Limits: fromAPILimits(req.Body.Limits)}
+		mode = workspace.Mode(deref(req.Body.Workspace))
 	}
-	a, err := s.pipeline.SpawnAgent(ctx, req.Id, b)
+	a, err := s.pipeline.SpawnAgent(ctx, req.Id, b, mode)
 	if err != nil {
 		return nil, err
 	}
-	return api.SpawnAgent201JSONResponse(toAPISession(a)), nil
+	return api.SpawnAgent201JSONResponse(s.withWorkspace(toAPISession(a))), nil
 }
 
 // GetTranscript returns an agent's JSONL transcript as stored.

@@ -18,6 +18,7 @@ import (
 	"github.com/dshd/dshd/internal/sandbox"
 	"github.com/dshd/dshd/internal/shellenv"
 	"github.com/dshd/dshd/internal/tools"
+	"github.com/dshd/dshd/internal/workspace"
 )
 
 // problemContentType is the media type of RFC 9457 problem details.
@@ -45,6 +46,12 @@ var errorCodes = []struct {
 	{sandbox.ErrLooser, http.StatusUnprocessableEntity, "sandbox_looser", "Sandbox policy looser than allowed"},
 	{sandbox.ErrUnavailable, http.StatusUnprocessableEntity, "sandbox_unavailable", "Sandbox policy cannot be enforced on this host"},
 	{sandbox.ErrInvalid, http.StatusUnprocessableEntity, "invalid_sandbox", "Invalid sandbox policy"},
+	{workspace.ErrUnavailable, http.StatusUnprocessableEntity, "workspace_snapshot_unavailable", "Snapshot workspaces are unavailable on this host"},
+	{workspace.ErrNotFound, http.StatusNotFound, "workspace_not_found", "The agent has no snapshot workspace"},
+	{workspace.ErrBusy, http.StatusConflict, "workspace_busy", "The workspace is in use"},
+	{workspace.ErrDropped, http.StatusConflict, "workspace_dropped", "The agent's workspace was dropped"},
+	{workspace.ErrConflict, http.StatusConflict, "workspace_conflict", "Changes conflict with the target's since the fork"},
+	{workspace.ErrInvalid, http.StatusUnprocessableEntity, "invalid_workspace", "Invalid workspace request"},
 	{limits.ErrLooser, http.StatusUnprocessableEntity, "limits_looser", "Limits looser than allowed"},
 	{limits.ErrInvalid, http.StatusUnprocessableEntity, "invalid_limits", "Invalid limits"},
 	{exec.ErrJobNotFound, http.StatusNotFound, "job_not_found", "Job not found"},
@@ -134,6 +141,14 @@ func problemFor(err error) api.Problem {
 		} else {
 			p.Detail = ptr(fmt.Sprintf("replica %q is not available, nothing ran: %s", down.Replica, down.Error()))
 		}
+	}
+	var conflict *workspace.ConflictError
+	if errors.As(err, &conflict) {
+		p.Paths = ptr(append([]string(nil), conflict.Paths...))
+	}
+	var wsDown *workspace.UnavailableError
+	if errors.As(err, &wsDown) {
+		p.Reason = ptr(wsDown.Reason)
 	}
 	var res *shellenv.ResolutionError
 	if errors.As(err, &res) {

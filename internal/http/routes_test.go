@@ -31,6 +31,7 @@ import (
 	"github.com/dshd/dshd/internal/shellenv"
 	"github.com/dshd/dshd/internal/skills"
 	"github.com/dshd/dshd/internal/tools"
+	"github.com/dshd/dshd/internal/workspace"
 )
 
 // failing fakes every collaborator of the server: each method returns err.
@@ -80,10 +81,10 @@ func (f *failing) CreateAgent(context.Context, string, agents.Bounds) (run.Sessi
 func (f *failing) ResumeAgent(context.Context, string) (run.Session, error) {
 	return run.Session{}, f.err
 }
-func (f *failing) ForkAgent(context.Context, string, *int64, agents.Bounds) (run.Session, error) {
+func (f *failing) ForkAgent(context.Context, string, *int64, agents.Bounds, workspace.Mode) (run.Session, error) {
 	return run.Session{}, f.err
 }
-func (f *failing) SpawnAgent(context.Context, string, agents.Bounds) (run.Session, error) {
+func (f *failing) SpawnAgent(context.Context, string, agents.Bounds, workspace.Mode) (run.Session, error) {
 	return run.Session{}, f.err
 }
 
@@ -91,6 +92,15 @@ func (f *failing) Get(context.Context, string) (agents.Agent, error) { return ag
 func (f *failing) List(context.Context) ([]agents.Agent, error)      { return nil, f.err }
 func (f *failing) Transcript(context.Context, string) ([]byte, error) {
 	return nil, f.err
+}
+
+func (f *failing) Info(string) workspace.Info                       { return workspace.Info{Mode: workspace.Shared} }
+func (f *failing) Available() (bool, string)                        { return false, "failing" }
+func (f *failing) Usage() (int64, int)                              { return 0, 0 }
+func (f *failing) Drop(string) error                                { return f.err }
+func (f *failing) Changes(string, bool) ([]workspace.Change, error) { return nil, f.err }
+func (f *failing) Apply(string, string) (workspace.Applied, error) {
+	return workspace.Applied{}, f.err
 }
 
 func (f *failing) Handlers() []hooks.Handler { return nil }
@@ -147,7 +157,7 @@ func newFailingServer(t *testing.T) (*httptest.Server, *failing) {
 	f := &failing{}
 	h, err := NewServer(Deps{
 		Logger: discardLogger(), Token: testToken, Spec: contract.OpenAPI,
-		Env: f, Jobs: f, Pipeline: f, Agents: f, Hooks: f, Skills: skillsFailing{f}, MCP: f, JobRouter: f, ReplicaID: "replica-test",
+		Env: f, Jobs: f, Pipeline: f, Agents: f, Workspaces: f, Hooks: f, Skills: skillsFailing{f}, MCP: f, JobRouter: f, ReplicaID: "replica-test",
 		MaxBodyBytes: 4096,
 	})
 	if err != nil {
@@ -198,16 +208,19 @@ var routes = []route{
 	{"POST", "/agents", "/agents", `{}`, []error{agents.ErrInvalidCwd, sandbox.ErrUnavailable, sandbox.ErrInvalid, limits.ErrInvalid, enospc, status.ErrAgentStoreUnavailable}},
 	{"GET", "/agents/{id}", "/agents/agt_1", "", []error{agents.ErrNotFound, status.ErrAgentStoreUnavailable}},
 	{"POST", "/agents/{id}/resume", "/agents/agt_1/resume", "", []error{agents.ErrNotFound, enospc, status.ErrAgentHomeUnavailable, status.ErrAgentStoreUnavailable}},
-	{"POST", "/agents/{id}/fork", "/agents/agt_1/fork", `{}`, []error{agents.ErrNotFound, agents.ErrInvalidBoundary, sandbox.ErrLooser, sandbox.ErrUnavailable, limits.ErrLooser, limits.ErrInvalid, enospc, status.ErrAgentHomeUnavailable, status.ErrAgentStoreUnavailable}},
-	{"POST", "/agents/{id}/spawn", "/agents/agt_1/spawn", `{}`, []error{agents.ErrNotFound, agents.ErrDepthExceeded, sandbox.ErrLooser, sandbox.ErrUnavailable, limits.ErrLooser, limits.ErrInvalid, enospc, status.ErrAgentHomeUnavailable, status.ErrAgentStoreUnavailable}},
+	{"POST", "/agents/{id}/fork", "/agents/agt_1/fork", `{}`, []error{agents.ErrNotFound, agents.ErrInvalidBoundary, sandbox.ErrLooser, sandbox.ErrUnavailable, limits.ErrLooser, limits.ErrInvalid, workspace.ErrUnavailable, workspace.ErrBusy, workspace.ErrDropped, workspace.ErrInvalid, enospc, status.ErrAgentHomeUnavailable, status.ErrAgentStoreUnavailable}},
+	{"POST", "/agents/{id}/spawn", "/agents/agt_1/spawn", `{}`, []error{agents.ErrNotFound, agents.ErrDepthExceeded, sandbox.ErrLooser, sandbox.ErrUnavailable, limits.ErrLooser, limits.ErrInvalid, workspace.ErrUnavailable, workspace.ErrBusy, workspace.ErrDropped, workspace.ErrInvalid, enospc, status.ErrAgentHomeUnavailable, status.ErrAgentStoreUnavailable}},
+	{"DELETE", "/agents/{id}/workspace", "/agents/agt_1/workspace", "", []error{agents.ErrNotFound, workspace.ErrNotFound, workspace.ErrBusy, status.ErrAgentStoreUnavailable}},
+	{"GET", "/agents/{id}/workspace/changes", "/agents/agt_1/workspace/changes", "", []error{agents.ErrNotFound, workspace.ErrNotFound, workspace.ErrDropped, workspace.ErrUnavailable, status.ErrAgentStoreUnavailable}},
+	{"POST", "/agents/{id}/workspace/apply", "/agents/agt_1/workspace/apply", `{}`, []error{agents.ErrNotFound, workspace.ErrNotFound, workspace.ErrDropped, workspace.ErrBusy, &workspace.ConflictError{Paths: []string{"f"}}, workspace.ErrInvalid, workspace.ErrUnavailable, enospc, status.ErrAgentStoreUnavailable}},
 	{"GET", "/agents/{id}/transcript", "/agents/agt_1/transcript", "", []error{agents.ErrNotFound, status.ErrAgentStoreUnavailable}},
 	{"POST", "/agents/{id}/tools/{name}", "/agents/agt_1/tools/bash", `{"arguments":{"command":"true"}}`,
-		[]error{agents.ErrNotFound, tools.ErrUnknownTool, shellenv.ErrResolution, exec.ErrClosed, enospc, status.ErrAgentHomeUnavailable, status.ErrAgentStoreUnavailable}},
+		[]error{agents.ErrNotFound, tools.ErrUnknownTool, shellenv.ErrResolution, exec.ErrClosed, workspace.ErrDropped, workspace.ErrUnavailable, enospc, status.ErrAgentHomeUnavailable, status.ErrAgentStoreUnavailable}},
 	{"GET", "/tools", "/tools", "", nil},
 	{"POST", "/exec", "/exec", `{"command":"true"}`,
 		[]error{agents.ErrNotFound, tools.ErrInvalidArguments, shellenv.ErrResolution, &exec.TooManyJobsError{Limit: "global", Max: 1, RetryAfter: time.Second},
 			exec.ErrInvalidCwd, exec.ErrManagedKeyInEnv, exec.ErrInvalidInput, exec.ErrTooLarge, exec.ErrTimeoutTooLong, exec.ErrClosed,
-			exec.ErrIdempotencyKeyReused, exec.ErrIdempotencyKeyInUse, exec.ErrIdempotencyJobGone, sandbox.ErrLooser, sandbox.ErrUnavailable, limits.ErrLooser, limits.ErrInvalid, enospc, status.ErrAgentHomeUnavailable, status.ErrClaimUnavailable, status.ErrOwnerUnavailable, status.ErrAgentStoreUnavailable}},
+			exec.ErrIdempotencyKeyReused, exec.ErrIdempotencyKeyInUse, exec.ErrIdempotencyJobGone, sandbox.ErrLooser, sandbox.ErrUnavailable, limits.ErrLooser, limits.ErrInvalid, workspace.ErrDropped, workspace.ErrUnavailable, enospc, status.ErrAgentHomeUnavailable, status.ErrClaimUnavailable, status.ErrOwnerUnavailable, status.ErrAgentStoreUnavailable}},
 	{"GET", "/jobs", "/jobs?agentId=agt_1", "", []error{status.ErrAgentHomeUnavailable}},
 	{"GET", "/jobs/{id}", "/jobs/job_1", "", []error{exec.ErrJobNotFound, status.ErrOwnerUnavailable}},
 	{"DELETE", "/jobs/{id}", "/jobs/job_1", "", []error{exec.ErrJobNotFound, status.ErrOwnerUnavailable}},

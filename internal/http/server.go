@@ -38,6 +38,7 @@ import (
 	"github.com/dshd/dshd/internal/shellenv"
 	"github.com/dshd/dshd/internal/skills"
 	"github.com/dshd/dshd/internal/uiauth"
+	"github.com/dshd/dshd/internal/workspace"
 )
 
 // envRegistry is what the handlers need of the managed-environment registry.
@@ -71,8 +72,8 @@ type pipeline interface {
 	Call(ctx context.Context, agentID, name, callID string, args json.RawMessage) (run.CallResult, error)
 	CreateAgent(ctx context.Context, cwd string, b agents.Bounds) (run.Session, error)
 	ResumeAgent(ctx context.Context, id string) (run.Session, error)
-	ForkAgent(ctx context.Context, id string, boundary *int64, b agents.Bounds) (run.Session, error)
-	SpawnAgent(ctx context.Context, id string, b agents.Bounds) (run.Session, error)
+	ForkAgent(ctx context.Context, id string, boundary *int64, b agents.Bounds, mode workspace.Mode) (run.Session, error)
+	SpawnAgent(ctx context.Context, id string, b agents.Bounds, mode workspace.Mode) (run.Session, error)
 }
 
 // agentService is what the handlers read of agent sessions.
@@ -147,6 +148,9 @@ type Deps struct {
 	// Cluster is reported in GET /healthz details; nil (dshd runs alone)
 	// reports none.
 	Cluster clusterReporter
+	// Workspaces serves the agents' snapshot workspaces (and is reported
+	// in GET /healthz details); nil serves none.
+	Workspaces workspaceService
 	// JobRouter, in cluster mode, says which replica runs a job; requests
 	// for another replica's job are forwarded to it (see newForwarder).
 	// ReplicaID names this replica on forwarded requests.
@@ -190,6 +194,7 @@ type Server struct {
 	containment containmentReporter
 	sandbox     sandboxReporter
 	cluster     clusterReporter
+	workspaces  workspaceService
 	pipeline    pipeline
 	agents      agentService
 	hooks       hookLister
@@ -225,6 +230,7 @@ func NewServer(d Deps) (http.Handler, error) {
 		containment: d.Containment,
 		sandbox:     d.Sandbox,
 		cluster:     d.Cluster,
+		workspaces:  d.Workspaces,
 		pipeline:    d.Pipeline,
 		agents:      d.Agents,
 		hooks:       d.Hooks,

@@ -24,14 +24,14 @@ func TestAgentSandboxBounds(t *testing.T) {
 	if root.Sandbox != ww {
 		t.Fatalf("root sandbox = %v, want %v", root.Sandbox, ww)
 	}
-	ro, err := w.svc.SpawnAgent(ctx, root.ID, agents.Bounds{Sandbox: sandbox.Policy{FS: sandbox.ReadOnly}})
+	ro, err := w.svc.SpawnAgent(ctx, root.ID, agents.Bounds{Sandbox: sandbox.Policy{FS: sandbox.ReadOnly}}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if want := (sandbox.Policy{FS: sandbox.ReadOnly, Network: sandbox.NetworkOff}); ro.Sandbox != want {
 		t.Errorf("tighter child = %v, want %v (network inherited)", ro.Sandbox, want)
 	}
-	same, err := w.svc.ForkAgent(ctx, root.ID, nil, agents.Bounds{})
+	same, err := w.svc.ForkAgent(ctx, root.ID, nil, agents.Bounds{}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,15 +40,15 @@ func TestAgentSandboxBounds(t *testing.T) {
 	}
 	for name, try := range map[string]func() error{
 		"spawn unrestricted": func() error {
-			_, err := w.svc.SpawnAgent(ctx, root.ID, agents.Bounds{Sandbox: sandbox.Policy{FS: sandbox.Unrestricted}})
+			_, err := w.svc.SpawnAgent(ctx, root.ID, agents.Bounds{Sandbox: sandbox.Policy{FS: sandbox.Unrestricted}}, "")
 			return err
 		},
 		"fork with the network on": func() error {
-			_, err := w.svc.ForkAgent(ctx, root.ID, nil, agents.Bounds{Sandbox: sandbox.Policy{Network: sandbox.NetworkOn}})
+			_, err := w.svc.ForkAgent(ctx, root.ID, nil, agents.Bounds{Sandbox: sandbox.Policy{Network: sandbox.NetworkOn}}, "")
 			return err
 		},
 		"spawn workspace-write under read-only": func() error {
-			_, err := w.svc.SpawnAgent(ctx, ro.ID, agents.Bounds{Sandbox: sandbox.Policy{FS: sandbox.WorkspaceWrite}})
+			_, err := w.svc.SpawnAgent(ctx, ro.ID, agents.Bounds{Sandbox: sandbox.Policy{FS: sandbox.WorkspaceWrite}}, "")
 			return err
 		},
 		"exec with the network on": func() error {

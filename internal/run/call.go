@@ -510,6 +510,18 @@ func (s *Service) runHooks(ctx context.Context, callID, agentID string, in hooks
 	if s.hooks == nil {
 		return hooks.Outcome{}, nil
 	}
+	if in.View == nil {
+		// Hooks see the agent's view, as its commands do; never the
+		// shared directory in its place.
+		lease, err := s.ws.Acquire(agentID)
+		if err != nil {
+			return hooks.Outcome{}, fmt.Errorf("run %s hooks: %w", in.Event, err)
+		}
+		defer lease.Release()
+		if lease != nil && lease.FD >= 0 {
+			in.View = &sandbox.View{Target: lease.Target, FD: lease.FD}
+		}
+	}
 	out, runErr := s.hooks.Run(ctx, in)
 	rctx := context.WithoutCancel(ctx)
 	for _, r := range out.Results {

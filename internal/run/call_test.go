@@ -1055,7 +1055,7 @@ func TestSessionStartContextReachesNextResult(t *testing.T) {
 		t.Errorf("recorded tool/result additionalContext (-want +got):\n%s", diff)
 	}
 
-	fork, err := w.svc.ForkAgent(ctx, sess.ID, nil, agents.Bounds{})
+	fork, err := w.svc.ForkAgent(ctx, sess.ID, nil, agents.Bounds{}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1066,7 +1066,7 @@ func TestSessionStartContextReachesNextResult(t *testing.T) {
 
 	// Context that reached the model another way (MCP instructions) is not
 	// carried again.
-	spawned, err := w.svc.SpawnAgent(ctx, sess.ID, agents.Bounds{})
+	spawned, err := w.svc.SpawnAgent(ctx, sess.ID, agents.Bounds{}, "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -42,14 +42,14 @@ func TestAgentLimits(t *testing.T) {
 		t.Errorf("negative pids: err = %v, want limits.ErrInvalid", err)
 	}
 
-	child, err := w.svc.SpawnAgent(ctx, root.ID, agents.Bounds{Limits: limits.Limits{Pids: 16, CPU: 0.5}})
+	child, err := w.svc.SpawnAgent(ctx, root.ID, agents.Bounds{Limits: limits.Limits{Pids: 16, CPU: 0.5}}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if want := (limits.Limits{Pids: 16, MemoryBytes: 256 << 20, CPU: 0.5}); child.Limits != want {
 		t.Errorf("spawned child limits = %v, want %v", child.Limits, want)
 	}
-	fork, err := w.svc.ForkAgent(ctx, child.ID, nil, agents.Bounds{})
+	fork, err := w.svc.ForkAgent(ctx, child.ID, nil, agents.Bounds{}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,15 +58,15 @@ func TestAgentLimits(t *testing.T) {
 	}
 	for name, try := range map[string]func() error{
 		"spawn with more pids": func() error {
-			_, err := w.svc.SpawnAgent(ctx, child.ID, agents.Bounds{Limits: limits.Limits{Pids: 17}})
+			_, err := w.svc.SpawnAgent(ctx, child.ID, agents.Bounds{Limits: limits.Limits{Pids: 17}}, "")
 			return err
 		},
 		"fork with more memory": func() error {
-			_, err := w.svc.ForkAgent(ctx, root.ID, nil, agents.Bounds{Limits: limits.Limits{MemoryBytes: 512 << 20}})
+			_, err := w.svc.ForkAgent(ctx, root.ID, nil, agents.Bounds{Limits: limits.Limits{MemoryBytes: 512 << 20}}, "")
 			return err
 		},
 		"fork with more cpu": func() error {
-			_, err := w.svc.ForkAgent(ctx, child.ID, nil, agents.Bounds{Limits: limits.Limits{CPU: 1}})
+			_, err := w.svc.ForkAgent(ctx, child.ID, nil, agents.Bounds{Limits: limits.Limits{CPU: 1}}, "")
 			return err
 		},
 		"exec with more pids": func() error {

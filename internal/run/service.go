@@ -26,6 +26,7 @@ import (
 	"github.com/dshd/dshd/internal/shellenv"
 	"github.com/dshd/dshd/internal/stages"
 	"github.com/dshd/dshd/internal/tools"
+	"github.com/dshd/dshd/internal/workspace"
 )
 
 // envCollector is the part of *shellenv.Registry the pipeline uses.
@@ -93,6 +94,10 @@ type Options struct {
 	// written is kept until it is (agents.KeepResult; the agent store's
 	// Options.KeptResults); "" keeps it in memory only.
 	KeptResults string
+	// Workspaces keeps the agents' snapshot workspaces; nil: every fork
+	// and spawn shares its parent's directory, and asking for a snapshot
+	// fails with workspace.ErrUnavailable.
+	Workspaces *workspace.Manager
 }
 
 // Service runs executions and model tool calls. It is safe for concurrent
@@ -115,6 +120,7 @@ type Service struct {
 	held    heldContext
 	ledger  callLedger
 	kept    string // Options.KeptResults
+	ws      *workspace.Manager
 }
 
 // New returns a Service over the given dependencies. It panics if Env, Jobs
@@ -129,6 +135,7 @@ func New(o Options) *Service {
 	}
 	s := &Service{
 		log:    log,
+		ws:     o.Workspaces,
 		env:    o.Env,
 		jobs:   o.Jobs,
 		agents: o.Agents,
@@ -272,6 +279,22 @@ func (s *Service) start(ctx context.Context, agent *agents.Agent, spec exec.Spec
 		}
 	}
 	spec.Sandbox = spec.Sandbox.Or(s.policy)
+	var lease *workspace.Lease
+	if agent != nil {
+		var err error
+		if lease, err = s.ws.Acquire(agent.ID); err != nil {
+			return nil, err
+		}
+		if lease != nil && lease.FD >= 0 {
+			spec.View = &sandbox.View{Target: lease.Target, FD: lease.FD}
+		}
+	}
+	started := false
+	defer func() {
+		if !started {
+			lease.Release()
+		}
+	}()
 	t = stages.Done(stages.Validate, t)
 	res, err := s.jobs.Reserve(ctx, spec)
 	if err != nil {
@@ -299,6 +322,15 @@ func (s *Service) start(ctx context.Context, agent *agents.Agent, spec exec.Spec
 	job, err := res.Start(overlay)
 	if err != nil {
 		return nil, err // the executor's error says what failed, and for which job
+	}
+	if lease != nil {
+		// The agent's layer stays as it is (no snapshot fork freezes it)
+		// until the job is done.
+		started = true
+		go func() {
+			<-job.Done()
+			lease.Release()
+		}()
 	}
 	s.log.Debug("job started", "job_id", job.ID(), "agent_id", spec.AgentID, "background", spec.Background, "managed_keys", overlay.Len())
 	return job, nil

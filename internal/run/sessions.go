@@ -6,8 +6,10 @@ import (
 	"fmt"
 
 	"github.com/dshd/dshd/internal/agents"
+	"github.com/dshd/dshd/internal/exec"
 	"github.com/dshd/dshd/internal/hooks"
 	"github.com/dshd/dshd/internal/sandbox"
+	"github.com/dshd/dshd/internal/workspace"
 )
 
 // Session is an agent as its start left it: the agent, and what its
@@ -88,25 +90,81 @@ func (s *Service) ResumeAgent(ctx context.Context, id string) (Session, error) {
 // (source startup: the fork is a new session). Returns agents.ErrNotFound
 // or agents.ErrInvalidBoundary.
 // b may only tighten the parent's sandbox policy (sandbox.ErrLooser) and
-// limits (limits.ErrLooser); empty fields inherit them.
-func (s *Service) ForkAgent(ctx context.Context, id string, boundary *int64, b agents.Bounds) (Session, error) {
+// limits (limits.ErrLooser); empty fields inherit them. With mode
+// workspace.Snapshot the fork gets a snapshot of the parent's workspace
+// (workspace.ErrUnavailable, ErrBusy, ErrDropped: nothing is made).
+func (s *Service) ForkAgent(ctx context.Context, id string, boundary *int64, b agents.Bounds, mode workspace.Mode) (Session, error) {
 	b, err := s.childBounds(ctx, id, b)
 	if err != nil {
 		return Session{}, fmt.Errorf("fork: %w", err)
 	}
-	return s.startSession(ctx, SourceStartup, func() (agents.Agent, error) { return s.agents.Fork(ctx, id, boundary, b) })
+	return s.startChild(ctx, id, mode, func() (agents.Agent, error) { return s.agents.Fork(ctx, id, boundary, b) })
 }
 
 // SpawnAgent spawns a child agent and runs its SessionStart hooks (source
 // startup). Returns agents.ErrNotFound or agents.ErrDepthExceeded.
 // b may only tighten the parent's sandbox policy (sandbox.ErrLooser) and
-// limits (limits.ErrLooser); empty fields inherit them.
-func (s *Service) SpawnAgent(ctx context.Context, id string, b agents.Bounds) (Session, error) {
+// limits (limits.ErrLooser); empty fields inherit them. mode is as for
+// ForkAgent.
+func (s *Service) SpawnAgent(ctx context.Context, id string, b agents.Bounds, mode workspace.Mode) (Session, error) {
 	b, err := s.childBounds(ctx, id, b)
 	if err != nil {
 		return Session{}, fmt.Errorf("spawn: %w", err)
 	}
-	return s.startSession(ctx, SourceStartup, func() (agents.Agent, error) { return s.agents.Spawn(ctx, id, b) })
+	return s.startChild(ctx, id, mode, func() (agents.Agent, error) { return s.agents.Spawn(ctx, id, b) })
+}
+
+// startChild makes a child of parent with make and starts its session;
+// with a snapshot mode the child's workspace is forked from the parent's
+// before any hook runs. What can be checked is checked before the child
+// exists; a fork that fails after leaves the child with a dropped
+// workspace (its commands are refused, never run in the shared directory).
+func (s *Service) startChild(ctx context.Context, parent string, mode workspace.Mode, make func() (agents.Agent, error)) (Session, error) {
+	if !mode.Valid() {
+		return Session{}, fmt.Errorf("%w: workspace mode %q (want shared or snapshot)", workspace.ErrInvalid, mode)
+	}
+	if mode != workspace.Snapshot {
+		if s.ws == nil {
+			return s.startSession(ctx, SourceStartup, make)
+		}
+		// The same directory as a snapshot parent is its view.
+		return s.startSession(ctx, SourceStartup, func() (agents.Agent, error) {
+			a, err := make()
+			if err != nil {
+				return a, err
+			}
+			if err := s.ws.Share(parent, a.ID); err != nil {
+				return a, fmt.Errorf("agent %s was made, but sharing its parent's workspace could not be recorded (its commands are refused): %w", a.ID, err)
+			}
+			return a, nil
+		})
+	}
+	p, err := s.agents.Get(ctx, parent)
+	if err != nil {
+		return Session{}, err
+	}
+	if s.ws == nil {
+		return Session{}, &workspace.UnavailableError{Reason: "workspaces are not configured"}
+	}
+	if err := s.ws.CheckFork(parent, p.Cwd); err != nil {
+		return Session{}, err
+	}
+	// Its jobs in the shared directory too (before its first snapshot
+	// fork it has no layer, and they write to what becomes the frozen
+	// base).
+	if n := len(s.jobs.Jobs(parent, exec.StateRunning)); n > 0 {
+		return Session{}, fmt.Errorf("%w: agent %s runs %d job(s); a snapshot fork freezes its workspace and needs it idle", workspace.ErrBusy, parent, n)
+	}
+	return s.startSession(ctx, SourceStartup, func() (agents.Agent, error) {
+		a, err := make()
+		if err != nil {
+			return a, err
+		}
+		if err := s.ws.Fork(parent, p.Cwd, a.ID); err != nil {
+			return a, fmt.Errorf("agent %s was made, but its workspace was not (its commands are refused): %w", a.ID, err)
+		}
+		return a, nil
+	})
 }
 
 func (s *Service) startSession(ctx context.Context, source string, start func() (agents.Agent, error)) (Session, error) {

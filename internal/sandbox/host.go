@@ -358,19 +358,48 @@ type StartFunc func(path string, args []string, extra []*os.File) error
 // (nil otherwise): the caller closes it when the job ends, and reads what
 // the command reached and was refused from it.
 func (h *Host) Start(p Policy, cwd string, roots []string, path string, args []string, start StartFunc) (*netallow.Session, error) {
+	return h.StartIn(nil, p, cwd, roots, path, args, start)
+}
+
+// View is a file-system view a command sees at a path of its own: a
+// detached mount (an agent's snapshot workspace, see package workspace)
+// that the command's mount namespace mounts at Target, over what is there.
+type View struct {
+	// Target is where the view is mounted (the workspace directory).
+	Target string
+	// FD is the detached mount (from fsmount or open_tree); cloned, never
+	// consumed, so one descriptor serves every job.
+	FD int
+}
+
+// StartIn is Start with the command seeing view (nil: none) at its
+// target: the command gets a mount namespace of its own, with a clone of
+// the view mounted there first, then the sandbox of p built on top (so
+// workspace-write makes the view writable, read-only keeps it read-only),
+// or nothing more for an unconfined p. A nil Host starts unconfined
+// commands only.
+func (h *Host) StartIn(view *View, p Policy, cwd string, roots []string, path string, args []string, start StartFunc) (*netallow.Session, error) {
 	if !p.Confined() {
+		if view != nil {
+			_, err := startInNamespaces(plan{view: view, viewOnly: true}, nil, func() error { return start(path, args, nil) })
+			return nil, err
+		}
 		return nil, start(path, args, nil)
 	}
-	if p.Network == NetworkAllowlist && (h == nil || !h.allow) {
+	if h == nil {
+		return nil, fmt.Errorf("%w: %s: no sandbox configured", ErrUnavailable, p)
+	}
+	if p.Network == NetworkAllowlist && !h.allow {
 		return nil, fmt.Errorf("%w: %s: the network allowlist is unavailable", ErrUnavailable, p)
 	}
-	pl, err := h.planFor(p, roots)
+	pl, err := h.planFor(p, roots, view)
 	if err != nil {
 		return nil, err
 	}
 	var ln net.Listener
 	switch h.mech {
 	case MechanismNamespaces:
+		pl.view = view
 		ln, err = startInNamespaces(pl, h.nsFilter, func() error { return start(path, args, nil) })
 	case MechanismBubblewrap:
 		extra, fd, ferr := h.bwrapFiles()
@@ -380,9 +409,16 @@ func (h *Host) Start(p Policy, cwd string, roots []string, path string, args []s
 		defer closeAll(extra)
 		a := bwrapArgs(h.bwrap, pl, fd, cwd, path, args)
 		run := func() error { return start(h.bwrap, append([]string{"bwrap"}, a[1:]...), extra) }
-		if pl.proxy {
+		switch {
+		case view != nil:
+			// bubblewrap builds its namespace from the one it starts in,
+			// binding / recursively: the view mounted there is in it, and
+			// under the allowlist so is the network namespace with the
+			// proxy's listener.
+			ln, err = startInNamespaces(plan{view: view, viewOnly: true, newNet: pl.proxy, proxy: pl.proxy}, nil, run)
+		case pl.proxy:
 			ln, err = startInNetNS(run)
-		} else {
+		default:
 			err = run()
 		}
 	default:

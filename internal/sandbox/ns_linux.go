@@ -214,6 +214,14 @@ func (pl *plan) build(ln *net.Listener) error {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_SLAVE, ""); err != nil {
 		return fmt.Errorf("make / a slave: %w", err)
 	}
+	if pl.view != nil {
+		if err := pl.view.attach(); err != nil {
+			return err
+		}
+		if pl.viewOnly {
+			return nil
+		}
+	}
 	var grafts []graft
 	defer func() {
 		for _, g := range grafts {
@@ -319,6 +327,19 @@ func (pl *plan) build(ln *net.Listener) error {
 		}
 	}
 	return dropPrivileges()
+}
+
+// attach mounts a clone of the view at its target.
+func (v *View) attach() error {
+	c, err := unix.OpenTree(v.FD, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH)
+	if err != nil {
+		return fmt.Errorf("clone the workspace view: %w", err)
+	}
+	defer unix.Close(c)
+	if err := unix.MoveMount(c, "", unix.AT_FDCWD, v.Target, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return fmt.Errorf("mount the workspace view at %s: %w", v.Target, err)
+	}
+	return nil
 }
 
 // attach mounts g at its path (creating the mount point inside a tmpfs).

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -36,6 +37,11 @@ type plan struct {
 	// proxy: in that namespace, a listener on 127.0.0.1:netallow.Port
 	// whose connections dshd's proxy serves (the allowlist).
 	proxy bool
+	// view, if set, is mounted at its target first of all; with viewOnly
+	// nothing else is done (an unconfined command, or bubblewrap's
+	// starting point): no capability is dropped.
+	view     *View
+	viewOnly bool
 }
 
 // planFor computes the sandbox of p for a command whose writable (or, under
@@ -49,18 +55,29 @@ type plan struct {
 //
 // It fails, and nothing may run, when a protection cannot be applied in
 // full: a writable root too large to search for its .git directories.
-func (h *Host) planFor(p Policy, roots []string) (plan, error) {
+//
+// With a view, what lies under its target is looked at in the view (as
+// the command will see it), not in the host's directory it covers.
+func (h *Host) planFor(p Policy, roots []string, view *View) (plan, error) {
 	pl := plan{newNet: p.Network != NetworkOn, proxy: p.Network == NetworkAllowlist, readOnlyRoot: p.FS != Unrestricted}
+	// seen maps a path of the command's view to where dshd sees it.
+	seen := func(q string) string {
+		if view != nil && within(q, view.Target) {
+			rel, _ := filepath.Rel(view.Target, q)
+			return filepath.Join(view.path(), rel)
+		}
+		return q
+	}
 	switch p.FS {
 	case ReadOnly:
 		for _, r := range roots {
-			if r != "" && !slices.Contains(pl.visible, r) && within(r, "/tmp") && isDir(r) {
+			if r != "" && !slices.Contains(pl.visible, r) && within(r, "/tmp") && isDir(seen(r)) {
 				pl.visible = append(pl.visible, r)
 			}
 		}
 	case WorkspaceWrite:
 		for _, r := range append(slices.Clip(roots), h.cfg.WritableRoots...) {
-			if r != "" && !slices.Contains(pl.writable, r) && !kernelFS(r) && isDir(r) {
+			if r != "" && !slices.Contains(pl.writable, r) && !kernelFS(r) && isDir(seen(r)) {
 				pl.writable = append(pl.writable, r)
 			}
 		}
@@ -70,18 +87,22 @@ func (h *Host) planFor(p Policy, roots []string) (plan, error) {
 		}
 		budget := limit
 		for _, r := range pl.writable {
-			gits, err := h.git.scan(r, &budget, limit)
+			gits, err := h.git.scan(seen(r), &budget, limit)
 			if err != nil {
 				return plan{}, err
 			}
 			for _, g := range gits {
+				if s := seen(r); s != r {
+					rel, _ := filepath.Rel(s, g)
+					g = filepath.Join(r, rel)
+				}
 				if !slices.Contains(pl.protected, g) {
 					pl.protected = append(pl.protected, g)
 				}
 			}
 		}
 		for _, pr := range h.cfg.Protected {
-			if exists(pr) && !slices.Contains(pl.protected, pr) {
+			if exists(seen(pr)) && !slices.Contains(pl.protected, pr) {
 				pl.protected = append(pl.protected, pr)
 			}
 		}
@@ -106,6 +127,9 @@ func (h *Host) planFor(p Policy, roots []string) (plan, error) {
 	}
 	return pl, nil
 }
+
+// path is where dshd itself sees the view (through its descriptor).
+func (v *View) path() string { return "/proc/self/fd/" + strconv.Itoa(v.FD) }
 
 // kernelFS reports whether p is on one of the kernel's own file systems,
 // where a writable root would let a command change the host (a sysctl, a

@@ -147,7 +147,7 @@ func TestPlanFor(t *testing.T) {
 			plan{readOnlyRoot: true, newNet: true, visible: []string{l.ws, l.outside}, home: l.home, skills: l.skills, token: l.token}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := h.planFor(tc.p, tc.roots)
+			got, err := h.planFor(tc.p, tc.roots, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -166,14 +166,14 @@ func TestPlanFor(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.cfg.Hidden = []string{hiddenDir, link, l.token, "/does/not/exist", l.homeToken}
-	if pl, _ := h.planFor(Policy{FS: WorkspaceWrite, Network: NetworkOn}, []string{l.ws}); !slices.Equal(pl.hidden, []string{hiddenDir, l.token}) {
+	if pl, _ := h.planFor(Policy{FS: WorkspaceWrite, Network: NetworkOn}, []string{l.ws}, nil); !slices.Equal(pl.hidden, []string{hiddenDir, l.token}) {
 		t.Errorf("hidden = %v, want %v", pl.hidden, []string{hiddenDir, l.token})
 	}
 	h.cfg.Hidden = nil
 
 	// A token inside the home is hidden with it, not covered on its own.
 	h.cfg.TokenFile = l.homeToken
-	if pl, _ := h.planFor(Policy{FS: ReadOnly, Network: NetworkOn}, []string{l.ws}); pl.token != "" {
+	if pl, _ := h.planFor(Policy{FS: ReadOnly, Network: NetworkOn}, []string{l.ws}, nil); pl.token != "" {
 		t.Errorf("token inside the home covered on its own: %q", pl.token)
 	}
 }
@@ -250,7 +250,7 @@ func TestBwrapArgs(t *testing.T) {
 			"--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--remount-ro", "/proc", "--tmpfs", "/tmp", "--ro-bind", l.ws, l.ws}, tail...)},
 	} {
 		t.Run(tc.p.String(), func(t *testing.T) {
-			pl, err := h.planFor(tc.p, []string{l.ws})
+			pl, err := h.planFor(tc.p, []string{l.ws}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -777,7 +777,7 @@ func TestKernelFSThroughLinks(t *testing.T) {
 			t.Errorf("kernelFS(%s -> %s) = false", link, target)
 		}
 		h := &Host{}
-		if pl, err := h.planFor(Policy{FS: WorkspaceWrite, Network: NetworkOff}, []string{link}); err != nil || len(pl.writable) != 0 {
+		if pl, err := h.planFor(Policy{FS: WorkspaceWrite, Network: NetworkOff}, []string{link}, nil); err != nil || len(pl.writable) != 0 {
 			t.Errorf("plan for a root linked to %s: writable %v, %v; want none", target, pl.writable, err)
 		}
 	}

@@ -26,11 +26,14 @@ const (
 	FormatOpenAI  = "openai"
 	// FormatOpenAIResponses is the Responses API's function tools, strict.
 	FormatOpenAIResponses = "openai-responses"
-	FormatAnthropic       = "anthropic"
+	// FormatOpenAIStrict is Chat Completions function tools in strict mode:
+	// the schemas of FormatOpenAIResponses, "strict": true in each function.
+	FormatOpenAIStrict = "openai-strict"
+	FormatAnthropic    = "anthropic"
 )
 
-// ErrUnknownFormat is returned by Render for a format other than "",
-// "openai" and "anthropic".
+// ErrUnknownFormat is returned by Render for a format other than those
+// above.
 var ErrUnknownFormat = errors.New("unknown tool format")
 
 // Definition describes one model-facing tool: its name, the description the
@@ -179,6 +182,8 @@ type openAIFunction struct {
 	Name        string         `json:"name"`
 	Description string         `json:"description"`
 	Parameters  map[string]any `json:"parameters"`
+	// Strict is set, to true, in the strict rendering only.
+	Strict bool `json:"strict,omitempty"`
 }
 
 // openAIResponsesTool is the Responses API's function tool format.
@@ -202,6 +207,8 @@ type anthropicTool struct {
 //   - "openai": [{"type":"function","function":{name, description, parameters}}]
 //   - "openai-responses": [{"type":"function", name, description, parameters, "strict":true}]
 //     with parameters made ready for strict mode (strictSchema)
+//   - "openai-strict": [{"type":"function","function":{name, description, parameters, "strict":true}}]
+//     with the same strict parameters
 //   - "anthropic": [{name, description, input_schema}]
 //
 // It returns an error wrapping ErrUnknownFormat for any other format.
@@ -219,6 +226,12 @@ func Render(defs []Definition, format string) (any, error) {
 			out[i] = openAITool{Type: "function", Function: openAIFunction{Name: d.Name, Description: d.Description, Parameters: d.Schema}}
 		}
 		return out, nil
+	case FormatOpenAIStrict:
+		out := make([]openAITool, len(defs))
+		for i, d := range defs {
+			out[i] = openAITool{Type: "function", Function: openAIFunction{Name: d.Name, Description: d.Description, Parameters: strictSchema(d.Schema), Strict: true}}
+		}
+		return out, nil
 	case FormatOpenAIResponses:
 		out := make([]openAIResponsesTool, len(defs))
 		for i, d := range defs {
@@ -232,7 +245,7 @@ func Render(defs []Definition, format string) (any, error) {
 		}
 		return out, nil
 	default:
-		return nil, fmt.Errorf("%w %q (want \"\", %q, %q or %q)", ErrUnknownFormat, format, FormatOpenAI, FormatOpenAIResponses, FormatAnthropic)
+		return nil, fmt.Errorf("%w %q (want \"\", %q, %q, %q or %q)", ErrUnknownFormat, format, FormatOpenAI, FormatOpenAIStrict, FormatOpenAIResponses, FormatAnthropic)
 	}
 }
 

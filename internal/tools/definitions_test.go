@@ -18,6 +18,7 @@ func TestRenderGolden(t *testing.T) {
 		{FormatGeneric, "tools.json"},
 		{FormatOpenAI, "tools.openai.json"},
 		{FormatOpenAIResponses, "tools.openai-responses.json"},
+		{FormatOpenAIStrict, "tools.openai-strict.json"},
 		{FormatAnthropic, "tools.anthropic.json"},
 	} {
 		t.Run(tt.golden, func(t *testing.T) {
@@ -133,52 +134,125 @@ func TestDescriptionsFit(t *testing.T) {
 	}
 }
 
-// TestStrictSchemas: the Responses rendering is strict and its schemas meet
-// strict mode: every property required, optional ones nullable, nothing
-// else allowed; and null is what ParseArgs takes as absent.
+// TestStrictSchemas: the Responses rendering and the strict Chat
+// Completions rendering are strict and their schemas meet strict mode:
+// every property required, optional ones nullable, nothing else allowed,
+// only keywords strict mode supports; and null is what ParseArgs takes as
+// absent.
 func TestStrictSchemas(t *testing.T) {
+	type strictTool struct {
+		name   string
+		strict bool
+		params map[string]any
+	}
+	var rendered []strictTool
 	v, err := Render(Definitions(), FormatOpenAIResponses)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, tool := range v.([]openAIResponsesTool) {
-		if !tool.Strict || tool.Type != "function" {
-			t.Errorf("%s: strict %v type %q", tool.Name, tool.Strict, tool.Type)
+		if tool.Type != "function" {
+			t.Errorf("%s: type %q", tool.Name, tool.Type)
 		}
-		p := tool.Parameters
+		rendered = append(rendered, strictTool{"responses " + tool.Name, tool.Strict, tool.Parameters})
+	}
+	v, err = Render(Definitions(), FormatOpenAIStrict)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tool := range v.([]openAITool) {
+		if tool.Type != "function" {
+			t.Errorf("%s: type %q", tool.Function.Name, tool.Type)
+		}
+		rendered = append(rendered, strictTool{"chat " + tool.Function.Name, tool.Function.Strict, tool.Function.Parameters})
+	}
+	if len(rendered) != 2*len(Definitions()) {
+		t.Fatalf("%d strict tools rendered, want %d", len(rendered), 2*len(Definitions()))
+	}
+	for _, tool := range rendered {
+		_, name, _ := strings.Cut(tool.name, " ")
+		if !tool.strict {
+			t.Errorf("%s: not strict", tool.name)
+		}
+		p := tool.params
+		checkStrictKeywords(t, tool.name, p)
 		props := p["properties"].(map[string]any)
 		req := p["required"].([]any)
 		if len(req) != len(props) || p["additionalProperties"] != false {
-			t.Errorf("%s: required %v of %d properties, additionalProperties %v", tool.Name, req, len(props), p["additionalProperties"])
+			t.Errorf("%s: required %v of %d properties, additionalProperties %v", tool.name, req, len(props), p["additionalProperties"])
 		}
 		nulls := map[string]any{}
-		for _, param := range params[tool.Name] {
+		for _, param := range params[name] {
 			typ := props[param.name].(map[string]any)["type"]
 			if param.required {
 				if typ != param.kind.jsonType() {
-					t.Errorf("%s.%s: type %v, want %s", tool.Name, param.name, typ, param.kind.jsonType())
+					t.Errorf("%s.%s: type %v, want %s", tool.name, param.name, typ, param.kind.jsonType())
 				}
 				continue
 			}
 			if !cmp.Equal(typ, []any{param.kind.jsonType(), "null"}) {
-				t.Errorf("%s.%s: type %v, want nullable %s", tool.Name, param.name, typ, param.kind.jsonType())
+				t.Errorf("%s.%s: type %v, want nullable %s", tool.name, param.name, typ, param.kind.jsonType())
 			}
 			nulls[param.name] = nil
 		}
 		// A strict model sends null for what it leaves out.
-		for _, param := range params[tool.Name] {
+		for _, param := range params[name] {
 			if param.required {
 				nulls[param.name] = map[kind]any{kindString: "x", kindInteger: 1, kindBool: true}[param.kind]
 			}
 		}
 		raw, _ := json.Marshal(nulls)
-		if _, err := ParseArgs(tool.Name, raw); err != nil {
-			t.Errorf("%s: a strict call with nulls %s is refused: %v", tool.Name, raw, err)
+		if _, err := ParseArgs(name, raw); err != nil {
+			t.Errorf("%s: a strict call with nulls %s is refused: %v", tool.name, raw, err)
 		}
 	}
 	// The generic definitions are unchanged by the strict rendering.
 	if _, ok := Definitions()[0].Schema["properties"].(map[string]any)["timeout"].(map[string]any)["type"].(string); !ok {
 		t.Error("strictSchema changed the definitions it was given")
+	}
+	// The plain Chat Completions rendering says nothing of strict.
+	v, err = Render(Definitions(), FormatOpenAI)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(v)
+	if strings.Contains(string(b), `"strict"`) {
+		t.Errorf("the openai format says strict: %s", b)
+	}
+}
+
+// strictKeywords are the JSON Schema keywords OpenAI's strict mode (the
+// Structured Outputs subset) supports in a function's parameters.
+var strictKeywords = map[string]bool{
+	"type": true, "description": true, "properties": true, "required": true, "additionalProperties": true,
+	"enum": true, "const": true, "items": true, "anyOf": true, "$ref": true, "$defs": true,
+	"pattern": true, "format": true, "minimum": true, "maximum": true, "exclusiveMinimum": true,
+	"exclusiveMaximum": true, "multipleOf": true, "minItems": true, "maxItems": true,
+}
+
+// checkStrictKeywords fails for a keyword strict mode rejects, anywhere in
+// schema, and for an object schema that allows other properties.
+func checkStrictKeywords(t *testing.T, where string, schema map[string]any) {
+	t.Helper()
+	for k, v := range schema {
+		if !strictKeywords[k] {
+			t.Errorf("%s: keyword %q is not supported in strict mode", where, k)
+		}
+		switch k {
+		case "properties":
+			for name, p := range v.(map[string]any) {
+				if ps, ok := p.(map[string]any); ok {
+					checkStrictKeywords(t, where+"."+name, ps)
+				}
+			}
+		case "items":
+			if ps, ok := v.(map[string]any); ok {
+				checkStrictKeywords(t, where+"[]", ps)
+			}
+		}
+	}
+	if schema["type"] == "object" && schema["additionalProperties"] != false {
+		t.Errorf("%s: an object schema without additionalProperties false", where)
 	}
 }
 

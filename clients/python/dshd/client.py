@@ -5,7 +5,7 @@ import http.client
 import json
 import urllib.parse
 from dataclasses import dataclass
-from typing import Any, Dict, Iterator, List, Optional, Union
+from typing import Any, Dict, Iterator, List, Optional, Union, cast
 
 from .contributors import Contributor, parse_contributor
 from .transcript import Transcript, parse_transcript
@@ -74,7 +74,9 @@ class OutputStream:
     def __next__(self) -> OutputEvent:
         if self.done:
             raise StopIteration
-        ev_id, name, data = None, None, []
+        ev_id: Optional[str] = None
+        name: Optional[str] = None
+        data: List[str] = []
         while True:
             line = self._resp.readline()
             if not line:  # the connection ended before the exit event
@@ -95,17 +97,19 @@ class OutputStream:
                 name = value
             elif key == "data":
                 data.append(value)
-        payload = json.loads("\n".join(data)) if data else None
+        payload: Any = json.loads("\n".join(data)) if data else None
         if ev_id is not None:
             self.last_event_id = ev_id
         if name == "exit":
             self.done = True
             self.close()
             return OutputEvent(ev_id or "", "exit", b"", payload)
-        if isinstance(payload, dict) and "base64" in payload:
-            chunk = base64.b64decode(payload["base64"])
+        if isinstance(payload, str):
+            chunk = payload.encode("utf-8")
+        elif isinstance(payload, dict) and "base64" in payload:
+            chunk = base64.b64decode(str(cast(JSON, payload)["base64"]))
         else:
-            chunk = (payload or "").encode("utf-8")
+            chunk = b""
         return OutputEvent(ev_id or "", name or "message", chunk)
 
     def close(self) -> None:
@@ -136,7 +140,7 @@ class Client:
         return http.client.HTTPConnection(self._host, self._port, timeout=timeout or self.timeout)
 
     def _send(self, method: str, path: str, body: Any = None, query: Optional[JSON] = None,
-              headers: Optional[Dict[str, str]] = None, auth: bool = True):
+              headers: Optional[Dict[str, str]] = None, auth: bool = True) -> "tuple[http.client.HTTPResponse, bytes]":
         if query:
             q = {k: v for k, v in query.items() if v is not None}
             if q:
@@ -162,8 +166,9 @@ class Client:
             raise _problem(resp, raw, method, path)
         return resp, raw
 
-    def _json(self, method: str, path: str, body: Any = None, query: Optional[JSON] = None, **kw) -> Any:
-        resp, raw = self._send(method, path, body, query, **kw)
+    def _json(self, method: str, path: str, body: Any = None, query: Optional[JSON] = None,
+              headers: Optional[Dict[str, str]] = None, auth: bool = True) -> Any:
+        _, raw = self._send(method, path, body, query, headers, auth)
         if not raw:
             return None
         return json.loads(raw)
@@ -263,16 +268,34 @@ class Client:
         return self._json("POST", f"/agents/{self._q(agent_id)}/resume")
 
     def fork_agent(self, agent_id: str, boundary: Optional[int] = None, sandbox: Optional[JSON] = None,
-                   limits: Optional[JSON] = None) -> JSON:
+                   limits: Optional[JSON] = None, workspace: Optional[str] = None) -> JSON:
         """POST /agents/{id}/fork. sandbox and limits may only tighten the
-        parent's."""
+        parent's; workspace is "shared" (default) or "snapshot"."""
         return self._json("POST", f"/agents/{self._q(agent_id)}/fork",
-                          _body(boundary=boundary, sandbox=sandbox, limits=limits))
+                          _body(boundary=boundary, sandbox=sandbox, limits=limits, workspace=workspace))
 
-    def spawn_agent(self, agent_id: str, sandbox: Optional[JSON] = None, limits: Optional[JSON] = None) -> JSON:
+    def spawn_agent(self, agent_id: str, sandbox: Optional[JSON] = None, limits: Optional[JSON] = None,
+                    workspace: Optional[str] = None) -> JSON:
         """POST /agents/{id}/spawn. sandbox and limits may only tighten the
-        parent's."""
-        return self._json("POST", f"/agents/{self._q(agent_id)}/spawn", _body(sandbox=sandbox, limits=limits))
+        parent's; workspace is "shared" (default) or "snapshot"."""
+        return self._json("POST", f"/agents/{self._q(agent_id)}/spawn",
+                          _body(sandbox=sandbox, limits=limits, workspace=workspace))
+
+    def workspace_changes(self, agent_id: str, diff: bool = False) -> JSON:
+        """GET /agents/{id}/workspace/changes: what a snapshot agent changed
+        since its fork (with unified diffs of text files if diff)."""
+        return self._json("GET", f"/agents/{self._q(agent_id)}/workspace/changes",
+                          query={"diff": "true" if diff else None})
+
+    def apply_workspace(self, agent_id: str, directory: Optional[str] = None) -> JSON:
+        """POST /agents/{id}/workspace/apply: the agent's changes onto its
+        parent's view (or directory), all or nothing; a conflict raises
+        with code workspace_conflict and the paths."""
+        return self._json("POST", f"/agents/{self._q(agent_id)}/workspace/apply", _body(directory=directory))
+
+    def drop_workspace(self, agent_id: str) -> None:
+        """DELETE /agents/{id}/workspace: drop the agent's snapshot."""
+        self._send("DELETE", f"/agents/{self._q(agent_id)}/workspace")
 
     def transcript(self, agent_id: str) -> Transcript:
         """GET /agents/{id}/transcript as typed events."""
@@ -286,12 +309,14 @@ class Client:
     # -- tools ----------------------------------------------------------
 
     def tools(self, format: Optional[str] = None) -> List[JSON]:
-        """GET /tools; format: generic (default), openai, openai-responses or anthropic."""
+        """GET /tools; format: generic (default), openai, openai-strict, openai-responses or anthropic."""
         return self._json("GET", "/tools", query={"format": format})
 
-    def call_tool(self, agent_id: str, name: str, arguments: JSON, call_id: Optional[str] = None) -> JSON:
+    def call_tool(self, agent_id: str, name: str, arguments: Union[JSON, str], call_id: Optional[str] = None) -> JSON:
         """POST /agents/{id}/tools/{name}: {callId, isError, text, jobId?,
-        exitCode?, additionalContext?, systemMessages?}."""
+        exitCode?, additionalContext?, systemMessages?}. ``arguments`` are the
+        model's, an object or the JSON string OpenAI's APIs deliver; a mistake
+        in them is a result with isError, for the model."""
         body: JSON = {"arguments": arguments}
         if call_id is not None:
             body["callId"] = call_id
@@ -427,11 +452,12 @@ def _body(**fields: Any) -> JSON:
 
 def _problem(resp: http.client.HTTPResponse, raw: bytes, method: str, path: str) -> Problem:
     try:
-        body = json.loads(raw)
+        parsed: Any = json.loads(raw)
     except ValueError:
-        body = None
-    if not isinstance(body, dict) or "code" not in body:
+        parsed = None
+    if not isinstance(parsed, dict) or "code" not in parsed:
         return Problem(resp.status, "unexpected_response", f"{method} {path}: HTTP {resp.status}", raw[:200].decode("utf-8", "replace"))
+    body = cast(JSON, parsed)
     if resp.getheader("Retry-After"):
         body["_retryAfter"] = resp.getheader("Retry-After")
-    return Problem(resp.status, body["code"], body.get("title", ""), body.get("detail", ""), body)
+    return Problem(resp.status, str(body["code"]), str(body.get("title", "")), str(body.get("detail", "")), body)

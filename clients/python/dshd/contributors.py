@@ -87,14 +87,15 @@ Contributor = Union[BuiltinContributor, StaticContributor, TemplateContributor, 
 def parse_contributor(c: Dict[str, Any]) -> Contributor:
     """Builds the typed contributor its ``kind`` names from the decoded JSON."""
     kind = c["kind"]
+    keys: List[Dict[str, Any]] = c.get("keys") or []
     common = (
         c["name"],
-        [KeySpec(k["key"], k["description"]) for k in c.get("keys") or []],
+        [KeySpec(k["key"], k["description"]) for k in keys],
         c.get("plugin"),
         c["createdAt"],
         c.get("expiresAt"),
     )
-    r = c.get("resolver") or {}
+    r: Dict[str, Any] = c.get("resolver") or {}
     if kind == "builtin":
         return BuiltinContributor(*common)
     if kind == "static":

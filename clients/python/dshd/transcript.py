@@ -44,8 +44,8 @@ class ToolResultEvent:
     text: str
     job_id: Optional[str] = None
     exit_code: Optional[int] = None
-    additional_context: List[str] = field(default_factory=list)
-    system_messages: List[str] = field(default_factory=list)
+    additional_context: List[str] = field(default_factory=list[str])
+    system_messages: List[str] = field(default_factory=list[str])
     type: str = "tool/result"
 
 
@@ -116,7 +116,8 @@ class Transcript:
 
 
 def _event(e: Dict[str, Any]) -> TranscriptEvent:
-    t, seq, time, d = e["type"], e["seq"], e["time"], e.get("data") or {}
+    t, seq, time = e["type"], e["seq"], e["time"]
+    d: Dict[str, Any] = e.get("data") or {}
     if t == "tool/call":
         return ToolCallEvent(seq, time, d["callId"], d["name"], d.get("arguments") or {}, d.get("ignored") or [])
     if t == "tool/result":

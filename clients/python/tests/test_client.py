@@ -189,5 +189,36 @@ class EveryOperation(unittest.TestCase):
         self.assertEqual((bad.exception.status, bad.exception.code), (400, "managed_key_in_env"))
 
 
+class Workspaces(unittest.TestCase):
+    """Snapshot workspaces, where the server says they work here."""
+
+    def test_snapshot_fork_changes_apply_drop(self):
+        c = server()
+        ws = (c.health().get("details") or {}).get("workspaces") or {}
+        if not ws.get("snapshot"):
+            self.skipTest("snapshot workspaces unavailable: " + ws.get("reason", "not reported"))
+        d = tempfile.mkdtemp()
+        with open(os.path.join(d, "f.txt"), "w") as f:
+            f.write("base\n")
+        parent = c.create_agent(cwd=d)
+        one = c.fork_agent(parent["id"], workspace="snapshot")
+        two = c.spawn_agent(parent["id"], workspace="snapshot")
+        self.assertEqual(one["workspace"]["mode"], "snapshot")
+        c.exec("echo one > f.txt", agent_id=one["id"])
+        c.exec("echo two > f.txt", agent_id=two["id"])
+        changes = c.workspace_changes(one["id"], diff=True)["changes"]
+        self.assertEqual([(x["kind"], x["path"]) for x in changes], [("modified", "f.txt")])
+        self.assertIn("+one", changes[0]["diff"])
+        self.assertEqual(c.apply_workspace(one["id"])["parentId"], parent["id"])
+        with self.assertRaises(Problem) as conflict:
+            c.apply_workspace(two["id"])
+        self.assertEqual((conflict.exception.code, conflict.exception.body.get("paths")), ("workspace_conflict", ["f.txt"]))
+        self.assertEqual(c.exec("cat f.txt", agent_id=parent["id"])["stdout"]["text"], "one\n")
+        c.drop_workspace(two["id"])
+        with self.assertRaises(Problem) as dropped:
+            c.exec("true", agent_id=two["id"])
+        self.assertEqual(dropped.exception.code, "workspace_dropped")
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -9,6 +9,7 @@ import createClient, { type Client, type Middleware } from "openapi-fetch";
 import type { components, paths } from "./schema.js";
 
 export type { components, paths };
+export { listTools, type ToolFormat, type ToolFormats } from "./tools.js";
 export type Schemas = components["schemas"];
 export type Problem = Schemas["Problem"];
 export type Job = Schemas["Job"];

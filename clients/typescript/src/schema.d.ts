@@ -291,7 +291,13 @@ export interface paths {
         put?: never;
         /**
          * New agent with a copy of the transcript, up to boundary seq when given.
-         * @description The fork is a new session: `parentId` names the original, SessionStart hooks run with source `startup`. It keeps the original's `depth`: a fork continues the same conversation, it is not a sub-agent, and does not count against the configured depth.
+         * @description The fork is a new session: `parentId` names the original, SessionStart hooks run with source `startup`.
+         *     It keeps the original's `depth`: a fork continues the same conversation, it is not a sub-agent, and
+         *     does not count against the configured depth.
+         *     With `workspace: snapshot` the fork gets a copy-on-write snapshot of the original's workspace
+         *     (its `cwd`), isolated both ways from then on (see `POST /agents/{id}/workspace/apply`); the
+         *     original must run no job at that moment (409 `workspace_busy`), and a host that cannot
+         *     answers 422 `workspace_snapshot_unavailable` with the reason, creating nothing.
          */
         post: operations["forkAgent"];
         delete?: never;
@@ -313,9 +319,93 @@ export interface paths {
         put?: never;
         /**
          * New child agent one level deeper, with an empty transcript.
-         * @description Fails with 422 `depth_exceeded` past the configured depth.
+         * @description Fails with 422 `depth_exceeded` past the configured depth. `workspace: snapshot` gives the
+         *     child a copy-on-write snapshot of the parent's workspace, as for a fork (409
+         *     `workspace_busy`, 422 `workspace_snapshot_unavailable`).
          */
         post: operations["spawnAgent"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/agents/{id}/workspace": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /**
+         * Drop the agent's snapshot workspace: its changes are discarded.
+         * @description The agent's own layer is removed, and so are the frozen layers no other agent stands on.
+         *     From then on the agent's commands are refused with 409 `workspace_dropped`: they never
+         *     run in the shared directory instead. 409 `workspace_busy` while the agent runs a job;
+         *     404 `workspace_not_found` for an agent that shares its workspace. Dropping twice is
+         *     not an error.
+         */
+        delete: operations["dropWorkspace"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/agents/{id}/workspace/changes": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        /**
+         * What the agent changed in its snapshot workspace since its fork.
+         * @description Added, modified and deleted paths, sorted, with sizes: the agent's own layer against the
+         *     view it was given at the fork (a file rewritten with the same contents and mode is no
+         *     change). With `diff=true`, a unified diff of each text file (up to 1 MiB a file and
+         *     4 MiB in all; `diffOmitted` says why one is missing). 404 `workspace_not_found` for an
+         *     agent that shares its workspace, 409 `workspace_dropped` after a drop.
+         */
+        get: operations["getWorkspaceChanges"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/agents/{id}/workspace/apply": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Write the agent's changes onto its parent's view, or onto a directory, all or nothing.
+         * @description A path the target changed since the fork (it holds neither what the agent saw at the
+         *     fork nor what the agent made of it) is a conflict: the answer is 409
+         *     `workspace_conflict` with every such path in `paths`, and nothing is changed. Otherwise
+         *     each file is written beside its place under a temporary name, then renamed into place,
+         *     then deletions are made; a failure while writing removes what was written. The
+         *     parent's view changes at once for its running commands too. The agent's own workspace
+         *     is left as it is. A `directory` must be absolute and not under another live workspace's
+         *     base (409 `workspace_busy`): overlayfs does not define what a view shows when a layer
+         *     under it changes.
+         */
+        post: operations["applyWorkspace"];
         delete?: never;
         options?: never;
         head?: never;
@@ -779,6 +869,8 @@ export interface components {
             /** @description For env_resolution_failed, the failing contributor. */
             contributor?: string;
             reason?: string;
+            /** @description For workspace_conflict, every path changed on both sides since the fork. */
+            paths?: string[];
         };
         Health: {
             /** @example ok */
@@ -789,6 +881,7 @@ export interface components {
         HealthDetails: {
             containment?: components["schemas"]["Containment"];
             sandbox?: components["schemas"]["SandboxSupport"];
+            workspaces?: components["schemas"]["WorkspaceSupport"];
             cluster?: components["schemas"]["ClusterStatus"];
         };
         /**
@@ -884,6 +977,84 @@ export interface components {
             seccomp?: string;
             /** @description Why a policy is not enforceable here. */
             reason?: string;
+        };
+        /** @description Whether forks and spawns may take `workspace: snapshot` here. */
+        WorkspaceSupport: {
+            /** @description Snapshot workspaces work here (overlayfs with its upper layers under the dshd home, in mount namespaces of the jobs' own). */
+            snapshot: boolean;
+            /** @description Why not (422 `workspace_snapshot_unavailable` gives the same). */
+            reason?: string;
+            /**
+             * Format: int64
+             * @description Layers kept under the home (frozen and upper).
+             */
+            layers: number;
+            /**
+             * Format: int64
+             * @description Bytes of the files in them.
+             */
+            bytes: number;
+        };
+        /**
+         * @description How a forked or spawned agent gets its workspace (its `cwd`). `shared`: the same directory
+         *     as its parent (the parent's view, when the parent has a snapshot), every write seen by
+         *     both at once. `snapshot`: a copy-on-write snapshot of
+         *     the parent's view at the fork, isolated both ways from then on, at a cost that does not
+         *     grow with the workspace (no file is copied).
+         * @default shared
+         * @enum {string}
+         */
+        WorkspaceMode: "shared" | "snapshot";
+        AgentWorkspace: {
+            mode: components["schemas"]["WorkspaceMode"];
+            /** @description Where its commands see the snapshot (its base directory); snapshot only. */
+            path?: string;
+            /** @description The agent it was forked or spawned from (absent for the root of a tree of snapshots); for a `shared` agent, the snapshot agent whose view it shares. */
+            parentId?: string;
+            /**
+             * Format: int32
+             * @description Frozen layers under its own.
+             */
+            layers?: number;
+            /** @description Its workspace was dropped: its commands are refused with 409 `workspace_dropped`. */
+            dropped?: boolean;
+        };
+        WorkspaceChange: {
+            /** @description Relative to the workspace directory. */
+            path: string;
+            /** @enum {string} */
+            kind: "added" | "modified" | "deleted";
+            /** @enum {string} */
+            type: "file" | "dir" | "symlink" | "other";
+            /**
+             * Format: int64
+             * @description Bytes now; for a deletion, before (for a directory, of the files in it).
+             */
+            size: number;
+            /** @description Unified diff of a text file (`diff=true`). */
+            diff?: string;
+            /**
+             * @description Why a requested diff is missing.
+             * @enum {string}
+             */
+            diffOmitted?: "binary" | "too large" | "budget" | "unreadable";
+        };
+        WorkspaceChanges: {
+            agentId: string;
+            path: string;
+            changes: components["schemas"]["WorkspaceChange"][];
+        };
+        WorkspaceApplyInput: {
+            /** @description An absolute directory to apply to instead of the parent's view. */
+            directory?: string;
+        };
+        WorkspaceApplied: {
+            agentId: string;
+            /** @description The agent whose view received the changes; absent for a directory. */
+            parentId?: string;
+            /** @description The parent's workspace directory (as its commands see it) or the directory named. */
+            target: string;
+            changes: components["schemas"]["WorkspaceChange"][];
         };
         /**
          * @description How every process a job starts is accounted for (`jobs.containment`).
@@ -1218,10 +1389,12 @@ export interface components {
             boundary?: number;
             sandbox?: components["schemas"]["SandboxRequest"];
             limits?: components["schemas"]["Limits"];
+            workspace?: components["schemas"]["WorkspaceMode"];
         };
         SpawnInput: {
             sandbox?: components["schemas"]["SandboxRequest"];
             limits?: components["schemas"]["Limits"];
+            workspace?: components["schemas"]["WorkspaceMode"];
         };
         /**
          * @description A sandbox policy asked for by the harness (never by a model: a tool argument naming a
@@ -1303,6 +1476,7 @@ export interface components {
             createdAt: string;
             sandbox?: components["schemas"]["SandboxPolicy"];
             limits?: components["schemas"]["AgentLimits"];
+            workspace?: components["schemas"]["AgentWorkspace"];
             sessionStart?: components["schemas"]["HookOutput"];
         };
         /**
@@ -1999,7 +2173,7 @@ export interface components {
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
-        /** @description The addressed resource does not exist (`agent_not_found`, `job_not_found`, `contributor_not_found`, `plugin_not_found`, `tool_not_found`). */
+        /** @description The addressed resource does not exist (`agent_not_found`, `job_not_found`, `contributor_not_found`, `plugin_not_found`, `tool_not_found`; `workspace_not_found`: the agent shares its workspace, it has no snapshot). */
         R404: {
             headers: {
                 [name: string]: unknown;
@@ -2036,7 +2210,7 @@ export interface components {
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
-        /** @description The request conflicts with what exists (`duplicate_contributor`, `key_owned` with `key` and `owner`, `builtin_contributor`, `idempotency_key_in_use`: the first request with this `Idempotency-Key` is still being started; `job_not_running`: the job has ended, whatever its kind (this comes before the two next); `input_not_open`: the running job was started without `tty` or `openStdin`, or its input was closed; `input_blocked`: the program did not take the bytes in time; `not_a_terminal`: the running job has no terminal to resize). */
+        /** @description The request conflicts with what exists (`duplicate_contributor`, `key_owned` with `key` and `owner`, `builtin_contributor`, `idempotency_key_in_use`: the first request with this `Idempotency-Key` is still being started; `job_not_running`: the job has ended, whatever its kind (this comes before the two next); `input_not_open`: the running job was started without `tty` or `openStdin`, or its input was closed; `input_blocked`: the program did not take the bytes in time; `not_a_terminal`: the running job has no terminal to resize; `workspace_busy`: a snapshot fork or a drop needs the agent to run no job, or the directory to apply to is under a live workspace; `workspace_conflict` with `paths`: paths changed on both sides since the fork, nothing was applied; `workspace_dropped`: the agent's snapshot workspace was dropped, none of its commands runs). */
         R409: {
             headers: {
                 [name: string]: unknown;
@@ -2110,7 +2284,7 @@ export interface components {
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
-        /** @description The request is well formed but cannot be done (`invalid_declaration` with `errors`, `reserved_key`, `invalid_cwd`, `invalid_plugin`, `invalid_boundary`, `depth_exceeded`, `invalid_arguments`, `timeout_too_long`, `idempotency_key_reused`: the `Idempotency-Key` was used for a different request; `limits_looser`: a limit above the enclosing agent's; `invalid_limits`; `signal_not_allowed`). */
+        /** @description The request is well formed but cannot be done (`invalid_declaration` with `errors`, `reserved_key`, `invalid_cwd`, `invalid_plugin`, `invalid_boundary`, `depth_exceeded`, `invalid_arguments`, `timeout_too_long`, `idempotency_key_reused`: the `Idempotency-Key` was used for a different request; `limits_looser`: a limit above the enclosing agent's; `invalid_limits`; `signal_not_allowed`; `workspace_snapshot_unavailable` with `reason`: this host cannot give snapshot workspaces, `GET /healthz` says why; `invalid_workspace`: a directory to apply to that is not absolute or does not exist). */
         R422: {
             headers: {
                 [name: string]: unknown;
@@ -3040,6 +3214,7 @@ export interface operations {
             401: components["responses"]["R401"];
             404: components["responses"]["R404"];
             408: components["responses"]["R408"];
+            409: components["responses"]["R409"];
             413: components["responses"]["R413"];
             421: components["responses"]["R421"];
             422: components["responses"]["R422"];
@@ -3093,10 +3268,149 @@ export interface operations {
             401: components["responses"]["R401"];
             404: components["responses"]["R404"];
             408: components["responses"]["R408"];
+            409: components["responses"]["R409"];
             413: components["responses"]["R413"];
             421: components["responses"]["R421"];
             422: components["responses"]["R422"];
             503: components["responses"]["R503AgentHome"];
+            507: components["responses"]["R507"];
+            default: components["responses"]["Problem"];
+        };
+    };
+    dropWorkspace: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Dropped. */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["R400"];
+            401: components["responses"]["R401"];
+            404: components["responses"]["R404"];
+            409: components["responses"]["R409"];
+            421: components["responses"]["R421"];
+            503: components["responses"]["R503AgentStore"];
+            default: components["responses"]["Problem"];
+        };
+    };
+    getWorkspaceChanges: {
+        parameters: {
+            query?: {
+                /** @description Add unified diffs of text files. */
+                diff?: boolean;
+            };
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The changes. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "agentId": "agt_01m8rk36qb5xrarf65jpsr64ka",
+                     *       "path": "/home/me/project",
+                     *       "changes": [
+                     *         {
+                     *           "path": "src/main.go",
+                     *           "kind": "modified",
+                     *           "type": "file",
+                     *           "size": 812
+                     *         },
+                     *         {
+                     *           "path": "notes.md",
+                     *           "kind": "added",
+                     *           "type": "file",
+                     *           "size": 40
+                     *         },
+                     *         {
+                     *           "path": "old.txt",
+                     *           "kind": "deleted",
+                     *           "type": "file",
+                     *           "size": 12
+                     *         }
+                     *       ]
+                     *     }
+                     */
+                    "application/json": components["schemas"]["WorkspaceChanges"];
+                };
+            };
+            400: components["responses"]["R400"];
+            401: components["responses"]["R401"];
+            404: components["responses"]["R404"];
+            409: components["responses"]["R409"];
+            421: components["responses"]["R421"];
+            422: components["responses"]["R422"];
+            503: components["responses"]["R503AgentStore"];
+            default: components["responses"]["Problem"];
+        };
+    };
+    applyWorkspace: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: {
+            content: {
+                "application/json": components["schemas"]["WorkspaceApplyInput"];
+            };
+        };
+        responses: {
+            /** @description Applied. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "agentId": "agt_01m8rk36qb5xrarf65jpsr64ka",
+                     *       "parentId": "agt_01m8rk3468mk6yta9t5hevkezw",
+                     *       "target": "/home/me/project",
+                     *       "changes": [
+                     *         {
+                     *           "path": "notes.md",
+                     *           "kind": "added",
+                     *           "type": "file",
+                     *           "size": 40
+                     *         }
+                     *       ]
+                     *     }
+                     */
+                    "application/json": components["schemas"]["WorkspaceApplied"];
+                };
+            };
+            400: components["responses"]["R400"];
+            401: components["responses"]["R401"];
+            404: components["responses"]["R404"];
+            408: components["responses"]["R408"];
+            409: components["responses"]["R409"];
+            413: components["responses"]["R413"];
+            421: components["responses"]["R421"];
+            422: components["responses"]["R422"];
+            503: components["responses"]["R503AgentStore"];
             507: components["responses"]["R507"];
             default: components["responses"]["Problem"];
         };
@@ -3221,8 +3535,10 @@ export interface operations {
             401: components["responses"]["R401"];
             404: components["responses"]["R404"];
             408: components["responses"]["R408"];
+            409: components["responses"]["R409"];
             413: components["responses"]["R413"];
             421: components["responses"]["R421"];
+            422: components["responses"]["R422"];
             429: components["responses"]["R429"];
             502: components["responses"]["R502"];
             503: components["responses"]["R503RunAgent"];
@@ -3235,11 +3551,14 @@ export interface operations {
             query?: {
                 /**
                  * @description `generic` (default): `{name, description, inputSchema}`. `openai`: Chat
-                 *     Completions function tools. `openai-responses`: Responses API function tools,
+                 *     Completions function tools. `openai-strict`: Chat Completions function tools
+                 *     in strict mode (`strict: true` in each function, the parameters as in
+                 *     `openai-responses`). `openai-responses`: Responses API function tools,
                  *     `strict: true`, every property required and the optional ones nullable (send
-                 *     null for "not given"). `anthropic`: Anthropic Messages client tools.
+                 *     null for "not given"), no other property allowed. `anthropic`: Anthropic
+                 *     Messages client tools.
                  */
-                format?: "generic" | "openai" | "openai-responses" | "anthropic";
+                format?: "generic" | "openai" | "openai-strict" | "openai-responses" | "anthropic";
             };
             header?: never;
             path?: never;

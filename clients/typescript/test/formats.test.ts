@@ -6,7 +6,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import type OpenAI from "openai";
 import type Anthropic from "@anthropic-ai/sdk";
-import { createDshdClient, must, type Schemas } from "../src/index.js";
+import { createDshdClient, listTools, must, type Schemas } from "../src/index.js";
 
 // Compile-time checks: the contract's types are the vendors' types.
 export function chatCompletionsBody(tools: Schemas["OpenAIChatTool"][]): OpenAI.Chat.ChatCompletionCreateParams {
@@ -22,7 +22,7 @@ export function anthropicMessagesBody(tools: Schemas["AnthropicTool"][]): Anthro
 const c = createDshdClient(process.env.DSHD_URL!, process.env.DSHD_TOKEN!);
 
 test("openai: Chat Completions function tools", async () => {
-  const tools = must(await c.api.GET("/tools", { params: { query: { format: "openai" } } })) as Schemas["OpenAIChatTool"][];
+  const tools = await listTools(c.api, "openai");
   const body = chatCompletionsBody(tools);
   assert.deepEqual(body.tools!.map((t) => (t.type === "function" ? t.function.name : "")), ["bash", "job_output", "job_list", "job_kill", "write_stdin"]);
   for (const t of tools) {
@@ -33,7 +33,7 @@ test("openai: Chat Completions function tools", async () => {
 });
 
 test("openai-responses: strict Responses API function tools", async () => {
-  const tools = must(await c.api.GET("/tools", { params: { query: { format: "openai-responses" } } })) as Schemas["OpenAIResponsesTool"][];
+  const tools = await listTools(c.api, "openai-responses");
   const body = responsesBody(tools);
   assert.deepEqual(body.tools!.map((t) => ("name" in t ? t.name : "")), ["bash", "job_output", "job_list", "job_kill", "write_stdin"]);
   for (const t of tools) {
@@ -59,8 +59,29 @@ test("openai-responses: strict Responses API function tools", async () => {
   assert.equal(res.text, "strict");
 });
 
+test("openai-strict: strict Chat Completions function tools", async () => {
+  const tools = await listTools(c.api, "openai-strict");
+  const body = chatCompletionsBody(tools);
+  assert.deepEqual(body.tools!.map((t) => (t.type === "function" ? t.function.name : "")), ["bash", "job_output", "job_list", "job_kill", "write_stdin"]);
+  for (const t of tools) {
+    assert.equal(t.function.strict, true, `${t.function.name} is not strict`);
+    const p = t.function.parameters;
+    assert.deepEqual([...(p.required ?? [])].sort(), Object.keys(p.properties).sort(), `${t.function.name}: not every property is required`);
+    assert.equal(p.additionalProperties, false);
+  }
+  // What a strict model sends, as Chat Completions delivers it: a JSON
+  // string with every argument, null for those it leaves out.
+  const agent = must(await c.api.POST("/agents", { body: {} }));
+  const res = must(await c.api.POST("/agents/{id}/tools/{name}", {
+    params: { path: { id: agent.id, name: "bash" } },
+    body: { arguments: JSON.stringify({ command: "echo strict chat", description: null, timeout: null, workdir: null, run_in_background: null, tty: null, yield_time_ms: null, cols: null, rows: null }) },
+  }));
+  assert.equal(res.isError, false, res.text);
+  assert.equal(res.text, "strict chat");
+});
+
 test("anthropic: Messages client tools", async () => {
-  const tools = must(await c.api.GET("/tools", { params: { query: { format: "anthropic" } } })) as Schemas["AnthropicTool"][];
+  const tools = await listTools(c.api, "anthropic");
   const body = anthropicMessagesBody(tools);
   assert.deepEqual(body.tools!.map((t) => ("name" in t ? t.name : "")), ["bash", "job_output", "job_list", "job_kill", "write_stdin"]);
   for (const t of tools) {

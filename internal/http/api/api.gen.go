@@ -791,6 +791,93 @@ func (e WebhookResolverKind) Valid() bool {
 	}
 }
 
+// Defines values for WorkspaceChangeDiffOmitted.
+const (
+	Binary     WorkspaceChangeDiffOmitted = "binary"
+	Budget     WorkspaceChangeDiffOmitted = "budget"
+	TooLarge   WorkspaceChangeDiffOmitted = "too large"
+	Unreadable WorkspaceChangeDiffOmitted = "unreadable"
+)
+
+// Valid indicates whether the value is a known member of the WorkspaceChangeDiffOmitted enum.
+func (e WorkspaceChangeDiffOmitted) Valid() bool {
+	switch e {
+	case Binary:
+		return true
+	case Budget:
+		return true
+	case TooLarge:
+		return true
+	case Unreadable:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WorkspaceChangeKind.
+const (
+	Added    WorkspaceChangeKind = "added"
+	Deleted  WorkspaceChangeKind = "deleted"
+	Modified WorkspaceChangeKind = "modified"
+)
+
+// Valid indicates whether the value is a known member of the WorkspaceChangeKind enum.
+func (e WorkspaceChangeKind) Valid() bool {
+	switch e {
+	case Added:
+		return true
+	case Deleted:
+		return true
+	case Modified:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WorkspaceChangeType.
+const (
+	Dir     WorkspaceChangeType = "dir"
+	File    WorkspaceChangeType = "file"
+	Other   WorkspaceChangeType = "other"
+	Symlink WorkspaceChangeType = "symlink"
+)
+
+// Valid indicates whether the value is a known member of the WorkspaceChangeType enum.
+func (e WorkspaceChangeType) Valid() bool {
+	switch e {
+	case Dir:
+		return true
+	case File:
+		return true
+	case Other:
+		return true
+	case Symlink:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for WorkspaceMode.
+const (
+	Shared   WorkspaceMode = "shared"
+	Snapshot WorkspaceMode = "snapshot"
+)
+
+// Valid indicates whether the value is a known member of the WorkspaceMode enum.
+func (e WorkspaceMode) Valid() bool {
+	switch e {
+	case Shared:
+		return true
+	case Snapshot:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for GetJobOutputParamsStream.
 const (
 	GetJobOutputParamsStreamStderr GetJobOutputParamsStream = "stderr"
@@ -815,6 +902,7 @@ const (
 	Generic         ListToolsParamsFormat = "generic"
 	Openai          ListToolsParamsFormat = "openai"
 	OpenaiResponses ListToolsParamsFormat = "openai-responses"
+	OpenaiStrict    ListToolsParamsFormat = "openai-strict"
 )
 
 // Valid indicates whether the value is a known member of the ListToolsParamsFormat enum.
@@ -827,6 +915,8 @@ func (e ListToolsParamsFormat) Valid() bool {
 	case Openai:
 		return true
 	case OpenaiResponses:
+		return true
+	case OpenaiStrict:
 		return true
 	default:
 		return false
@@ -857,7 +947,8 @@ type Agent struct {
 	// (create, resume, fork, spawn; absent elsewhere). Pass `additionalContext`
 	// on to the model, as Claude Code and Codex do; the agent's next tool result
 	// carries it to the model as well.
-	SessionStart *HookOutput `json:"sessionStart,omitempty"`
+	SessionStart *HookOutput     `json:"sessionStart,omitempty"`
+	Workspace    *AgentWorkspace `json:"workspace,omitempty"`
 }
 
 // AgentOrigin defines model for Agent.Origin.
@@ -908,6 +999,28 @@ type AgentLimits struct {
 
 	// Pids Most processes at once.
 	Pids *int64 `json:"pids,omitempty"`
+}
+
+// AgentWorkspace defines model for AgentWorkspace.
+type AgentWorkspace struct {
+	// Dropped Its workspace was dropped: its commands are refused with 409 `workspace_dropped`.
+	Dropped *bool `json:"dropped,omitempty"`
+
+	// Layers Frozen layers under its own.
+	Layers *int32 `json:"layers,omitempty"`
+
+	// Mode How a forked or spawned agent gets its workspace (its `cwd`). `shared`: the same directory
+	// as its parent (the parent's view, when the parent has a snapshot), every write seen by
+	// both at once. `snapshot`: a copy-on-write snapshot of
+	// the parent's view at the fork, isolated both ways from then on, at a cost that does not
+	// grow with the workspace (no file is copied).
+	Mode WorkspaceMode `json:"mode"`
+
+	// ParentId The agent it was forked or spawned from (absent for the root of a tree of snapshots); for a `shared` agent, the snapshot agent whose view it shares.
+	ParentId *string `json:"parentId,omitempty"`
+
+	// Path Where its commands see the snapshot (its base directory); snapshot only.
+	Path *string `json:"path,omitempty"`
 }
 
 // AnthropicTool An Anthropic Messages client tool.
@@ -1237,6 +1350,13 @@ type ForkInput struct {
 	// with 422 `sandbox_looser`. A policy this host cannot enforce fails with 422
 	// `sandbox_unavailable` (never runs unconfined); `GET /healthz` lists what it can.
 	Sandbox *SandboxRequest `json:"sandbox,omitempty"`
+
+	// Workspace How a forked or spawned agent gets its workspace (its `cwd`). `shared`: the same directory
+	// as its parent (the parent's view, when the parent has a snapshot), every write seen by
+	// both at once. `snapshot`: a copy-on-write snapshot of
+	// the parent's view at the fork, isolated both ways from then on, at a cost that does not
+	// grow with the workspace (no file is copied).
+	Workspace *WorkspaceMode `json:"workspace,omitempty"`
 }
 
 // GenericTool defines model for GenericTool.
@@ -1277,6 +1397,9 @@ type HealthDetails struct {
 
 	// Sandbox The sandbox policies this host can enforce; a request for any other fails with 422 `sandbox_unavailable`.
 	Sandbox *SandboxSupport `json:"sandbox,omitempty"`
+
+	// Workspaces Whether forks and spawns may take `workspace: snapshot` here.
+	Workspaces *WorkspaceSupport `json:"workspaces,omitempty"`
 }
 
 // Hook defines model for Hook.
@@ -1809,9 +1932,12 @@ type Problem struct {
 	Key      *string   `json:"key,omitempty"`
 
 	// Owner For key_owned, the contributor that owns the key.
-	Owner     *string `json:"owner,omitempty"`
-	Reason    *string `json:"reason,omitempty"`
-	RequestId *string `json:"requestId,omitempty"`
+	Owner *string `json:"owner,omitempty"`
+
+	// Paths For workspace_conflict, every path changed on both sides since the fork.
+	Paths     *[]string `json:"paths,omitempty"`
+	Reason    *string   `json:"reason,omitempty"`
+	RequestId *string   `json:"requestId,omitempty"`
 
 	// Status Example: 409
 	Status int32 `json:"status"`
@@ -2003,6 +2129,13 @@ type SpawnInput struct {
 	// with 422 `sandbox_looser`. A policy this host cannot enforce fails with 422
 	// `sandbox_unavailable` (never runs unconfined); `GET /healthz` lists what it can.
 	Sandbox *SandboxRequest `json:"sandbox,omitempty"`
+
+	// Workspace How a forked or spawned agent gets its workspace (its `cwd`). `shared`: the same directory
+	// as its parent (the parent's view, when the parent has a snapshot), every write seen by
+	// both at once. `snapshot`: a copy-on-write snapshot of
+	// the parent's view at the fork, isolated both ways from then on, at a cost that does not
+	// grow with the workspace (no file is copied).
+	Workspace *WorkspaceMode `json:"workspace,omitempty"`
 }
 
 // StaticContributor A contributor with fixed values.
@@ -2278,6 +2411,79 @@ type WebhookResolver struct {
 // WebhookResolverKind defines model for WebhookResolver.Kind.
 type WebhookResolverKind string
 
+// WorkspaceApplied defines model for WorkspaceApplied.
+type WorkspaceApplied struct {
+	AgentId string            `json:"agentId"`
+	Changes []WorkspaceChange `json:"changes"`
+
+	// ParentId The agent whose view received the changes; absent for a directory.
+	ParentId *string `json:"parentId,omitempty"`
+
+	// Target The parent's workspace directory (as its commands see it) or the directory named.
+	Target string `json:"target"`
+}
+
+// WorkspaceApplyInput defines model for WorkspaceApplyInput.
+type WorkspaceApplyInput struct {
+	// Directory An absolute directory to apply to instead of the parent's view.
+	Directory *string `json:"directory,omitempty"`
+}
+
+// WorkspaceChange defines model for WorkspaceChange.
+type WorkspaceChange struct {
+	// Diff Unified diff of a text file (`diff=true`).
+	Diff *string `json:"diff,omitempty"`
+
+	// DiffOmitted Why a requested diff is missing.
+	DiffOmitted *WorkspaceChangeDiffOmitted `json:"diffOmitted,omitempty"`
+	Kind        WorkspaceChangeKind         `json:"kind"`
+
+	// Path Relative to the workspace directory.
+	Path string `json:"path"`
+
+	// Size Bytes now; for a deletion, before (for a directory, of the files in it).
+	Size int64               `json:"size"`
+	Type WorkspaceChangeType `json:"type"`
+}
+
+// WorkspaceChangeDiffOmitted Why a requested diff is missing.
+type WorkspaceChangeDiffOmitted string
+
+// WorkspaceChangeKind defines model for WorkspaceChange.Kind.
+type WorkspaceChangeKind string
+
+// WorkspaceChangeType defines model for WorkspaceChange.Type.
+type WorkspaceChangeType string
+
+// WorkspaceChanges defines model for WorkspaceChanges.
+type WorkspaceChanges struct {
+	AgentId string            `json:"agentId"`
+	Changes []WorkspaceChange `json:"changes"`
+	Path    string            `json:"path"`
+}
+
+// WorkspaceMode How a forked or spawned agent gets its workspace (its `cwd`). `shared`: the same directory
+// as its parent (the parent's view, when the parent has a snapshot), every write seen by
+// both at once. `snapshot`: a copy-on-write snapshot of
+// the parent's view at the fork, isolated both ways from then on, at a cost that does not
+// grow with the workspace (no file is copied).
+type WorkspaceMode string
+
+// WorkspaceSupport Whether forks and spawns may take `workspace: snapshot` here.
+type WorkspaceSupport struct {
+	// Bytes Bytes of the files in them.
+	Bytes int64 `json:"bytes"`
+
+	// Layers Layers kept under the home (frozen and upper).
+	Layers int64 `json:"layers"`
+
+	// Reason Why not (422 `workspace_snapshot_unavailable` gives the same).
+	Reason *string `json:"reason,omitempty"`
+
+	// Snapshot Snapshot workspaces work here (overlayfs with its upper layers under the dshd home, in mount namespaces of the jobs' own).
+	Snapshot bool `json:"snapshot"`
+}
+
 // R400 defines model for R400.
 type R400 = Problem
 
@@ -2329,6 +2535,12 @@ type R503RunAgent = Problem
 // R507 defines model for R507.
 type R507 = Problem
 
+// GetWorkspaceChangesParams defines parameters for GetWorkspaceChanges.
+type GetWorkspaceChangesParams struct {
+	// Diff Add unified diffs of text files.
+	Diff *bool `form:"diff,omitempty" json:"diff,omitempty"`
+}
+
 // ExecParams defines parameters for Exec.
 type ExecParams struct {
 	// IdempotencyKey Makes the command run at most once per agent within the idempotency window.
@@ -2366,9 +2578,12 @@ type WriteJobInputParams struct {
 // ListToolsParams defines parameters for ListTools.
 type ListToolsParams struct {
 	// Format `generic` (default): `{name, description, inputSchema}`. `openai`: Chat
-	// Completions function tools. `openai-responses`: Responses API function tools,
+	// Completions function tools. `openai-strict`: Chat Completions function tools
+	// in strict mode (`strict: true` in each function, the parameters as in
+	// `openai-responses`). `openai-responses`: Responses API function tools,
 	// `strict: true`, every property required and the optional ones nullable (send
-	// null for "not given"). `anthropic`: Anthropic Messages client tools.
+	// null for "not given"), no other property allowed. `anthropic`: Anthropic
+	// Messages client tools.
 	Format *ListToolsParamsFormat `form:"format,omitempty" json:"format,omitempty"`
 }
 
@@ -2386,6 +2601,9 @@ type SpawnAgentJSONRequestBody = SpawnInput
 
 // CallToolJSONRequestBody defines body for CallTool for application/json ContentType.
 type CallToolJSONRequestBody = ToolCall
+
+// ApplyWorkspaceJSONRequestBody defines body for ApplyWorkspace for application/json ContentType.
+type ApplyWorkspaceJSONRequestBody = WorkspaceApplyInput
 
 // RegisterContributorJSONRequestBody defines body for RegisterContributor for application/json ContentType.
 type RegisterContributorJSONRequestBody = ContributorInput
@@ -3451,6 +3669,15 @@ type ServerInterface interface {
 	// GetTranscript The agent's transcript.
 	// (GET /agents/{id}/transcript)
 	GetTranscript(w http.ResponseWriter, r *http.Request, id string)
+	// DropWorkspace Drop the agent's snapshot workspace: its changes are discarded.
+	// (DELETE /agents/{id}/workspace)
+	DropWorkspace(w http.ResponseWriter, r *http.Request, id string)
+	// ApplyWorkspace Write the agent's changes onto its parent's view, or onto a directory, all or nothing.
+	// (POST /agents/{id}/workspace/apply)
+	ApplyWorkspace(w http.ResponseWriter, r *http.Request, id string)
+	// GetWorkspaceChanges What the agent changed in its snapshot workspace since its fork.
+	// (GET /agents/{id}/workspace/changes)
+	GetWorkspaceChanges(w http.ResponseWriter, r *http.Request, id string, params GetWorkspaceChangesParams)
 	// ListContributors Declarations grouped by contributor, sorted by name.
 	// (GET /contributors)
 	ListContributors(w http.ResponseWriter, r *http.Request)
@@ -3568,6 +3795,24 @@ func (_ Unimplemented) CallTool(w http.ResponseWriter, r *http.Request, id strin
 // GetTranscript The agent's transcript.
 // (GET /agents/{id}/transcript)
 func (_ Unimplemented) GetTranscript(w http.ResponseWriter, r *http.Request, id string) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// DropWorkspace Drop the agent's snapshot workspace: its changes are discarded.
+// (DELETE /agents/{id}/workspace)
+func (_ Unimplemented) DropWorkspace(w http.ResponseWriter, r *http.Request, id string) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// ApplyWorkspace Write the agent's changes onto its parent's view, or onto a directory, all or nothing.
+// (POST /agents/{id}/workspace/apply)
+func (_ Unimplemented) ApplyWorkspace(w http.ResponseWriter, r *http.Request, id string) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// GetWorkspaceChanges What the agent changed in its snapshot workspace since its fork.
+// (GET /agents/{id}/workspace/changes)
+func (_ Unimplemented) GetWorkspaceChanges(w http.ResponseWriter, r *http.Request, id string, params GetWorkspaceChangesParams) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
@@ -3896,6 +4141,100 @@ func (siw *ServerInterfaceWrapper) GetTranscript(w http.ResponseWriter, r *http.
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.GetTranscript(w, r, id)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// DropWorkspace operation middleware
+func (siw *ServerInterfaceWrapper) DropWorkspace(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "id" -------------
+	var id string
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", chi.URLParam(r, "id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.DropWorkspace(w, r, id)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ApplyWorkspace operation middleware
+func (siw *ServerInterfaceWrapper) ApplyWorkspace(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "id" -------------
+	var id string
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", chi.URLParam(r, "id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ApplyWorkspace(w, r, id)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// GetWorkspaceChanges operation middleware
+func (siw *ServerInterfaceWrapper) GetWorkspaceChanges(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "id" -------------
+	var id string
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", chi.URLParam(r, "id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "id", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params GetWorkspaceChangesParams
+
+	// ------------- Optional query parameter "diff" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "diff", r.URL.Query(), &params.Diff, runtime.BindQueryParameterOptions{Type: "boolean", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "diff"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "diff", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetWorkspaceChanges(w, r, id, params)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -4678,6 +5017,15 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 		r.Post(options.BaseURL+"/agents/{id}/spawn", wrapper.SpawnAgent)
 	})
 	r.Group(func(r chi.Router) {
+		r.Delete(options.BaseURL+"/agents/{id}/workspace", wrapper.DropWorkspace)
+	})
+	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/agents/{id}/workspace/changes", wrapper.GetWorkspaceChanges)
+	})
+	r.Group(func(r chi.Router) {
+		r.Post(options.BaseURL+"/agents/{id}/workspace/apply", wrapper.ApplyWorkspace)
+	})
+	r.Group(func(r chi.Router) {
 		r.Get(options.BaseURL+"/agents/{id}/transcript", wrapper.GetTranscript)
 	})
 	r.Group(func(r chi.Router) {
@@ -5222,6 +5570,22 @@ func (response ForkAgent408ApplicationProblemPlusJSONResponse) VisitForkAgentRes
 	return err
 }
 
+type ForkAgent409ApplicationProblemPlusJSONResponse struct {
+	R409ApplicationProblemPlusJSONResponse
+}
+
+func (response ForkAgent409ApplicationProblemPlusJSONResponse) VisitForkAgentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ForkAgent413ApplicationProblemPlusJSONResponse struct {
 	R413ApplicationProblemPlusJSONResponse
 }
@@ -5541,6 +5905,22 @@ func (response SpawnAgent408ApplicationProblemPlusJSONResponse) VisitSpawnAgentR
 	return err
 }
 
+type SpawnAgent409ApplicationProblemPlusJSONResponse struct {
+	R409ApplicationProblemPlusJSONResponse
+}
+
+func (response SpawnAgent409ApplicationProblemPlusJSONResponse) VisitSpawnAgentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type SpawnAgent413ApplicationProblemPlusJSONResponse struct {
 	R413ApplicationProblemPlusJSONResponse
 }
@@ -5726,6 +6106,22 @@ func (response CallTool408ApplicationProblemPlusJSONResponse) VisitCallToolRespo
 	return err
 }
 
+type CallTool409ApplicationProblemPlusJSONResponse struct {
+	R409ApplicationProblemPlusJSONResponse
+}
+
+func (response CallTool409ApplicationProblemPlusJSONResponse) VisitCallToolResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type CallTool413ApplicationProblemPlusJSONResponse struct {
 	R413ApplicationProblemPlusJSONResponse
 }
@@ -5754,6 +6150,22 @@ func (response CallTool421ApplicationProblemPlusJSONResponse) VisitCallToolRespo
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(421)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CallTool422ApplicationProblemPlusJSONResponse struct {
+	R422ApplicationProblemPlusJSONResponse
+}
+
+func (response CallTool422ApplicationProblemPlusJSONResponse) VisitCallToolResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(422)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -5993,6 +6405,487 @@ type GetTranscriptdefaultApplicationProblemPlusJSONResponse struct {
 }
 
 func (response GetTranscriptdefaultApplicationProblemPlusJSONResponse) VisitGetTranscriptResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DropWorkspaceRequestObject struct {
+	Id string `json:"id"`
+}
+
+type DropWorkspaceResponseObject interface {
+	VisitDropWorkspaceResponse(w http.ResponseWriter) error
+}
+
+type DropWorkspace204Response struct {
+}
+
+func (response DropWorkspace204Response) VisitDropWorkspaceResponse(w http.ResponseWriter) error {
+	w.WriteHeader(204)
+	return nil
+}
+
+type DropWorkspace400ApplicationProblemPlusJSONResponse struct {
+	R400ApplicationProblemPlusJSONResponse
+}
+
+func (response DropWorkspace400ApplicationProblemPlusJSONResponse) VisitDropWorkspaceResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DropWorkspace401ApplicationProblemPlusJSONResponse struct {
+	R401ApplicationProblemPlusJSONResponse
+}
+
+func (response DropWorkspace401ApplicationProblemPlusJSONResponse) VisitDropWorkspaceResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DropWorkspace404ApplicationProblemPlusJSONResponse struct {
+	R404ApplicationProblemPlusJSONResponse
+}
+
+func (response DropWorkspace404ApplicationProblemPlusJSONResponse) VisitDropWorkspaceResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DropWorkspace409ApplicationProblemPlusJSONResponse struct {
+	R409ApplicationProblemPlusJSONResponse
+}
+
+func (response DropWorkspace409ApplicationProblemPlusJSONResponse) VisitDropWorkspaceResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DropWorkspace421ApplicationProblemPlusJSONResponse struct {
+	R421ApplicationProblemPlusJSONResponse
+}
+
+func (response DropWorkspace421ApplicationProblemPlusJSONResponse) VisitDropWorkspaceResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(421)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DropWorkspace503ApplicationProblemPlusJSONResponse struct {
+	R503AgentStoreApplicationProblemPlusJSONResponse
+}
+
+func (response DropWorkspace503ApplicationProblemPlusJSONResponse) VisitDropWorkspaceResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DropWorkspacedefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response DropWorkspacedefaultApplicationProblemPlusJSONResponse) VisitDropWorkspaceResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ApplyWorkspaceRequestObject struct {
+	Id   string `json:"id"`
+	Body *ApplyWorkspaceJSONRequestBody
+}
+
+type ApplyWorkspaceResponseObject interface {
+	VisitApplyWorkspaceResponse(w http.ResponseWriter) error
+}
+
+type ApplyWorkspace200JSONResponse WorkspaceApplied
+
+func (response ApplyWorkspace200JSONResponse) VisitApplyWorkspaceResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ApplyWorkspace400ApplicationProblemPlusJSONResponse struct {
+	R400ApplicationProblemPlusJSONResponse
+}
+
+func (response ApplyWorkspace400ApplicationProblemPlusJSONResponse) VisitApplyWorkspaceResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ApplyWorkspace401ApplicationProblemPlusJSONResponse struct {
+	R401ApplicationProblemPlusJSONResponse
+}
+
+func (response ApplyWorkspace401ApplicationProblemPlusJSONResponse) VisitApplyWorkspaceResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ApplyWorkspace404ApplicationProblemPlusJSONResponse struct {
+	R404ApplicationProblemPlusJSONResponse
+}
+
+func (response ApplyWorkspace404ApplicationProblemPlusJSONResponse) VisitApplyWorkspaceResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ApplyWorkspace408ApplicationProblemPlusJSONResponse struct {
+	R408ApplicationProblemPlusJSONResponse
+}
+
+func (response ApplyWorkspace408ApplicationProblemPlusJSONResponse) VisitApplyWorkspaceResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(408)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ApplyWorkspace409ApplicationProblemPlusJSONResponse struct {
+	R409ApplicationProblemPlusJSONResponse
+}
+
+func (response ApplyWorkspace409ApplicationProblemPlusJSONResponse) VisitApplyWorkspaceResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ApplyWorkspace413ApplicationProblemPlusJSONResponse struct {
+	R413ApplicationProblemPlusJSONResponse
+}
+
+func (response ApplyWorkspace413ApplicationProblemPlusJSONResponse) VisitApplyWorkspaceResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ApplyWorkspace421ApplicationProblemPlusJSONResponse struct {
+	R421ApplicationProblemPlusJSONResponse
+}
+
+func (response ApplyWorkspace421ApplicationProblemPlusJSONResponse) VisitApplyWorkspaceResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(421)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ApplyWorkspace422ApplicationProblemPlusJSONResponse struct {
+	R422ApplicationProblemPlusJSONResponse
+}
+
+func (response ApplyWorkspace422ApplicationProblemPlusJSONResponse) VisitApplyWorkspaceResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ApplyWorkspace503ApplicationProblemPlusJSONResponse struct {
+	R503AgentStoreApplicationProblemPlusJSONResponse
+}
+
+func (response ApplyWorkspace503ApplicationProblemPlusJSONResponse) VisitApplyWorkspaceResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ApplyWorkspace507ApplicationProblemPlusJSONResponse struct {
+	R507ApplicationProblemPlusJSONResponse
+}
+
+func (response ApplyWorkspace507ApplicationProblemPlusJSONResponse) VisitApplyWorkspaceResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(507)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ApplyWorkspacedefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ApplyWorkspacedefaultApplicationProblemPlusJSONResponse) VisitApplyWorkspaceResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetWorkspaceChangesRequestObject struct {
+	Id     string `json:"id"`
+	Params GetWorkspaceChangesParams
+}
+
+type GetWorkspaceChangesResponseObject interface {
+	VisitGetWorkspaceChangesResponse(w http.ResponseWriter) error
+}
+
+type GetWorkspaceChanges200JSONResponse WorkspaceChanges
+
+func (response GetWorkspaceChanges200JSONResponse) VisitGetWorkspaceChangesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetWorkspaceChanges400ApplicationProblemPlusJSONResponse struct {
+	R400ApplicationProblemPlusJSONResponse
+}
+
+func (response GetWorkspaceChanges400ApplicationProblemPlusJSONResponse) VisitGetWorkspaceChangesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetWorkspaceChanges401ApplicationProblemPlusJSONResponse struct {
+	R401ApplicationProblemPlusJSONResponse
+}
+
+func (response GetWorkspaceChanges401ApplicationProblemPlusJSONResponse) VisitGetWorkspaceChangesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetWorkspaceChanges404ApplicationProblemPlusJSONResponse struct {
+	R404ApplicationProblemPlusJSONResponse
+}
+
+func (response GetWorkspaceChanges404ApplicationProblemPlusJSONResponse) VisitGetWorkspaceChangesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetWorkspaceChanges409ApplicationProblemPlusJSONResponse struct {
+	R409ApplicationProblemPlusJSONResponse
+}
+
+func (response GetWorkspaceChanges409ApplicationProblemPlusJSONResponse) VisitGetWorkspaceChangesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetWorkspaceChanges421ApplicationProblemPlusJSONResponse struct {
+	R421ApplicationProblemPlusJSONResponse
+}
+
+func (response GetWorkspaceChanges421ApplicationProblemPlusJSONResponse) VisitGetWorkspaceChangesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(421)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetWorkspaceChanges422ApplicationProblemPlusJSONResponse struct {
+	R422ApplicationProblemPlusJSONResponse
+}
+
+func (response GetWorkspaceChanges422ApplicationProblemPlusJSONResponse) VisitGetWorkspaceChangesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetWorkspaceChanges503ApplicationProblemPlusJSONResponse struct {
+	R503AgentStoreApplicationProblemPlusJSONResponse
+}
+
+func (response GetWorkspaceChanges503ApplicationProblemPlusJSONResponse) VisitGetWorkspaceChangesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetWorkspaceChangesdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response GetWorkspaceChangesdefaultApplicationProblemPlusJSONResponse) VisitGetWorkspaceChangesResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
 	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
@@ -8863,6 +9756,15 @@ type StrictServerInterface interface {
 	// GetTranscript The agent's transcript.
 	// (GET /agents/{id}/transcript)
 	GetTranscript(ctx context.Context, request GetTranscriptRequestObject) (GetTranscriptResponseObject, error)
+	// DropWorkspace Drop the agent's snapshot workspace: its changes are discarded.
+	// (DELETE /agents/{id}/workspace)
+	DropWorkspace(ctx context.Context, request DropWorkspaceRequestObject) (DropWorkspaceResponseObject, error)
+	// ApplyWorkspace Write the agent's changes onto its parent's view, or onto a directory, all or nothing.
+	// (POST /agents/{id}/workspace/apply)
+	ApplyWorkspace(ctx context.Context, request ApplyWorkspaceRequestObject) (ApplyWorkspaceResponseObject, error)
+	// GetWorkspaceChanges What the agent changed in its snapshot workspace since its fork.
+	// (GET /agents/{id}/workspace/changes)
+	GetWorkspaceChanges(ctx context.Context, request GetWorkspaceChangesRequestObject) (GetWorkspaceChangesResponseObject, error)
 	// ListContributors Declarations grouped by contributor, sorted by name.
 	// (GET /contributors)
 	ListContributors(ctx context.Context, request ListContributorsRequestObject) (ListContributorsResponseObject, error)
@@ -9205,6 +10107,95 @@ func (sh *strictHandler) GetTranscript(w http.ResponseWriter, r *http.Request, i
 		sh.options.ResponseErrorHandlerFunc(w, r, err)
 	} else if validResponse, ok := response.(GetTranscriptResponseObject); ok {
 		if err := validResponse.VisitGetTranscriptResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// DropWorkspace operation middleware
+func (sh *strictHandler) DropWorkspace(w http.ResponseWriter, r *http.Request, id string) {
+	var request DropWorkspaceRequestObject
+
+	request.Id = id
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.DropWorkspace(ctx, request.(DropWorkspaceRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "DropWorkspace")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(DropWorkspaceResponseObject); ok {
+		if err := validResponse.VisitDropWorkspaceResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// ApplyWorkspace operation middleware
+func (sh *strictHandler) ApplyWorkspace(w http.ResponseWriter, r *http.Request, id string) {
+	var request ApplyWorkspaceRequestObject
+
+	request.Id = id
+
+	var body ApplyWorkspaceJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		if !errors.Is(err, io.EOF) {
+			sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+			return
+		}
+	} else {
+		request.Body = &body
+	}
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ApplyWorkspace(ctx, request.(ApplyWorkspaceRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ApplyWorkspace")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ApplyWorkspaceResponseObject); ok {
+		if err := validResponse.VisitApplyWorkspaceResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// GetWorkspaceChanges operation middleware
+func (sh *strictHandler) GetWorkspaceChanges(w http.ResponseWriter, r *http.Request, id string, params GetWorkspaceChangesParams) {
+	var request GetWorkspaceChangesRequestObject
+
+	request.Id = id
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.GetWorkspaceChanges(ctx, request.(GetWorkspaceChangesRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "GetWorkspaceChanges")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(GetWorkspaceChangesResponseObject); ok {
+		if err := validResponse.VisitGetWorkspaceChangesResponse(w); err != nil {
 			sh.options.ResponseErrorHandlerFunc(w, r, err)
 		}
 	} else if response != nil {

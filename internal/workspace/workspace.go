@@ -1,0 +1,658 @@
+// Package workspace gives a forked or spawned agent its own copy-on-write
+// view of its parent's workspace: overlayfs layers under the dshd home,
+// mounted (one superblock per agent, held by dshd as a detached mount) at
+// the workspace's own path in each job's mount namespace.
+//
+// A tree of snapshot agents shares one base directory, the lowest layer,
+// which dshd never writes while the tree lives. At the first snapshot fork
+// the parent moves onto a layer too: from then on its writes go to an upper
+// directory of its own. At each fork the parent's upper is frozen into a
+// read-only layer and parent and child each get a fresh, empty upper on top
+// of the same stack of frozen layers: each sees the workspace as it was at
+// the fork and, from then on, only its own writes. No file is copied.
+//
+// What a child did is listed (Changes), applied to its parent's view or to
+// a directory all or nothing, refusing on conflicts (Apply), or dropped
+// (Drop). The stacks are recorded in <dir>/state.json; the layers are
+// directories under <dir>/layers, so they survive a restart.
+package workspace
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/dshd/dshd/internal/atomicfile"
+)
+
+// Mode is how a forked or spawned agent gets its workspace.
+type Mode string
+
+// The modes.
+const (
+	// Shared: the child works in the same directory as its parent
+	// (writes of either are seen by both at once).
+	Shared Mode = "shared"
+	// Snapshot: the child gets a copy-on-write snapshot of its parent's
+	// view at the fork; from then on the two are isolated both ways.
+	Snapshot Mode = "snapshot"
+)
+
+// Valid reports whether m names a mode ("" means Shared).
+func (m Mode) Valid() bool { return m == "" || m == Shared || m == Snapshot }
+
+// Errors.
+var (
+	// ErrUnavailable: this host (kernel, file system, privileges, cluster
+	// mode) cannot give snapshot workspaces; the error says why.
+	ErrUnavailable = errors.New("workspace snapshots unavailable")
+	// ErrNotFound: the agent has no workspace of its own (it shares its
+	// workspace directory).
+	ErrNotFound = errors.New("agent has no snapshot workspace")
+	// ErrBusy: the operation needs the agent to run no job (freezing its
+	// upper layer, dropping it), or a directory that a live workspace
+	// stands on.
+	ErrBusy = errors.New("workspace busy")
+	// ErrDropped: the agent's workspace was dropped (DELETE), or could not
+	// be made: none of its commands runs, rather than in a shared
+	// directory.
+	ErrDropped = errors.New("workspace dropped")
+	// ErrConflict: applying would overwrite a change made on the target
+	// side since the fork; see ConflictError.
+	ErrConflict = errors.New("workspace changes conflict")
+	// ErrInvalid: a request that cannot be right (a relative target
+	// directory, one that does not exist).
+	ErrInvalid = errors.New("invalid workspace request")
+)
+
+// UnavailableError says why snapshots cannot be had here; it is
+// ErrUnavailable.
+type UnavailableError struct{ Reason string }
+
+func (e *UnavailableError) Error() string { return ErrUnavailable.Error() + ": " + e.Reason }
+
+// Is makes errors.Is(err, ErrUnavailable) hold.
+func (e *UnavailableError) Is(target error) bool { return target == ErrUnavailable }
+
+func unavailable(format string, args ...any) error {
+	return &UnavailableError{Reason: fmt.Sprintf(format, args...)}
+}
+
+// ConflictError lists the paths changed on both sides since the fork.
+type ConflictError struct{ Paths []string }
+
+func (e *ConflictError) Error() string {
+	return fmt.Sprintf("%v: %d path(s) changed on both sides since the fork: %s", ErrConflict, len(e.Paths), strings.Join(e.Paths, ", "))
+}
+
+// Is makes errors.Is(err, ErrConflict) hold.
+func (e *ConflictError) Is(target error) bool { return target == ErrConflict }
+
+// agentState is one agent's workspace as recorded.
+type agentState struct {
+	// Base is the workspace directory: the lowest layer of the tree, and
+	// where the view is mounted.
+	Base string `json:"base"`
+	// Layers are the frozen layers' ids, lowest first.
+	Layers []string `json:"layers"`
+	// Upper is the id of the layer the agent writes to.
+	Upper string `json:"upper"`
+	// Parent is the agent it was forked or spawned from ("" for the root
+	// of a tree, which moved onto a layer at its first snapshot fork).
+	Parent string `json:"parent,omitempty"`
+	// Created is when the workspace was made.
+	Created time.Time `json:"created"`
+	// Dropped: DELETE dropped it (or making it failed).
+	Dropped bool `json:"dropped,omitempty"`
+	// Shares names the agent whose view this one shares (a shared fork or
+	// spawn of a snapshot agent); such an entry has no layer of its own.
+	Shares string `json:"shares,omitempty"`
+}
+
+type stateFile struct {
+	Version int                    `json:"version"`
+	Agents  map[string]*agentState `json:"agents"`
+}
+
+// Manager keeps the agents' workspaces. It is safe for concurrent use.
+type Manager struct {
+	dir string
+	log *slog.Logger
+	why string // "" when snapshots work here
+
+	mu     sync.Mutex
+	agents map[string]*agentState
+	mounts map[string]int // agent -> detached overlay mount (fsmount fd)
+	active map[string]int // agent -> jobs holding a Lease
+	// releaseWait: see defaultReleaseWait (tests shorten it).
+	releaseWait time.Duration
+
+	usageMu     sync.Mutex
+	usageAt     time.Time
+	usageBytes  int64
+	usageLayers int
+}
+
+// Open opens the workspaces kept under dir (created 0700), probes once that
+// this host can mount them and removes layers no agent references (left by
+// a crash in the middle of a fork or a drop). disabled, when not "", is why
+// snapshots are off (cluster mode); the Manager then refuses every fork
+// with ErrUnavailable but still lists what it has.
+func Open(dir, disabled string, logger *slog.Logger) (*Manager, error) {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	m := &Manager{dir: dir, log: logger, agents: map[string]*agentState{}, mounts: map[string]int{}, active: map[string]int{}, releaseWait: defaultReleaseWait}
+	if err := os.MkdirAll(filepath.Join(dir, "layers"), 0o700); err != nil {
+		return nil, fmt.Errorf("workspaces: %w", err)
+	}
+	if err := m.load(); err != nil {
+		return nil, err
+	}
+	m.why = disabled
+	if m.why == "" {
+		if err := probe(dir); err != nil {
+			m.why = err.Error()
+		}
+	}
+	m.collect()
+	return m, nil
+}
+
+// Available says whether snapshot workspaces work here, and if not why.
+func (m *Manager) Available() (bool, string) {
+	if m == nil {
+		return false, "workspaces are not configured"
+	}
+	return m.why == "", m.why
+}
+
+func (m *Manager) statePath() string { return filepath.Join(m.dir, "state.json") }
+
+func (m *Manager) layerDir(id string) string { return filepath.Join(m.dir, "layers", id) }
+
+// upperDir and workDir are an upper layer's data and overlayfs's work
+// directory; a frozen layer keeps only its data.
+func (m *Manager) upperDir(id string) string { return filepath.Join(m.layerDir(id), "fs") }
+func (m *Manager) workDir(id string) string  { return filepath.Join(m.layerDir(id), "work") }
+
+func (m *Manager) load() error {
+	b, err := os.ReadFile(m.statePath())
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("workspaces: %w", err)
+	}
+	var st stateFile
+	if err := json.Unmarshal(b, &st); err != nil {
+		return fmt.Errorf("workspaces: %s: %w", m.statePath(), err)
+	}
+	if st.Agents != nil {
+		m.agents = st.Agents
+	}
+	return nil
+}
+
+// saveLocked records the state durably.
+func (m *Manager) saveLocked() error {
+	b, err := json.MarshalIndent(stateFile{Version: 1, Agents: m.agents}, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := atomicfile.Write(m.statePath(), b, atomicfile.Options{}); err != nil {
+		return fmt.Errorf("workspaces: save state: %w", err)
+	}
+	return nil
+}
+
+// collect removes the layers no recorded agent references.
+func (m *Manager) collect() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.collectLocked()
+}
+
+func (m *Manager) collectLocked() {
+	used := map[string]bool{}
+	for _, a := range m.agents {
+		if a.Dropped {
+			continue
+		}
+		for _, l := range a.Layers {
+			used[l] = true
+		}
+		used[a.Upper] = true
+	}
+	ents, err := os.ReadDir(filepath.Join(m.dir, "layers"))
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		if !used[e.Name()] {
+			if err := os.RemoveAll(m.layerDir(e.Name())); err != nil {
+				m.log.Warn("remove unused workspace layer", "layer", e.Name(), "err", err)
+			}
+		}
+	}
+}
+
+func newID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return time.Now().UTC().Format("20060102T150405") + "-" + hex.EncodeToString(b[:])
+}
+
+// newLayer makes an empty upper layer and returns its id.
+func (m *Manager) newLayer() (string, error) {
+	id := newID()
+	for _, d := range []string{m.upperDir(id), m.workDir(id)} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			os.RemoveAll(m.layerDir(id))
+			return "", fmt.Errorf("workspaces: new layer: %w", err)
+		}
+	}
+	return id, nil
+}
+
+// Info is what an agent's workspace is, for the API.
+type Info struct {
+	Mode Mode
+	// Path is where its commands see it (its base directory).
+	Path string
+	// Parent is the agent it was forked from ("" for a tree's root).
+	Parent string
+	// Layers counts the frozen layers under its upper.
+	Layers int
+	// Dropped: its workspace was dropped; its commands are refused.
+	Dropped bool
+}
+
+// Info returns agent's workspace; Mode Shared when it has none.
+func (m *Manager) Info(agent string) Info {
+	if m == nil {
+		return Info{Mode: Shared}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	a, ok := m.agents[agent]
+	if !ok {
+		return Info{Mode: Shared}
+	}
+	if a.Shares != "" {
+		o := m.agents[a.Shares]
+		return Info{Mode: Shared, Path: a.Base, Parent: a.Shares, Dropped: a.Dropped || o == nil || o.Dropped}
+	}
+	return Info{Mode: Snapshot, Path: a.Base, Parent: a.Parent, Layers: len(a.Layers), Dropped: a.Dropped}
+}
+
+// CheckFork returns nil when parent, whose workspace directory is cwd, may
+// be forked in snapshot mode now: snapshots work here, its workspace was
+// not dropped and it runs no job. Call it before making the child agent,
+// then Fork.
+func (m *Manager) CheckFork(parent, cwd string) error {
+	if ok, why := m.Available(); !ok {
+		return unavailable("%s", why)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	parent = m.ownerLocked(parent)
+	m.waitIdleLocked(parent)
+	return m.checkForkLocked(parent, cwd)
+}
+
+func (m *Manager) checkForkLocked(parent, cwd string) error {
+	if a, ok := m.agents[parent]; ok {
+		if a.Dropped {
+			return fmt.Errorf("%w: agent %s", ErrDropped, parent)
+		}
+	} else {
+		if !filepath.IsAbs(cwd) {
+			return fmt.Errorf("%w: agent %s has no absolute workspace directory (%q)", ErrInvalid, parent, cwd)
+		}
+		if fi, err := os.Stat(cwd); err != nil || !fi.IsDir() {
+			return fmt.Errorf("%w: workspace %s is not a directory", ErrInvalid, cwd)
+		}
+		if within(m.dir, cwd) || within(cwd, m.dir) {
+			return unavailable("workspace %s and the dshd home overlap", cwd)
+		}
+	}
+	if n := m.active[parent]; n > 0 {
+		return fmt.Errorf("%w: agent %s runs %d job(s); a snapshot fork freezes its layer and needs it idle", ErrBusy, parent, n)
+	}
+	return nil
+}
+
+// defaultReleaseWait is how long an operation that needs an agent idle
+// waits for the leases of jobs that have just ended (a lease is given back
+// by the job's waiter, a moment after the job's end is reported).
+const defaultReleaseWait = 2 * time.Second
+
+// waitIdleLocked waits, unlocking meanwhile, up to releaseWait for agent
+// to hold no lease.
+func (m *Manager) waitIdleLocked(agent string) {
+	for deadline := time.Now().Add(m.releaseWait); m.active[agent] > 0 && time.Now().Before(deadline); {
+		m.mu.Unlock()
+		time.Sleep(5 * time.Millisecond)
+		m.mu.Lock()
+	}
+}
+
+// Fork gives child a snapshot of parent's current view. A parent without a
+// workspace of its own (whose directory is cwd) moves onto one first. On
+// error child's workspace is recorded as dropped, so that it never runs in
+// a shared directory by mistake.
+func (m *Manager) Fork(parent, cwd, child string) (err error) {
+	if ok, why := m.Available(); !ok {
+		return unavailable("%s", why)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if a, ok := m.agents[parent]; ok && a.Dropped && a.Shares != "" {
+		return fmt.Errorf("%w: agent %s", ErrDropped, parent)
+	}
+	parent = m.ownerLocked(parent)
+	defer func() {
+		if err != nil {
+			m.agents[child] = &agentState{Base: cwd, Parent: parent, Created: time.Now().UTC(), Dropped: true}
+			if serr := m.saveLocked(); serr != nil {
+				m.log.Error("record failed workspace fork", "agent_id", child, "err", serr)
+			}
+		}
+	}()
+	m.waitIdleLocked(parent)
+	if err := m.checkForkLocked(parent, cwd); err != nil {
+		return err
+	}
+	p, had := m.agents[parent]
+	if !had {
+		p = &agentState{Base: filepath.Clean(cwd), Created: time.Now().UTC()}
+	}
+	pUpper, err := m.newLayer()
+	if err != nil {
+		return err
+	}
+	cUpper, err := m.newLayer()
+	if err != nil {
+		os.RemoveAll(m.layerDir(pUpper))
+		return err
+	}
+	np := *p
+	np.Layers = slices.Clone(p.Layers)
+	if had {
+		if empty, _ := emptyDir(m.upperDir(p.Upper)); empty {
+			// Nothing to freeze: the old upper goes (after the save).
+		} else {
+			np.Layers = append(np.Layers, p.Upper)
+		}
+	}
+	np.Upper = pUpper
+	c := &agentState{Base: np.Base, Layers: slices.Clone(np.Layers), Upper: cUpper, Parent: parent, Created: time.Now().UTC()}
+	// Both views are mounted before anything is recorded: a base or a
+	// layer overlayfs refuses (a base on a file system it cannot stack
+	// on) fails the fork here, leaving the parent as it was, rather than
+	// at the next command of either. The mounts then serve those commands.
+	m.closeMountLocked(parent)
+	undo := func() {
+		os.RemoveAll(m.layerDir(pUpper))
+		os.RemoveAll(m.layerDir(cUpper))
+	}
+	pfd, err := mountOverlay(m.lowers(&np), m.upperDir(pUpper), m.workDir(pUpper))
+	if err != nil {
+		undo()
+		return unavailable("mount agent %s's workspace on %s: %v", parent, np.Base, err)
+	}
+	cfd, err := mountOverlay(m.lowers(c), m.upperDir(cUpper), m.workDir(cUpper))
+	if err != nil {
+		closeFD(pfd)
+		undo()
+		return unavailable("mount the snapshot of %s: %v", np.Base, err)
+	}
+	old := m.agents[parent]
+	m.agents[parent], m.agents[child] = &np, c
+	if err := m.saveLocked(); err != nil {
+		if old == nil {
+			delete(m.agents, parent)
+		} else {
+			m.agents[parent] = old
+		}
+		delete(m.agents, child)
+		closeFD(pfd)
+		closeFD(cfd)
+		undo()
+		return err
+	}
+	m.mounts[parent], m.mounts[child] = pfd, cfd
+	if had {
+		if slices.Contains(np.Layers, p.Upper) {
+			// Frozen: overlayfs's work directory is no longer needed.
+			os.RemoveAll(m.workDir(p.Upper))
+		} else {
+			os.RemoveAll(m.layerDir(p.Upper))
+		}
+	}
+	return nil
+}
+
+// Lease is a job's hold on its agent's view: while any is held, the
+// agent's layer is not frozen or dropped. Release it when the job ends.
+type Lease struct {
+	// Target is where the view is mounted (the workspace directory).
+	Target string
+	// FD is the detached overlay mount the job's namespace clones, valid
+	// until Release; -1 when the agent shares its directory.
+	FD int
+
+	m     *Manager
+	agent string
+	once  sync.Once
+}
+
+// Release gives the lease back.
+func (l *Lease) Release() {
+	if l == nil {
+		return
+	}
+	l.once.Do(func() {
+		l.m.mu.Lock()
+		defer l.m.mu.Unlock()
+		if l.m.active[l.agent]--; l.m.active[l.agent] <= 0 {
+			delete(l.m.active, l.agent)
+		}
+	})
+}
+
+// Acquire returns a lease on agent's view for one job; its FD is -1 (no
+// view: the job runs in the shared directory) when the agent has no
+// workspace of its own. ErrDropped when its workspace was dropped,
+// ErrUnavailable when this host cannot mount it any more. A nil Manager
+// returns a nil Lease.
+func (m *Manager) Acquire(agent string) (*Lease, error) {
+	if m == nil {
+		return nil, nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if a, ok := m.agents[agent]; ok && a.Dropped && a.Shares != "" {
+		return nil, fmt.Errorf("%w: agent %s", ErrDropped, agent)
+	}
+	agent = m.ownerLocked(agent)
+	a, ok := m.agents[agent]
+	if !ok {
+		// No view, but counted all the same: the agent's first snapshot
+		// fork freezes the directory this job writes.
+		m.active[agent]++
+		return &Lease{FD: -1, m: m, agent: agent}, nil
+	}
+	if a.Dropped {
+		return nil, fmt.Errorf("%w: agent %s", ErrDropped, agent)
+	}
+	if m.why != "" {
+		return nil, unavailable("%s", m.why)
+	}
+	fd, err := m.mountLocked(agent, a)
+	if err != nil {
+		return nil, err
+	}
+	m.active[agent]++
+	return &Lease{Target: a.Base, FD: fd, m: m, agent: agent}, nil
+}
+
+// mountLocked returns agent's overlay mount, making it if needed.
+func (m *Manager) mountLocked(agent string, a *agentState) (int, error) {
+	if fd, ok := m.mounts[agent]; ok {
+		return fd, nil
+	}
+	fd, err := mountOverlay(m.lowers(a), m.upperDir(a.Upper), m.workDir(a.Upper))
+	if err != nil {
+		return -1, unavailable("mount agent %s's workspace: %v", agent, err)
+	}
+	m.mounts[agent] = fd
+	return fd, nil
+}
+
+func (m *Manager) closeMountLocked(agent string) {
+	if fd, ok := m.mounts[agent]; ok {
+		closeFD(fd)
+		delete(m.mounts, agent)
+	}
+}
+
+// lowers are a's lower directories, top first.
+func (m *Manager) lowers(a *agentState) []string {
+	l := make([]string, 0, len(a.Layers)+1)
+	for i := len(a.Layers) - 1; i >= 0; i-- {
+		l = append(l, m.upperDir(a.Layers[i]))
+	}
+	return append(l, a.Base)
+}
+
+// Drop drops agent's layer: its changes are gone and none of its commands
+// runs any more (ErrDropped), never in a shared directory. Frozen layers
+// no other agent stands on are removed. ErrBusy while it runs a job.
+func (m *Manager) Drop(agent string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	a, ok := m.agents[agent]
+	if !ok {
+		return fmt.Errorf("%w: agent %s", ErrNotFound, agent)
+	}
+	if a.Shares != "" {
+		return fmt.Errorf("%w: agent %s shares agent %s's workspace", ErrNotFound, agent, a.Shares)
+	}
+	if a.Dropped {
+		return nil
+	}
+	m.waitIdleLocked(agent)
+	if n := m.active[agent]; n > 0 {
+		return fmt.Errorf("%w: agent %s runs %d job(s)", ErrBusy, agent, n)
+	}
+	na := *a
+	na.Dropped = true
+	m.agents[agent] = &na
+	if err := m.saveLocked(); err != nil {
+		m.agents[agent] = a
+		return err
+	}
+	m.closeMountLocked(agent)
+	m.collectLocked()
+	return nil
+}
+
+// usageTTL is how long Usage answers from its last count: /healthz may be
+// polled often, and counting walks every layer.
+const usageTTL = 10 * time.Second
+
+// Usage is the disk used by every layer, in bytes (the base directories
+// not counted), and how many layers there are, as counted at most
+// usageTTL ago.
+func (m *Manager) Usage() (bytes int64, layers int) {
+	m.usageMu.Lock()
+	defer m.usageMu.Unlock()
+	if !m.usageAt.IsZero() && time.Since(m.usageAt) < usageTTL {
+		return m.usageBytes, m.usageLayers
+	}
+	root := filepath.Join(m.dir, "layers")
+	ents, _ := os.ReadDir(root)
+	_ = filepath.WalkDir(root, func(_ string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			if fi, err := d.Info(); err == nil {
+				bytes += fi.Size()
+			}
+		}
+		return nil
+	})
+	m.usageBytes, m.usageLayers, m.usageAt = bytes, len(ents), time.Now()
+	return bytes, len(ents)
+}
+
+// Close closes the mounts dshd holds (jobs still running keep theirs).
+func (m *Manager) Close() {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for a := range m.mounts {
+		m.closeMountLocked(a)
+	}
+}
+
+// ownerLocked is the agent whose workspace agent uses: agent itself, or
+// the one it shares.
+func (m *Manager) ownerLocked(agent string) string {
+	if a, ok := m.agents[agent]; ok && a.Shares != "" {
+		return a.Shares
+	}
+	return agent
+}
+
+// Share makes child use parent's view, as a shared fork or spawn does: the
+// same directory as its parent means the parent's view when the parent has
+// a snapshot workspace (its jobs then count as the parent's). Nothing is
+// recorded for a parent without one. If the record cannot be saved the
+// child is marked dropped: it never runs in the base directory instead.
+func (m *Manager) Share(parent, child string) error {
+	if m == nil {
+		return nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	owner := m.ownerLocked(parent)
+	o, ok := m.agents[owner]
+	if !ok {
+		return nil
+	}
+	m.agents[child] = &agentState{Base: o.Base, Shares: owner, Created: time.Now().UTC()}
+	if err := m.saveLocked(); err != nil {
+		m.agents[child].Dropped = true
+		return err
+	}
+	return nil
+}
+
+func emptyDir(d string) (bool, error) {
+	f, err := os.Open(d)
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	names, err := f.Readdirnames(1)
+	return len(names) == 0 && err != nil, nil
+}
+
+// within reports whether p is dir or below it (lexically).
+func within(p, dir string) bool {
+	rel, err := filepath.Rel(dir, p)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
+}
