@@ -2,16 +2,30 @@
 # prints the performance figures beside their baselines (docs/performance.md).
 GO ?= go
 
-.PHONY: test check generate generate-check vet fmt-check unit bench fuzz run deps lint-contract python-install-check vendor-check systemd-check mutate
+.PHONY: test check generate generate-check vet fmt-check unit unit-e2e unit-pkgs bench fuzz run deps deps-go deps-debian deps-node lint-contract python-install-check vendor-check systemd-check mutate
 
-test: deps generate-check fmt-check vet lint-contract vendor-check python-install-check systemd-check unit
+# The checks run in two stages: first the packages and the generated code
+# (the later checks compile what generate-check may rewrite), then every
+# other check at once beside the tests, which mostly wait on real processes
+# (docs/testing.md has the phases and their times). Each target's output is
+# printed together when it ends.
+test:
+	@$(MAKE) --no-print-directory -j3 deps
+	@$(MAKE) --no-print-directory generate-check
+	@$(MAKE) --no-print-directory -j8 --output-sync=target fmt-check vet lint-contract vendor-check python-install-check systemd-check unit-e2e unit-pkgs
 
 # npm packages are pinned by each directory's package-lock.json.
 NODE_DIRS = api/lint clients/typescript tests tests/mcp tests/pyright tests/realclients web/vendor
 
-deps:
+deps: deps-go deps-debian deps-node
+
+deps-go:
 	$(GO) mod download
+
+deps-debian:
 	./scripts/ensure-debian-packages.sh chromium=chromium,chromium-driver bwrap=bubblewrap python3=python3 py:ensurepip=python3-venv systemd-analyze=systemd
+
+deps-node:
 	./scripts/ensure-node-deps.sh $(NODE_DIRS)
 
 # The UI's vendored xterm.js (web/vendor/xterm) is byte for byte the pinned
@@ -54,8 +68,22 @@ fmt-check:
 vet:
 	$(GO) vet ./...
 
-unit:
-	$(GO) test -race -count=1 -timeout 20m ./...
+# The end-to-end tests (./tests) are the longest package: unit-e2e starts
+# them at once instead of after every other package, and lets their
+# parallel tests (each its own server, home and port; they mostly wait on
+# processes, timeouts and elections, not on the CPU) run 16 at a time.
+# Tests that measure timing or load stay serial (no t.Parallel).
+unit: unit-e2e unit-pkgs
+
+unit-e2e:
+	$(GO) test -race -count=1 -parallel 16 -timeout 20m ./tests
+
+# One package at a time (-p 1): the other packages' tests all end well
+# before ./tests, and the fewer processes beside its serial timing tests
+# (crashes, partitions, limits), the less their deadlines depend on the
+# machine.
+unit-pkgs:
+	$(GO) test -race -count=1 -p 1 -timeout 20m $$($(GO) list ./... | grep -v '/tests$$')
 
 # In-process figures, then the real binary over loopback HTTP: latency and
 # throughput over many requests, the heavy loads once each.

@@ -55,6 +55,7 @@ type advEnv struct {
 }
 
 func TestAdversarial(t *testing.T) {
+	t.Parallel()
 	testenv.NeedRoot(t, "the adversarial suite runs the namespaces mechanism")
 	mcp := startMCPClient(t)
 	for _, mech := range sandboxMechanisms {

@@ -81,6 +81,7 @@ func facts(t *testing.T, s *testServer, agentID, command string) map[string]stri
 // turn, a restart, a resume, a fork and a spawn: every call sees the current
 // managed facts, never the stale ones of the server's environment.
 func TestAgentFullLoop(t *testing.T) {
+	t.Parallel()
 	home := filepath.Join(t.TempDir(), "home")
 	s := startServer(t, withAmbientHome(home), withEnv("DSH_STALE=stale"))
 
@@ -170,6 +171,7 @@ func deref[T any](p *T) T {
 // TestParentAndChildConcurrent: dozens of overlapping foreground and
 // background calls by a parent and its child each see only their own id.
 func TestParentAndChildConcurrent(t *testing.T) {
+	t.Parallel()
 	s := startServer(t)
 	var parent, child agent
 	s.DoJSON(t, "POST", "/agents", map[string]any{}, &parent)
@@ -207,6 +209,7 @@ func TestParentAndChildConcurrent(t *testing.T) {
 // TestModelEnvAndStdinIgnored: a model's env and stdin never reach the
 // child, in the foreground or the background, and are recorded as ignored.
 func TestModelEnvAndStdinIgnored(t *testing.T) {
+	t.Parallel()
 	s := startServer(t)
 	var a agent
 	s.DoJSON(t, "POST", "/agents", map[string]any{}, &a)
@@ -251,6 +254,7 @@ func TestModelEnvAndStdinIgnored(t *testing.T) {
 
 // TestPythonHarnessExample runs examples/python against the real server.
 func TestPythonHarnessExample(t *testing.T) {
+	t.Parallel()
 	if _, err := exec.LookPath("python3"); err != nil {
 		testenv.Need(t, "python3 is not installed (make deps installs it)")
 	}

@@ -16,6 +16,7 @@ import (
 // fault, one answer), nothing runs, and the server stays up;
 // through the bash tool the model reads the same reason in an isError result.
 func TestOversizedExecutionsRefusedBeforeSpawn(t *testing.T) {
+	t.Parallel()
 	// A body limit above the kernel's argument space (2 MiB with the usual
 	// 8 MiB stack) lets a whole environment too big for execve arrive.
 	s := startServer(t, withConfig("http:\n  maxBodyBytes: 8388608\n"))
@@ -100,6 +101,7 @@ func bigEnv(n, size int) map[string]string {
 // with 422 timeout_too_long, not shortened; a plugin lease of 0 or below is
 // 422 invalid_plugin, as the contract says, not a silent default.
 func TestNoSilentAdjustments(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, withConfig("jobs:\n  maxTimeoutMs: 5000\n"))
 	marker := filepath.Join(t.TempDir(), "ran")
 	tests := []struct {

@@ -48,6 +48,7 @@ const (
 // artifacts/browser, and the console must stay free of errors throughout,
 // the first load included.
 func TestBrowserUI(t *testing.T) {
+	t.Parallel()
 	chrome := chromiumPath(t)
 	home := filepath.Join(t.TempDir(), "home")
 	guard := filepath.Join(t.TempDir(), "guard.sh")
@@ -532,6 +533,7 @@ func colorScheme(scheme string) chromedp.Action[chromedp.Void] {
 // exit, the state filter, its output panel; checked with axe-core at 1280 and
 // 390 px.
 func TestBrowserLostJob(t *testing.T) {
+	t.Parallel()
 	chrome := chromiumPath(t)
 	home := filepath.Join(t.TempDir(), "home")
 	s := startServer(t, withHome(home))
@@ -580,6 +582,7 @@ func TestBrowserLostJob(t *testing.T) {
 // again, in the same page, it is refused); signing out ends the session,
 // also after a reload.
 func TestBrowserTokenPrompt(t *testing.T) {
+	t.Parallel()
 	chrome := chromiumPath(t)
 	srv := startServer(t)
 	b := newBrowser(t, chrome)
@@ -993,6 +996,7 @@ func testID(id string) string {
 // the terminal says so and takes no more keys. Checked with axe-core at
 // 1280 and 390 px, with no console error.
 func TestBrowserTerminal(t *testing.T) {
+	t.Parallel()
 	chrome := chromiumPath(t)
 	srv := startServer(t)
 	var term struct {

@@ -9,6 +9,7 @@ import (
 // TestCLIFirstContact runs the built binary the way a new user does first:
 // --help, --version and ui --help answer on stdout and exit 0.
 func TestCLIFirstContact(t *testing.T) {
+	t.Parallel()
 	for _, tt := range []struct {
 		arg  string
 		want string

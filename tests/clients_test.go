@@ -20,6 +20,7 @@ func needTool(t *testing.T, name string) {
 // TestPythonClient runs the Python client's tests (clients/python/tests)
 // against the real server: the shared scenario and every operation.
 func TestPythonClient(t *testing.T) {
+	t.Parallel()
 	needTool(t, "python3")
 	s := startServer(t)
 	cmd := exec.Command("python3", "-m", "unittest", "discover", "-v", "-s", "tests", "-t", ".")
@@ -38,6 +39,7 @@ func TestPythonClient(t *testing.T) {
 // its tests against the real server: the shared scenario and the formats.
 // `make deps` installs its pinned npm packages.
 func TestTypeScriptClient(t *testing.T) {
+	t.Parallel()
 	needTool(t, "node")
 	dir := "../clients/typescript"
 	if _, err := os.Stat(dir + "/node_modules/.bin/tsc"); err != nil {

@@ -24,10 +24,25 @@ import (
 // Replica i connects to NATS node i first.
 func startCluster(t testing.TB) (*natstest.Cluster, []*testServer) {
 	t.Helper()
+	clusterSlot(t)
 	nc := natstest.Start(t, 3)
 	return nc, startReplicas(t, nc, func(i int) []string {
 		return append([]string{nc.URLs[i]}, append(append([]string(nil), nc.URLs[:i]...), nc.URLs[i+1:]...)...)
 	})
+}
+
+// clusterSlots bounds the clusters that parallel tests run at once: each
+// is three JetStream nodes in this process and three servers with the race
+// detector, and more than two at once on a 2-core machine starve their
+// elections past the servers' startup deadline.
+var clusterSlots = make(chan struct{}, 2)
+
+// clusterSlot waits for one of clusterSlots and frees it when t ends,
+// after its servers and NATS nodes have stopped (cleanups run last first).
+func clusterSlot(t testing.TB) {
+	t.Helper()
+	clusterSlots <- struct{}{}
+	t.Cleanup(func() { <-clusterSlots })
 }
 
 // startReplicas starts three replicas against nc; replica i connects to
@@ -83,6 +98,7 @@ func staticContributor(name, key, value string) map[string]any {
 // registrations of one name (or one key) on all three, exactly one wins;
 // a plugin's lease expires through the store after its replica is killed.
 func TestClusterRegistry(t *testing.T) {
+	t.Parallel()
 	_, rs := startCluster(t)
 
 	start := time.Now()
@@ -205,6 +221,7 @@ func TestClusterRegistry(t *testing.T) {
 // TestClusterConfigRefused: a cluster section that cannot work stops dshd
 // at start, naming the problem, and never falls back to running alone.
 func TestClusterConfigRefused(t *testing.T) {
+	t.Parallel()
 	for name, cfg := range map[string]string{
 		"no urls":              "cluster:\n  replicaId: a\n",
 		"bad replica":          "cluster:\n  replicaId: 'a b'\n  urls: [nats://127.0.0.1:1]\n",
@@ -246,6 +263,7 @@ type clusterHealth struct {
 // replicas it sees (heartbeats) and its lag behind the registry; a replica
 // that dies drops out of the others' view.
 func TestClusterHealth(t *testing.T) {
+	t.Parallel()
 	_, rs := startCluster(t)
 	if st := rs[0].DoJSON(t, "POST", "/contributors", staticContributor("health.fact", "DSH_HEALTH", "1"), nil); st != 201 {
 		t.Fatalf("register: %d", st)
@@ -302,6 +320,7 @@ func TestClusterHealth(t *testing.T) {
 // to it in one hop, streaming as the owner writes; when the owner is gone
 // the answer is 503 job_owner_unavailable, never a run elsewhere.
 func TestClusterJobRouting(t *testing.T) {
+	t.Parallel()
 	_, rs := startCluster(t)
 	// Replicas learn each other's URLs from heartbeats.
 	for i, s := range rs {
@@ -469,6 +488,7 @@ func TestClusterJobRouting(t *testing.T) {
 // agent_home_unavailable, and the agent, its lineage and its transcript are
 // still read, unchanged, through the others.
 func TestClusterAgents(t *testing.T) {
+	t.Parallel()
 	_, rs := startCluster(t)
 	for i, s := range rs {
 		deadline := time.Now().Add(15 * time.Second)
@@ -722,6 +742,7 @@ func waitForReplicas(t *testing.T, rs []*testServer) {
 // it was opened. When the session's replica dies, its requests answer 503
 // session_home_unavailable.
 func TestClusterMCP(t *testing.T) {
+	t.Parallel()
 	_, rs := startCluster(t)
 	waitForReplicas(t, rs)
 	var a agent
@@ -891,6 +912,7 @@ func TestClusterPartition(t *testing.T) {
 // asks the agent's home. A replica that does not answer is named in
 // Dsh-Unavailable-Replicas, and the others' jobs are still listed.
 func TestClusterJobList(t *testing.T) {
+	t.Parallel()
 	_, rs := startCluster(t)
 	waitForReplicas(t, rs)
 	var want []string
@@ -969,6 +991,7 @@ func TestClusterJobList(t *testing.T) {
 // signed in on; its requests for another replica's job are forwarded there
 // with the shared token, so the UI sees and streams every replica's jobs.
 func TestClusterUISession(t *testing.T) {
+	t.Parallel()
 	_, rs := startCluster(t)
 	var j job
 	if st := rs[1].DoJSON(t, "POST", "/exec", map[string]any{"command": "echo on-replica-1", "background": true}, &j); st != http.StatusAccepted {
@@ -1005,6 +1028,7 @@ func TestClusterUISession(t *testing.T) {
 // agent's home runs its calls, and one Idempotency-Key sent through
 // replica 0 and then through replica 1 with the header runs once.
 func TestClusterForgedForwarding(t *testing.T) {
+	t.Parallel()
 	_, rs := startCluster(t)
 	waitForReplicas(t, rs)
 	var a agent

@@ -126,6 +126,7 @@ func TestContainment(t *testing.T) {
 				name += "/sandboxed"
 			}
 			t.Run(name, func(t *testing.T) {
+				t.Parallel() // each its own server, home and mark
 				if mode == "cgroup" && os.Getuid() != 0 {
 					testenv.Need(t, "cgroup mode needs root and a writable cgroup v2 subtree")
 				}
@@ -223,25 +224,30 @@ func testContainment(t *testing.T, mode string, sandboxed bool) {
 			}
 		}},
 	}
-	for _, p := range paths {
-		t.Run(p.name, func(t *testing.T) {
-			for _, e := range escapes {
-				t.Run(e.name, func(t *testing.T) {
-					t.Parallel()
-					m := mark(p.name, e.name)
-					p.kill(t, m, e.cmd)
-					left := survivors(m+";", grace+3*time.Second)
-					switch {
-					case len(left) == 0:
-					case mode == "group" && !e.traceable:
-						t.Logf("%d process(es) left until shutdown (no cgroup ties them to the job)", len(left))
-					default:
-						t.Errorf("%d process(es) survived the %s: %v", len(left), p.name, left)
-					}
-				})
-			}
-		})
-	}
+	// Every path and escape at once (each job has its own mark); the group
+	// returns when all have, before shutdown.
+	t.Run("kill", func(t *testing.T) {
+		for _, p := range paths {
+			t.Run(p.name, func(t *testing.T) {
+				t.Parallel()
+				for _, e := range escapes {
+					t.Run(e.name, func(t *testing.T) {
+						t.Parallel()
+						m := mark(p.name, e.name)
+						p.kill(t, m, e.cmd)
+						left := survivors(m+";", grace+3*time.Second)
+						switch {
+						case len(left) == 0:
+						case mode == "group" && !e.traceable:
+							t.Logf("%d process(es) left until shutdown (no cgroup ties them to the job)", len(left))
+						default:
+							t.Errorf("%d process(es) survived the %s: %v", len(left), p.name, left)
+						}
+					})
+				}
+			})
+		}
+	})
 
 	t.Run("shutdown", func(t *testing.T) {
 		for _, e := range escapes {

@@ -26,6 +26,7 @@ import (
 // config's env.set, a request's explicit env) and checks that neither a
 // command nor a hook sees it, whatever the name (DESIGN §8).
 func TestTokenNeverReachesChildren(t *testing.T) {
+	t.Parallel()
 	const token = "d2f1c0b7a6e5d4c3b2a1f0e9d8c7b6a5"
 	dir := t.TempDir()
 	tokenFile := filepath.Join(dir, "token")
@@ -87,6 +88,7 @@ func TestTokenNeverReachesChildren(t *testing.T) {
 // save leaves ".contributors.json.*.tmp" behind; the next start removes
 // them and keeps everything else.
 func TestLeftoverContributorTempsRemovedAtStart(t *testing.T) {
+	t.Parallel()
 	home := filepath.Join(t.TempDir(), "home")
 	s := startServer(t, withHome(home))
 	if st := s.DoJSON(t, "POST", "/contributors", map[string]any{
@@ -145,6 +147,7 @@ func TestShutdownKillsJobsWithLongGrace(t *testing.T) {
 // TestGraceAboveMaximumRefusesToStart: a grace the shutdown could not wait
 // out in bounded time is refused at startup, naming the setting.
 func TestGraceAboveMaximumRefusesToStart(t *testing.T) {
+	t.Parallel()
 	cfg := filepath.Join(t.TempDir(), "config.yaml")
 	if err := os.WriteFile(cfg, []byte("jobs:\n  graceMs: 600000\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -181,6 +184,7 @@ func refuseToStart(t *testing.T, home string, args ...string) string {
 // home make it refuse to start, naming the path, and leave their targets
 // untouched; modes that are too wide are tightened.
 func TestUnsafeHomeRefused(t *testing.T) {
+	t.Parallel()
 	t.Run("sessions is a link", func(t *testing.T) {
 		home := filepath.Join(t.TempDir(), "home")
 		target := t.TempDir()

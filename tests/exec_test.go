@@ -87,6 +87,7 @@ func (s *testServer) rawOutput(t *testing.T, id string) []byte {
 // TestChildEnvironment proves DESIGN invariants 1–4 on what the child really
 // saw, in the foreground and the background, with and without an agent.
 func TestChildEnvironment(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, withEnv(
 		"DSH_STALE=stale", "DSH_SESSION_ID=ambient-session", "DSH_HOME=/ambient/home",
 		"MY_API_KEY=k", "DB_PASSWORD=p", "GITHUB_TOKEN=t", "PLAIN_VAR=plain",
@@ -160,6 +161,7 @@ func TestChildEnvironment(t *testing.T) {
 // TestOverlappingExecutionsGetOwnOverlays runs many overlapping commands
 // against a template contributor naming the job: each sees its own job id.
 func TestOverlappingExecutionsGetOwnOverlays(t *testing.T) {
+	t.Parallel()
 	s := startServer(t)
 	if st := s.DoJSON(t, "POST", "/contributors", map[string]any{
 		"name": "test.job", "keys": []map[string]string{{"key": "DSH_JOB", "description": "this job's id"}},
@@ -187,6 +189,7 @@ func TestOverlappingExecutionsGetOwnOverlays(t *testing.T) {
 }
 
 func TestLargeOutput(t *testing.T) {
+	t.Parallel()
 	s := startServer(t)
 	// 3 MiB of numbered lines: far past the 64 KiB in-memory capture.
 	var j job
@@ -251,6 +254,7 @@ func readEvents(t *testing.T, body io.Reader, n int) []sseEvent {
 // resumes from the last event id: the two parts join with no loss and no
 // repeat, and the stream ends with an exit event.
 func TestSSEResume(t *testing.T) {
+	t.Parallel()
 	s := startServer(t)
 	var j job
 	cmd := "for i in $(seq 1 40); do echo out $i; echo err $i >&2; sleep 0.02; done"
@@ -307,6 +311,7 @@ func TestSSEResume(t *testing.T) {
 }
 
 func TestIdempotencyKey(t *testing.T) {
+	t.Parallel()
 	s := startServer(t)
 	marker := filepath.Join(t.TempDir(), "runs")
 	body := map[string]any{"command": "echo run >> " + marker}
@@ -328,6 +333,7 @@ func TestIdempotencyKey(t *testing.T) {
 }
 
 func TestYield(t *testing.T) {
+	t.Parallel()
 	s := startServer(t)
 	var j job
 	if st := s.DoJSON(t, "POST", "/exec", map[string]any{"command": "sleep 1; echo finished", "yieldMs": 50}, &j); st != 200 {
@@ -343,6 +349,7 @@ func TestYield(t *testing.T) {
 }
 
 func TestCancelKillsGrandchildren(t *testing.T) {
+	t.Parallel()
 	s := startServer(t)
 	pidFile := filepath.Join(t.TempDir(), "pid")
 	var j job
@@ -365,6 +372,7 @@ func TestCancelKillsGrandchildren(t *testing.T) {
 // TestNoProcessLeftBehind starts foreground, background and escaped
 // processes, stops the server, and checks every one of them is gone.
 func TestNoProcessLeftBehind(t *testing.T) {
+	t.Parallel()
 	s := startServer(t)
 	dir := t.TempDir()
 	var pids []int
@@ -394,6 +402,7 @@ func TestNoProcessLeftBehind(t *testing.T) {
 }
 
 func TestStdinDefaultsToDevNull(t *testing.T) {
+	t.Parallel()
 	s := startServer(t)
 	var j job
 	if st := s.DoJSON(t, "POST", "/exec", map[string]any{"command": "cat; echo done", "timeoutMs": 10000}, &j); st != 200 {

@@ -42,6 +42,7 @@ func readHookLog(t *testing.T, path string) []hookCall {
 // TestHooksThroughServer configures real Claude Code and Codex hook scripts
 // in the home and drives model tool calls through the real server.
 func TestHooksThroughServer(t *testing.T) {
+	t.Parallel()
 	home := filepath.Join(t.TempDir(), "home")
 	testdata, err := filepath.Abs("testdata/hooks")
 	if err != nil {
@@ -178,6 +179,7 @@ func TestHooksThroughServer(t *testing.T) {
 }
 
 func TestInvalidHookConfigRefusesToStart(t *testing.T) {
+	t.Parallel()
 	home := filepath.Join(t.TempDir(), "home")
 	apitest.WriteJSON(t, filepath.Join(home, "hooks", "claude-code.json"), map[string]any{"hooks": map[string]any{
 		"PreToolUse": []any{map[string]any{"matcher": "Bash(", "hooks": []any{map[string]any{"type": "command", "command": "true"}}}},
@@ -220,6 +222,7 @@ func (s *testServer) transcriptEvents(t *testing.T, agentID string) []map[string
 // additionalContext, both unchanged, and checks that what they said reaches
 // the API, the tool result the model sees and the transcript.
 func TestHookMessagesReachModel(t *testing.T) {
+	t.Parallel()
 	if _, err := exec.LookPath("python3"); err != nil {
 		t.Fatal("python3 is needed to run the hookify-like hook")
 	}

@@ -57,6 +57,7 @@ func runs(t *testing.T, marker string) int {
 // its command again after it; the job is gone with the old process, so the
 // answer is 410 idempotency_key_expired_job.
 func TestIdempotencyKeySurvivesRestart(t *testing.T) {
+	t.Parallel()
 	home := filepath.Join(t.TempDir(), "home")
 	marker := filepath.Join(t.TempDir(), "runs")
 	body := map[string]any{"command": "echo run >> " + marker}
@@ -82,6 +83,7 @@ func TestIdempotencyKeySurvivesRestart(t *testing.T) {
 // TestIdempotencyKeyOfLostJob: a key whose job was still running when dshd
 // was killed answers that job, recorded as lost by the next start.
 func TestIdempotencyKeyOfLostJob(t *testing.T) {
+	t.Parallel()
 	home := filepath.Join(t.TempDir(), "home")
 	marker := filepath.Join(t.TempDir(), "runs")
 	body := map[string]any{"command": "echo run >> " + marker + "; sleep 300", "background": true}
@@ -105,6 +107,7 @@ func TestIdempotencyKeyOfLostJob(t *testing.T) {
 // of a key (retainMax 3, five jobs in between), the key still never runs its
 // command again.
 func TestIdempotencyKeyOutlivesRetention(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, withConfig("jobs:\n  retainMax: 3\n"))
 	marker := filepath.Join(t.TempDir(), "runs")
 	body := map[string]any{"command": "echo run >> " + marker}
@@ -133,6 +136,7 @@ func TestIdempotencyKeyOutlivesRetention(t *testing.T) {
 // 422 idempotency_key_reused, whatever field differs; a body the contract or
 // validation refuses is 400 first; the first job's request still gets it.
 func TestIdempotencyKeyDifferentRequest(t *testing.T) {
+	t.Parallel()
 	s := startServer(t)
 	marker := filepath.Join(t.TempDir(), "runs")
 	cmd := "echo run >> " + marker
@@ -186,6 +190,7 @@ func mustJSON(t *testing.T, v any) string {
 // TestIdempotencyKeyPerAgent: the same key from another agent is another
 // key: agent B never gets agent A's job, its output or its session id.
 func TestIdempotencyKeyPerAgent(t *testing.T) {
+	t.Parallel()
 	s := startServer(t)
 	var a, b struct{ ID string }
 	if st := s.DoJSON(t, "POST", "/agents", map[string]any{}, &a); st != 201 {
@@ -216,6 +221,7 @@ func TestIdempotencyKeyPerAgent(t *testing.T) {
 // being started (its managed environment is being collected from a slow
 // webhook), the same key answers 409 idempotency_key_in_use at once.
 func TestIdempotencyKeyInFlight(t *testing.T) {
+	t.Parallel()
 	// The execution's webhook deadline is long enough for a loaded machine.
 	s := startServer(t, withConfig("webhooks:\n  timeoutMs: 30000\n"))
 	entered := make(chan struct{}, 1)

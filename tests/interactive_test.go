@@ -76,6 +76,7 @@ func (s *testServer) control(t *testing.T, id, route string, body map[string]any
 // route does. It runs unconfined and again in a workspace-write sandbox
 // with the network off.
 func TestInteractiveTerminalJob(t *testing.T) {
+	t.Parallel()
 	t.Run("unrestricted", func(t *testing.T) { testInteractiveTerminalJob(t, startServer(t)) })
 	t.Run("sandboxed", func(t *testing.T) {
 		s := startServer(t, withConfig("sandbox:\n  policy: workspace-write\n  network: \"off\"\n"))
@@ -170,6 +171,7 @@ while :; do sleep 0.05; done`,
 // stdin with openStdin; what is written reaches it, closing gives it
 // end-of-file, and with jobs.recordInput the bytes are kept on the job.
 func TestInteractivePipeStdin(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, withConfig("jobs:\n  recordInput: true\n"))
 	j := s.startInteractive(t, map[string]any{"command": `while read -r l; do echo "got $l"; done; echo eof`, "openStdin": true, "stdin": "first\n"})
 	s.waitStdout(t, j.ID, 0, "got first\n")
@@ -216,6 +218,7 @@ func TestInteractivePipeStdin(t *testing.T) {
 // write to the job, and a PreToolUse hook matching write_stdin sees (and
 // here blocks) what the model types.
 func TestModelDrivesPythonREPL(t *testing.T) {
+	t.Parallel()
 	home := filepath.Join(t.TempDir(), "home")
 	hookLog := filepath.Join(t.TempDir(), "hook.jsonl")
 	apitest.WriteJSON(t, filepath.Join(home, "hooks", "codex.json"), map[string]any{"hooks": map[string]any{

@@ -187,6 +187,7 @@ func (c *mcpClient) call(session, tool string, args map[string]any) mcpCallAnswe
 // pipeline (hooks and transcript included), progress, cancellation, and
 // isolation between agents.
 func TestMCP(t *testing.T) {
+	t.Parallel()
 	home := filepath.Join(t.TempDir(), "home")
 	testdata, err := filepath.Abs("testdata/hooks")
 	if err != nil {
@@ -452,6 +453,7 @@ func transcriptCounts(t *testing.T, s *testServer, agentID string) map[string]in
 // becomes the new agent's cwd; the session's instructions say where
 // commands run.
 func TestMCPRoots(t *testing.T) {
+	t.Parallel()
 	allowed := t.TempDir()
 	project := filepath.Join(allowed, "project")
 	if err := os.Mkdir(project, 0o755); err != nil {

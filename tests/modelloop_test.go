@@ -59,6 +59,7 @@ func (s *testServer) callToolRaw(t *testing.T, agentID, name string, body map[st
 // an error result, recorded in the transcript, over HTTP and over MCP; a
 // string holding the arguments (OpenAI's shape) runs the call.
 func TestModelMistakesAreToolResults(t *testing.T) {
+	t.Parallel()
 	s := startServer(t)
 	var a agent
 	if st := s.DoJSON(t, "POST", "/agents", map[string]any{}, &a); st != 201 {
@@ -116,6 +117,7 @@ func TestModelMistakesAreToolResults(t *testing.T) {
 // names the job_output call that reads what it left out, and job_output
 // returns bytes 100,000-110,000 exactly, over HTTP and over MCP.
 func TestJobOutputReachesEveryByte(t *testing.T) {
+	t.Parallel()
 	s := startServer(t)
 	var a agent
 	if st := s.DoJSON(t, "POST", "/agents", map[string]any{}, &a); st != 201 {
@@ -173,6 +175,7 @@ func TestJobOutputReachesEveryByte(t *testing.T) {
 // in all) gets 10 of them running and 10 error results; another agent's
 // call and the harness's /exec still run.
 func TestYieldedCallsCap(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, withConfig("jobs:\n  maxRunning: 20\n  maxBackgroundPerAgent: 10\n"))
 	var a, b agent
 	s.DoJSON(t, "POST", "/agents", map[string]any{}, &a)
@@ -210,6 +213,7 @@ func TestYieldedCallsCap(t *testing.T) {
 // before the command ends still records the command's real result, and the
 // server logs no error for it.
 func TestDroppedClientKeepsTheResult(t *testing.T) {
+	t.Parallel()
 	s := startServer(t)
 	var a agent
 	s.DoJSON(t, "POST", "/agents", map[string]any{}, &a)

@@ -105,6 +105,7 @@ func (s *testServer) followToExit(t *testing.T, id, lastID string, start [2]int6
 // delivered exactly, whether the follower attaches while the job runs or
 // after it ended.
 func TestSSEOutputEndingInsideACharacter(t *testing.T) {
+	t.Parallel()
 	s := startServer(t)
 	for _, tc := range []struct {
 		name, cmd        string
@@ -135,6 +136,8 @@ func TestSSEOutputEndingInsideACharacter(t *testing.T) {
 // readable as JSON strings, event ids count raw bytes like the raw route's
 // offsets, and a resume from any event id joins without loss or repeat.
 func TestSSELossless(t *testing.T) {
+	// Serial: the follower must be live through the job's 1 s pause, which
+	// a loaded machine can make it miss.
 	s := startServer(t)
 	dir := t.TempDir()
 	r := rand.New(rand.NewPCG(11, 17))
@@ -239,6 +242,7 @@ func TestSSELossless(t *testing.T) {
 // finished job gets 204, which stops standard SSE clients; a reconnect
 // with the last output event's id gets only the exit event it missed.
 func TestSSEFinishedReconnect(t *testing.T) {
+	t.Parallel()
 	s := startServer(t)
 	var j job
 	if st := s.DoJSON(t, "POST", "/exec", map[string]any{"command": "echo out; echo err >&2", "background": true}, &j); st != 202 {
@@ -267,6 +271,7 @@ func TestSSEFinishedReconnect(t *testing.T) {
 // download half way are not server errors, and nothing tries to write a
 // status after the response began.
 func TestOutputClientLeaves(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, withConfig("jobs:\n  spoolMaxBytes: 268435456\n"))
 	var j job
 	if st := s.DoJSON(t, "POST", "/exec", map[string]any{"command": yesCommand(200 << 20), "background": true}, &j); st != 202 {

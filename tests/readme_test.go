@@ -13,6 +13,7 @@ import (
 // the server address, against a real server whose home is ~/.dsh of a fake
 // HOME, and checks what each command answered.
 func TestREADMEQuickStart(t *testing.T) {
+	t.Parallel()
 	readme, err := os.ReadFile("../README.md")
 	if err != nil {
 		t.Fatal(err)
@@ -106,6 +107,7 @@ func fencedBlock(t *testing.T, page, doc, heading, lang string) string {
 // example made the server refuse), and checks that the hooks do what
 // docs/hooks.md says.
 func TestREADMEConfigAndHooks(t *testing.T) {
+	t.Parallel()
 	configPage, err := os.ReadFile("../docs/configuration.md")
 	if err != nil {
 		t.Fatal(err)
@@ -164,6 +166,7 @@ func TestREADMEConfigAndHooks(t *testing.T) {
 // address, for a user whose home is the default (~/.dsh of a fake HOME): it
 // must print a login URL that signs the UI in.
 func TestREADMEOpenUI(t *testing.T) {
+	t.Parallel()
 	readme, err := os.ReadFile("../README.md")
 	if err != nil {
 		t.Fatal(err)

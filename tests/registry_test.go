@@ -13,6 +13,7 @@ import (
 // not; disposal removes keys from later executions, and the name registers
 // again afterwards.
 func TestDurableContributorsSurviveRestart(t *testing.T) {
+	t.Parallel()
 	home := filepath.Join(t.TempDir(), "home")
 	s := startServer(t, withHome(home))
 	register := func(s *testServer, name, key, plugin string) int {
@@ -69,6 +70,7 @@ func TestDurableContributorsSurviveRestart(t *testing.T) {
 // TestTemplateAgentFacts: a template contributor renders the agent's
 // lineage facts for each execution, and leaves keys absent whose facts are.
 func TestTemplateAgentFacts(t *testing.T) {
+	t.Parallel()
 	s := startServer(t)
 	if st := s.DoJSON(t, "POST", "/contributors", map[string]any{
 		"name": "acme.lineage",
@@ -124,6 +126,7 @@ func TestTemplateAgentFacts(t *testing.T) {
 // each key's resolver kind and details, and a webhook URL's credentials,
 // query and fragment never leave the server through it.
 func TestDeclarationsShowResolverWithoutSecrets(t *testing.T) {
+	t.Parallel()
 	s := startServer(t)
 	if st := s.DoJSON(t, "POST", "/contributors", map[string]any{
 		"name": "w", "keys": []map[string]string{{"key": "DSH_W", "description": "w"}},

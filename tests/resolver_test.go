@@ -15,6 +15,7 @@ import (
 // webhook answers 502 naming the contributor and starts no process, and bad
 // input is refused before the webhook is asked.
 func TestWebhookResolution(t *testing.T) {
+	t.Parallel()
 	var calls atomic.Int64
 	var fail atomic.Bool
 	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -80,6 +80,7 @@ func (s *testServer) execSandboxed(t *testing.T, body map[string]any) sandboxJob
 // each policy: what may be written, what the dshd home shows, whether .git
 // stays read-only, and whether a listener on 127.0.0.1 can be reached.
 func TestSandboxPolicies(t *testing.T) {
+	t.Parallel()
 	for _, mech := range sandboxMechanisms {
 		t.Run(mech, func(t *testing.T) { testSandboxPolicies(t, mech) })
 	}
@@ -218,6 +219,7 @@ func testSandboxPolicies(t *testing.T, mech string) {
 // TestSandboxLineage: a child agent, and an execution of an agent, may only
 // tighten the agent's policy; what they leave out they inherit.
 func TestSandboxLineage(t *testing.T) {
+	t.Parallel()
 	s := startServer(t)
 	needSandbox(t, s)
 	ws := t.TempDir()
@@ -266,6 +268,7 @@ func TestSandboxLineage(t *testing.T) {
 // and recorded as ignored; the agent's policy applies and the transcript's
 // tool/result says which.
 func TestSandboxModelCannotChoose(t *testing.T) {
+	t.Parallel()
 	s := startServer(t)
 	needSandbox(t, s)
 	ws, outside := t.TempDir(), t.TempDir()
@@ -319,6 +322,7 @@ func TestSandboxModelCannotChoose(t *testing.T) {
 // TestSandboxFacts: under workspace-write with the network off a model's
 // command still sees its managed facts, and the bash tool says the policy.
 func TestSandboxFacts(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, withConfig("sandbox:\n  policy: workspace-write\n  network: \"off\"\n"))
 	needSandbox(t, s)
 	var a sandboxAgent
@@ -350,6 +354,7 @@ func TestSandboxFacts(t *testing.T) {
 // are refused with sandbox_unavailable, never run unconfined, and /healthz
 // says only unrestricted is enforceable.
 func TestSandboxUnavailable(t *testing.T) {
+	t.Parallel()
 	missing := filepath.Join(t.TempDir(), "no-bwrap")
 	s := startServer(t, withConfig("sandbox:\n  mechanism: bubblewrap\n  bwrap: "+missing+"\n"))
 	var h healthSandbox
@@ -398,6 +403,7 @@ func writeConfig(t *testing.T, yaml string) string {
 // remount and unmount unless its capabilities are gone: then `/` could be
 // made writable again and the tmpfs hiding the dshd home lifted.
 func TestSandboxCannotBeUndone(t *testing.T) {
+	t.Parallel()
 	for _, mech := range sandboxMechanisms {
 		t.Run(mech, func(t *testing.T) { testSandboxCannotBeUndone(t, mech) })
 	}
@@ -443,6 +449,7 @@ grep ^CapEff /proc/self/status`})
 // write a log the sandbox cannot see); the transcript records every step
 // with the policy that applied.
 func TestAgentFullLoopSandboxed(t *testing.T) {
+	t.Parallel()
 	home := filepath.Join(t.TempDir(), "home")
 	ws, outside := t.TempDir(), t.TempDir()
 	if err := os.MkdirAll(filepath.Join(ws, ".git"), 0o755); err != nil {

@@ -12,6 +12,7 @@ import (
 // the same command unrestricted can; ordinary work (git, python3, strace
 // of its own child) still runs; /healthz names the filter.
 func TestSandboxSyscallFilter(t *testing.T) {
+	t.Parallel()
 	for _, mech := range sandboxMechanisms {
 		t.Run(mech, func(t *testing.T) {
 			s := startSandboxServer(t, mech)

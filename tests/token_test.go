@@ -81,6 +81,7 @@ func rawRequest(t *testing.T, method, target, body string, headers map[string]st
 // its stdout, stderr, every file of its home but the token file, /metrics,
 // the error answers and "dshd ui"'s output are searched for the token.
 func TestTokenNeverInOutput(t *testing.T) {
+	t.Parallel()
 	home := filepath.Join(t.TempDir(), "home")
 	s := startServer(t, withHome(home), withArgs("--log-level", "debug"))
 	token := s.Token
@@ -231,6 +232,7 @@ func port(t *testing.T, s *testServer) string {
 // session cannot mint login codes; the token pasted in the form signs in
 // too; signing out ends the session.
 func TestUILoginFlow(t *testing.T) {
+	t.Parallel()
 	s := startServer(t)
 	cookieName := "dshd_session_" + port(t, s)
 
@@ -383,6 +385,7 @@ func TestUILoginFlow(t *testing.T) {
 // message naming the file; the file is left as it was, never replaced, and
 // its content is not printed.
 func TestShortTokenFileRefused(t *testing.T) {
+	t.Parallel()
 	short := "only-31-characters-long-token-x"
 	if len(short) != 31 {
 		t.Fatalf("test token has %d characters", len(short))

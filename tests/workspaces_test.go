@@ -361,6 +361,7 @@ func TestWorkspaceSnapshotRules(t *testing.T) {
 // shared forks work as before.
 func TestWorkspaceSnapshotClusterRefused(t *testing.T) {
 	t.Parallel()
+	clusterSlot(t)
 	nc := natstest.Start(t, 3)
 	s := startServer(t, withConfig("cluster:\n  replicaId: ws-0\n  urls: ["+strings.Join(nc.URLs, ", ")+"]\n"))
 	var h struct {
