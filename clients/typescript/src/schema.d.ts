@@ -2434,7 +2434,7 @@ export interface components {
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
-        /** @description `insufficient_storage`: the disk (or the quota) is full, so what the request must store (an agent, a transcript event, a durable contributor, an idempotency key) could not be written. Nothing changed. */
+        /** @description `insufficient_storage`: the disk (or the quota) is full, so what the request must store (an agent, a transcript event, a durable contributor, an idempotency key) could not be written; `workspace_budget_exceeded`: a snapshot fork or spawn while the snapshot workspaces' layers use `workspaces.maxBytes` (drop those no longer needed). Nothing changed. */
         R507: {
             headers: {
                 [name: string]: unknown;
