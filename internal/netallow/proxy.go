@@ -299,18 +299,11 @@ func (s *Session) handle(c net.Conn) {
 			s.refuse(c, req.RequestURI, &refusal{reason: ReasonBadRequest, msg: "CONNECT needs host:port", status: http.StatusBadRequest})
 			return
 		}
-		target := targetOf(host, port)
-		up, rf := s.dial(host, port)
-		if rf != nil {
-			s.refuse(c, target, rf)
-			return
-		}
-		if !s.track(up, true) {
-			up.Close()
+		up, ok := s.open(c, host, port)
+		if !ok {
 			return
 		}
 		defer s.track(up, false)
-		s.reach(target)
 		if _, err := io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
 			return
 		}
@@ -326,18 +319,11 @@ func (s *Session) handle(c net.Conn) {
 		s.refuse(c, req.URL.Host, &refusal{reason: ReasonBadRequest, msg: "bad host", status: http.StatusBadRequest})
 		return
 	}
-	target := targetOf(host, port)
-	up, rf := s.dial(host, port)
-	if rf != nil {
-		s.refuse(c, target, rf)
-		return
-	}
-	if !s.track(up, true) {
-		up.Close()
+	up, ok := s.open(c, host, port)
+	if !ok {
 		return
 	}
 	defer s.track(up, false)
-	s.reach(target)
 	// One request per connection: the next one may name another host.
 	// The Host header is the host decided on: a request may not name an
 	// allowed host and ask its server for another (http.ReadRequest
@@ -356,6 +342,25 @@ func (s *Session) handle(c net.Conn) {
 	defer resp.Body.Close()
 	resp.Close = true
 	resp.Write(c)
+}
+
+// open decides on host:port for the client c and connects to it: a
+// refusal is answered on c, and a connection opened is tracked (the
+// caller untracks it) and recorded as reached. ok is false when there is
+// nothing to relay.
+func (s *Session) open(c net.Conn, host string, port int) (up net.Conn, ok bool) {
+	target := targetOf(host, port)
+	up, rf := s.dial(host, port)
+	if rf != nil {
+		s.refuse(c, target, rf)
+		return nil, false
+	}
+	if !s.track(up, true) {
+		up.Close()
+		return nil, false
+	}
+	s.reach(target)
+	return up, true
 }
 
 func (s *Session) reach(target string) {
