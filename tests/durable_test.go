@@ -177,6 +177,7 @@ func refuseToStart(t *testing.T, home string, args ...string) string {
 	if err == nil || strings.Contains(string(out), "dshd listening on") {
 		t.Fatalf("server started:\n%s", out)
 	}
+	checkNoCgroupLeft(t, home)
 	return string(out)
 }
 

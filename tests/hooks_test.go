@@ -190,6 +190,7 @@ func TestInvalidHookConfigRefusesToStart(t *testing.T) {
 	if err == nil {
 		t.Fatalf("server started with an invalid matcher:\n%s", out)
 	}
+	checkNoCgroupLeft(t, home)
 	if !strings.Contains(string(out), "Bash(") || !strings.Contains(string(out), "claude-code.json") {
 		t.Errorf("error does not name the hook and file:\n%s", out)
 	}

@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"github.com/dshd/dshd/internal/apitest"
+	"github.com/dshd/dshd/internal/cgroup"
+	dshexec "github.com/dshd/dshd/internal/exec"
 )
 
 // serverBinary is the dshd binary built once by TestMain; bareBinary, built
@@ -59,7 +61,30 @@ func buildAndRun(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "build server:", err)
 		return 1
 	}
-	return m.Run()
+	code := m.Run()
+	removeServerCgroups()
+	return code
+}
+
+// homes are the homes of the servers the tests started.
+var homes sync.Map
+
+// removeServerCgroups removes the empty cgroup subtrees the tests' servers
+// leave where a test ends with a crash (a server stopped cleanly removes
+// its own): each is named after its home, in cgroup v2 and in every v1
+// hierarchy, and one still holding a group is left alone.
+func removeServerCgroups() {
+	own, err := cgroup.OwnDir()
+	homes.Range(func(k, _ any) bool {
+		name := dshexec.CgroupName(k.(string))
+		if err == nil {
+			_ = os.Remove(filepath.Join(own, name))
+		}
+		if v1, err := cgroup.OpenV1(name, []string{"cpu", "memory", "pids"}); err == nil {
+			v1.Close()
+		}
+		return true
+	})
 }
 
 // testServer is one running dshd process.
@@ -148,6 +173,7 @@ func startServer(t testing.TB, opts ...serverOption) *testServer {
 	if err != nil {
 		t.Fatal(err)
 	}
+	homes.Store(c.home, true)
 	s := &testServer{Home: c.home, cmd: cmd, stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan struct{})}
 	cmd.Stderr = s.stderr
 	if err := cmd.Start(); err != nil {
@@ -236,6 +262,20 @@ func (s *testServer) stop(t testing.TB) {
 		_ = s.cmd.Process.Kill()
 		<-s.done
 		t.Errorf("server did not stop within 30s of SIGTERM; stderr:\n%s", s.stderr)
+	}
+}
+
+// checkNoCgroupLeft fails t when the server that used home left its
+// cgroup v2 subtree behind (a server that refused to start included).
+func checkNoCgroupLeft(t *testing.T, home string) {
+	t.Helper()
+	own, err := cgroup.OwnDir()
+	if err != nil {
+		return // no cgroup v2 here: nothing to leave
+	}
+	dir := filepath.Join(own, dshexec.CgroupName(home))
+	if _, err := os.Stat(dir); err == nil {
+		t.Errorf("the server left its cgroup subtree %s", dir)
 	}
 }
 

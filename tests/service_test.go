@@ -194,6 +194,7 @@ func startCommand(t *testing.T, cmd *exec.Cmd, home string) *testServer {
 	if err != nil {
 		t.Fatal(err)
 	}
+	homes.Store(home, true)
 	s := &testServer{Home: home, cmd: cmd, stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan struct{})}
 	cmd.Stderr = s.stderr
 	if err := cmd.Start(); err != nil {

@@ -417,6 +417,12 @@ func newServices(ctx context.Context, cfg config, home, token, tokenPath string,
 	if err != nil {
 		return nil, err
 	}
+	defer func() {
+		if err != nil {
+			// A server that refuses to start leaves no cgroup subtree.
+			_ = executor.Close(context.Background())
+		}
+	}()
 	env, node, stopCluster, err := newRegistry(ctx, cfg, home, logger, reg)
 	if err != nil {
 		return nil, err

@@ -149,6 +149,10 @@ func cgroupName(home string) string {
 	return "dshd-" + hex.EncodeToString(sum[:6])
 }
 
+// CgroupName is the name of the cgroup subtree of the dshd using home,
+// below its own group in cgroup v2 and in each v1 hierarchy it uses.
+func CgroupName(home string) string { return cgroupName(home) }
+
 // anonGroups numbers the subtrees of executors without a home.
 var anonGroups atomic.Int64
 
