@@ -431,9 +431,24 @@ func (g *Group) Usage() Usage {
 // Remove retries briefly. A group already gone is not an error.
 func (g *Group) Remove() error {
 	g.CloseFD()
+	return removeTree(g.path)
+}
+
+// removeTree removes the group at path and every group below it, deepest
+// first: a job may make groups of its own inside its group (a container,
+// systemd-run, another dshd), and a group with a child cannot be removed.
+// A group that still holds a process stays (EBUSY once the retries are
+// spent).
+func removeTree(path string) error {
+	ents, _ := os.ReadDir(path)
+	for _, e := range ents {
+		if e.IsDir() {
+			_ = removeTree(filepath.Join(path, e.Name()))
+		}
+	}
 	var err error
 	for range 100 {
-		err = syscall.Rmdir(g.path)
+		err = syscall.Rmdir(path)
 		if err == nil || errors.Is(err, syscall.ENOENT) {
 			return nil
 		}
@@ -442,7 +457,7 @@ func (g *Group) Remove() error {
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
-	return fmt.Errorf("remove cgroup %s: %w", g.path, err)
+	return fmt.Errorf("remove cgroup %s: %w", path, err)
 }
 
 // OwnDir returns the directory of the calling process's cgroup v2 group: its

@@ -120,6 +120,51 @@ func TestGroupKillsEscapedProcesses(t *testing.T) {
 	}
 }
 
+// A job may make groups of its own inside its group (a container,
+// systemd-run, another dshd): cgroup.kill reaches their processes, and
+// Remove takes the nested groups away with the job's, deepest first.
+func TestRemoveNestedGroups(t *testing.T) {
+	m := openTest(t)
+	g, err := m.Create("job_nested", Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deeper := filepath.Join(g.Path(), "nested", "deeper")
+	if err := os.MkdirAll(deeper, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	fd, err := syscall.Open(deeper, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	attr := &syscall.ProcAttr{Sys: &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: fd}}
+	pid, err := syscall.ForkExec("/bin/sleep", []string{"sleep", "300"}, attr)
+	syscall.Close(fd)
+	g.CloseFD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !g.Populated() {
+		t.Fatal("Populated = false with a process in a nested group")
+	}
+	if err := g.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	var ws syscall.WaitStatus
+	if _, err := syscall.Wait4(pid, &ws, 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	if !g.WaitEmpty(5 * time.Second) {
+		t.Fatalf("group still populated after cgroup.kill: %v", g.Procs())
+	}
+	if err := g.Remove(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(g.Path()); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("group dir still there after Remove: %v", err)
+	}
+}
+
 func TestLeftoversAndLimits(t *testing.T) {
 	m := openTest(t)
 	g, err := m.Create("job_left", Limits{Pids: 5, MemoryBytes: 64 << 20, CPU: 0.5})
