@@ -11,8 +11,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // limitControllers are the controllers Limits use, in the order they are
@@ -218,6 +221,9 @@ func (m *Manager) create(name string, lim Limits) (*Group, error) {
 	return g, nil
 }
 
+// Limit sets lim on g, a group made before its job's limits were known.
+func (g *Group) Limit(lim Limits) error { return g.m.apply(g.path, lim) }
+
 // cpuPeriod is the cpu.max period in microseconds (the kernel's default).
 const cpuPeriod = 100000
 
@@ -270,6 +276,92 @@ type Group struct {
 	path string
 	fd   int
 	m    *Manager // says which controllers' files the group has
+	// stats holds cgroup.events and cpu.stat open once KeepStats ran; nil
+	// before.
+	stats *groupStats
+}
+
+// groupStats are descriptors of a group's cgroup.events and cpu.stat, read
+// with pread: a job's end then costs one system call per file instead of
+// an open (a walk of the group's path), a read and a close. mu keeps a
+// read from racing with the close, which could hand the read a recycled
+// descriptor.
+type groupStats struct {
+	mu          sync.RWMutex
+	events, cpu int // -1 once closed
+}
+
+// KeepStats opens the group's cgroup.events and cpu.stat, relative to its
+// descriptor (before CloseFD), and keeps them open until Remove: Populated
+// and Usage read them from then on.
+func (g *Group) KeepStats() error {
+	if g.fd < 0 {
+		return fmt.Errorf("cgroup %s: no descriptor to open its files from", g.path)
+	}
+	ev, err := openFileAt(g.fd, "cgroup.events")
+	if err != nil {
+		return fmt.Errorf("open %s/cgroup.events: %w", g.path, err)
+	}
+	cpu, err := openFileAt(g.fd, "cpu.stat")
+	if err != nil {
+		syscall.Close(ev)
+		return fmt.Errorf("open %s/cpu.stat: %w", g.path, err)
+	}
+	g.stats = &groupStats{events: ev, cpu: cpu}
+	return nil
+}
+
+func openFileAt(dir int, name string) (int, error) {
+	for {
+		fd, err := unix.Openat(dir, name, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != unix.EINTR {
+			return fd, err
+		}
+	}
+}
+
+// read calls f with the kernel's current text of the file fd selects (the
+// events or the cpu descriptor), and reports false if the descriptors are
+// closed or the read fails.
+func (s *groupStats) read(events bool, f func([]byte)) bool {
+	if s == nil {
+		return false
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	fd := s.cpu
+	if events {
+		fd = s.events
+	}
+	if fd < 0 {
+		return false
+	}
+	var buf [1024]byte
+	for {
+		n, err := unix.Pread(fd, buf[:], 0)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil || n == len(buf) {
+			return false // cut short: the caller reads the whole file by path
+		}
+		f(buf[:n])
+		return true
+	}
+}
+
+func (s *groupStats) close() {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, fd := range []*int{&s.events, &s.cpu} {
+		if *fd >= 0 {
+			syscall.Close(*fd)
+			*fd = -1
+		}
+	}
 }
 
 // Path returns the group's directory.
@@ -333,12 +425,15 @@ func (g *Group) Procs() []int {
 // Populated reports whether any live process is in the group or below it.
 // A group that no longer exists is not populated.
 func (g *Group) Populated() bool {
+	var populated bool
+	if g.stats.read(true, func(b []byte) { populated = keyedValue(b, "populated") > 0 }) {
+		return populated
+	}
 	b, err := ReadSmall(filepath.Join(g.path, "cgroup.events"))
 	if err != nil {
 		return false
 	}
-	v, ok := keyed(b)["populated"]
-	return ok && v != 0
+	return keyedValue(b, "populated") > 0
 }
 
 // WaitEmpty polls until the group is empty or d has passed, and reports
@@ -407,8 +502,10 @@ func (g *Group) Usage() Usage {
 			u.PidsPeak, _ = strconv.ParseInt(s, 10, 64)
 		}
 	}
-	if b, err := ReadSmall(filepath.Join(g.path, "cpu.stat")); err == nil {
-		u.CPU = time.Duration(keyed(b)["usage_usec"]) * time.Microsecond
+	if !g.stats.read(false, func(b []byte) { u.CPU = time.Duration(max(keyedValue(b, "usage_usec"), 0)) * time.Microsecond }) {
+		if b, err := ReadSmall(filepath.Join(g.path, "cpu.stat")); err == nil {
+			u.CPU = time.Duration(max(keyedValue(b, "usage_usec"), 0)) * time.Microsecond
+		}
 	}
 	if memory {
 		if s := readString(filepath.Join(g.path, "memory.peak")); s != "" {
@@ -430,6 +527,7 @@ func (g *Group) Usage() Usage {
 // moment after the last process exits to let go of the group (EBUSY), so
 // Remove retries briefly. A group already gone is not an error.
 func (g *Group) Remove() error {
+	g.stats.close()
 	g.CloseFD()
 	return removeTree(g.path)
 }
@@ -440,6 +538,10 @@ func (g *Group) Remove() error {
 // A group that still holds a process stays (EBUSY once the retries are
 // spent).
 func removeTree(path string) error {
+	// Most groups are empty leaves: one rmdir, no listing.
+	if err := syscall.Rmdir(path); err == nil || errors.Is(err, syscall.ENOENT) {
+		return nil
+	}
 	ents, _ := os.ReadDir(path)
 	for _, e := range ents {
 		if e.IsDir() {
@@ -598,6 +700,28 @@ func keyed(b []byte) map[string]int64 {
 		}
 	}
 	return m
+}
+
+// keyedValue returns the value of key in "key value" lines (cgroup.events,
+// cpu.stat), -1 if it is absent or not a number. Unlike keyed it allocates
+// nothing.
+func keyedValue(b []byte, key string) int64 {
+	for len(b) > 0 {
+		line := b
+		if i := bytes.IndexByte(b, '\n'); i >= 0 {
+			line, b = b[:i], b[i+1:]
+		} else {
+			b = nil
+		}
+		if len(line) > len(key) && line[len(key)] == ' ' && string(line[:len(key)]) == key {
+			n, err := strconv.ParseInt(string(bytes.TrimSpace(line[len(key)+1:])), 10, 64)
+			if err != nil {
+				return -1
+			}
+			return n
+		}
+	}
+	return -1
 }
 
 // writeFile writes v to a cgroup control file, which must exist.

@@ -211,3 +211,64 @@ func TestOpenWithoutCgroupKill(t *testing.T) {
 		t.Fatalf("openAt(plain dir) = %v, want ErrUnavailable naming cgroup.kill", err)
 	}
 }
+
+// TestKeptStats: with its files kept open, a group reads the kernel's
+// current cgroup.events and cpu.stat at every call (pread from the start,
+// not a stale copy), as reading them by path does; Remove closes them.
+func TestKeptStats(t *testing.T) {
+	m := openTest(t)
+	g, err := m.Create("job_kept", Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.KeepStats(); err != nil {
+		t.Fatal(err)
+	}
+	kept := []int{g.stats.events, g.stats.cpu}
+	if g.Populated() {
+		t.Fatal("Populated = true for a new group")
+	}
+	if u := g.Usage(); u.CPU != 0 {
+		t.Errorf("Usage().CPU = %v for a new group", u.CPU)
+	}
+	// A process that burns some CPU, born in the group.
+	pid, err := syscall.ForkExec("/bin/sh", []string{"sh", "-c", "i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done; sleep 300"}, &syscall.ProcAttr{
+		Env: []string{"PATH=/usr/bin:/bin"},
+		Sys: &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: g.FD()},
+	})
+	g.CloseFD() // the kept files stay readable without the directory's descriptor
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !g.Populated() {
+		t.Fatal("Populated = false with a process in the group")
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := syscall.Wait4(pid, nil, 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	if !g.WaitEmpty(5 * time.Second) {
+		t.Fatal("Populated still true after the process was reaped")
+	}
+	byPath := Group{path: g.path, fd: -1, m: m}
+	if kept, path := g.Usage().CPU, byPath.Usage().CPU; kept <= 0 || kept != path {
+		t.Errorf("Usage().CPU = %v from the kept file, %v by path; want the same, > 0", kept, path)
+	}
+	if err := g.Remove(); err != nil {
+		t.Fatal(err)
+	}
+	for _, fd := range kept {
+		if _, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", fd)); err == nil {
+			// The number may have been reused by a file opened since; it
+			// must not still be the group's.
+			if target, _ := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", fd)); strings.Contains(target, "job_kept") {
+				t.Errorf("fd %d still open on %s after Remove", fd, target)
+			}
+		}
+	}
+	if g.Populated() {
+		t.Error("Populated = true for a removed group")
+	}
+}

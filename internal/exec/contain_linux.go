@@ -55,11 +55,12 @@ type ContainmentInfo struct {
 // container is the executor's containment: a cgroup manager, or nothing
 // but the subreaper.
 type container struct {
-	info  ContainmentInfo
-	mgr   *cgroup.Manager // nil in group mode
-	v1    *cgroup.V1      // the v1 groups of a hybrid host; nil if none
-	log   *slog.Logger
-	watch limitWatch
+	info   ContainmentInfo
+	mgr    *cgroup.Manager // nil in group mode
+	spares *spares         // job groups made ahead; nil in group mode
+	v1     *cgroup.V1      // the v1 groups of a hybrid host; nil if none
+	log    *slog.Logger
+	watch  limitWatch
 	// canFreeze: the groups have cgroup.freeze, so CPU limits can be
 	// enforced by freezing without the cpu controller.
 	canFreeze bool
@@ -170,7 +171,8 @@ type containSpec struct {
 	c      *container
 	mgr    *cgroup.Manager // create a cgroup named name; nil in group mode
 	name   string
-	track  bool // trace descendants through /proc (group mode)
+	spare  *cgroup.Group // the group named name, made ahead (spares_linux.go); nil if none
+	track  bool          // trace descendants through /proc (group mode)
 	limits Limits
 }
 
@@ -185,6 +187,15 @@ func (s containSpec) group() (*cgroup.Group, error) {
 	if s.mgr == nil {
 		return nil, nil
 	}
+	if g := s.spare; g != nil {
+		if lim := cgroupLimits(s.limits); lim != (cgroup.Limits{}) {
+			if err := g.Limit(lim); err != nil {
+				_ = g.Remove()
+				return nil, fmt.Errorf("job cgroup: %w", err)
+			}
+		}
+		return g, nil
+	}
 	g, err := s.mgr.Create(s.name, cgroupLimits(s.limits))
 	if err != nil {
 		return nil, fmt.Errorf("job cgroup: %w", err)
@@ -195,6 +206,7 @@ func (s containSpec) group() (*cgroup.Group, error) {
 // close removes the subtree if it is empty (best effort: an earlier crash
 // may have left groups a later start cleans).
 func (c *container) close() {
+	c.spares.close()
 	c.remMu.Lock()
 	c.closing = true
 	var wait chan struct{}

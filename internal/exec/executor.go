@@ -135,6 +135,7 @@ type Executor struct {
 	bgRunning map[string]int
 	finished  []finishedJob
 	reserved  map[string]*Job // reserved, not started: not listed, but holding a slot
+	lastID    string          // the last id drawn for a job (spares must sort after it)
 	spoolUsed int64           // bytes granted to spools of recorded jobs (Options.SpoolTotalBytes)
 
 	stopJanitor chan struct{}
@@ -197,6 +198,8 @@ func New(opts Options) (*Executor, error) {
 	if err := e.recoverLost(); err != nil {
 		return nil, fmt.Errorf("recover jobs of a previous run: %w", err)
 	}
+	// After recovery: the spares must not be taken for leftovers.
+	e.run.cont.spares = newSpares(e.run.cont.mgr, func() string { return e.ids.New(e.opts.IDPrefix) }, log)
 	if err := e.openIdem(); err != nil {
 		return nil, fmt.Errorf("load idempotency keys: %w", err)
 	}
@@ -556,7 +559,12 @@ func (e *Executor) register(j *Job) ([]*Job, error) {
 		return removed, &TooManyJobsError{Limit: "agent", Max: e.opts.MaxBackgroundPerAgent, RetryAfter: retryAfter}
 	}
 	if j.id == "" {
-		j.id = e.ids.New(e.opts.IDPrefix)
+		if id, g := e.run.cont.spares.take(e.lastID); g != nil {
+			j.id, j.spare = id, g
+		} else {
+			j.id = e.ids.New(e.opts.IDPrefix)
+		}
+		e.lastID = j.id
 	} else if _, ok := e.jobs[j.id]; ok {
 		return removed, fmt.Errorf("%w: job id %s is taken", ErrInvalidInput, j.id)
 	}
@@ -578,6 +586,14 @@ func (e *Executor) register(j *Job) ([]*Job, error) {
 // never ran, so its idempotency key is forgotten too.
 func (e *Executor) unregister(j *Job) {
 	e.mu.Lock()
+	if g := j.spare; g != nil {
+		// Made for a job that never started.
+		j.spare = nil
+		defer func() {
+			_ = g.Remove()
+			e.run.cont.spares.refill()
+		}()
+	}
 	delete(e.reserved, j.id)
 	delete(e.jobs, j.id)
 	persisted := false

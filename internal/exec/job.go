@@ -8,6 +8,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dshd/dshd/internal/cgroup"
 	"github.com/dshd/dshd/internal/netallow"
 	"github.com/dshd/dshd/internal/sandbox"
 	"github.com/dshd/dshd/internal/shellenv"
@@ -129,6 +130,7 @@ type Remainder struct {
 type Job struct {
 	e          *Executor
 	proc       *proc
+	spare      *cgroup.Group // the group made ahead for this job until it starts (spares_linux.go); guarded by e.mu
 	id         string
 	command    string
 	agentID    string

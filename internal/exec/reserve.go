@@ -258,6 +258,8 @@ func (r *Reservation) start(managed shellenv.Overlay) (*Job, error) {
 	e.mu.Lock()
 	delete(e.reserved, j.id)
 	e.jobs[j.id] = j
+	contain := e.run.cont.forJob(j.id, j.limits)
+	contain.spare, j.spare = j.spare, nil // the spawn's from here on
 	e.mu.Unlock()
 
 	j.stdout.init(e.opts.CaptureBytes, e.opts.SpoolMaxBytes, e.jobsDir, j.id, ".stdout")
@@ -286,11 +288,12 @@ func (r *Reservation) start(managed shellenv.Overlay) (*Job, error) {
 		stdout:      j.sink(&j.stdout, "stdout"),
 		stderr:      j.sink(&j.stderr, "stderr"),
 		onExit:      j.finish,
-		contain:     e.run.cont.forJob(j.id, j.limits),
+		contain:     contain,
 		onStart:     func(pid int) { e.indexAdd(j, pid) },
 		onRemainder: func() { e.remainderGone(j) },
 		sandbox:     j.sandboxed(),
 	})
+	e.run.cont.spares.refill()
 	if err != nil {
 		return fail(err)
 	}
