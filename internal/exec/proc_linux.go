@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	osexec "os/exec"
+	"runtime"
 	"strconv"
 	"sync"
 	"syscall"
@@ -31,7 +31,7 @@ const drainTimeout = 50 * time.Millisecond
 const groupPollInterval = 10 * time.Millisecond
 
 // proc is one process group led by `bash -c`. It owns the one goroutine
-// that calls cmd.Wait and the kill path shared by timeout, cancel and
+// that reaps the leader and the kill path shared by timeout, cancel and
 // shutdown.
 type proc struct {
 	grace time.Duration
@@ -151,32 +151,33 @@ func (p *proc) spawn(s *spawnSpec) error {
 		return err
 	}
 	t = stages.Done(stages.Streams, t)
-	cmd := &osexec.Cmd{
-		Env:    s.env,
-		Dir:    s.dir,
-		Stdin:  st.childIn,
-		Stdout: st.childOut,
-		Stderr: st.childErr,
-		// Own process group, so the whole tree is signalled as -pgid.
-		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
-	}
+	// os.StartProcess rather than os/exec: the environment is already
+	// one entry per name (baseEnv.with), and the path absolute, so Cmd's
+	// copy of the environment into a map and its look-ups would be work
+	// per command for nothing; its descriptors are ours, so it would start
+	// no goroutine either.
+	// Own process group, so the whole tree is signalled as -pgid.
+	sys := &syscall.SysProcAttr{Setpgid: true}
 	if s.tty != nil {
 		// A session of its own (so also a process group led by the
 		// leader: -pgid still reaches the tree) whose controlling
 		// terminal is the new pty, child fd 0.
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+		sys = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
 	}
 	var pidfd int
-	withPidfd(cmd.SysProcAttr, &pidfd)
+	withPidfd(sys, &pidfd)
 	if cg != nil {
 		// Born in the job's cgroup (clone3 CLONE_INTO_CGROUP): no process
 		// of the job ever runs outside it.
-		cmd.SysProcAttr.UseCgroupFD = true
-		cmd.SysProcAttr.CgroupFD = cg.FD()
+		sys.UseCgroupFD = true
+		sys.CgroupFD = cg.FD()
 	}
+	var leader *os.Process
 	startCmd := s.contain.startInV1(&v1g, s.bash, func(path string, args []string, extra []*os.File) error {
-		cmd.Path, cmd.Args, cmd.ExtraFiles = path, args, extra
-		return cmd.Start()
+		files := append([]*os.File{st.childIn, st.childOut, st.childErr}, extra...)
+		var err error
+		leader, err = os.StartProcess(path, args, &os.ProcAttr{Dir: s.dir, Env: s.env, Files: files, Sys: sys})
+		return err
 	})
 	registered := reaperOf.spawning()
 	argv := s.contain.commandLine(s.command)
@@ -187,7 +188,7 @@ func (p *proc) spawn(s *spawnSpec) error {
 		return startCmd(s.bash, argv, nil)
 	})
 	if err == nil {
-		registered(cmd.Process.Pid)
+		registered(leader.Pid)
 	} else {
 		registered(0)
 		if pidfd >= 0 {
@@ -213,9 +214,9 @@ func (p *proc) spawn(s *spawnSpec) error {
 	p.onRemainder = s.onRemainder
 	p.v1 = v1g
 	if s.contain.track {
-		p.tree = newTree(cmd.Process.Pid)
+		p.tree = newTree(leader.Pid)
 	}
-	p.pid = cmd.Process.Pid
+	p.pid = leader.Pid
 	p.applyLimits(s.contain, p.pid)
 	stop := p.stopping
 	if stop {
@@ -232,14 +233,14 @@ func (p *proc) spawn(s *spawnSpec) error {
 	}
 
 	if s.onStart != nil {
-		s.onStart(cmd.Process.Pid)
+		s.onStart(leader.Pid)
 	}
 	t = stages.Done(stages.Index, t)
-	pid := cmd.Process.Pid
+	pid := leader.Pid
 	if pidfd >= 0 {
-		// os/exec keeps a duplicate of the pidfd until Wait, which we never
+		// os keeps a duplicate of the pidfd until Wait, which we never
 		// call: one descriptor per job is enough.
-		cmd.Process.Release()
+		leader.Release()
 	}
 	switch {
 	case interactive && len(s.stdin) > 0:
@@ -260,7 +261,7 @@ func (p *proc) spawn(s *spawnSpec) error {
 		readers.Add(1)
 		go readStream(st.errR, s.stderr, &readers)
 	}
-	go p.wait(s.contain.c, cmd, pid, pidfd, st, &readers, s.onExit, t)
+	go p.wait(s.contain.c, leader, pid, pidfd, st, &readers, s.onExit, t)
 	return nil
 }
 
@@ -334,8 +335,8 @@ func (st *streams) closeParentEnds() {
 
 // wait is the one goroutine that reaps the leader (waitLeader).
 // t is when the spawn returned (stages).
-func (p *proc) wait(c *container, cmd *osexec.Cmd, pid, pidfd int, st *streams, readers *sync.WaitGroup, onExit func(syscall.WaitStatus, error), t time.Time) {
-	ws, ru, err := waitLeader(cmd, pidfd)
+func (p *proc) wait(c *container, leader *os.Process, pid, pidfd int, st *streams, readers *sync.WaitGroup, onExit func(syscall.WaitStatus, error), t time.Time) {
+	ws, ru, err := waitLeader(leader, pidfd)
 	t = stages.Done(stages.Wait, t)
 	reaperOf.reaped(pid)
 	// The leader is reaped, but its pid stays reserved as our pgid while any
@@ -385,6 +386,10 @@ func (p *proc) wait(c *container, cmd *osexec.Cmd, pid, pidfd int, st *streams, 
 	stages.Done(stages.Record, t)
 	close(p.done)
 	if empty != nil {
+		// The goroutine waiting for done (a foreground request) was made
+		// ready on this P, but would wait for the rmdir below, a system
+		// call of tens of microseconds, before it ran: let it go first.
+		runtime.Gosched()
 		_ = empty.Remove()
 		c.removed()
 	}

@@ -3,14 +3,13 @@ package exec
 import (
 	"errors"
 	"os"
-	osexec "os/exec"
 	"syscall"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
 
-// Waiting without a thread per job. cmd.Wait parks an OS thread in a
+// Waiting without a thread per job. os.Process.Wait parks an OS thread in a
 // blocking waitid for as long as the job runs; thousands of background jobs
 // would mean thousands of threads. Instead each leader is spawned with a
 // pidfd (clone3 CLONE_PIDFD), which becomes readable when the process
@@ -55,20 +54,19 @@ func withPidfd(attr *syscall.SysProcAttr, fd *int) {
 	attr.PidFD = fd
 }
 
-// waitLeader reaps cmd's process: through pidfd when the spawn gave one,
-// else (a kernel without pidfds) with a blocking cmd.Wait. It returns the
+// waitLeader reaps the leader: through pidfd when the spawn gave one,
+// else (a kernel without pidfds) with a blocking Wait. It returns the
 // wait status and the rusage of the leader and the descendants it waited
 // for. The pidfd is closed.
-func waitLeader(cmd *osexec.Cmd, pidfd int) (syscall.WaitStatus, *syscall.Rusage, error) {
+func waitLeader(leader *os.Process, pidfd int) (syscall.WaitStatus, *syscall.Rusage, error) {
 	if pidfd < 0 {
-		err := cmd.Wait()
-		st := cmd.ProcessState
+		st, err := leader.Wait()
 		if st == nil {
 			return 0, nil, err
 		}
 		ws, _ := st.Sys().(syscall.WaitStatus)
 		ru, _ := st.SysUsage().(*syscall.Rusage)
-		return ws, ru, nil // an *ExitError only restates ws
+		return ws, ru, nil
 	}
 	if err := syscall.SetNonblock(pidfd, true); err != nil {
 		syscall.Close(pidfd)
