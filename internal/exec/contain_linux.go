@@ -387,9 +387,11 @@ type tree struct {
 	known map[int]uint64 // pid -> start time (clock ticks since boot)
 }
 
-func newTree(leader int) *tree {
+func newTree(leader int, start uint64) *tree {
 	t := &tree{known: make(map[int]uint64)}
-	if st, ok := readStat(leader); ok {
+	if start != 0 {
+		t.known[leader] = start
+	} else if st, ok := readStat(leader); ok {
 		t.known[leader] = st.start
 	}
 	return t

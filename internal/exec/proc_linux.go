@@ -38,8 +38,9 @@ type proc struct {
 	done  chan struct{} // closed after the leader is reaped, output drained and onExit ran
 
 	mu         sync.Mutex
-	pid        int   // 0 until started
-	startErr   error // set if the spawn failed
+	pid        int    // 0 until started
+	startedAt  uint64 // the leader's start time (/proc stat field 22) if the spawn knew it; 0 if not
+	startErr   error  // set if the spawn failed
 	stopping   bool
 	reason     State // why stop was requested
 	exited     bool
@@ -173,10 +174,13 @@ func (p *proc) spawn(s *spawnSpec) error {
 		sys.CgroupFD = cg.FD()
 	}
 	var leader *os.Process
+	var before, after uint64 // the clock around the fork (starttime_linux.go)
 	startCmd := s.contain.startInV1(&v1g, s.bash, func(path string, args []string, extra []*os.File) error {
 		files := append([]*os.File{st.childIn, st.childOut, st.childErr}, extra...)
 		var err error
+		before = bootTicks()
 		leader, err = os.StartProcess(path, args, &os.ProcAttr{Dir: s.dir, Env: s.env, Files: files, Sys: sys})
+		after = bootTicks()
 		return err
 	})
 	registered := reaperOf.spawning()
@@ -213,8 +217,9 @@ func (p *proc) spawn(s *spawnSpec) error {
 	p.cg = cg
 	p.onRemainder = s.onRemainder
 	p.v1 = v1g
+	p.startedAt = startBetween(before, after)
 	if s.contain.track {
-		p.tree = newTree(leader.Pid)
+		p.tree = newTree(leader.Pid, p.startedAt)
 	}
 	p.pid = leader.Pid
 	p.applyLimits(s.contain, p.pid)
@@ -459,6 +464,22 @@ func (p *proc) kill9() bool {
 	// cgroup or the traced descendants that left it.
 	p.signalJob(syscall.SIGKILL)
 	return true
+}
+
+// leaderStart returns the leader's start time (clock ticks since boot, as
+// /proc/<pid>/stat gives it), read from /proc when the spawn did not
+// know it; 0 if the leader is gone.
+func (p *proc) leaderStart() uint64 {
+	p.mu.Lock()
+	start, pid := p.startedAt, p.pid
+	p.mu.Unlock()
+	if start != 0 || pid == 0 {
+		return start
+	}
+	if st, ok := readStat(pid); ok {
+		return st.start
+	}
+	return 0
 }
 
 // stopping reports the reason for a requested stop, if any.

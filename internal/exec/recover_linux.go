@@ -6,10 +6,13 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/go-json-experiment/json/jsontext"
 
 	"github.com/dshd/dshd/internal/cgroup"
 )
@@ -44,6 +47,48 @@ type indexEntry struct {
 	Cgroup string `json:"cgroup,omitempty"`
 }
 
+// appendJSON appends the entry as json.Marshal encodes it, with a quarter
+// of its work (no reflection); json.Marshal still encodes a command or
+// directory that is not valid UTF-8, replacing what is not.
+func (ent *indexEntry) appendJSON(b []byte) ([]byte, error) {
+	start := len(b)
+	str := func(name, v string) bool {
+		b = append(b, name...)
+		var err error
+		b, err = jsontext.AppendQuote(b, v)
+		return err == nil
+	}
+	when := func(name string, t time.Time) bool {
+		if y := t.Year(); y < 0 || y > 9999 {
+			return false
+		}
+		b = append(append(b, name...), '"')
+		b = append(t.AppendFormat(b, time.RFC3339Nano), '"')
+		return true
+	}
+	ok := str(`{"id":`, ent.ID)
+	if ok && ent.AgentID != "" {
+		ok = str(`,"agentId":`, ent.AgentID)
+	}
+	ok = ok && str(`,"command":`, ent.Command) && str(`,"cwd":`, ent.Cwd)
+	if ok {
+		b = strconv.AppendBool(append(b, `,"background":`...), ent.Background)
+		ok = when(`,"createdAt":`, ent.CreatedAt) && when(`,"startedAt":`, ent.StartedAt)
+	}
+	if ok {
+		b = strconv.AppendInt(append(b, `,"pid":`...), int64(ent.PID), 10)
+		b = strconv.AppendUint(append(b, `,"leaderStart":`...), ent.LeaderStart, 10)
+		if ent.Cgroup != "" {
+			ok = str(`,"cgroup":`, ent.Cgroup)
+		}
+	}
+	if !ok {
+		m, err := json.Marshal(ent)
+		return append(b[:start], m...), err
+	}
+	return append(b, '}'), nil
+}
+
 func (e *Executor) indexDir() string {
 	if e.jobsDir == "" {
 		return ""
@@ -62,13 +107,11 @@ func (e *Executor) indexAdd(j *Job, pid int) {
 		ID: j.id, AgentID: j.agentID, Command: j.command, Cwd: j.cwd, Background: j.background,
 		CreatedAt: j.createdAt, StartedAt: j.startedAt, PID: pid,
 	}
-	if st, ok := readStat(pid); ok {
-		ent.LeaderStart = st.start
-	}
+	ent.LeaderStart = j.proc.leaderStart()
 	if j.proc.cg != nil {
 		ent.Cgroup = j.proc.cg.Path()
 	}
-	b, err := json.Marshal(ent)
+	b, err := ent.appendJSON(make([]byte, 0, 256))
 	if err == nil {
 		err = e.index.add(dir, j.id, append(b, '\n'))
 	}

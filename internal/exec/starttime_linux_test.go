@@ -1,0 +1,41 @@
+package exec
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestLeaderStartFromClock: the start time the spawn takes from the clock
+// is the one the kernel reports in /proc/<pid>/stat, which crash recovery
+// compares to tell the leader from a process that got its pid later.
+func TestLeaderStartFromClock(t *testing.T) {
+	t.Parallel()
+	if clockTicks() == 0 {
+		t.Fatal("no AT_CLKTCK in /proc/self/auxv")
+	}
+	e := newTestExecutor(t, nil)
+	known := 0
+	for range 30 {
+		// $$ is the leader: bash execs cat in its own process.
+		j := mustStart(t, e, Spec{Command: "cat /proc/$$/stat"})
+		<-j.Done()
+		out := j.Snapshot().Stdout.Text
+		st, ok := parseStat(j.Snapshot().PID, strings.TrimSpace(out))
+		if !ok {
+			t.Fatalf("job printed %q, not its stat line", out)
+		}
+		j.proc.mu.Lock()
+		clock := j.proc.startedAt
+		j.proc.mu.Unlock()
+		if clock == 0 {
+			continue // a tick boundary fell inside the spawn: /proc is read instead
+		}
+		known++
+		if clock != st.start {
+			t.Errorf("start time from the clock %d, /proc says %d", clock, st.start)
+		}
+	}
+	if known < 20 {
+		t.Errorf("the clock gave the start time of %d spawns of 30; a spawn is much shorter than a tick", known)
+	}
+}
