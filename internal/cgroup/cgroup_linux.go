@@ -320,12 +320,12 @@ func openFileAt(dir int, name string) (int, error) {
 	}
 }
 
-// read calls f with the kernel's current text of the file fd selects (the
-// events or the cpu descriptor), and reports false if the descriptors are
-// closed or the read fails.
-func (s *groupStats) read(events bool, f func([]byte)) bool {
+// value returns key's value in the kernel's current text of the file
+// events selects (cgroup.events, else cpu.stat), and reports false if the
+// descriptors are closed or the read fails.
+func (s *groupStats) value(events bool, key string) (int64, bool) {
 	if s == nil {
-		return false
+		return 0, false
 	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -334,7 +334,7 @@ func (s *groupStats) read(events bool, f func([]byte)) bool {
 		fd = s.events
 	}
 	if fd < 0 {
-		return false
+		return 0, false
 	}
 	var buf [1024]byte
 	for {
@@ -343,10 +343,9 @@ func (s *groupStats) read(events bool, f func([]byte)) bool {
 			continue
 		}
 		if err != nil || n == len(buf) {
-			return false // cut short: the caller reads the whole file by path
+			return 0, false // cut short: the caller reads the whole file by path
 		}
-		f(buf[:n])
-		return true
+		return keyedValue(buf[:n], key), true
 	}
 }
 
@@ -425,9 +424,8 @@ func (g *Group) Procs() []int {
 // Populated reports whether any live process is in the group or below it.
 // A group that no longer exists is not populated.
 func (g *Group) Populated() bool {
-	var populated bool
-	if g.stats.read(true, func(b []byte) { populated = keyedValue(b, "populated") > 0 }) {
-		return populated
+	if v, ok := g.stats.value(true, "populated"); ok {
+		return v > 0
 	}
 	b, err := ReadSmall(filepath.Join(g.path, "cgroup.events"))
 	if err != nil {
@@ -502,10 +500,10 @@ func (g *Group) Usage() Usage {
 			u.PidsPeak, _ = strconv.ParseInt(s, 10, 64)
 		}
 	}
-	if !g.stats.read(false, func(b []byte) { u.CPU = time.Duration(max(keyedValue(b, "usage_usec"), 0)) * time.Microsecond }) {
-		if b, err := ReadSmall(filepath.Join(g.path, "cpu.stat")); err == nil {
-			u.CPU = time.Duration(max(keyedValue(b, "usage_usec"), 0)) * time.Microsecond
-		}
+	if v, ok := g.stats.value(false, "usage_usec"); ok {
+		u.CPU = time.Duration(max(v, 0)) * time.Microsecond
+	} else if b, err := ReadSmall(filepath.Join(g.path, "cpu.stat")); err == nil {
+		u.CPU = time.Duration(max(keyedValue(b, "usage_usec"), 0)) * time.Microsecond
 	}
 	if memory {
 		if s := readString(filepath.Join(g.path, "memory.peak")); s != "" {

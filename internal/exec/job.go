@@ -191,6 +191,17 @@ func (j *Job) countsAgainstAgent() bool {
 // and its output is drained.
 func (j *Job) Done() <-chan struct{} { return j.proc.done }
 
+// DoneAt is when Done was closed while a benchmark times stages (package
+// stages); zero otherwise, or before Done is closed.
+func (j *Job) DoneAt() time.Time {
+	select {
+	case <-j.proc.done:
+		return j.proc.doneAt
+	default:
+		return time.Time{}
+	}
+}
+
 // Snapshot returns the job's current state.
 func (j *Job) Snapshot() Snapshot {
 	j.mu.Lock()

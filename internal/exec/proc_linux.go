@@ -34,8 +34,9 @@ const groupPollInterval = 10 * time.Millisecond
 // that reaps the leader and the kill path shared by timeout, cancel and
 // shutdown.
 type proc struct {
-	grace time.Duration
-	done  chan struct{} // closed after the leader is reaped, output drained and onExit ran
+	grace  time.Duration
+	done   chan struct{} // closed after the leader is reaped, output drained and onExit ran
+	doneAt time.Time     // when done was closed, while stages are timed (zero otherwise); read after done
 
 	mu         sync.Mutex
 	pid        int    // 0 until started
@@ -388,7 +389,7 @@ func (p *proc) wait(c *container, leader *os.Process, pid, pidfd int, st *stream
 	exitWork <- struct{}{}
 	onExit(ws, err)
 	<-exitWork
-	stages.Done(stages.Record, t)
+	p.doneAt = stages.Done(stages.Record, t)
 	close(p.done)
 	if empty != nil {
 		// The goroutine waiting for done (a foreground request) was made

@@ -355,7 +355,7 @@ func (s *Server) Exec(ctx context.Context, req api.ExecRequestObject) (api.ExecR
 		defer cancel()
 	}
 	snap := waitJob(ctx, job)
-	clock.restart()
+	clock.resumed(job.DoneAt())
 	return api.Exec200JSONResponse(toAPIJob(snap)), nil
 }
 

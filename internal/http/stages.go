@@ -44,9 +44,14 @@ func (c *stageClock) done(s stages.Stage) {
 	}
 }
 
-// restart begins a stage now.
-func (c *stageClock) restart() {
-	if c != nil {
-		c.t = stages.Start()
+// resumed ends the resume stage, begun when the job's end was signalled
+// at doneAt (zero if unknown), and begins the respond stage.
+func (c *stageClock) resumed(doneAt time.Time) {
+	if c == nil {
+		return
 	}
+	if !doneAt.IsZero() {
+		stages.Done(stages.Resume, doneAt)
+	}
+	c.t = stages.Start()
 }

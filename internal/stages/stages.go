@@ -27,11 +27,12 @@ const (
 	Release               // the cgroup's usage read and the group removed
 	Drain                 // the output drained and the pipes closed
 	Record                // the job's end recorded, the index entry removed
+	Resume                // from the job's done signalled to its request running again
 	Respond               // HTTP: from the job's end to the response written
 	N                     // the number of stages
 )
 
-var names = [N]string{"decode", "validate", "reserve", "overlay", "env", "contain", "streams", "spawn", "index", "wait", "release", "drain", "record", "respond"}
+var names = [N]string{"decode", "validate", "reserve", "overlay", "env", "contain", "streams", "spawn", "index", "wait", "release", "drain", "record", "resume", "respond"}
 
 func (s Stage) String() string {
 	if s < N {
