@@ -72,13 +72,23 @@ var homes sync.Map
 // removeServerCgroups removes the empty cgroup subtrees the tests' servers
 // leave where a test ends with a crash (a server stopped cleanly removes
 // its own): each is named after its home, in cgroup v2 and in every v1
-// hierarchy, and one still holding a group is left alone.
+// hierarchy. A crashed server's spare job groups (made ahead of jobs,
+// empty) go first; a group still holding a process is left alone, and its
+// subtree with it (rmdir refuses both).
 func removeServerCgroups() {
 	own, err := cgroup.OwnDir()
 	homes.Range(func(k, _ any) bool {
 		name := dshexec.CgroupName(k.(string))
 		if err == nil {
-			_ = os.Remove(filepath.Join(own, name))
+			dir := filepath.Join(own, name)
+			if ents, err := os.ReadDir(dir); err == nil {
+				for _, e := range ents {
+					if e.IsDir() {
+						_ = os.Remove(filepath.Join(dir, e.Name()))
+					}
+				}
+			}
+			_ = os.Remove(dir)
 		}
 		if v1, err := cgroup.OpenV1(name, []string{"cpu", "memory", "pids"}); err == nil {
 			v1.Close()

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"mime"
 	"net"
 	"net/http"
@@ -141,9 +142,11 @@ func (s *Server) observe(next http.Handler) http.Handler {
 			elapsed := time.Since(start)
 			s.metrics.requests.WithLabelValues(route, r.Method, status).Inc()
 			s.metrics.latency.WithLabelValues(route, r.Method, status).Observe(elapsed.Seconds())
-			s.logger.DebugContext(r.Context(), "request",
-				"method", r.Method, "route", route, "status", rec.status,
-				"duration_ms", float64(elapsed.Microseconds())/1000, "request_id", requestIDFrom(r.Context()))
+			if s.logger.Enabled(r.Context(), slog.LevelDebug) { // the arguments would cost allocations at every request
+				s.logger.DebugContext(r.Context(), "request",
+					"method", r.Method, "route", route, "status", rec.status,
+					"duration_ms", float64(elapsed.Microseconds())/1000, "request_id", requestIDFrom(r.Context()))
+			}
 		}()
 		next.ServeHTTP(rec, r)
 	})
