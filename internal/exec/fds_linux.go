@@ -12,8 +12,8 @@ import (
 // Descriptors a process inherited without close-on-exec (a shell's
 // `dshd 11>>harness.log`) would be inherited in turn by every job and
 // hook dshd starts, and so be writable from inside any sandbox. Every
-// descriptor Go opens is close-on-exec, and os/exec hands a child only
-// its 0-2 (and ExtraFiles, which dshd does not use); so marking every
+// descriptor Go opens is close-on-exec, and os.StartProcess hands a child only
+// its 0-2 (and the descriptors the sandbox passes bubblewrap); so marking every
 // descriptor from 3 up close-on-exec once, before the first spawn, leaves
 // each child exactly the descriptors dshd means it to have.
 

@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -260,14 +261,12 @@ func (p *proc) spawn(s *spawnSpec) error {
 	case !interactive && st.inW != nil:
 		go writeStdin(st.inW, s.stdin)
 	}
-	var readers sync.WaitGroup
-	readers.Add(1)
-	go readStream(st.outR, s.stdout, &readers)
+	readers := new(streamReaders)
+	readers.start(st.outR, s.stdout)
 	if st.errR != nil {
-		readers.Add(1)
-		go readStream(st.errR, s.stderr, &readers)
+		readers.start(st.errR, s.stderr)
 	}
-	go p.wait(s.contain.c, leader, pid, pidfd, st, &readers, s.onExit, t)
+	go p.wait(s.contain.c, leader, pid, pidfd, st, readers, s.onExit, t)
 	return nil
 }
 
@@ -341,7 +340,7 @@ func (st *streams) closeParentEnds() {
 
 // wait is the one goroutine that reaps the leader (waitLeader).
 // t is when the spawn returned (stages).
-func (p *proc) wait(c *container, leader *os.Process, pid, pidfd int, st *streams, readers *sync.WaitGroup, onExit func(syscall.WaitStatus, error), t time.Time) {
+func (p *proc) wait(c *container, leader *os.Process, pid, pidfd int, st *streams, readers *streamReaders, onExit func(syscall.WaitStatus, error), t time.Time) {
 	ws, ru, err := waitLeader(leader, pidfd)
 	t = stages.Done(stages.Wait, t)
 	reaperOf.reaped(pid)
@@ -372,15 +371,18 @@ func (p *proc) wait(c *container, leader *os.Process, pid, pidfd int, st *stream
 		// any more.
 		st.inW.SetWriteDeadline(time.Now())
 	}
-	deadline := time.Now().Add(drainTimeout)
-	st.outR.SetReadDeadline(deadline)
-	if st.errR != nil {
-		st.errR.SetReadDeadline(deadline)
+	if readers.left.Load() > 0 {
+		// Usually both have read their stream's end already, woken by
+		// the same exit as this goroutine.
+		deadline := time.Now().Add(drainTimeout)
+		st.outR.SetReadDeadline(deadline)
+		if st.errR != nil {
+			st.errR.SetReadDeadline(deadline)
+		}
 	}
-	readers.Wait()
-	st.outR.Close()
-	if st.errR != nil {
-		st.errR.Close()
+	readers.wg.Wait()
+	if st.tty {
+		st.outR.Close() // the terminal's master, also its input: closed before the end is recorded
 	}
 	if p.in != nil && !st.tty {
 		p.in.Close() // a held-open pipe; the terminal is outR
@@ -391,11 +393,19 @@ func (p *proc) wait(c *container, leader *os.Process, pid, pidfd int, st *stream
 	<-exitWork
 	p.doneAt = stages.Done(stages.Record, t)
 	close(p.done)
+	// The goroutine waiting for done (a foreground request) was made ready
+	// on this P, but would wait for the work below (the pipes' closes, an
+	// rmdir of tens of microseconds) before it ran: let it go first.
+	runtime.Gosched()
+	if !st.tty {
+		// Read to their end: closing them can wait until the request has
+		// its answer.
+		st.outR.Close()
+		if st.errR != nil {
+			st.errR.Close()
+		}
+	}
 	if empty != nil {
-		// The goroutine waiting for done (a foreground request) was made
-		// ready on this P, but would wait for the rmdir below, a system
-		// call of tens of microseconds, before it ran: let it go first.
-		runtime.Gosched()
 		_ = empty.Remove()
 		c.removed()
 	}
@@ -589,8 +599,24 @@ func (p *proc) stopRemainder() bool {
 	return true
 }
 
-func readStream(f *os.File, sink func([]byte), wg *sync.WaitGroup) {
-	defer wg.Done()
+// streamReaders are the goroutines reading one spawn's output streams.
+type streamReaders struct {
+	wg   sync.WaitGroup
+	left atomic.Int32 // readers that have not yet reached their stream's end
+}
+
+// start reads f into sink on a goroutine of its own, until its end.
+func (r *streamReaders) start(f *os.File, sink func([]byte)) {
+	r.left.Add(1)
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		defer r.left.Add(-1)
+		readStream(f, sink)
+	}()
+}
+
+func readStream(f *os.File, sink func([]byte)) {
 	bp := getBuf(false)
 	for {
 		n, err := f.Read(*bp)
