@@ -291,20 +291,37 @@ type groupStats struct {
 	events, cpu int // -1 once closed
 }
 
+// MaxKeptStats bounds how many groups keep their files open at once (two
+// descriptors each): a host running thousands of jobs at once has no
+// descriptors to spare for them (each job already holds its pipes and
+// pidfd). Groups past the bound read their files by path.
+const MaxKeptStats = 256
+
+// keptStats holds one token per group keeping its files open.
+var keptStats = make(chan struct{}, MaxKeptStats)
+
 // KeepStats opens the group's cgroup.events and cpu.stat, relative to its
 // descriptor (before CloseFD), and keeps them open until Remove: Populated
-// and Usage read them from then on.
+// and Usage read them from then on. With MaxKeptStats groups keeping
+// theirs already it keeps nothing, and they go on reading by path.
 func (g *Group) KeepStats() error {
 	if g.fd < 0 {
 		return fmt.Errorf("cgroup %s: no descriptor to open its files from", g.path)
 	}
+	select {
+	case keptStats <- struct{}{}:
+	default:
+		return nil
+	}
 	ev, err := openFileAt(g.fd, "cgroup.events")
 	if err != nil {
+		<-keptStats
 		return fmt.Errorf("open %s/cgroup.events: %w", g.path, err)
 	}
 	cpu, err := openFileAt(g.fd, "cpu.stat")
 	if err != nil {
 		syscall.Close(ev)
+		<-keptStats
 		return fmt.Errorf("open %s/cpu.stat: %w", g.path, err)
 	}
 	g.stats = &groupStats{events: ev, cpu: cpu}
@@ -355,12 +372,13 @@ func (s *groupStats) close() {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, fd := range []*int{&s.events, &s.cpu} {
-		if *fd >= 0 {
-			syscall.Close(*fd)
-			*fd = -1
-		}
+	if s.events < 0 {
+		return // closed already
 	}
+	syscall.Close(s.events)
+	syscall.Close(s.cpu)
+	s.events, s.cpu = -1, -1
+	<-keptStats
 }
 
 // Path returns the group's directory.

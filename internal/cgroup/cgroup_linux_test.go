@@ -221,8 +221,12 @@ func TestKeptStats(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	tokens := len(keptStats)
 	if err := g.KeepStats(); err != nil {
 		t.Fatal(err)
+	}
+	if g.stats == nil || len(keptStats) != tokens+1 {
+		t.Fatalf("KeepStats kept nothing (%d of %d tokens taken before)", tokens, cap(keptStats))
 	}
 	kept := []int{g.stats.events, g.stats.cpu}
 	if g.Populated() {
@@ -270,5 +274,62 @@ func TestKeptStats(t *testing.T) {
 	}
 	if g.Populated() {
 		t.Error("Populated = true for a removed group")
+	}
+	if len(keptStats) != tokens {
+		t.Errorf("Remove did not give its token back: %d taken, %d before", len(keptStats), tokens)
+	}
+}
+
+// TestKeptStatsBounded: past MaxKeptStats groups keeping their files open
+// (thousands of jobs at once would run out of descriptors), a group keeps
+// none and reads them by path, with the same answers.
+func TestKeptStatsBounded(t *testing.T) {
+	m := openTest(t)
+	taken := 0
+	for len(keptStats) < cap(keptStats) {
+		keptStats <- struct{}{}
+		taken++
+	}
+	defer func() {
+		for range taken {
+			<-keptStats
+		}
+	}()
+	g, err := m.Create("job_unkept", Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.KeepStats(); err != nil {
+		t.Fatal(err)
+	}
+	if g.stats != nil {
+		t.Fatal("a group kept its files past the bound")
+	}
+	pid, err := syscall.ForkExec("/bin/sh", []string{"sh", "-c", "i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done; sleep 300"}, &syscall.ProcAttr{
+		Env: []string{"PATH=/usr/bin:/bin"},
+		Sys: &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: g.FD()},
+	})
+	g.CloseFD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !g.Populated() {
+		t.Fatal("Populated = false with a process in the group")
+	}
+	_ = syscall.Kill(pid, syscall.SIGKILL)
+	if _, err := syscall.Wait4(pid, nil, 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	if !g.WaitEmpty(5 * time.Second) {
+		t.Fatal("Populated still true after the process was reaped")
+	}
+	if u := g.Usage(); u.CPU <= 0 {
+		t.Errorf("Usage().CPU = %v, want > 0", u.CPU)
+	}
+	if err := g.Remove(); err != nil {
+		t.Fatal(err)
+	}
+	if len(keptStats) != cap(keptStats) {
+		t.Errorf("a group that kept nothing gave a token back")
 	}
 }
