@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -33,19 +34,32 @@ func BenchmarkExecSandbox(b *testing.B) {
 			b.Fatalf("forced bubblewrap, got %q", h.Details.Sandbox.Mechanism)
 		}
 	}
+	// Every job runs in a directory of its own: by default it would run
+	// where `go test` does, this package with its node_modules (some 1,500
+	// directories), and workspace-write's search of the writable root for
+	// .git entries (a stat of every directory per command,
+	// internal/sandbox/gitscan.go) would be measured instead of the
+	// sandbox. That search's cost is BenchmarkGitDirs's.
+	cwd, err := json.Marshal(b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	body := func(policy, network string) string {
+		return fmt.Sprintf(`{"command":"true","cwd":%s,"sandbox":{"policy":%q,"network":%q}}`, cwd, policy, network)
+	}
 	policies := []struct {
 		name string
 		srv  *testServer
 		body string
 	}{
-		{"unrestricted", s, `{"command":"true","sandbox":{"policy":"unrestricted","network":"on"}}`},
-		{"unrestricted-off", s, `{"command":"true","sandbox":{"policy":"unrestricted","network":"off"}}`},
-		{"workspace-write-on", s, `{"command":"true","sandbox":{"policy":"workspace-write","network":"on"}}`},
-		{"workspace-write-off", s, `{"command":"true","sandbox":{"policy":"workspace-write","network":"off"}}`},
-		{"read-only-off", s, `{"command":"true","sandbox":{"policy":"read-only","network":"off"}}`},
-		{"bubblewrap-workspace-write-off", bw, `{"command":"true","sandbox":{"policy":"workspace-write","network":"off"}}`},
-		{"workspace-write-off-noseccomp", s0, `{"command":"true","sandbox":{"policy":"workspace-write","network":"off"}}`},
-		{"bubblewrap-workspace-write-off-noseccomp", bw0, `{"command":"true","sandbox":{"policy":"workspace-write","network":"off"}}`},
+		{"unrestricted", s, body("unrestricted", "on")},
+		{"unrestricted-off", s, body("unrestricted", "off")},
+		{"workspace-write-on", s, body("workspace-write", "on")},
+		{"workspace-write-off", s, body("workspace-write", "off")},
+		{"read-only-off", s, body("read-only", "off")},
+		{"bubblewrap-workspace-write-off", bw, body("workspace-write", "off")},
+		{"workspace-write-off-noseccomp", s0, body("workspace-write", "off")},
+		{"bubblewrap-workspace-write-off-noseccomp", bw0, body("workspace-write", "off")},
 	}
 	for range 20 { // warm up every path
 		for _, p := range policies {

@@ -192,13 +192,16 @@ func (pl *plan) enter() (ln net.Listener, err error) {
 // build is enter's work; *ln gets the proxy's listener.
 func (pl *plan) build(ln *net.Listener) error {
 	flags := unix.CLONE_NEWNS | unix.CLONE_FS
-	if pl.newNet {
+	// A fresh network namespace made ahead (netpool_linux.go), or one
+	// made now.
+	ownNet := pl.newNet && !netNamespaces.join()
+	if ownNet {
 		flags |= unix.CLONE_NEWNET
 	}
 	if err := unix.Unshare(flags); err != nil {
 		return fmt.Errorf("unshare: %w", err)
 	}
-	if pl.newNet {
+	if ownNet {
 		if err := loopbackUp(); err != nil {
 			return err
 		}
