@@ -106,10 +106,7 @@ func TestSparesAreJobGroups(t *testing.T) {
 // gets a fresh id and group.
 func TestStaleSparesPassedOver(t *testing.T) {
 	t.Parallel()
-	e := sparesExecutor(t)
-	first := mustStart(t, e, Spec{Command: "true"})
-	<-first.Done()
-	waitSpares(t, e, sparesWanted)
+	e := warmSpares(t)
 	e.run.cont.spares.mu.Lock()
 	var stale []string
 	for i := range e.run.cont.spares.ready {
@@ -136,10 +133,7 @@ func TestStaleSparesPassedOver(t *testing.T) {
 // leaves no group behind, nor does one whose start fails.
 func TestSpareOfUnstartedJobRemoved(t *testing.T) {
 	t.Parallel()
-	e := sparesExecutor(t)
-	warm := mustStart(t, e, Spec{Command: "true"})
-	<-warm.Done()
-	waitSpares(t, e, sparesWanted)
+	e := warmSpares(t)
 
 	r, err := e.Reserve(testCtx(t), Spec{Command: "true"})
 	if err != nil {
@@ -175,6 +169,17 @@ func TestSpareOfUnstartedJobRemoved(t *testing.T) {
 	if !gone(failed) {
 		t.Errorf("failed start's group %s is still there", failed)
 	}
+}
+
+// warmSpares is sparesExecutor once a first job has run and the spares
+// are all ready.
+func warmSpares(t *testing.T) *Executor {
+	t.Helper()
+	e := sparesExecutor(t)
+	j := mustStart(t, e, Spec{Command: "true"})
+	<-j.Done()
+	waitSpares(t, e, sparesWanted)
+	return e
 }
 
 // waitSpares waits until n spares are ready.

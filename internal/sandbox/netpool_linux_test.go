@@ -2,7 +2,6 @@ package sandbox
 
 import (
 	"bufio"
-	"context"
 	"os"
 	osexec "os/exec"
 	"testing"
@@ -14,12 +13,7 @@ import (
 // another command's, with loopback up and nothing else, whether the
 // namespace was made ahead (most, once the pool is warm) or on the spot.
 func TestNetNamespacesMadeAhead(t *testing.T) {
-	needRoot(t)
-	l := newLayout(t)
-	h := NewHost(context.Background(), Config{Mechanism: MechanismNamespaces, Home: l.home})
-	if h.Mechanism() != MechanismNamespaces {
-		t.Fatalf("namespaces unavailable: %s", h.Support().Reason)
-	}
+	l, h := namespacesHost(t)
 	host, err := os.Readlink("/proc/self/ns/net")
 	if err != nil {
 		t.Fatal(err)

@@ -498,12 +498,7 @@ func TestNamespaces(t *testing.T) {
 // TestNamespacesOnHost: a sandbox built on one thread leaves the host's
 // mounts, and dshd's own capabilities, as they were.
 func TestNamespacesOnHost(t *testing.T) {
-	needRoot(t)
-	l := newLayout(t)
-	h := NewHost(context.Background(), Config{Mechanism: MechanismNamespaces, Home: l.home})
-	if h.Mechanism() != MechanismNamespaces {
-		t.Fatalf("namespaces unavailable: %s", h.Support().Reason)
-	}
+	l, h := namespacesHost(t)
 	capEff := func() string {
 		st, _ := os.ReadFile("/proc/self/status")
 		for _, line := range strings.Split(string(st), "\n") {
@@ -535,6 +530,19 @@ func TestNamespacesOnHost(t *testing.T) {
 	if c := capEff(); c != caps {
 		t.Errorf("the main thread's capabilities changed: %q, were %q", c, caps)
 	}
+}
+
+// namespacesHost is a layout and a Host with the namespaces mechanism, as
+// root (needRoot).
+func namespacesHost(t *testing.T) (layout, *Host) {
+	t.Helper()
+	needRoot(t)
+	l := newLayout(t)
+	h := NewHost(context.Background(), Config{Mechanism: MechanismNamespaces, Home: l.home})
+	if h.Mechanism() != MechanismNamespaces {
+		t.Fatalf("namespaces unavailable: %s", h.Support().Reason)
+	}
+	return l, h
 }
 
 func mustRead(t *testing.T, path string) string {
