@@ -69,29 +69,38 @@ func (p *netPool) refillLocked() {
 // goroutine's thread, which is locked and never unlocked: it is in the
 // last namespace it made, and dies with the goroutine.
 func (p *netPool) fill() {
+	defer func() {
+		p.mu.Lock()
+		p.filling = false
+		p.mu.Unlock()
+	}()
 	runtime.LockOSThread()
-	ok := unix.Gettid() != unix.Getpid() // never the main thread
-	for ok {
+	if unix.Gettid() == unix.Getpid() {
+		// Never the main thread; untouched, it goes back (a goroutine
+		// ending locked to it would wedge it), and the next join tries
+		// again.
+		runtime.UnlockOSThread()
+		return
+	}
+	for {
 		p.mu.Lock()
-		if len(p.ready) >= netNSWanted {
-			break
-		}
+		enough := len(p.ready) >= netNSWanted
 		p.mu.Unlock()
+		if enough {
+			return
+		}
 		fd, err := newNetNS()
+		p.mu.Lock()
 		if err != nil {
-			p.mu.Lock()
 			p.broken = true
-			break
+		} else {
+			p.ready = append(p.ready, fd)
 		}
-		p.mu.Lock()
-		p.ready = append(p.ready, fd)
 		p.mu.Unlock()
+		if err != nil {
+			return
+		}
 	}
-	if !ok {
-		p.mu.Lock()
-	}
-	p.filling = false
-	p.mu.Unlock()
 }
 
 // newNetNS moves the calling thread into a new network namespace, brings

@@ -95,6 +95,9 @@ func startInNamespaces(pl plan, f *syscallFilter, start func() error) (net.Liste
 		// Never unlocked: the thread dies with this goroutine.
 		runtime.LockOSThread()
 		if unix.Gettid() == unix.Getpid() {
+			// Untouched: give it back, or its goroutine's exit would
+			// wedge the main thread for good.
+			runtime.UnlockOSThread()
 			errc <- errors.New("sandbox: refusing to confine the main thread")
 			return
 		}
@@ -131,6 +134,7 @@ func startInNetNS(start func() error) (net.Listener, error) {
 	go func() {
 		runtime.LockOSThread()
 		if unix.Gettid() == unix.Getpid() {
+			runtime.UnlockOSThread() // untouched (see startInNamespaces)
 			res <- result{nil, errors.New("sandbox: refusing to move the main thread")}
 			return
 		}
