@@ -399,6 +399,9 @@ func TestHTTPLayerErrors(t *testing.T) {
 		{"foreign host", "GET", "/jobs", "", testToken, "rebind.example", 421, "host_not_allowed"},
 		{"no such route", "GET", "/nowhere", "", testToken, "", 404, "not_found"},
 		{"method not allowed", "PUT", "/jobs", "", testToken, "", 405, "method_not_allowed"},
+		{"method not allowed, path parameter", "PUT", "/jobs/job_1", "", testToken, "", 405, "method_not_allowed"},
+		{"path parameter the contract refuses", "GET", "/jobs/" + strings.Repeat("j", 129), "", testToken, "", 400, "bad_request"},
+		{"second path parameter the contract refuses", "POST", "/agents/agt_1/tools/" + strings.Repeat("t", 129), `{"arguments":{}}`, testToken, "", 400, "bad_request"},
 		{"MCP agent conflict", "POST", "/mcp", `{}`, testToken, "", 400, "bad_request"},
 	}
 	for _, tt := range tests {

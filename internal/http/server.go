@@ -19,9 +19,7 @@ import (
 
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
-	"github.com/getkin/kin-openapi/routers"
 	"github.com/go-chi/chi/v5"
-	middleware "github.com/oapi-codegen/nethttp-middleware"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.yaml.in/yaml/v3"
@@ -274,22 +272,21 @@ func NewServer(d Deps) (http.Handler, error) {
 	if err := leaveCommandLengthToExecutor(doc); err != nil {
 		return nil, err
 	}
-
-	validator := middleware.OapiRequestValidatorWithOptions(doc, &middleware.Options{
-		Options: openapi3filter.Options{
-			// Authentication happened already, in s.authenticate.
-			AuthenticationFunc: openapi3filter.NoopAuthenticationFunc,
-		},
-		ErrorHandlerWithOpts: s.validationError,
-		DoNotValidateServers: true,
-		// The UI's files are not in the contract; its sign-in routes are.
-		Skipper: func(r *http.Request) bool {
-			return (isUI(r.URL.Path) && r.Method != http.MethodPost && r.Method != http.MethodDelete) || r.URL.Path == mcpPath
-		},
-	})
+	leaveSecurityToAuthenticate(doc)
 
 	r := chi.NewRouter()
 	s.router = r
+	validator, err := newContractValidator(doc, r, &openapi3filter.Options{
+		// None is called (leaveSecurityToAuthenticate); the validator
+		// wants one all the same.
+		AuthenticationFunc: openapi3filter.NoopAuthenticationFunc,
+	}, func(r *http.Request) bool {
+		// The UI's files are not in the contract; its sign-in routes are.
+		return (isUI(r.URL.Path) && r.Method != http.MethodPost && r.Method != http.MethodDelete) || r.URL.Path == mcpPath
+	}, s.writeError)
+	if err != nil {
+		return nil, err
+	}
 	mws := []func(http.Handler) http.Handler{timeStages, s.bodyDeadline, s.closeChunked, s.requestID, s.observe, s.checkHost, s.secureHeaders, s.authenticate}
 	if d.JobRouter != nil {
 		peerKey := d.PeerKey
@@ -301,7 +298,7 @@ func NewServer(d Deps) (http.Handler, error) {
 			s.peers = newPeerLister(d.Cluster, d.ReplicaID, d.Token, peerKey)
 		}
 	}
-	r.Use(append(mws, s.limitBody, validator)...)
+	r.Use(append(mws, s.limitBody, validator.handler)...)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) { s.writeError(w, r, errNotFound) })
 	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) { s.writeError(w, r, errMethodNotAllowed) })
 
@@ -379,22 +376,6 @@ func hasUIFile(ui fs.FS, name string) bool {
 		return err == nil
 	}
 	return true
-}
-
-// validationError turns a kin-openapi validation failure into problem+json,
-// keeping the first line of its message: the rest is a dump of the schema.
-func (s *Server) validationError(_ context.Context, err error, w http.ResponseWriter, r *http.Request, opts middleware.ErrorHandlerOpts) {
-	switch {
-	case errors.Is(err, routers.ErrMethodNotAllowed):
-		s.writeError(w, r, errMethodNotAllowed)
-	case opts.MatchedRoute == nil:
-		s.writeError(w, r, errNotFound)
-	case opts.StatusCode >= 500:
-		s.writeError(w, r, err)
-	default:
-		msg, _, _ := strings.Cut(err.Error(), "\n")
-		s.writeError(w, r, fmt.Errorf("%w: %s", errBadRequest, msg))
-	}
 }
 
 // yamlToJSON converts the YAML contract to JSON.
