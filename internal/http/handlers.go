@@ -356,7 +356,7 @@ func (s *Server) Exec(ctx context.Context, req api.ExecRequestObject) (api.ExecR
 	}
 	snap := waitJob(ctx, job)
 	clock.resumed(job.DoneAt())
-	return api.Exec200JSONResponse(toAPIJob(snap)), nil
+	return jobAnswer(toAPIJob(snap)), nil
 }
 
 // waitJob waits for job to end or ctx to expire, and returns its state then.
@@ -405,7 +405,7 @@ func (s *Server) GetJob(ctx context.Context, req api.GetJobRequestObject) (api.G
 		defer cancel()
 		snap = waitJob(wctx, job)
 	}
-	return api.GetJob200JSONResponse(toAPIJob(snap)), nil
+	return jobAnswer(toAPIJob(snap)), nil
 }
 
 // CancelJob cancels a job through the executor's kill path.
