@@ -91,6 +91,7 @@ type spawnSpec struct {
 	dir      string
 	env      []string
 	devNull  *os.File
+	pipes    *readyPipes // output pipes made ahead; nil: none
 	stdin    []byte
 	hasStdin bool
 	// openStdin keeps the stdin pipe open after stdin is written, for
@@ -279,10 +280,11 @@ type streams struct {
 	tty                         bool
 }
 
-// openStreams creates the pipes (or the pty) of s. We create them ourselves
-// and hand os/exec *os.File values, so it starts no copying goroutines and
-// Wait never waits for EOF; the child ends are blocking (as children
-// expect), our ends are in the runtime poller so reads honour deadlines.
+// openStreams opens the pipes (or the pty) of s: the output pipes made
+// ahead (pipes_linux.go) or, without any ready, its own. They are ours,
+// handed to the child as *os.File values; the child ends are blocking (as
+// children expect), our ends are in the runtime poller so reads honour
+// deadlines.
 func openStreams(s *spawnSpec) (*streams, error) {
 	if s.tty != nil {
 		master, slave, err := openPTY(*s.tty)
@@ -292,21 +294,18 @@ func openStreams(s *spawnSpec) (*streams, error) {
 		return &streams{childIn: slave, childOut: slave, childErr: slave, outR: master, inW: master, tty: true}, nil
 	}
 	st := &streams{childIn: s.devNull}
-	var err error
-	if st.outR, st.childOut, err = pipe(true); err != nil {
-		return nil, err
+	p, ok := s.pipes.take()
+	if !ok {
+		var err error
+		if p, err = newOutPipes(); err != nil {
+			return nil, err
+		}
 	}
-	if st.errR, st.childErr, err = pipe(true); err != nil {
-		st.outR.Close()
-		st.childOut.Close()
-		return nil, err
-	}
+	st.outR, st.childOut, st.errR, st.childErr = p.outR, p.outW, p.errR, p.errW
 	if s.hasStdin || s.openStdin {
+		var err error
 		if st.childIn, st.inW, err = pipe(false); err != nil {
-			st.outR.Close()
-			st.childOut.Close()
-			st.errR.Close()
-			st.childErr.Close()
+			p.close()
 			return nil, err
 		}
 	}

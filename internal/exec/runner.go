@@ -25,6 +25,7 @@ type runner struct {
 	base    *baseEnv
 	ttyBase *baseEnv // base for terminal jobs: TERM from Options.Term, no NO_COLOR
 	devNull *os.File
+	pipes   readyPipes // output pipes made ahead
 	grace   time.Duration
 	m       *metrics
 	cont    *container // how jobs are contained: cgroups or process groups
@@ -87,7 +88,7 @@ func (r *runner) launch(p *proc, s *spawnSpec) error {
 	r.launches++
 	r.mu.Unlock()
 
-	s.bash, s.devNull = r.bash, r.devNull
+	s.bash, s.devNull, s.pipes = r.bash, r.devNull, &r.pipes
 	onExit := s.onExit
 	s.onExit = func(ws syscall.WaitStatus, err error) {
 		onExit(ws, err)
@@ -96,6 +97,7 @@ func (r *runner) launch(p *proc, s *spawnSpec) error {
 	t0 := time.Now()
 	err := p.start(s)
 	r.m.spawn.Observe(time.Since(t0).Seconds())
+	r.pipes.refill()
 	if err != nil {
 		r.mu.Lock()
 		delete(r.live, p)
@@ -257,6 +259,7 @@ func (r *runner) close(ctx context.Context) error {
 	clear(r.lingering)
 	r.mu.Unlock()
 	r.killLingering(ctx, lingering)
+	r.pipes.close()
 	if err := r.devNull.Close(); err != nil && !errors.Is(err, os.ErrClosed) {
 		return err
 	}

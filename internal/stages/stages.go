@@ -20,7 +20,7 @@ const (
 	Overlay               // collecting the managed environment
 	Env                   // building the child's environment, checking its size
 	Contain               // creating the job's cgroup (v2, and v1 groups)
-	Streams               // creating the pipes
+	Streams               // the pipes: taken from those made ahead, or made
 	Spawn                 // clone and exec of bash, the sandbox decision included
 	Index                 // recording the job in the running index
 	Wait                  // from the spawn's return to the leader reaped
