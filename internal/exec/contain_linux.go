@@ -64,18 +64,19 @@ type container struct {
 	// canFreeze: the groups have cgroup.freeze, so CPU limits can be
 	// enforced by freezing without the cpu controller.
 	canFreeze bool
-	// The empty job groups whose removal waits until their job's end is
-	// recorded (proc.wait): close waits for them, and once it has begun
-	// groups are removed at once.
+	// The waiters' last work (closing a job's pipes, removing its empty
+	// group), done after their job's end is signalled (proc.wait): close
+	// waits for it, and once close has begun it is done before.
 	remMu   sync.Mutex
 	pending int
 	closing bool
 	drained chan struct{} // closed when pending drops to 0 while closing
 }
 
-// deferRemoval reports whether a job group may be removed after its job's
-// end is recorded (then removed must follow), or must go now (closing).
-func (c *container) deferRemoval() bool {
+// deferEnd reports whether a waiter's last work may wait until its job's
+// end is signalled (then endDone must follow), or must be done before
+// (close has begun).
+func (c *container) deferEnd() bool {
 	c.remMu.Lock()
 	defer c.remMu.Unlock()
 	if c.closing {
@@ -85,8 +86,8 @@ func (c *container) deferRemoval() bool {
 	return true
 }
 
-// removed ends a removal that deferRemoval allowed.
-func (c *container) removed() {
+// endDone ends last work that deferEnd allowed.
+func (c *container) endDone() {
 	c.remMu.Lock()
 	defer c.remMu.Unlock()
 	c.pending--

@@ -43,3 +43,40 @@ func TestDescriptorsPerRunningJob(t *testing.T) {
 		t.Errorf("%d running jobs hold %d descriptors, more than %d", n, during, limit)
 	}
 }
+
+// TestCloseLeavesNoDescriptor: an executor's Close closes every descriptor
+// it opened, those of jobs that ended a moment before included (a job's
+// read ends are closed a moment after its end, proc.wait) and the output
+// pipes made ahead. Not parallel: it counts this process's descriptors.
+func TestCloseLeavesNoDescriptor(t *testing.T) {
+	count := func() int {
+		ents, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(ents)
+	}
+	for _, mode := range []string{ContainmentAuto, ContainmentGroup} {
+		t.Run(mode, func(t *testing.T) {
+			before := count()
+			e, err := New(Options{Home: t.TempDir(), Environ: testEnviron(), DefaultCwd: t.TempDir(), Containment: mode})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var jobs []*Job
+			for range 8 {
+				jobs = append(jobs, mustStart(t, e, Spec{Command: "echo out; echo err >&2"}))
+			}
+			for _, j := range jobs {
+				<-j.Done()
+			}
+			// At once: the last jobs' ends are still to be closed.
+			if err := e.Close(testCtx(t)); err != nil {
+				t.Fatal(err)
+			}
+			if after := count(); after != before {
+				t.Errorf("%d descriptors after Close, %d before New", after, before)
+			}
+		})
+	}
+}

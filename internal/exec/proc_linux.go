@@ -346,12 +346,16 @@ func (p *proc) wait(c *container, leader *os.Process, pid, pidfd int, st *stream
 	// The leader is reaped, but its pid stays reserved as our pgid while any
 	// group member lives, so the probe cannot hit an unrelated process.
 	exitWork <- struct{}{}
+	// later: the last work below (the pipes' closes, the empty group's
+	// removal) may wait until the job's end is signalled; not once the
+	// container's close has begun, which waits for what was let wait.
+	later := c != nil && c.deferEnd()
 	alive := p.jobAlive()
 	remaining := 0
 	var empty *cgroup.Group // removed once the end is recorded
 	if alive {
 		remaining = max(p.countRemaining(nil), 1)
-	} else if empty = p.releaseLater(); empty != nil && !c.deferRemoval() {
+	} else if empty = p.releaseLater(); empty != nil && !later {
 		_ = empty.Remove()
 		empty = nil
 	}
@@ -406,7 +410,9 @@ func (p *proc) wait(c *container, leader *os.Process, pid, pidfd int, st *stream
 	}
 	if empty != nil {
 		_ = empty.Remove()
-		c.removed()
+	}
+	if later {
+		c.endDone()
 	}
 }
 
