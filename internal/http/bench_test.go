@@ -18,6 +18,7 @@ import (
 
 	contract "github.com/dshd/dshd/api"
 	"github.com/dshd/dshd/internal/agents"
+	"github.com/dshd/dshd/internal/bareexec"
 	"github.com/dshd/dshd/internal/exec"
 	"github.com/dshd/dshd/internal/run"
 	"github.com/dshd/dshd/internal/sandbox"
@@ -29,9 +30,10 @@ import (
 // stage (package stages), through the real handler, pipeline and executor
 // on loopback HTTP, with containment auto and the default sandbox policy
 // as a server has them. Each stage's median is reported beside the whole
-// request's and a direct `bash -c true` spawn measured in the same loop,
-// so a change that adds a millisecond shows where. The wait stage is
-// mostly bash's own run.
+// request's, a direct `bash -c true` spawn and the bare handler (package
+// bareexec, on its own loopback server in the same process) measured in
+// the same loop, so a change that adds a millisecond shows where. The wait
+// stage is mostly bash's own run.
 func BenchmarkExecStages(b *testing.B) {
 	ctx := context.Background()
 	home := b.TempDir()
@@ -93,9 +95,23 @@ func BenchmarkExecStages(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+	bareSrv := httptest.NewServer(bareexec.Handler())
+	b.Cleanup(bareSrv.Close)
+	bare := func() {
+		resp, err := client.Post(bareSrv.URL, "application/json", bytes.NewReader([]byte(`{"command":"true"}`)))
+		if err != nil {
+			b.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			b.Fatalf("bare exec = %d", resp.StatusCode)
+		}
+	}
 	for range 20 {
 		post()
 		direct()
+		bare()
 	}
 
 	var mu sync.Mutex
@@ -106,15 +122,17 @@ func BenchmarkExecStages(b *testing.B) {
 		mu.Unlock()
 	})
 	defer stages.SetHook(nil)
-	var whole, floor []time.Duration
+	var whole, floor, bared []time.Duration
 	starts = starts[:0]
-	for b.Loop() {
+	timed := func(op func(), into *[]time.Duration) {
 		t0 := time.Now()
-		direct()
-		t1 := time.Now()
-		post()
-		floor = append(floor, t1.Sub(t0))
-		whole = append(whole, time.Since(t1))
+		op()
+		*into = append(*into, time.Since(t0))
+	}
+	for b.Loop() {
+		timed(direct, &floor)
+		timed(bare, &bared)
+		timed(post, &whole)
 	}
 	stages.SetHook(nil)
 	median := func(d []time.Duration) time.Duration {
@@ -139,12 +157,14 @@ func BenchmarkExecStages(b *testing.B) {
 	}
 	b.ReportMetric(float64(median(whole).Nanoseconds())/1e3, "exec-µs")
 	b.ReportMetric(float64(median(floor).Nanoseconds())/1e3, "direct-µs")
+	b.ReportMetric(float64(median(bared).Nanoseconds())/1e3, "bare-µs")
 	b.ReportMetric(float64(median(starts).Nanoseconds())/1e3, "direct-spawn-µs")
 	b.ReportMetric(float64(sum.Nanoseconds())/1e3, "stages-µs")
 	b.ReportMetric(0, "ns/op")
 	µs := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
-	b.Logf("load %s; medians in µs:%s; stages %.0f (index overlaps wait: not summed), rest %.0f (HTTP transport both ways, the client), whole request %.0f; direct: whole %.0f, its spawn (os/exec Start) %.0f",
-		loadAvg(), line.String(), µs(sum), µs(median(whole)-sum), µs(median(whole)), µs(median(floor)), µs(median(starts)))
+	b.Logf("load %s; medians in µs:%s; stages %.0f (index overlaps wait: not summed), rest %.0f (HTTP transport both ways, the client), whole request %.0f (%.2f×); direct: whole %.0f, its spawn (os/exec Start) %.0f; bare handler %.0f (%.2f×)",
+		loadAvg(), line.String(), µs(sum), µs(median(whole)-sum), µs(median(whole)), float64(median(whole))/float64(median(floor)),
+		µs(median(floor)), µs(median(starts)), µs(median(bared)), float64(median(bared))/float64(median(floor)))
 }
 
 // loadAvg is the first three fields of /proc/loadavg.

@@ -1,16 +1,15 @@
-// Command bareexec is the benchmarks' calibration point: the smallest
-// net/http server that runs `bash -c <command>` per request and answers
-// with its output. dshd's figures are read beside it and beside spawning
-// directly, all measured in the same run on the same machine.
+// Command bareexec is the benchmarks' calibration point (package
+// bareexec) in a process of its own: it prints its URL and serves
+// POST /exec.
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
+
+	"github.com/dshd/dshd/internal/bareexec"
 )
 
 func main() {
@@ -20,21 +19,6 @@ func main() {
 		os.Exit(1)
 	}
 	fmt.Printf("http://%s\n", ln.Addr())
-	http.HandleFunc("POST /exec", func(w http.ResponseWriter, r *http.Request) {
-		var req struct {
-			Command string `json:"command"`
-		}
-		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		out, err := exec.Command("bash", "-c", req.Command).CombinedOutput()
-		code := 0
-		if err != nil {
-			code = -1
-		}
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(map[string]any{"output": string(out), "exitCode": code})
-	})
+	http.Handle("POST /exec", bareexec.Handler())
 	_ = http.Serve(ln, nil)
 }
