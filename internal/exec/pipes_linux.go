@@ -1,8 +1,8 @@
 package exec
 
 import (
+	"log/slog"
 	"os"
-	"sync"
 )
 
 // Output pipes made ahead. A command's stdout and stderr are two pipes,
@@ -44,13 +44,23 @@ func (p outPipes) close() {
 	}
 }
 
-// readyPipes are the pairs made ahead. Its zero value is ready to use.
+// readyPipes are the pairs made ahead. Its zero value has none ready and
+// makes none: newReadyPipes makes one that does.
 type readyPipes struct {
-	mu      sync.Mutex
-	ready   []outPipes
-	filling bool
-	closed  bool
-	wg      sync.WaitGroup
+	ahead madeAhead[outPipes]
+}
+
+func newReadyPipes(log *slog.Logger) *readyPipes {
+	return &readyPipes{ahead: madeAhead[outPipes]{
+		want: pipesWanted,
+		make: newOutPipes,
+		drop: outPipes.close,
+		failed: func(err error) {
+			// Out of descriptors, say: commands make their own meanwhile,
+			// and report why they cannot.
+			log.Debug("output pipes could not be made ahead", "err", err)
+		},
+	}}
 }
 
 // take returns a ready pair, or false if there is none (or r is nil). The
@@ -59,65 +69,13 @@ func (r *readyPipes) take() (outPipes, bool) {
 	if r == nil {
 		return outPipes{}, false
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if len(r.ready) == 0 {
-		return outPipes{}, false
-	}
-	p := r.ready[0] // the oldest: each waits its turn
-	r.ready = r.ready[1:]
-	return p, true
+	return r.ahead.take(nil)
 }
 
 // refill has the filler make pairs until pipesWanted are ready. It is
 // called after a spawn, off the command's path to its start.
-func (r *readyPipes) refill() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if !r.filling && !r.closed && len(r.ready) < pipesWanted {
-		r.filling = true
-		r.wg.Go(r.fill)
-	}
-}
-
-func (r *readyPipes) fill() {
-	for {
-		r.mu.Lock()
-		if r.closed || len(r.ready) >= pipesWanted {
-			r.filling = false
-			r.mu.Unlock()
-			return
-		}
-		r.mu.Unlock()
-		p, err := newOutPipes()
-		r.mu.Lock()
-		if err != nil || r.closed {
-			// Out of descriptors, say: commands make their own meanwhile
-			// and report why they cannot.
-			r.filling = false
-			r.mu.Unlock()
-			if err == nil {
-				p.close()
-			}
-			return
-		}
-		r.ready = append(r.ready, p)
-		r.mu.Unlock()
-	}
-}
+func (r *readyPipes) refill() { r.ahead.refill() }
 
 // close closes the ready pairs once the filler has stopped; a take after
-// it finds none.
-func (r *readyPipes) close() {
-	r.mu.Lock()
-	r.closed = true
-	r.mu.Unlock()
-	r.wg.Wait()
-	r.mu.Lock()
-	ready := r.ready
-	r.ready = nil
-	r.mu.Unlock()
-	for _, p := range ready {
-		p.close()
-	}
-}
+// it begins finds none.
+func (r *readyPipes) close() { r.ahead.close() }

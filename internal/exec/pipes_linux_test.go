@@ -16,9 +16,9 @@ func readyPairs(t *testing.T, e *Executor) []outPipes {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		e.run.pipes.mu.Lock()
-		ready := append([]outPipes(nil), e.run.pipes.ready...)
-		e.run.pipes.mu.Unlock()
+		e.run.pipes.ahead.mu.Lock()
+		ready := append([]outPipes(nil), e.run.pipes.ahead.ready...)
+		e.run.pipes.ahead.mu.Unlock()
 		if len(ready) == pipesWanted {
 			return ready
 		}

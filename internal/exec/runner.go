@@ -25,7 +25,7 @@ type runner struct {
 	base    *baseEnv
 	ttyBase *baseEnv // base for terminal jobs: TERM from Options.Term, no NO_COLOR
 	devNull *os.File
-	pipes   readyPipes // output pipes made ahead
+	pipes   *readyPipes // output pipes made ahead
 	grace   time.Duration
 	m       *metrics
 	cont    *container // how jobs are contained: cgroups or process groups
@@ -56,6 +56,7 @@ func newRunner(log *slog.Logger, opts Options, m *metrics) (*runner, error) {
 		ttyBase:   newBaseEnv(opts.Policy, opts.Environ, TTYEnv(opts.Term)),
 		grace:     opts.Grace,
 		m:         m,
+		pipes:     newReadyPipes(log),
 		live:      make(map[*proc]struct{}),
 		lingering: make(map[*proc]struct{}),
 	}
@@ -88,7 +89,7 @@ func (r *runner) launch(p *proc, s *spawnSpec) error {
 	r.launches++
 	r.mu.Unlock()
 
-	s.bash, s.devNull, s.pipes = r.bash, r.devNull, &r.pipes
+	s.bash, s.devNull, s.pipes = r.bash, r.devNull, r.pipes
 	onExit := s.onExit
 	s.onExit = func(ws syscall.WaitStatus, err error) {
 		onExit(ws, err)

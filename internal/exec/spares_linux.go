@@ -2,7 +2,6 @@ package exec
 
 import (
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/dshd/dshd/internal/cgroup"
@@ -34,15 +33,7 @@ const (
 // spares are the job groups made ahead. The zero of *spares (nil) has none:
 // group mode, or an executor whose jobs' ids are given.
 type spares struct {
-	mgr   *cgroup.Manager
-	newID func() string
-	log   *slog.Logger
-
-	mu      sync.Mutex
-	ready   []spare // oldest first
-	filling bool
-	closed  bool
-	wg      sync.WaitGroup
+	ahead madeAhead[spare]
 }
 
 type spare struct {
@@ -55,36 +46,43 @@ func newSpares(mgr *cgroup.Manager, newID func() string, log *slog.Logger) *spar
 	if mgr == nil {
 		return nil
 	}
-	return &spares{mgr: mgr, newID: newID, log: log}
+	return &spares{ahead: madeAhead[spare]{
+		want: sparesWanted,
+		make: func() (spare, error) {
+			id := newID()
+			g, err := mgr.Create(id, cgroup.Limits{})
+			if err == nil {
+				if err = g.KeepStats(); err != nil {
+					_ = g.Remove()
+				}
+			}
+			return spare{id: id, g: g, made: time.Now()}, err
+		},
+		drop: func(sp spare) { _ = sp.g.Remove() },
+		failed: func(err error) {
+			// Jobs make their own groups meanwhile, and report why they
+			// cannot; the next refill tries again.
+			log.Debug("containment: a spare job group could not be made", "err", err)
+		},
+	}}
 }
 
 // take returns the oldest spare whose id sorts after last and which is
-// younger than spareMaxAge, or "" and nil if there is none. The group is
-// the caller's: it removes it when its job does not start. The caller
-// serialises takes (the executor's lock), so that last is the last id
-// handed out, and calls refill once its job is spawned.
+// younger than spareMaxAge, or "" and nil if there is none; the older ones
+// are removed. The group is the caller's: it removes it when its job does
+// not start. The caller serialises takes (the executor's lock), so that
+// last is the last id handed out, and calls refill once its job is
+// spawned.
 func (s *spares) take(last string) (string, *cgroup.Group) {
 	if s == nil {
 		return "", nil
 	}
 	now := time.Now()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var got spare
-	var stale []*cgroup.Group
-	for len(s.ready) > 0 && got.g == nil {
-		sp := s.ready[0]
-		s.ready = s.ready[1:]
-		if sp.id > last && now.Sub(sp.made) < spareMaxAge {
-			got = sp
-		} else {
-			stale = append(stale, sp.g)
-		}
+	sp, ok := s.ahead.take(func(sp spare) bool { return sp.id > last && now.Sub(sp.made) < spareMaxAge })
+	if !ok {
+		return "", nil
 	}
-	if len(stale) > 0 {
-		s.wg.Go(func() { removeSpares(stale) })
-	}
-	return got.id, got.g
+	return sp.id, sp.g
 }
 
 // refill has the filler make groups until sparesWanted are ready. It is
@@ -92,71 +90,14 @@ func (s *spares) take(last string) (string, *cgroup.Group) {
 // in cgroupfs holds the lock that a clone into a cgroup takes too, so a
 // group made during a spawn would delay it.
 func (s *spares) refill() {
-	if s == nil {
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.filling && !s.closed && len(s.ready) < sparesWanted {
-		s.filling = true
-		s.wg.Go(s.fill)
-	}
-}
-
-// fill makes groups until sparesWanted are ready.
-func (s *spares) fill() {
-	for {
-		s.mu.Lock()
-		if s.closed || len(s.ready) >= sparesWanted {
-			s.filling = false
-			s.mu.Unlock()
-			return
-		}
-		s.mu.Unlock()
-		id := s.newID()
-		g, err := s.mgr.Create(id, cgroup.Limits{})
-		if err == nil {
-			if err = g.KeepStats(); err != nil {
-				_ = g.Remove()
-			}
-		}
-		s.mu.Lock()
-		if err != nil || s.closed {
-			// Jobs make their own groups meanwhile, and report why they
-			// cannot; the next take tries again.
-			s.filling = false
-			s.mu.Unlock()
-			if err != nil {
-				s.log.Debug("containment: a spare job group could not be made", "err", err)
-			} else {
-				_ = g.Remove()
-			}
-			return
-		}
-		s.ready = append(s.ready, spare{id: id, g: g, made: time.Now()})
-		s.mu.Unlock()
+	if s != nil {
+		s.ahead.refill()
 	}
 }
 
 // close removes the spares and waits for the filler and removals to end.
 func (s *spares) close() {
-	if s == nil {
-		return
-	}
-	s.mu.Lock()
-	s.closed = true
-	gs := make([]*cgroup.Group, 0, len(s.ready))
-	for _, sp := range s.ready {
-		gs = append(gs, sp.g)
-	}
-	s.ready = nil
-	s.mu.Unlock()
-	s.wg.Wait()
-	removeSpares(gs)
-}
-
-func removeSpares(gs []*cgroup.Group) {
-	for _, g := range gs {
-		_ = g.Remove()
+	if s != nil {
+		s.ahead.close()
 	}
 }

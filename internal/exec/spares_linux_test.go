@@ -107,13 +107,13 @@ func TestSparesAreJobGroups(t *testing.T) {
 func TestStaleSparesPassedOver(t *testing.T) {
 	t.Parallel()
 	e := warmSpares(t)
-	e.run.cont.spares.mu.Lock()
+	e.run.cont.spares.ahead.mu.Lock()
 	var stale []string
-	for i := range e.run.cont.spares.ready {
-		e.run.cont.spares.ready[i].made = time.Now().Add(-spareMaxAge)
-		stale = append(stale, e.run.cont.spares.ready[i].id)
+	for i := range e.run.cont.spares.ahead.ready {
+		e.run.cont.spares.ahead.ready[i].made = time.Now().Add(-spareMaxAge)
+		stale = append(stale, e.run.cont.spares.ahead.ready[i].id)
 	}
-	e.run.cont.spares.mu.Unlock()
+	e.run.cont.spares.ahead.mu.Unlock()
 	j := mustStart(t, e, Spec{Command: ownCgroup})
 	<-j.Done()
 	if slices.Contains(stale, j.ID()) {
@@ -187,9 +187,9 @@ func waitSpares(t *testing.T, e *Executor, n int) {
 	t.Helper()
 	s := e.run.cont.spares
 	for deadline := time.Now().Add(5 * time.Second); ; {
-		s.mu.Lock()
-		ready := len(s.ready)
-		s.mu.Unlock()
+		s.ahead.mu.Lock()
+		ready := len(s.ahead.ready)
+		s.ahead.mu.Unlock()
 		if ready >= n {
 			return
 		}
