@@ -9,7 +9,7 @@ import "sync"
 // handed out. Values are handed out oldest first.
 type madeAhead[T any] struct {
 	want int
-	make func() (T, error)
+	make func() (T, error) // on error it leaves nothing behind
 	drop func(T)
 	// failed hears why make failed; the filler stops until the next
 	// refill, and commands make their own meanwhile.
