@@ -18,7 +18,7 @@ import (
 // The floor: what spawning `bash -c true` costs straight from Go.
 func BenchmarkSpawnDirect(b *testing.B) {
 	for b.Loop() {
-		if err := osexec.Command("bash", "-c", "true").Run(); err != nil {
+		if err := runChild(b, osexec.Command("bash", "-c", "true")); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -55,7 +55,7 @@ func BenchmarkSpawnDirectParallel8(b *testing.B) {
 	b.SetParallelism(parallelism())
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			if err := osexec.Command("bash", "-c", "true").Run(); err != nil {
+			if err := runChild(b, osexec.Command("bash", "-c", "true")); err != nil {
 				b.Error(err)
 				return
 			}
@@ -85,7 +85,7 @@ func BenchmarkLatency(b *testing.B) {
 	var direct, exec []time.Duration
 	for b.Loop() {
 		t0 := time.Now()
-		if err := osexec.Command("bash", "-c", "true").Run(); err != nil {
+		if err := runChild(b, osexec.Command("bash", "-c", "true")); err != nil {
 			b.Fatal(err)
 		}
 		t1 := time.Now()

@@ -29,11 +29,13 @@ func TestMarkCloexec(t *testing.T) {
 			defer syscall.Close(fd)
 			probe := "[ -e /proc/$$/fd/" + strconv.Itoa(fd) + " ] && echo open || echo closed"
 			run := func() string {
-				out, err := osexec.Command("bash", "-c", probe).Output()
-				if err != nil {
+				var out strings.Builder
+				cmd := osexec.Command("bash", "-c", probe)
+				cmd.Stdout = &out
+				if err := runChild(t, cmd); err != nil {
 					t.Fatal(err)
 				}
-				return strings.TrimSpace(string(out))
+				return strings.TrimSpace(out.String())
 			}
 			if got := run(); got != "open" {
 				t.Fatalf("before: a child sees descriptor %d %s, want open (the baseline)", fd, got)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	osexec "os/exec"
 	"testing"
 	"time"
 )
@@ -87,4 +88,25 @@ func readAll(tb testing.TB, j *Job, s Stream) []byte {
 			tb.Fatalf("ReadOutput returned (0, nil) on a finished job at %d", len(out))
 		}
 	}
+}
+
+// runChild runs cmd to its end as the executor runs its own children:
+// registered with the process's reaper (reap_linux.go), which, once a job
+// has made the process a subreaper, reaps every zombie child it does not
+// know, and so could reap cmd before cmd.Wait does (which then fails with
+// ECHILD).
+func runChild(tb testing.TB, cmd *osexec.Cmd) error {
+	tb.Helper()
+	registered := reaperOf.spawning()
+	err := cmd.Start()
+	pid := 0
+	if err == nil {
+		pid = cmd.Process.Pid
+	}
+	registered(pid)
+	if err != nil {
+		return err
+	}
+	defer reaperOf.reaped(pid)
+	return cmd.Wait()
 }
