@@ -120,31 +120,42 @@ func us(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
 // physical floor), the same command through the minimal net/http exec
 // server (the calibration point), and a foreground POST /exec of `true`,
 // so all three see the same machine, and reports medians, p99s and ratios.
-// Budget: median ≤ 1.25×, p99 ≤ 2× of direct.
+// Both servers are read with the lean client (leanConn: a server's own
+// cost), and again with net/http's client (what a Go harness sees), in the
+// same loop. Budget: median ≤ 1.25×, p99 ≤ 2× of direct.
 func BenchmarkExecForeground(b *testing.B) {
 	s := startServer(b)
 	bare := startBare(b)
+	leanBare := dialLean(b, bare, "/exec", "", execTrue)
+	leanServed := dialLean(b, s.URL, "/exec", s.Token, execTrue)
 	for range 50 { // warm up every path
 		spawnDirect(b)
+		leanBare.do(b)
+		leanServed.do(b)
 		postBare(b, bare)
 		s.post(b, "/exec", execTrue)
 	}
-	direct := make([]time.Duration, 0, b.N)
-	bared := make([]time.Duration, 0, b.N)
-	served := make([]time.Duration, 0, b.N)
+	ops := []func(){
+		func() { spawnDirect(b) },
+		func() { leanBare.do(b) },
+		func() { leanServed.do(b) },
+		func() { postBare(b, bare) },
+		func() { s.post(b, "/exec", execTrue) },
+	}
+	times := make([][]time.Duration, len(ops))
+	for i := range times {
+		times[i] = make([]time.Duration, 0, b.N)
+	}
 	b.ResetTimer()
 	for range b.N {
-		t0 := time.Now()
-		spawnDirect(b)
-		t1 := time.Now()
-		postBare(b, bare)
-		t2 := time.Now()
-		s.post(b, "/exec", execTrue)
-		direct = append(direct, t1.Sub(t0))
-		bared = append(bared, t2.Sub(t1))
-		served = append(served, time.Since(t2))
+		for i, op := range ops {
+			t0 := time.Now()
+			op()
+			times[i] = append(times[i], time.Since(t0))
+		}
 	}
 	b.StopTimer()
+	direct, bared, served, goBared, goServed := times[0], times[1], times[2], times[3], times[4]
 	dm, bm, sm := percentile(direct, .5), percentile(bared, .5), percentile(served, .5)
 	d99, s99 := percentile(direct, .99), percentile(served, .99)
 	b.ReportMetric(us(dm), "direct-median-µs")
@@ -155,6 +166,9 @@ func BenchmarkExecForeground(b *testing.B) {
 	b.ReportMetric(us(d99), "direct-p99-µs")
 	b.ReportMetric(us(s99), "exec-p99-µs")
 	b.ReportMetric(float64(s99)/float64(d99), "p99-ratio")
+	gbm, gsm := percentile(goBared, .5), percentile(goServed, .5)
+	b.ReportMetric(float64(gbm)/float64(dm), "nethttp-bare-median-ratio")
+	b.ReportMetric(float64(gsm)/float64(dm), "nethttp-median-ratio")
 	reportLoad(b)
 }
 
@@ -178,56 +192,74 @@ func reportLoad(b *testing.B) {
 
 // BenchmarkExecConcurrent8 measures throughput with 8 concurrent clients:
 // direct spawning, the bare server and POST /exec, in five interleaved
-// rounds so that a change in the machine's load hits all three alike. Each
-// figure is the total over the rounds. Beside it, each server's CPU time
-// per request (user+system, from /proc), which is what bounds throughput
-// on two cores. Budget: ≥ 90% of direct.
+// rounds so that a change in the machine's load hits all alike. Each
+// figure is the total over the rounds. The servers are read with the lean
+// client (a connection per client, leanConn) and again with net/http's
+// client. Beside the lean figures, each server's CPU time per request
+// (user+system, from /proc), which is what bounds throughput on two cores.
+// Budget: ≥ 90% of direct.
 func BenchmarkExecConcurrent8(b *testing.B) {
+	const clients, rounds = 8, 5
 	s := startServer(b)
 	bare, barePID := startBareProc(b)
-	const rounds = 5
-	per := max(b.N/8/rounds, 1)
-	run := func(op func()) time.Duration {
+	leanBare := make([]*leanConn, clients)
+	leanServed := make([]*leanConn, clients)
+	for i := range clients {
+		leanBare[i] = dialLean(b, bare, "/exec", "", execTrue)
+		leanServed[i] = dialLean(b, s.URL, "/exec", s.Token, execTrue)
+	}
+	per := max(b.N/clients/rounds, 1)
+	run := func(op func(client int)) time.Duration {
 		var wg sync.WaitGroup
 		start := time.Now()
-		for range 8 {
+		for c := range clients {
 			wg.Go(func() {
 				for range per {
-					op()
+					op(c)
 				}
 			})
 		}
 		wg.Wait()
 		return time.Since(start)
 	}
-	cpu := func(pid int, op func()) (time.Duration, float64) {
+	cpu := func(pid int, op func(int)) (time.Duration, float64) {
 		c0 := cpuSeconds(b, pid)
 		d := run(op)
 		return d, cpuSeconds(b, pid) - c0
 	}
 	dshdPID := s.cmd.Process.Pid
-	run(func() { s.post(b, "/exec", execTrue) }) // warm up
-	run(func() { postBare(b, bare) })
+	direct := func(int) { spawnDirect(b) }
+	leanB := func(c int) { leanBare[c].do(b) }
+	leanS := func(c int) { leanServed[c].do(b) }
+	goB := func(int) { postBare(b, bare) }
+	goS := func(int) { s.post(b, "/exec", execTrue) }
+	for _, op := range []func(int){leanB, leanS, goB, goS} { // warm up
+		run(op)
+	}
 	b.ResetTimer()
-	var direct, bared, served time.Duration
+	var directD, bared, served, goBared, goServed time.Duration
 	var bareCPU, servedCPU float64
 	for range rounds {
-		direct += run(func() { spawnDirect(b) })
-		d, c := cpu(barePID, func() { postBare(b, bare) })
+		directD += run(direct)
+		d, c := cpu(barePID, leanB)
 		bared, bareCPU = bared+d, bareCPU+c
-		d, c = cpu(dshdPID, func() { s.post(b, "/exec", execTrue) })
+		d, c = cpu(dshdPID, leanS)
 		served, servedCPU = served+d, servedCPU+c
+		goBared += run(goB)
+		goServed += run(goS)
 	}
 	b.StopTimer()
-	ops := float64(per * 8 * rounds)
+	ops := float64(per * clients * rounds)
 	rate := func(d time.Duration) float64 { return ops / d.Seconds() }
-	b.ReportMetric(rate(direct), "direct-ops/s")
+	b.ReportMetric(rate(directD), "direct-ops/s")
 	b.ReportMetric(rate(bared), "bare-ops/s")
 	b.ReportMetric(rate(served), "exec-ops/s")
-	b.ReportMetric(direct.Seconds()/bared.Seconds(), "bare-throughput-ratio")
-	b.ReportMetric(direct.Seconds()/served.Seconds(), "throughput-ratio")
+	b.ReportMetric(directD.Seconds()/bared.Seconds(), "bare-throughput-ratio")
+	b.ReportMetric(directD.Seconds()/served.Seconds(), "throughput-ratio")
 	b.ReportMetric(bareCPU/ops*1e6, "bare-cpu-µs/op")
 	b.ReportMetric(servedCPU/ops*1e6, "exec-cpu-µs/op")
+	b.ReportMetric(directD.Seconds()/goBared.Seconds(), "nethttp-bare-throughput-ratio")
+	b.ReportMetric(directD.Seconds()/goServed.Seconds(), "nethttp-throughput-ratio")
 	reportLoad(b)
 }
 
