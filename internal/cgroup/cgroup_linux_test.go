@@ -53,7 +53,7 @@ func TestOwnDir(t *testing.T) {
 
 // openTest opens a manager on this host, skipping (failing under CI=true)
 // where the host gives no usable cgroup v2 subtree.
-func openTest(t *testing.T) *Manager {
+func openTest(t testing.TB) *Manager {
 	t.Helper()
 	name := fmt.Sprintf("dshd-test-%d-%s", os.Getpid(), strings.ReplaceAll(t.Name(), "/", "_"))
 	m, err := Open(name, []string{"/bin/sh", "-c", ":"})
