@@ -193,7 +193,18 @@ func startServer(t testing.TB, opts ...serverOption) *testServer {
 		s.err = cmd.Wait()
 		close(s.done)
 	}()
-	t.Cleanup(func() { s.stop(t) })
+	t.Cleanup(func() {
+		s.stop(t)
+		if t.Failed() {
+			// What the server logged is often the only account of a
+			// failure seen once, on a loaded CI machine.
+			out := s.stderr.String()
+			if len(out) > 64<<10 {
+				out = "…" + out[len(out)-64<<10:]
+			}
+			t.Logf("server %s (home %s) logged:\n%s", s.URL, s.Home, out)
+		}
+	})
 
 	line := make(chan string, 1)
 	go func() {
