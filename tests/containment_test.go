@@ -63,6 +63,21 @@ func marked(prefix string) (pids []int, sleeps int) {
 	return pids, sleeps
 }
 
+// waitSleeps waits up to 15s until n of the processes marked prefix run
+// sleep, and returns the marked pids and how many run sleep. A command's
+// background child is bash, then nohup, before it is sleep: the command
+// can return before its child has exec'd.
+func waitSleeps(prefix string, n int) (pids []int, sleeps int) {
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		pids, sleeps = marked(prefix)
+		if sleeps >= n || time.Now().After(deadline) {
+			return pids, sleeps
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // waitMarked waits until the job marked mark runs both of its sleeps.
 func waitMarked(t testing.TB, mark string) {
 	t.Helper()
@@ -74,16 +89,8 @@ func waitMarked(t testing.TB, mark string) {
 // started reports whether the job marked mark runs both of its sleeps
 // within 15s.
 func started(mark string) bool {
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		if _, n := marked(mark + ";"); n >= 2 {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	_, n := waitSleeps(mark+";", 2)
+	return n >= 2
 }
 
 // survivors waits up to d for the processes marked with prefix to go and

@@ -68,7 +68,7 @@ func testLeftovers(t *testing.T, mode string) {
 	if r.IsError || strings.TrimSpace(r.Text) != "started" {
 		t.Fatalf("tool call = %+v", r)
 	}
-	if pids, sleeps := marked(run + "/0;"); sleeps != 1 {
+	if pids, sleeps := waitSleeps(run+"/0;", 1); sleeps != 1 {
 		t.Fatalf("the leftover sleep is not running: %v", pids)
 	}
 	checkLeft(get(r.JobID))
