@@ -192,8 +192,9 @@ func reportLoad(b *testing.B) {
 
 // BenchmarkExecConcurrent8 measures throughput with 8 concurrent clients:
 // direct spawning, the bare server and POST /exec, in five interleaved
-// rounds so that a change in the machine's load hits all alike. Each
-// figure is the total over the rounds. The servers are read with the lean
+// rounds of b.N requests each (1,000 with make bench's -benchtime), so
+// that a change in the machine's load hits all alike. Each figure is the
+// total over the rounds. The servers are read with the lean
 // client (a connection per client, leanConn) and again with net/http's
 // client. Beside the lean figures, each server's CPU time per request
 // (user+system, from /proc), which is what bounds throughput on two cores.
@@ -208,7 +209,7 @@ func BenchmarkExecConcurrent8(b *testing.B) {
 		leanBare[i] = dialLean(b, bare, "/exec", "", execTrue)
 		leanServed[i] = dialLean(b, s.URL, "/exec", s.Token, execTrue)
 	}
-	per := max(b.N/clients/rounds, 1)
+	per := max(b.N/clients, 1)
 	run := func(op func(client int)) time.Duration {
 		var wg sync.WaitGroup
 		start := time.Now()
