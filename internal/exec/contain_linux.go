@@ -106,7 +106,13 @@ func newContainer(mode, home, bash string, log *slog.Logger) (*container, error)
 	c := &container{info: ContainmentInfo{Requested: mode}, log: log}
 	switch mode {
 	case ContainmentAuto, ContainmentCgroup:
+		// The probe is a child of dshd that its own Wait4 reaps: it is
+		// spawned under the reaper's read lock, so that no pass of the
+		// reaper (running once any executor of the process has made it a
+		// subreaper) takes its zombie first.
+		release := reaperOf.spawning()
 		mgr, err := cgroup.Open(cgroupName(home), []string{bash, "-c", ":"})
+		release(0)
 		if err == nil {
 			c.mgr = mgr
 			c.canFreeze = mgr.CanFreeze()

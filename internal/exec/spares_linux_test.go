@@ -209,3 +209,45 @@ func gone(path string) bool {
 	}
 	return false
 }
+
+// TestProbeNotReapedBySubreaper: the cgroup probe at an executor's start
+// (a child that the probe's own Wait4 reaps) is not taken by the reaper,
+// which runs once any executor of the process has made it a subreaper.
+// Once, in CI, a parallel test's reaper took it, and the executor fell
+// back to group mode with "wait for probe: no child processes". Here a
+// goroutine runs reaper passes back to back while executors start.
+func TestProbeNotReapedBySubreaper(t *testing.T) {
+	if err := startSubreaper(); err != nil {
+		testenv.Need(t, "cannot become a child subreaper: %v", err)
+	}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				reaperOf.reapAdopted()
+			}
+		}
+	}()
+	defer func() {
+		close(stop)
+		<-done
+	}()
+	for i := range 30 {
+		e := newTestExecutor(t, func(o *Options) { o.Containment = ContainmentAuto })
+		info := e.Containment()
+		if err := e.Close(testCtx(t)); err != nil {
+			t.Fatal(err)
+		}
+		if info.Mode != ContainmentCgroup {
+			if strings.Contains(info.Reason, "no child processes") {
+				t.Fatalf("executor %d: the reaper took the probe: %s", i, info.Reason)
+			}
+			testenv.Need(t, "no cgroup v2 subtree here: %s", info.Reason)
+		}
+	}
+}
