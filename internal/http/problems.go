@@ -61,6 +61,7 @@ var errorCodes = []struct {
 	{status.ErrAgentHomeUnavailable, http.StatusServiceUnavailable, "agent_home_unavailable", "The replica that holds this agent is not available"},
 	{status.ErrSessionHomeUnavailable, http.StatusServiceUnavailable, "session_home_unavailable", "The replica that holds this MCP session is not available"},
 	{status.ErrAgentStoreUnavailable, http.StatusServiceUnavailable, "cluster_unavailable", "The cluster's shared store of agents and transcripts could not be reached"},
+	{agents.ErrConflict, http.StatusServiceUnavailable, "agent_store_busy", "The agent's transcript kept changing under this write"},
 	{exec.ErrTooManyJobs, http.StatusTooManyRequests, "too_many_jobs", "Too many running jobs"},
 	{exec.ErrIdempotencyKeyReused, http.StatusUnprocessableEntity, "idempotency_key_reused", "Idempotency key reused for a different request"},
 	{exec.ErrIdempotencyKeyInUse, http.StatusConflict, "idempotency_key_in_use", "The first request with this idempotency key is still being started"},
@@ -165,10 +166,11 @@ func problemFor(err error) api.Problem {
 const clusterRetryAfter = 2
 
 // isClusterUnavailable reports whether err says a replica or the cluster's
-// shared store could not be reached.
+// shared store could not be reached, or that the store's transcript kept
+// changing under a write (its retries spent): worth a retry in a moment.
 func isClusterUnavailable(err error) bool {
 	for _, e := range []error{status.ErrOwnerUnavailable, status.ErrAgentHomeUnavailable, status.ErrSessionHomeUnavailable,
-		status.ErrClaimUnavailable, status.ErrAgentStoreUnavailable, shellenv.ErrStoreUnavailable} {
+		status.ErrClaimUnavailable, status.ErrAgentStoreUnavailable, shellenv.ErrStoreUnavailable, agents.ErrConflict} {
 		if errors.Is(err, e) {
 			return true
 		}
