@@ -2344,7 +2344,7 @@ export interface components {
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
-        /** @description `shutting_down`: the server is stopping and starts no more jobs. Cluster mode only, and nothing ran: `agent_home_unavailable`, the request names an agent whose replica has not been heard from for 5 s or could not be reached; `job_owner_unavailable`, the request's `Idempotency-Key` (without an agent) was first claimed by a replica that is not available; `cluster_unavailable`, the key could not be claimed in the shared store, or the shared store of agents and transcripts could not be reached (read the transcript before retrying). */
+        /** @description `shutting_down`: the server is stopping and starts no more jobs. Cluster mode only, and nothing ran: `agent_home_unavailable`, the request names an agent whose replica has not been heard from for 5 s or could not be reached; `job_owner_unavailable`, the request's `Idempotency-Key` (without an agent) was first claimed by a replica that is not available; `cluster_unavailable`, the key could not be claimed in the shared store, or the shared store of agents and transcripts could not be reached (read the transcript before retrying). `agent_store_busy`: the agent's transcript kept changing under this write (other replicas appending to it at the same moment) until this replica's retries were spent; nothing was written, `Retry-After` is 2 s. */
         R503RunAgent: {
             headers: {
                 [name: string]: unknown;
@@ -2362,7 +2362,7 @@ export interface components {
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
-        /** @description Cluster mode only. `agent_home_unavailable`: the agent id names its home replica, where its commands run and its hooks and held context live, and that replica has not been heard from for 5 s (it died, stopped or is cut off) or could not be reached. Nothing ran, unless `detail` says the request reached the replica and may have run before the connection was lost: it then gives the tool call's `callId` (set by the forwarding replica when the caller gave none) to look for in the transcript or to retry with, which never runs it twice. `detail` names the replica; `Retry-After` is 2 s (the agent and its transcript stay readable from every replica meanwhile). `cluster_unavailable`: the shared store of agents and transcripts could not be reached within 10 s; an event it was writing may have been stored, so read the transcript before retrying. */
+        /** @description Cluster mode only. `agent_home_unavailable`: the agent id names its home replica, where its commands run and its hooks and held context live, and that replica has not been heard from for 5 s (it died, stopped or is cut off) or could not be reached. Nothing ran, unless `detail` says the request reached the replica and may have run before the connection was lost: it then gives the tool call's `callId` (set by the forwarding replica when the caller gave none) to look for in the transcript or to retry with, which never runs it twice. `detail` names the replica; `Retry-After` is 2 s (the agent and its transcript stay readable from every replica meanwhile). `cluster_unavailable`: the shared store of agents and transcripts could not be reached within 10 s; an event it was writing may have been stored, so read the transcript before retrying. `agent_store_busy`: the agent's transcript kept changing under this write (other replicas appending to it at the same moment) until this replica's retries were spent; nothing was written, `Retry-After` is 2 s. */
         R503AgentHome: {
             headers: {
                 [name: string]: unknown;
@@ -2380,7 +2380,7 @@ export interface components {
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
-        /** @description `cluster_unavailable` (cluster mode only): the shared store of agents and transcripts could not be reached within 10 s (NATS is unreachable from this replica, or the store has no quorum). Nothing changed, except that an agent being created may have been stored: list the agents before retrying. */
+        /** @description `cluster_unavailable` (cluster mode only): the shared store of agents and transcripts could not be reached within 10 s (NATS is unreachable from this replica, or the store has no quorum). Nothing changed, except that an agent being created may have been stored: list the agents before retrying. `agent_store_busy`: the agent's transcript kept changing under this write (other replicas appending to it at the same moment) until this replica's retries were spent; nothing was written, `Retry-After` is 2 s. */
         R503AgentStore: {
             headers: {
                 [name: string]: unknown;
