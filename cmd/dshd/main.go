@@ -480,6 +480,26 @@ func newServices(ctx context.Context, cfg config, home, token, tokenPath string,
 		return nil, err
 	}
 	workspaces.SetMaxBytes(cfg.Workspaces.MaxBytes)
+	workspaces.SetHome(home)
+	// A crash between a fork's record and its child's header leaves a
+	// workspace no agent stands on.
+	workspaces.Reconcile(func(id string) bool {
+		_, err := sessions.Get(ctx, id)
+		return !errors.Is(err, agents.ErrNotFound)
+	})
+	// An apply needs its source and target still: no job, and nothing a
+	// job left running.
+	workspaces.SetBusy(func(ids []string) int {
+		n := 0
+		for _, id := range ids {
+			for _, j := range executor.Jobs(id, "") {
+				if j.State == exec.StateRunning || j.Remaining != nil {
+					n++
+				}
+			}
+		}
+		return n
+	})
 	if ok, why := workspaces.Available(); !ok {
 		logger.Info("workspaces: snapshot forks are unavailable; requests for them are refused", "reason", why)
 	}

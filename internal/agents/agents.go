@@ -149,6 +149,12 @@ type Agent struct {
 type Bounds struct {
 	Sandbox sandbox.Policy
 	Limits  limits.Limits
+	// Prepare, when set, runs with the new agent's id once the id is
+	// reserved and before its header is written: what the agent must never
+	// exist without (its snapshot workspace) is recorded there first, so
+	// that a crash leaves either no agent or one that has it. An error
+	// stops the creation: no header is written. It is not recorded.
+	Prepare func(id string) error
 }
 
 // Event is one transcript line after the header.

@@ -275,7 +275,7 @@ func (s *Store) Create(ctx context.Context, cwd string, b Bounds) (Agent, error)
 		return Agent{}, fmt.Errorf("create agent: %w", err)
 	}
 	a := Agent{Cwd: cwd, Origin: OriginRoot, Sandbox: b.Sandbox, Limits: b.Limits}
-	return s.create(ctx, a, nil)
+	return s.create(ctx, a, nil, b.Prepare)
 }
 
 func checkCwd(cwd string) (string, error) {
@@ -296,9 +296,10 @@ func checkCwd(cwd string) (string, error) {
 	return cwd, nil
 }
 
-// create assigns a to a new id, writes its header followed by events (raw,
-// newline-terminated lines whose last seq is lastSeq) and indexes it.
-func (s *Store) create(ctx context.Context, a Agent, events [][]byte) (Agent, error) {
+// create assigns a to a new id, runs prepare with it (when set), writes
+// its header followed by events (raw, newline-terminated lines whose last
+// seq is lastSeq) and indexes it.
+func (s *Store) create(ctx context.Context, a Agent, events [][]byte, prepare func(id string) error) (Agent, error) {
 	// Reserve the id under the lock, but write and fsync without it, so a
 	// slow disk does not stall lookups and appends of other agents.
 	s.mu.Lock()
@@ -325,6 +326,11 @@ func (s *Store) create(ctx context.Context, a Agent, events [][]byte) (Agent, er
 		s.mu.Unlock()
 	}()
 
+	if prepare != nil {
+		if err := prepare(a.ID); err != nil {
+			return Agent{}, fmt.Errorf("create agent %s: %w", a.ID, err)
+		}
+	}
 	a.CreatedAt = s.now().UTC()
 	if a.Origin == OriginRoot {
 		a.RootID = a.ID
@@ -529,7 +535,7 @@ func (s *Store) Fork(ctx context.Context, id string, boundary *int64, b Bounds) 
 	}
 	p := e.agent
 	child := Agent{ParentID: p.ID, RootID: p.RootID, Cwd: p.Cwd, Origin: OriginFork, Depth: p.Depth, Sandbox: b.Sandbox, Limits: b.Limits}
-	a, err := s.create(ctx, child, events)
+	a, err := s.create(ctx, child, events, b.Prepare)
 	if err != nil {
 		return Agent{}, fmt.Errorf("fork %s: %w", id, err)
 	}
@@ -556,7 +562,7 @@ func (s *Store) Spawn(ctx context.Context, id string, b Bounds) (Agent, error) {
 		return Agent{}, fmt.Errorf("spawn from %s: %w: child depth %d, max %d", id, ErrDepthExceeded, p.Depth+1, s.maxDepth)
 	}
 	child := Agent{ParentID: p.ID, RootID: p.RootID, Cwd: p.Cwd, Origin: OriginSpawn, Depth: p.Depth + 1, Sandbox: b.Sandbox, Limits: b.Limits}
-	a, err := s.create(ctx, child, nil)
+	a, err := s.create(ctx, child, nil, b.Prepare)
 	if err != nil {
 		return Agent{}, fmt.Errorf("spawn from %s: %w", id, err)
 	}

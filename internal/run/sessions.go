@@ -98,7 +98,7 @@ func (s *Service) ForkAgent(ctx context.Context, id string, boundary *int64, b a
 	if err != nil {
 		return Session{}, fmt.Errorf("fork: %w", err)
 	}
-	return s.startChild(ctx, id, mode, func() (agents.Agent, error) { return s.agents.Fork(ctx, id, boundary, b) })
+	return s.startChild(ctx, id, mode, b, func(b agents.Bounds) (agents.Agent, error) { return s.agents.Fork(ctx, id, boundary, b) })
 }
 
 // SpawnAgent spawns a child agent and runs its SessionStart hooks (source
@@ -111,32 +111,26 @@ func (s *Service) SpawnAgent(ctx context.Context, id string, b agents.Bounds, mo
 	if err != nil {
 		return Session{}, fmt.Errorf("spawn: %w", err)
 	}
-	return s.startChild(ctx, id, mode, func() (agents.Agent, error) { return s.agents.Spawn(ctx, id, b) })
+	return s.startChild(ctx, id, mode, b, func(b agents.Bounds) (agents.Agent, error) { return s.agents.Spawn(ctx, id, b) })
 }
 
-// startChild makes a child of parent with make and starts its session;
-// with a snapshot mode the child's workspace is forked from the parent's
-// before any hook runs. What can be checked is checked before the child
-// exists; a fork that fails after leaves the child with a dropped
-// workspace (its commands are refused, never run in the shared directory).
-func (s *Service) startChild(ctx context.Context, parent string, mode workspace.Mode, make func() (agents.Agent, error)) (Session, error) {
+// startChild makes a child of parent with make (given b) and starts its
+// session. Its workspace, snapshot or the parent's view, is recorded
+// before its header is written (b.Prepare): a crash leaves either no child
+// or a child whose workspace is recorded, never one that would run in the
+// frozen base directory by mistake. What can be checked is checked before
+// the child's id is taken.
+func (s *Service) startChild(ctx context.Context, parent string, mode workspace.Mode, b agents.Bounds, make func(agents.Bounds) (agents.Agent, error)) (Session, error) {
 	if !mode.Valid() {
 		return Session{}, fmt.Errorf("%w: workspace mode %q (want shared or snapshot)", workspace.ErrInvalid, mode)
 	}
 	if mode != workspace.Snapshot {
 		if s.ws == nil {
-			return s.startSession(ctx, SourceStartup, make)
+			return s.startSession(ctx, SourceStartup, func() (agents.Agent, error) { return make(b) })
 		}
 		// The same directory as a snapshot parent is its view.
 		return s.startSession(ctx, SourceStartup, func() (agents.Agent, error) {
-			a, err := make()
-			if err != nil {
-				return a, err
-			}
-			if err := s.ws.Share(parent, a.ID); err != nil {
-				return a, fmt.Errorf("agent %s was made, but sharing its parent's workspace could not be recorded (its commands are refused): %w", a.ID, err)
-			}
-			return a, nil
+			return s.makeChild(b, make, func(id string) error { return s.ws.Share(parent, id) })
 		})
 	}
 	p, err := s.agents.Get(ctx, parent)
@@ -156,15 +150,26 @@ func (s *Service) startChild(ctx context.Context, parent string, mode workspace.
 		return Session{}, fmt.Errorf("%w: agent %s runs %d job(s); a snapshot fork freezes its workspace and needs it idle", workspace.ErrBusy, parent, n)
 	}
 	return s.startSession(ctx, SourceStartup, func() (agents.Agent, error) {
-		a, err := make()
-		if err != nil {
-			return a, err
-		}
-		if err := s.ws.Fork(parent, p.Cwd, a.ID); err != nil {
-			return a, fmt.Errorf("agent %s was made, but its workspace was not (its commands are refused): %w", a.ID, err)
-		}
-		return a, nil
+		return s.makeChild(b, make, func(id string) error { return s.ws.Fork(parent, p.Cwd, id) })
 	})
+}
+
+// makeChild makes a child with record run on its id before its header is
+// written, and forgets what record recorded when the header then fails.
+func (s *Service) makeChild(b agents.Bounds, make func(agents.Bounds) (agents.Agent, error), record func(id string) error) (agents.Agent, error) {
+	var recorded string
+	b.Prepare = func(id string) error {
+		if err := record(id); err != nil {
+			return err
+		}
+		recorded = id
+		return nil
+	}
+	a, err := make(b)
+	if err != nil && recorded != "" {
+		s.ws.Forget(recorded)
+	}
+	return a, err
 }
 
 func (s *Service) startSession(ctx context.Context, source string, start func() (agents.Agent, error)) (Session, error) {

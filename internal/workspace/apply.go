@@ -1,15 +1,23 @@
 package workspace
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/dshd/dshd/internal/atomicfile"
+	"github.com/dshd/dshd/internal/faults"
 )
 
 // Applied is what Apply did.
@@ -19,271 +27,532 @@ type Applied struct {
 	Target string
 	// Parent is the agent whose view received them ("" for a directory).
 	Parent string
-	// Changes are the changes applied (none was skipped).
+	// Changes are the agent's changes: the target now holds each of them
+	// (those it already held were left as they were).
 	Changes []Change
 }
 
 // Apply writes agent's changes onto its parent's view (dir "") or onto the
-// directory dir, all or nothing. A path the target changed since the fork
-// (it no longer holds what agent saw at the fork, nor what agent made of
-// it) is a conflict: Apply then returns a *ConflictError listing every
-// such path and changes nothing. Otherwise every file is first written
-// beside its place under a temporary name, then renamed into place, then
-// deletions are made: a failure while writing removes what was written and
-// leaves the target as it was.
+// directory dir, all or nothing, also across a crash.
+//
+// A path the target changed since the fork (it no longer holds what agent
+// saw at the fork, nor what agent made of it) is a conflict: Apply then
+// returns a *ConflictError listing every such path and changes nothing. A
+// path the target already holds as agent made it (a deletion already made
+// included) is left alone, so applying twice changes nothing the second
+// time.
+//
+// Every read and write is by descriptor beneath the layers and the target
+// (see tree): no link, planted before or during the apply, leads one out.
+// The writers are held still: ErrBusy while agent, or the parent whose view
+// is the target, runs a job or has processes left running by one, and
+// neither starts a job until the apply is done (their job starts wait).
+//
+// The new files are first written into a staging directory at the
+// target's root, recorded in a journal under the workspaces directory,
+// then moved into place and the deletions made; the next start completes
+// a journal that was recorded (or removes a staging directory that was
+// not), so that kill -9 at any point leaves the target untouched or fully
+// applied.
 //
 // dir may not be a directory another live workspace stands on (ErrBusy):
 // overlayfs does not define what a view shows when its lower layer changes
 // under it. The agent's own base directory is allowed when it runs no job;
-// its view shows the same before and after.
+// its view shows the same before and after. dir may not overlap the dshd
+// home (ErrInvalid).
 func (m *Manager) Apply(agent, dir string) (Applied, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	a, err := m.liveLocked(agent)
+	a, unhold, err := m.hold(agent, true)
 	if err != nil {
 		return Applied{}, err
 	}
+	defer unhold()
 	res := Applied{Target: dir}
-	var target string
+	j := &journal{ID: newID(), Agent: agent}
+	var target *tree
 	if dir == "" {
 		if a.Parent == "" {
 			return Applied{}, fmt.Errorf("%w: agent %s has no parent to apply to; name a directory", ErrInvalid, agent)
 		}
-		p, err := m.liveLocked(a.Parent)
+		p, unholdParent, err := m.hold(a.Parent, true)
 		if err != nil {
 			return Applied{}, err
 		}
+		defer unholdParent()
+		if err := m.still(agent, a.Parent); err != nil {
+			return Applied{}, err
+		}
+		m.mu.Lock()
 		fd, err := m.mountLocked(a.Parent, p)
+		if err == nil {
+			target, err = treeAt(fd, "agent "+a.Parent+"'s view")
+		}
+		m.mu.Unlock()
 		if err != nil {
 			return Applied{}, err
 		}
-		target, res.Target, res.Parent = viewPath(fd), p.Base, a.Parent
+		res.Target, res.Parent, j.Parent = p.Base, a.Parent, a.Parent
 	} else {
-		if !filepath.IsAbs(dir) {
-			return Applied{}, fmt.Errorf("%w: directory %q is not absolute", ErrInvalid, dir)
+		if err := m.still(agent); err != nil {
+			return Applied{}, err
 		}
-		dir = filepath.Clean(dir)
-		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
-			return Applied{}, fmt.Errorf("%w: %s is not a directory", ErrInvalid, dir)
+		if target, err = m.openTarget(agent, dir); err != nil {
+			return Applied{}, err
 		}
-		if within(dir, m.dir) || within(m.dir, dir) {
-			return Applied{}, fmt.Errorf("%w: %s overlaps the dshd home", ErrInvalid, dir)
-		}
-		for id, o := range m.agents {
-			if o.Dropped || o.Shares != "" || !(within(dir, o.Base) || within(o.Base, dir)) {
-				continue
-			}
-			if id != agent {
-				return Applied{}, fmt.Errorf("%w: %s is under agent %s's workspace, which stands on %s", ErrBusy, dir, id, o.Base)
-			}
-			if n := m.active[agent]; n > 0 {
-				return Applied{}, fmt.Errorf("%w: agent %s runs %d job(s) on %s", ErrBusy, agent, n, o.Base)
-			}
-		}
-		target = dir
+		res.Target, j.Dir = filepath.Clean(dir), filepath.Clean(dir)
 		// The lower layer changes: the view is mounted afresh next time.
-		defer m.closeMountLocked(agent)
+		defer func() {
+			m.mu.Lock()
+			m.closeMountLocked(agent)
+			m.mu.Unlock()
+		}()
 	}
-	base, done, err := m.lowerView(a)
+	defer target.close()
+	upper, base, done, err := m.openLayers(a)
 	if err != nil {
 		return Applied{}, err
 	}
 	defer done()
-	upper := m.upperDir(a.Upper)
 	cs, err := changes(upper, base)
 	if err != nil {
 		return Applied{}, fmt.Errorf("workspace changes of agent %s: %w", agent, err)
 	}
 	res.Changes = cs
-	var conflicts []string
-	for _, c := range cs {
-		t := filepath.Join(target, c.Path)
-		if c.Kind != Deleted {
-			if same, err := samePath(filepath.Join(upper, c.Path), t); err == nil && same && c.Type != "dir" {
-				continue // the target made the same change
-			}
-		}
-		same, err := samePath(filepath.Join(base, c.Path), t)
-		if err != nil {
-			return Applied{}, fmt.Errorf("compare %s: %w", c.Path, err)
-		}
-		if c.Type == "dir" && c.Kind == Added {
-			// An added directory conflicts only with something else there.
-			fi, err := os.Lstat(t)
-			same = err != nil || fi.IsDir()
-		}
-		if !same {
-			conflicts = append(conflicts, c.Path)
-			continue
-		}
-		// Every directory above it must still be one (or be missing, to be
-		// made): never a file, never a link that would lead the write or
-		// the deletion out of the target.
-		if !realDirs(target, c.Path) {
-			conflicts = append(conflicts, c.Path)
-		}
+	todo, err := plan(cs, upper, base, target)
+	if err != nil {
+		return Applied{}, err
 	}
-	if len(conflicts) > 0 {
-		return Applied{}, &ConflictError{Paths: slices.Compact(conflicts)}
+	if len(todo) == 0 {
+		return res, nil
 	}
-	if err := write(upper, target, cs); err != nil {
+	if err := m.apply(j, todo, upper, target); err != nil {
 		return Applied{}, fmt.Errorf("apply agent %s's changes to %s: %w", agent, res.Target, err)
 	}
 	return res, nil
 }
 
-// realDirs reports whether every existing directory above rel in target
-// is a directory (Lstat: a link is not) and, below the first missing one,
-// nothing exists.
-func realDirs(target, rel string) bool {
-	p := target
-	parts := strings.Split(filepath.ToSlash(filepath.Dir(rel)), "/")
-	for _, part := range parts {
-		if part == "." || part == "" {
-			continue
+// still returns ErrBusy when any of agents (or an agent sharing its view)
+// runs a job or has processes a job left running: they could write the
+// layers or the target while an apply reads and writes them.
+func (m *Manager) still(agents ...string) error {
+	m.mu.Lock()
+	var ids []string
+	for _, a := range agents {
+		m.waitIdleLocked(a)
+		if n := m.active[a]; n > 0 {
+			m.mu.Unlock()
+			return fmt.Errorf("%w: agent %s runs %d job(s); an apply needs its source and its target still", ErrBusy, a, n)
 		}
-		p = filepath.Join(p, part)
-		fi, err := os.Lstat(p)
-		if err != nil {
-			return errors.Is(err, fs.ErrNotExist)
-		}
-		if !fi.IsDir() {
-			return false
+		ids = append(ids, a)
+		for id, o := range m.agents {
+			if o.Shares == a {
+				ids = append(ids, id)
+			}
 		}
 	}
-	return true
+	busy := m.busy
+	m.mu.Unlock()
+	if busy != nil {
+		if n := busy(ids); n > 0 {
+			return fmt.Errorf("%w: agents %s have %d job(s) or processes left running by them; an apply needs its source and its target still (stop them: DELETE /jobs/{id})", ErrBusy, strings.Join(ids, ", "), n)
+		}
+	}
+	return nil
 }
 
-// write applies cs (from upper) onto target: stage, rename, delete.
-func write(upper, target string, cs []Change) (err error) {
-	type staged struct{ tmp, dst string }
-	var made []string // directories made, in order
-	var stage []staged
-	defer func() {
-		if err == nil {
-			return
-		}
-		for _, s := range stage {
-			os.Remove(s.tmp)
-		}
-		for i := len(made) - 1; i >= 0; i-- {
-			os.Remove(made[i])
-		}
-	}()
-	mkdirs := func(d string, perm fs.FileMode) error {
-		var todo []string
-		for p := d; p != target && within(p, target); p = filepath.Dir(p) {
-			if _, err := os.Lstat(p); err == nil {
-				break
-			}
-			todo = append(todo, p)
-		}
-		for i := len(todo) - 1; i >= 0; i-- {
-			if err := os.Mkdir(todo[i], perm); err != nil {
-				return err
-			}
-			made = append(made, todo[i])
-		}
-		return nil
+// SetBusy gives the Manager a way to count, for a set of agents, their jobs
+// and the processes their ended jobs left running (a lease covers a job
+// until its leader exits; what outlives it may still write). Apply refuses
+// while the count is not zero.
+func (m *Manager) SetBusy(f func(agents []string) int) {
+	m.mu.Lock()
+	m.busy = f
+	m.mu.Unlock()
+}
+
+// openTarget checks and opens the directory dir for agent's apply.
+func (m *Manager) openTarget(agent, dir string) (*tree, error) {
+	if !filepath.IsAbs(dir) {
+		return nil, fmt.Errorf("%w: directory %q is not absolute", ErrInvalid, dir)
 	}
-	n := 0
+	dir = filepath.Clean(dir)
+	t, err := openTree(dir, dir)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s is not a directory (a link is not followed)", ErrInvalid, dir)
+	}
+	// What the kernel says was opened, whatever links led there.
+	real, err := fdPath(t.fd)
+	if err != nil {
+		t.close()
+		return nil, err
+	}
+	for _, p := range m.protected() {
+		if within(real, p) || within(p, real) {
+			t.close()
+			return nil, fmt.Errorf("%w: %s overlaps the dshd home (%s)", ErrInvalid, dir, p)
+		}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for id, o := range m.agents {
+		if o.Dropped || o.Shares != "" || !(within(real, o.Base) || within(o.Base, real)) {
+			continue
+		}
+		if id != agent {
+			t.close()
+			return nil, fmt.Errorf("%w: %s is under agent %s's workspace, which stands on %s", ErrBusy, dir, id, o.Base)
+		}
+	}
+	return t, nil
+}
+
+// protected are the directories no apply may write: the workspaces
+// directory and the dshd home, as given and as resolved.
+func (m *Manager) protected() []string {
+	out := []string{m.dir}
+	if m.home != "" {
+		out = append(out, m.home)
+	}
+	for _, p := range slices.Clone(out) {
+		if r, err := filepath.EvalSymlinks(p); err == nil && r != p {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// step is one change to make: a path to put in place (from the layer) or
+// to delete.
+type step struct {
+	Change
+	del bool
+}
+
+// plan decides, for each of the agent's changes cs, whether the target
+// already holds it (nothing to do), conflicts, or is to be changed.
+func plan(cs []Change, upper, base, target *tree) ([]step, error) {
+	var todo []step
+	var conflicts []string
 	for _, c := range cs {
 		if c.Kind == Deleted {
-			continue
+			if _, err := target.lstat(c.Path); missing(err) {
+				continue // already gone
+			}
+		} else if c.Type != "dir" {
+			if same, err := samePath(upper, c.Path, target, c.Path); err == nil && same {
+				continue // the target holds it already
+			}
 		}
-		src, dst := filepath.Join(upper, c.Path), filepath.Join(target, c.Path)
-		fi, err := os.Lstat(src)
+		same, err := samePath(base, c.Path, target, c.Path)
 		if err != nil {
-			return err
+			return nil, fmt.Errorf("compare %s: %w", c.Path, err)
 		}
-		if fi.IsDir() {
-			dfi, err := os.Lstat(dst)
-			switch {
-			case err == nil && dfi.IsDir():
-				continue
-			case err != nil:
-				if err := mkdirs(dst, fi.Mode().Perm()); err != nil {
-					return err
-				}
-				continue
+		if c.Type == "dir" && c.Kind == Added {
+			// An added directory conflicts only with something else there.
+			fi, err := target.lstat(c.Path)
+			if err == nil && fi.IsDir() {
+				continue // there already
 			}
-			// A file there becomes a directory: staged, swapped below.
-			n++
-			tmp := filepath.Join(filepath.Dir(dst), fmt.Sprintf(".dshd-apply-%d-%d", os.Getpid(), n))
-			if err := os.Mkdir(tmp, fi.Mode().Perm()); err != nil {
-				return err
-			}
-			stage = append(stage, staged{tmp, dst})
+			same = err != nil
+		}
+		// Every directory above it must still be one (or be missing, to
+		// be made): never a file, never a link.
+		if !same || !target.realDirs(c.Path) {
+			conflicts = append(conflicts, c.Path)
 			continue
 		}
-		if err := mkdirs(filepath.Dir(dst), 0o755); err != nil {
-			return err
-		}
-		n++
-		tmp := filepath.Join(filepath.Dir(dst), fmt.Sprintf(".dshd-apply-%d-%d", os.Getpid(), n))
-		if err := copyEntry(src, tmp, fi); err != nil {
-			os.Remove(tmp)
-			return err
-		}
-		stage = append(stage, staged{tmp, dst})
+		todo = append(todo, step{Change: c, del: c.Kind == Deleted})
 	}
-	// Into place: what stands in the way of a new type goes first.
-	for i, s := range stage {
-		if fi, err := os.Lstat(s.dst); err == nil && fi.IsDir() {
-			if err := os.RemoveAll(s.dst); err != nil {
-				stage = stage[i:]
+	if len(conflicts) > 0 {
+		return nil, &ConflictError{Paths: slices.Compact(conflicts)}
+	}
+	return todo, nil
+}
+
+// journal records an apply between its staging and its end, so that the
+// next start completes it (State "commit") or removes its staging
+// directory (State "staging").
+type journal struct {
+	ID    string `json:"id"`
+	Agent string `json:"agent"`
+	// Parent is the agent whose view is the target; Dir the directory.
+	Parent string `json:"parent,omitempty"`
+	Dir    string `json:"dir,omitempty"`
+	State  string `json:"state"`
+	// Moves are the staged entries, in path order: Stage/<index> goes to
+	// Path.
+	Moves []string `json:"moves,omitempty"`
+	// Deletes are the paths to delete after the moves, deepest first.
+	Deletes []string `json:"deletes,omitempty"`
+}
+
+const (
+	journalStaging = "staging"
+	journalCommit  = "commit"
+)
+
+// stage is the name of j's staging directory at the target's root.
+func (j *journal) stage() string { return ".dshd-apply-" + j.ID }
+
+func (m *Manager) journalDir() string { return filepath.Join(m.dir, "applies") }
+
+func (m *Manager) journalPath(id string) string {
+	return filepath.Join(m.journalDir(), id+".json")
+}
+
+func (m *Manager) saveJournal(j *journal) error {
+	b, err := json.Marshal(j)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(m.journalDir(), 0o700); err != nil {
+		return err
+	}
+	return atomicfile.Write(m.journalPath(j.ID), b, atomicfile.Options{})
+}
+
+// apply stages todo (from upper) under target, records the journal, then
+// commits it.
+func (m *Manager) apply(j *journal, todo []step, upper, target *tree) error {
+	j.State = journalStaging
+	if err := m.saveJournal(j); err != nil {
+		return err
+	}
+	faults.Point("workspace.apply.journaled")
+	if err := stageAll(j, todo, upper, target); err != nil {
+		removeAllAt(target.fd, j.stage())
+		os.Remove(m.journalPath(j.ID))
+		return err
+	}
+	faults.Point("workspace.apply.staged")
+	// What was staged is on disk before the journal says it is to be
+	// moved into place.
+	if err := unix.Syncfs(target.fd); err != nil {
+		removeAllAt(target.fd, j.stage())
+		os.Remove(m.journalPath(j.ID))
+		return fmt.Errorf("sync the staged files: %w", err)
+	}
+	j.State = journalCommit
+	if err := m.saveJournal(j); err != nil {
+		removeAllAt(target.fd, j.stage())
+		os.Remove(m.journalPath(j.ID))
+		return err
+	}
+	faults.Point("workspace.apply.committed")
+	if err := commit(j, target); err != nil {
+		// Recorded: the next start completes it.
+		return fmt.Errorf("%w (the journal %s is kept; the next start completes the apply)", err, m.journalPath(j.ID))
+	}
+	return os.Remove(m.journalPath(j.ID))
+}
+
+// stageAll writes every entry to put in place into the staging directory,
+// numbered in path order, and lists them and the deletions in j.
+func stageAll(j *journal, todo []step, upper, target *tree) error {
+	if err := unix.Mkdirat(target.fd, j.stage(), 0o700); err != nil {
+		return fmt.Errorf("make the staging directory: %w", err)
+	}
+	sfd, err := openat2(target.fd, j.stage(), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(sfd)
+	for _, s := range todo {
+		if s.del {
+			continue
+		}
+		name := strconv.Itoa(len(j.Moves))
+		if err := copyEntry(upper, s.Path, sfd, name); err != nil {
+			return err
+		}
+		j.Moves = append(j.Moves, s.Path)
+	}
+	for i := len(todo) - 1; i >= 0; i-- {
+		if todo[i].del {
+			j.Deletes = append(j.Deletes, todo[i].Path)
+		}
+	}
+	return nil
+}
+
+// commit moves j's staged entries into place and makes its deletions. It
+// can be run again after a crash in the middle: an entry no longer staged
+// was moved, a deletion already made is no error.
+func commit(j *journal, target *tree) error {
+	sfd, err := openat2(target.fd, j.stage(), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
+	if err != nil && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("open the staging directory: %w", err)
+	}
+	if err == nil {
+		defer unix.Close(sfd)
+		for i, p := range j.Moves {
+			if err := moveInPlace(sfd, strconv.Itoa(i), target, p); err != nil {
 				return err
 			}
-		}
-		if err := os.Rename(s.tmp, s.dst); err != nil {
-			stage = stage[i:]
-			return err
+			faults.Point("workspace.apply.moved")
 		}
 	}
-	stage, made = nil, nil
 	var errs []error
-	for i := len(cs) - 1; i >= 0; i-- {
-		if cs[i].Kind == Deleted {
-			if err := os.RemoveAll(filepath.Join(target, cs[i].Path)); err != nil {
-				errs = append(errs, err)
-			}
+	for _, p := range j.Deletes {
+		dir, name := path.Split(p)
+		dfd, err := openat2(target.fd, dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
+		if missing(err) {
+			continue
 		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("delete %s: %w", p, err))
+			continue
+		}
+		if err := removeAllAt(dfd, name); err != nil {
+			errs = append(errs, fmt.Errorf("delete %s: %w", p, err))
+		}
+		unix.Close(dfd)
+	}
+	if len(errs) == 0 {
+		errs = append(errs, removeAllAt(target.fd, j.stage()))
 	}
 	return errors.Join(errs...)
 }
 
-// copyEntry copies the file or link src (fi its Lstat) to dst, with its
-// permissions and modification time.
-func copyEntry(src, dst string, fi fs.FileInfo) error {
+// moveInPlace renames the staged entry name (in the directory sfd) to rel
+// in target, making the directories on the way; what stands there and is
+// a directory, or is to become one, goes first.
+func moveInPlace(sfd int, name string, target *tree, rel string) error {
+	sfi, err := statAt(sfd, name)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil // moved before a crash
+	}
+	if err != nil {
+		return err
+	}
+	dir, base := path.Split(rel)
+	dfd, _, err := target.dirs(dir, 0o755)
+	if err != nil {
+		return fmt.Errorf("%s: %w", rel, err)
+	}
+	defer unix.Close(dfd)
+	if dfi, err := statAt(dfd, base); err == nil && (dfi.IsDir() || sfi.IsDir()) {
+		if err := removeAllAt(dfd, base); err != nil {
+			return err
+		}
+	}
+	if err := unix.Renameat(sfd, name, dfd, base); err != nil {
+		return &fs.PathError{Op: "rename", Path: rel, Err: err}
+	}
+	return nil
+}
+
+// copyEntry copies the file, link or (empty) directory rel of src into
+// the directory dfd as name, with its permissions and modification time.
+// Only what is there when it is opened is copied: a link is copied as a
+// link, never followed.
+func copyEntry(src *tree, rel string, dfd int, name string) error {
+	fi, err := src.lstat(rel)
+	if err != nil {
+		return err
+	}
 	switch {
 	case fi.Mode()&fs.ModeSymlink != 0:
-		l, err := os.Readlink(src)
+		l, err := src.readlink(rel)
 		if err != nil {
 			return err
 		}
-		return os.Symlink(l, dst)
+		return unix.Symlinkat(l, dfd, name)
+	case fi.IsDir():
+		if err := unix.Mkdirat(dfd, name, uint32(fi.Mode().Perm())); err != nil {
+			return err
+		}
+		return unix.Fchmodat(dfd, name, uint32(fi.Mode().Perm()), 0)
 	case fi.Mode().IsRegular():
-		in, err := os.Open(src)
+		in, err := src.open(rel)
 		if err != nil {
 			return err
 		}
 		defer in.Close()
-		out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, fi.Mode().Perm())
+		// What was opened, not what was listed: a regular file.
+		ifi, err := in.Stat()
 		if err != nil {
 			return err
 		}
+		if !ifi.Mode().IsRegular() {
+			return fmt.Errorf("%s: changed type while being applied", rel)
+		}
+		ofd, err := unix.Openat(dfd, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, uint32(ifi.Mode().Perm()))
+		if err != nil {
+			return &fs.PathError{Op: "create", Path: rel, Err: err}
+		}
+		out := os.NewFile(uintptr(ofd), rel)
 		if _, err := io.Copy(out, in); err != nil {
 			out.Close()
 			return err
 		}
-		if err := out.Chmod(fi.Mode().Perm()); err != nil {
+		if err := out.Chmod(ifi.Mode().Perm()); err != nil {
 			out.Close()
 			return err
 		}
-		if err := out.Close(); err != nil {
-			return err
+		mt := unix.NsecToTimespec(ifi.ModTime().UnixNano())
+		if err := unix.UtimesNanoAt(ofd, "", []unix.Timespec{{Nsec: unix.UTIME_OMIT}, mt}, unix.AT_EMPTY_PATH); err != nil {
+			// Older kernels take no empty path here; the mtime is a nicety.
+			_ = os.Chtimes(out.Name(), time.Time{}, ifi.ModTime())
 		}
-		return os.Chtimes(dst, time.Time{}, fi.ModTime())
+		return out.Close()
 	}
-	return fmt.Errorf("%s: cannot apply a %s", strings.TrimPrefix(src, "/"), typeOf(fi))
+	return fmt.Errorf("%s: cannot apply a %s", rel, typeOf(fi))
+}
+
+// recoverApplies completes the applies a crash interrupted after their
+// journal was committed, and removes the staging directories of those it
+// interrupted before. An apply it cannot finish (its target gone) is
+// logged and its journal kept.
+func (m *Manager) recoverApplies() {
+	ents, err := os.ReadDir(m.journalDir())
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		if !strings.HasSuffix(e.Name(), ".json") {
+			continue
+		}
+		p := filepath.Join(m.journalDir(), e.Name())
+		b, err := os.ReadFile(p)
+		var j journal
+		if err == nil {
+			err = json.Unmarshal(b, &j)
+		}
+		if err != nil {
+			m.log.Error("unreadable apply journal; left as it is", "path", p, "err", err)
+			continue
+		}
+		if err := m.recoverApply(&j); err != nil {
+			m.log.Error("could not finish an interrupted apply; its journal is kept", "path", p, "agent_id", j.Agent, "err", err)
+			continue
+		}
+		os.Remove(p)
+		m.log.Info("finished an apply interrupted by a crash", "agent_id", j.Agent, "parent_id", j.Parent, "dir", j.Dir, "completed", j.State == journalCommit)
+	}
+}
+
+func (m *Manager) recoverApply(j *journal) error {
+	var target *tree
+	var err error
+	if j.Parent != "" {
+		m.mu.Lock()
+		p, ok := m.agents[j.Parent]
+		var fd int
+		if !ok || m.why != "" {
+			err = fmt.Errorf("agent %s's view cannot be mounted (%s)", j.Parent, m.why)
+		} else if fd, err = m.mountLocked(j.Parent, p); err == nil {
+			target, err = treeAt(fd, "agent "+j.Parent+"'s view")
+		}
+		m.mu.Unlock()
+	} else {
+		target, err = openTree(j.Dir, j.Dir)
+	}
+	if err != nil {
+		return err
+	}
+	defer target.close()
+	if j.State != journalCommit {
+		return removeAllAt(target.fd, j.stage())
+	}
+	return commit(j, target)
 }

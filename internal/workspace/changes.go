@@ -6,11 +6,8 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"os"
-	"path/filepath"
 	"slices"
 	"sort"
-	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -52,24 +49,28 @@ const (
 // the frozen view under it), sorted by path; with diff, unified diffs of
 // text files, bounded. ErrNotFound for an agent without a workspace,
 // ErrDropped for a dropped one.
+//
+// It holds no lock of the Manager's while it reads the layers (their size
+// is the agent's): other agents' jobs start meanwhile, and the agent's own
+// jobs go on writing (the listing is of the moment each path is read). Its
+// layers stay as they are: a fork, an apply or a drop of this agent waits.
 func (m *Manager) Changes(agent string, diff bool) ([]Change, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	a, err := m.liveLocked(agent)
+	a, unhold, err := m.hold(agent, false)
 	if err != nil {
 		return nil, err
 	}
-	base, done, err := m.lowerView(a)
+	defer unhold()
+	upper, base, done, err := m.openLayers(a)
 	if err != nil {
 		return nil, err
 	}
 	defer done()
-	cs, err := changes(m.upperDir(a.Upper), base)
+	cs, err := changes(upper, base)
 	if err != nil {
 		return nil, fmt.Errorf("workspace changes of agent %s: %w", agent, err)
 	}
 	if diff {
-		addDiffs(cs, m.upperDir(a.Upper), base)
+		addDiffs(cs, upper, base)
 	}
 	return cs, nil
 }
@@ -88,35 +89,38 @@ func (m *Manager) liveLocked(agent string) (*agentState, error) {
 	return a, nil
 }
 
-// lowerView returns a directory showing a's frozen view (what it saw at its
-// fork): the base itself, or a read-only overlay of its layers.
-func (m *Manager) lowerView(a *agentState) (string, func(), error) {
+// openLayers opens a's upper layer and its frozen view (what it saw at its
+// fork: the base itself, or a read-only overlay of its layers) as trees.
+func (m *Manager) openLayers(a *agentState) (upper, base *tree, done func(), err error) {
+	upper, err = openTree(m.upperDir(a.Upper), "layer "+a.Upper)
+	if err != nil {
+		return nil, nil, nil, err
+	}
 	if len(a.Layers) == 0 {
-		return a.Base, func() {}, nil
+		if base, err = openTree(a.Base, a.Base); err != nil {
+			upper.close()
+			return nil, nil, nil, err
+		}
+		return upper, base, func() { upper.close(); base.close() }, nil
 	}
 	fd, err := mountOverlay(m.lowers(a), "", "")
 	if err != nil {
-		return "", nil, unavailable("mount the frozen view: %v", err)
+		upper.close()
+		return nil, nil, nil, unavailable("mount the frozen view: %v", err)
 	}
-	return viewPath(fd), func() { closeFD(fd) }, nil
+	base, err = treeAt(fd, "frozen view of "+a.Base)
+	closeFD(fd)
+	if err != nil {
+		upper.close()
+		return nil, nil, nil, err
+	}
+	return upper, base, func() { upper.close(); base.close() }, nil
 }
 
 // isWhiteout reports whether fi is overlayfs's mark of a deleted path: a
 // character device 0/0.
 func isWhiteout(fi fs.FileInfo) bool {
-	if fi.Mode()&fs.ModeCharDevice == 0 {
-		return false
-	}
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	return ok && st.Rdev == 0
-}
-
-// isOpaque reports whether the upper directory dir hides everything below
-// it (trusted.overlay.opaque "y": it was deleted and made again).
-func isOpaque(dir string) bool {
-	buf := make([]byte, 8)
-	n, err := unix.Lgetxattr(dir, "trusted.overlay.opaque", buf)
-	return err == nil && n > 0 && buf[0] == 'y'
+	return fi.Mode()&fs.ModeCharDevice != 0 && rdev(fi) == 0
 }
 
 func typeOf(fi fs.FileInfo) string {
@@ -132,28 +136,18 @@ func typeOf(fi fs.FileInfo) string {
 }
 
 // changes compares the upper layer upper with the view below it, base.
-func changes(upper, base string) ([]Change, error) {
+func changes(upper, base *tree) ([]Change, error) {
 	var cs []Change
-	err := filepath.WalkDir(upper, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
+	err := upper.walk(func(rel string, fi fs.FileInfo) error {
+		lfi, lerr := base.lstat(rel)
+		if lerr != nil && !errors.Is(lerr, fs.ErrNotExist) && !errors.Is(lerr, unix.ENOTDIR) {
+			return lerr
 		}
-		rel, _ := filepath.Rel(upper, p)
-		if rel == "." {
-			return nil
-		}
-		rel = filepath.ToSlash(rel)
-		fi, err := d.Info()
-		if err != nil {
-			return err
-		}
-		lower := filepath.Join(base, rel)
-		lfi, lerr := os.Lstat(lower)
 		existed := lerr == nil
 		switch {
 		case isWhiteout(fi):
 			if existed {
-				cs = append(cs, Change{Path: rel, Kind: Deleted, Type: typeOf(lfi), Size: treeSize(lower, lfi)})
+				cs = append(cs, Change{Path: rel, Kind: Deleted, Type: typeOf(lfi), Size: treeSize(base, rel, lfi)})
 			}
 			return nil
 		case fi.IsDir():
@@ -162,28 +156,24 @@ func changes(upper, base string) ([]Change, error) {
 				cs = append(cs, Change{Path: rel, Kind: Added, Type: "dir"})
 			case !lfi.IsDir():
 				cs = append(cs, Change{Path: rel, Kind: Modified, Type: "dir"})
-			case isOpaque(p):
+			case upper.opaque(rel):
 				// Deleted and made again: what was below and is not in
 				// the new directory is gone.
-				ents, err := os.ReadDir(lower)
+				ents, err := base.readDir(rel)
 				if err != nil {
 					return err
 				}
-				for _, e := range ents {
-					if _, err := os.Lstat(filepath.Join(p, e.Name())); err == nil {
+				for _, li := range ents {
+					if _, err := upper.lstat(rel + "/" + li.Name()); err == nil {
 						continue
 					}
-					li, err := e.Info()
-					if err != nil {
-						return err
-					}
-					cs = append(cs, Change{Path: rel + "/" + e.Name(), Kind: Deleted, Type: typeOf(li), Size: treeSize(filepath.Join(lower, e.Name()), li)})
+					cs = append(cs, Change{Path: rel + "/" + li.Name(), Kind: Deleted, Type: typeOf(li), Size: treeSize(base, rel+"/"+li.Name(), li)})
 				}
 			}
 			return nil
 		}
 		if existed {
-			same, err := sameEntry(p, fi, lower, lfi)
+			same, err := sameEntry(upper, rel, fi, base, rel, lfi)
 			if err != nil {
 				return err
 			}
@@ -199,27 +189,28 @@ func changes(upper, base string) ([]Change, error) {
 	return cs, err
 }
 
-// treeSize is the bytes of the regular files at p (fi its Lstat).
-func treeSize(p string, fi fs.FileInfo) int64 {
+// treeSize is the bytes of the regular files at rel in t (fi its Lstat).
+func treeSize(t *tree, rel string, fi fs.FileInfo) int64 {
 	if !fi.IsDir() {
 		return fi.Size()
 	}
 	var n int64
-	_ = filepath.WalkDir(p, func(_ string, d fs.DirEntry, err error) error {
-		if err == nil && d.Type().IsRegular() {
-			if i, err := d.Info(); err == nil {
-				n += i.Size()
+	if fd, err := t.openDir(rel); err == nil {
+		_ = walkAt(fd, "", func(_ string, fi fs.FileInfo) error {
+			if fi.Mode().IsRegular() {
+				n += fi.Size()
 			}
-		}
-		return nil
-	})
+			return nil
+		})
+		closeFD(fd)
+	}
 	return n
 }
 
-// sameEntry reports whether a and b (their Lstat results ai, bi) hold the
-// same thing: type, permissions and contents (a link's target; for
-// directories, recursively, the same entries).
-func sameEntry(a string, ai fs.FileInfo, b string, bi fs.FileInfo) (bool, error) {
+// sameEntry reports whether a's arel and b's brel (their Lstat results ai,
+// bi) hold the same thing: type, permissions and contents (a link's
+// target; for directories, recursively, the same entries).
+func sameEntry(a *tree, arel string, ai fs.FileInfo, b *tree, brel string, bi fs.FileInfo) (bool, error) {
 	if ai.Mode().Type() != bi.Mode().Type() || (!isWhiteout(ai) && ai.Mode().Perm() != bi.Mode().Perm()) {
 		return false, nil
 	}
@@ -228,20 +219,20 @@ func sameEntry(a string, ai fs.FileInfo, b string, bi fs.FileInfo) (bool, error)
 		if ai.Size() != bi.Size() {
 			return false, nil
 		}
-		return sameContents(a, b)
+		return sameContents(a, arel, b, brel)
 	case ai.Mode()&fs.ModeSymlink != 0:
-		la, err := os.Readlink(a)
+		la, err := a.readlink(arel)
 		if err != nil {
 			return false, err
 		}
-		lb, err := os.Readlink(b)
+		lb, err := b.readlink(brel)
 		return err == nil && la == lb, err
 	case ai.IsDir():
-		ea, err := os.ReadDir(a)
+		ea, err := a.readDir(arel)
 		if err != nil {
 			return false, err
 		}
-		eb, err := os.ReadDir(b)
+		eb, err := b.readDir(brel)
 		if err != nil {
 			return false, err
 		}
@@ -252,15 +243,7 @@ func sameEntry(a string, ai fs.FileInfo, b string, bi fs.FileInfo) (bool, error)
 			if ea[i].Name() != eb[i].Name() {
 				return false, nil
 			}
-			x, err := ea[i].Info()
-			if err != nil {
-				return false, err
-			}
-			y, err := eb[i].Info()
-			if err != nil {
-				return false, err
-			}
-			same, err := sameEntry(filepath.Join(a, ea[i].Name()), x, filepath.Join(b, eb[i].Name()), y)
+			same, err := sameEntry(a, arel+"/"+ea[i].Name(), ea[i], b, brel+"/"+eb[i].Name(), eb[i])
 			if err != nil || !same {
 				return false, err
 			}
@@ -270,30 +253,36 @@ func sameEntry(a string, ai fs.FileInfo, b string, bi fs.FileInfo) (bool, error)
 	return true, nil
 }
 
-// samePath is sameEntry on two paths either of which may be missing.
-func samePath(a, b string) (bool, error) {
-	ai, aerr := os.Lstat(a)
-	bi, berr := os.Lstat(b)
+// samePath is sameEntry on two paths either of which may be missing (a
+// path below something that is not a directory is missing).
+func samePath(a *tree, arel string, b *tree, brel string) (bool, error) {
+	ai, aerr := a.lstat(arel)
+	bi, berr := b.lstat(brel)
+	aMissing, bMissing := missing(aerr), missing(berr)
 	switch {
-	case errors.Is(aerr, fs.ErrNotExist) && errors.Is(berr, fs.ErrNotExist):
+	case aMissing && bMissing:
 		return true, nil
-	case errors.Is(aerr, fs.ErrNotExist) || errors.Is(berr, fs.ErrNotExist):
+	case aMissing || bMissing:
 		return false, nil
 	case aerr != nil:
 		return false, aerr
 	case berr != nil:
 		return false, berr
 	}
-	return sameEntry(a, ai, b, bi)
+	return sameEntry(a, arel, ai, b, brel, bi)
 }
 
-func sameContents(a, b string) (bool, error) {
-	fa, err := os.Open(a)
+func missing(err error) bool {
+	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENOTDIR)
+}
+
+func sameContents(a *tree, arel string, b *tree, brel string) (bool, error) {
+	fa, err := a.open(arel)
 	if err != nil {
 		return false, err
 	}
 	defer fa.Close()
-	fb, err := os.Open(b)
+	fb, err := b.open(brel)
 	if err != nil {
 		return false, err
 	}
@@ -318,7 +307,7 @@ func sameContents(a, b string) (bool, error) {
 }
 
 // addDiffs fills in the unified diffs of the text files among cs.
-func addDiffs(cs []Change, upper, base string) {
+func addDiffs(cs []Change, upper, base *tree) {
 	budget := MaxDiffBytes
 	for i := range cs {
 		c := &cs[i]
@@ -328,13 +317,13 @@ func addDiffs(cs []Change, upper, base string) {
 		var old, cur []byte
 		var err error
 		if c.Kind != Added {
-			if old, err = readBounded(filepath.Join(base, c.Path)); err != nil {
+			if old, err = readBounded(base, c.Path); err != nil {
 				c.DiffOmitted = omitted(err)
 				continue
 			}
 		}
 		if c.Kind != Deleted {
-			if cur, err = readBounded(filepath.Join(upper, c.Path)); err != nil {
+			if cur, err = readBounded(upper, c.Path); err != nil {
 				c.DiffOmitted = omitted(err)
 				continue
 			}
@@ -366,8 +355,8 @@ func omitted(err error) string {
 	return "unreadable"
 }
 
-func readBounded(p string) ([]byte, error) {
-	f, err := os.Open(p)
+func readBounded(t *tree, rel string) ([]byte, error) {
+	f, err := t.open(rel)
 	if err != nil {
 		return nil, err
 	}

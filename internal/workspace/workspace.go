@@ -129,14 +129,25 @@ type stateFile struct {
 
 // Manager keeps the agents' workspaces. It is safe for concurrent use.
 type Manager struct {
-	dir string
-	log *slog.Logger
-	why string // "" when snapshots work here
+	dir  string
+	home string // the dshd home, which no apply may write (SetHome)
+	log  *slog.Logger
+	why  string // "" when snapshots work here
 
+	// mu guards the maps below and is only ever held for work that does
+	// not grow with a workspace (no tree walk, no copy, no count): every
+	// job start takes it. Work on an agent's files holds the agent instead
+	// (ops), with mu released.
 	mu     sync.Mutex
+	cond   *sync.Cond // on mu: an op ended or a lease was released
 	agents map[string]*agentState
 	mounts map[string]int // agent -> detached overlay mount (fsmount fd)
 	active map[string]int // agent -> jobs holding a Lease
+	ops    map[string]*op // agent -> the workspace operations holding it
+	waits  int            // job starts waiting for a writer now
+	// busy, when set, counts the processes of the agents' jobs that may
+	// still write: leaders and what outlived them (see SetBusy).
+	busy func(agents []string) int
 	// releaseWait: see defaultReleaseWait (tests shorten it).
 	releaseWait time.Duration
 
@@ -157,7 +168,8 @@ func Open(dir, disabled string, logger *slog.Logger) (*Manager, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	m := &Manager{dir: dir, log: logger, agents: map[string]*agentState{}, mounts: map[string]int{}, active: map[string]int{}, releaseWait: defaultReleaseWait}
+	m := &Manager{dir: dir, log: logger, agents: map[string]*agentState{}, mounts: map[string]int{}, active: map[string]int{}, ops: map[string]*op{}, releaseWait: defaultReleaseWait}
+	m.cond = sync.NewCond(&m.mu)
 	if err := os.MkdirAll(filepath.Join(dir, "layers"), 0o700); err != nil {
 		return nil, fmt.Errorf("workspaces: %w", err)
 	}
@@ -170,9 +182,17 @@ func Open(dir, disabled string, logger *slog.Logger) (*Manager, error) {
 			m.why = err.Error()
 		}
 	}
-	m.collect()
+	m.recoverApplies()
+	m.mu.Lock()
+	unused := m.unusedLocked()
+	m.mu.Unlock()
+	m.removeLayers(unused)
 	return m, nil
 }
+
+// SetHome names the dshd home: no apply writes a directory that overlaps
+// it (the workspaces directory is always refused).
+func (m *Manager) SetHome(home string) { m.home = filepath.Clean(home) }
 
 // SetMaxBytes sets the layers' disk budget (workspaces.maxBytes; 0: none).
 // A snapshot fork is refused with ErrOverBudget while the layers use that
@@ -227,14 +247,10 @@ func (m *Manager) saveLocked() error {
 	return nil
 }
 
-// collect removes the layers no recorded agent references.
-func (m *Manager) collect() {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.collectLocked()
-}
-
-func (m *Manager) collectLocked() {
+// unusedLocked lists the layers no recorded agent references (left by a
+// drop, or by a crash in the middle of a fork). A layer unused is never
+// used again: removeLayers removes them without the lock.
+func (m *Manager) unusedLocked() []string {
 	used := map[string]bool{}
 	for _, a := range m.agents {
 		if a.Dropped {
@@ -247,13 +263,21 @@ func (m *Manager) collectLocked() {
 	}
 	ents, err := os.ReadDir(filepath.Join(m.dir, "layers"))
 	if err != nil {
-		return
+		return nil
 	}
+	var out []string
 	for _, e := range ents {
 		if !used[e.Name()] {
-			if err := os.RemoveAll(m.layerDir(e.Name())); err != nil {
-				m.log.Warn("remove unused workspace layer", "layer", e.Name(), "err", err)
-			}
+			out = append(out, e.Name())
+		}
+	}
+	return out
+}
+
+func (m *Manager) removeLayers(ids []string) {
+	for _, id := range ids {
+		if err := os.RemoveAll(m.layerDir(id)); err != nil {
+			m.log.Warn("remove unused workspace layer", "layer", id, "err", err)
 		}
 	}
 }
@@ -315,11 +339,28 @@ func (m *Manager) CheckFork(parent, cwd string) error {
 	if ok, why := m.Available(); !ok {
 		return unavailable("%s", why)
 	}
+	if err := m.checkBudget(); err != nil {
+		return err
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	parent = m.ownerLocked(parent)
 	m.waitIdleLocked(parent)
 	return m.checkForkLocked(parent, cwd)
+}
+
+// checkBudget is ErrOverBudget while the layers use workspaces.maxBytes.
+// Counted afresh, without the Manager's lock: layers hold only what their
+// agents changed, and a cached count could let a fork through over budget
+// or refuse one a drop has just made room for.
+func (m *Manager) checkBudget() error {
+	if m.maxBytes <= 0 {
+		return nil
+	}
+	if used, _ := m.usage(true); used >= m.maxBytes {
+		return fmt.Errorf("%w: the layers use %d bytes, workspaces.maxBytes is %d; drop the snapshot workspaces no longer needed (DELETE /agents/{id}/workspace)", ErrOverBudget, used, m.maxBytes)
+	}
+	return nil
 }
 
 func (m *Manager) checkForkLocked(parent, cwd string) error {
@@ -341,14 +382,6 @@ func (m *Manager) checkForkLocked(parent, cwd string) error {
 	if n := m.active[parent]; n > 0 {
 		return fmt.Errorf("%w: agent %s runs %d job(s); a snapshot fork freezes its layer and needs it idle", ErrBusy, parent, n)
 	}
-	if m.maxBytes > 0 {
-		// Counted afresh: layers hold only what their agents changed,
-		// so the walk is short, and a cached count could let a fork
-		// through over budget or refuse one a drop has just made room for.
-		if used, _ := m.usage(true); used >= m.maxBytes {
-			return fmt.Errorf("%w: the layers use %d bytes, workspaces.maxBytes is %d; drop the snapshot workspaces no longer needed (DELETE /agents/{id}/workspace)", ErrOverBudget, used, m.maxBytes)
-		}
-	}
 	return nil
 }
 
@@ -368,12 +401,19 @@ func (m *Manager) waitIdleLocked(agent string) {
 }
 
 // Fork gives child a snapshot of parent's current view. A parent without a
-// workspace of its own (whose directory is cwd) moves onto one first. On
-// error child's workspace is recorded as dropped, so that it never runs in
-// a shared directory by mistake.
+// workspace of its own (whose directory is cwd) moves onto one first. The
+// child's workspace and the parent's new layer are recorded in one write
+// of the state: on error nothing of the child is recorded and the parent
+// is as it was. Call it before the child's header is written
+// (agents.Bounds.Prepare), so that no agent exists whose snapshot was not
+// recorded; Forget undoes it when the header then cannot be written, and
+// Reconcile after a crash in between.
 func (m *Manager) Fork(parent, cwd, child string) (err error) {
 	if ok, why := m.Available(); !ok {
 		return unavailable("%s", why)
+	}
+	if err := m.checkBudget(); err != nil {
+		return err
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -381,14 +421,13 @@ func (m *Manager) Fork(parent, cwd, child string) (err error) {
 		return fmt.Errorf("%w: agent %s", ErrDropped, parent)
 	}
 	parent = m.ownerLocked(parent)
-	defer func() {
-		if err != nil {
-			m.agents[child] = &agentState{Base: cwd, Parent: parent, Created: time.Now().UTC(), Dropped: true}
-			if serr := m.saveLocked(); serr != nil {
-				m.log.Error("record failed workspace fork", "agent_id", child, "err", serr)
-			}
-		}
-	}()
+	// Its layer is frozen: no listing reads it meanwhile, none of its jobs
+	// starts.
+	m.lockOpLocked(parent, true)
+	defer m.unlockOpLocked(parent, true)
+	if _, ok := m.agents[child]; ok {
+		return fmt.Errorf("%w: agent %s already has a workspace record", ErrInvalid, child)
+	}
 	m.waitIdleLocked(parent)
 	if err := m.checkForkLocked(parent, cwd); err != nil {
 		return err
@@ -488,6 +527,7 @@ func (l *Lease) Release() {
 		if l.m.active[l.agent]--; l.m.active[l.agent] <= 0 {
 			delete(l.m.active, l.agent)
 		}
+		l.m.cond.Broadcast()
 	})
 }
 
@@ -506,6 +546,14 @@ func (m *Manager) Acquire(agent string) (*Lease, error) {
 		return nil, fmt.Errorf("%w: agent %s", ErrDropped, agent)
 	}
 	agent = m.ownerLocked(agent)
+	// A fork, an apply or a drop of this very view is changing it: the
+	// job starts when it is done. Nothing another agent does is waited
+	// for.
+	for m.writingLocked(agent) {
+		m.waits++
+		m.cond.Wait()
+		m.waits--
+	}
 	a, ok := m.agents[agent]
 	if !ok {
 		// No view, but counted all the same: the agent's first snapshot
@@ -561,31 +609,42 @@ func (m *Manager) lowers(a *agentState) []string {
 // no other agent stands on are removed. ErrBusy while it runs a job.
 func (m *Manager) Drop(agent string) error {
 	m.mu.Lock()
-	defer m.mu.Unlock()
+	unused, err := m.dropLocked(agent)
+	m.mu.Unlock()
+	m.removeLayers(unused)
+	return err
+}
+
+func (m *Manager) dropLocked(agent string) ([]string, error) {
 	a, ok := m.agents[agent]
 	if !ok {
-		return fmt.Errorf("%w: agent %s", ErrNotFound, agent)
+		return nil, fmt.Errorf("%w: agent %s", ErrNotFound, agent)
 	}
 	if a.Shares != "" {
-		return fmt.Errorf("%w: agent %s shares agent %s's workspace", ErrNotFound, agent, a.Shares)
+		return nil, fmt.Errorf("%w: agent %s shares agent %s's workspace", ErrNotFound, agent, a.Shares)
 	}
 	if a.Dropped {
-		return nil
+		return nil, nil
+	}
+	// No listing or apply reads its layer meanwhile.
+	m.lockOpLocked(agent, true)
+	defer m.unlockOpLocked(agent, true)
+	if a = m.agents[agent]; a.Dropped {
+		return nil, nil
 	}
 	m.waitIdleLocked(agent)
 	if n := m.active[agent]; n > 0 {
-		return fmt.Errorf("%w: agent %s runs %d job(s)", ErrBusy, agent, n)
+		return nil, fmt.Errorf("%w: agent %s runs %d job(s)", ErrBusy, agent, n)
 	}
 	na := *a
 	na.Dropped = true
 	m.agents[agent] = &na
 	if err := m.saveLocked(); err != nil {
 		m.agents[agent] = a
-		return err
+		return nil, err
 	}
 	m.closeMountLocked(agent)
-	m.collectLocked()
-	return nil
+	return m.unusedLocked(), nil
 }
 
 // usageTTL is how long Usage answers from its last count: /healthz may be
@@ -606,14 +665,17 @@ func (m *Manager) usage(fresh bool) (bytes int64, layers int) {
 	}
 	root := filepath.Join(m.dir, "layers")
 	ents, _ := os.ReadDir(root)
-	_ = filepath.WalkDir(root, func(_ string, d fs.DirEntry, err error) error {
-		if err == nil && d.Type().IsRegular() {
-			if fi, err := d.Info(); err == nil {
+	// By descriptor: a command swapping a directory of its layer for a
+	// link does not send the count out of the layers.
+	if t, err := openTree(root, "layers"); err == nil {
+		_ = t.walk(func(_ string, fi fs.FileInfo) error {
+			if fi.Mode().IsRegular() {
 				bytes += fi.Size()
 			}
-		}
-		return nil
-	})
+			return nil
+		})
+		t.close()
+	}
 	m.usageBytes, m.usageLayers, m.usageAt = bytes, len(ents), time.Now()
 	return bytes, len(ents)
 }
@@ -642,8 +704,9 @@ func (m *Manager) ownerLocked(agent string) string {
 // Share makes child use parent's view, as a shared fork or spawn does: the
 // same directory as its parent means the parent's view when the parent has
 // a snapshot workspace (its jobs then count as the parent's). Nothing is
-// recorded for a parent without one. If the record cannot be saved the
-// child is marked dropped: it never runs in the base directory instead.
+// recorded for a parent without one. Like Fork, call it before the child's
+// header is written: if the record cannot be saved, nothing is recorded and
+// the child must not be made (it would run in the frozen base directory).
 func (m *Manager) Share(parent, child string) error {
 	if m == nil {
 		return nil
@@ -657,10 +720,51 @@ func (m *Manager) Share(parent, child string) error {
 	}
 	m.agents[child] = &agentState{Base: o.Base, Shares: owner, Created: time.Now().UTC()}
 	if err := m.saveLocked(); err != nil {
-		m.agents[child].Dropped = true
+		delete(m.agents, child)
 		return err
 	}
 	return nil
+}
+
+// Forget removes what Fork or Share recorded for an agent whose header
+// could then not be written: no agent stands on it.
+func (m *Manager) Forget(agent string) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	var unused []string
+	if _, ok := m.agents[agent]; ok {
+		delete(m.agents, agent)
+		if err := m.saveLocked(); err != nil {
+			m.log.Error("forget the workspace of an agent that was not made", "agent_id", agent, "err", err)
+		}
+		m.closeMountLocked(agent)
+		unused = m.unusedLocked()
+	}
+	m.mu.Unlock()
+	m.removeLayers(unused)
+}
+
+// Reconcile forgets the workspaces recorded for agents that do not exist
+// (exists answers false): a crash after a fork recorded the child's
+// workspace and before its header was written. Call it once at start.
+func (m *Manager) Reconcile(exists func(agent string) bool) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	var gone []string
+	for id := range m.agents {
+		if !exists(id) {
+			gone = append(gone, id)
+		}
+	}
+	m.mu.Unlock()
+	for _, id := range gone {
+		m.log.Info("forgetting the workspace of an agent a crash left unmade", "agent_id", id)
+		m.Forget(id)
+	}
 }
 
 func emptyDir(d string) (bool, error) {

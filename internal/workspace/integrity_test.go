@@ -1,0 +1,361 @@
+package workspace
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+// A link planted after apply checked the target (the race a parent's job
+// or leftover wins by swapping a directory for a link while apply stages)
+// leads no write out of the target: the commit walks by descriptor and
+// stops at the link. Baseline: the same swap makes a path-based write land
+// outside.
+func TestApplyLinkPlantedAfterTheCheck(t *testing.T) {
+	t.Parallel()
+	m, _, base := fixture(t)
+	if err := m.Fork("p", base, "c"); err != nil {
+		t.Fatal(err)
+	}
+	put(t, view(t, m, "c"), "dir/planted.txt", "from the child\n")
+	out := t.TempDir()
+	put(t, out, "dir/a", "a\n")
+	put(t, out, "dir/b", "b\n")
+	outside := t.TempDir()
+
+	a, unhold, err := m.hold("c", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unhold()
+	target, err := openTree(out, out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer target.close()
+	upper, lower, done, err := m.openLayers(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer done()
+	cs, err := changes(upper, lower)
+	if err != nil {
+		t.Fatal(err)
+	}
+	todo, err := plan(cs, upper, lower, target)
+	if err != nil || len(todo) != 1 {
+		t.Fatalf("plan: %v %v", todo, err)
+	}
+	// The swap, after the check.
+	if err := os.RemoveAll(filepath.Join(out, "dir")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, filepath.Join(out, "dir")); err != nil {
+		t.Fatal(err)
+	}
+	// Baseline: a write by path goes through the link.
+	if err := os.WriteFile(filepath.Join(out, "dir", "baseline"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(outside, "baseline")); err != nil {
+		t.Fatalf("baseline: a write by path did not leave the target: %v", err)
+	}
+	os.Remove(filepath.Join(outside, "baseline"))
+
+	err = m.apply(&journal{ID: newID(), Agent: "c", Dir: out}, todo, upper, target)
+	if !errors.Is(err, errNotDir) {
+		t.Errorf("apply through a planted link: %v", err)
+	}
+	if ents, _ := os.ReadDir(outside); len(ents) != 0 {
+		t.Errorf("apply wrote through a planted link: %v", ents)
+	}
+}
+
+// A link in the child's layer is applied as a link: its target's contents
+// (here a file outside every workspace, standing for the token) are never
+// read into the parent's view. Baseline: reading the link's path reads
+// them.
+func TestApplyCopiesLinksAsLinks(t *testing.T) {
+	t.Parallel()
+	m, _, base := fixture(t)
+	if err := m.Fork("p", base, "c"); err != nil {
+		t.Fatal(err)
+	}
+	secret := filepath.Join(t.TempDir(), "server.token")
+	if err := os.WriteFile(secret, []byte("SECRET"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cv := view(t, m, "c")
+	if err := os.Symlink(secret, filepath.Join(cv, "tok")); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(cv, "tok")); err != nil || string(b) != "SECRET" {
+		t.Fatalf("baseline: the link does not read the secret: %q %v", b, err)
+	}
+	if _, err := m.Apply("c", ""); err != nil {
+		t.Fatal(err)
+	}
+	pv := view(t, m, "p")
+	fi, err := os.Lstat(filepath.Join(pv, "tok"))
+	if err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		t.Fatalf("the link was not applied as a link: %v %v", fi, err)
+	}
+	if l, _ := os.Readlink(filepath.Join(pv, "tok")); l != secret {
+		t.Errorf("link target %q", l)
+	}
+}
+
+// Apply holds its writers still: refused while the child or the parent
+// runs a job, or has processes a job left (the busy count), and a job of
+// either waits for an apply in progress.
+func TestApplyNeedsItsWritersStill(t *testing.T) {
+	t.Parallel()
+	m, _, base := fixture(t)
+	if err := m.Fork("p", base, "c"); err != nil {
+		t.Fatal(err)
+	}
+	put(t, view(t, m, "c"), "x.txt", "x\n")
+	m.releaseWait = 0
+	for _, who := range []string{"c", "p"} {
+		l, err := m.Acquire(who)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := m.Apply("c", ""); !errors.Is(err, ErrBusy) {
+			t.Errorf("apply while %s runs a job: %v", who, err)
+		}
+		l.Release()
+	}
+	var asked []string
+	m.SetBusy(func(ids []string) int { asked = append(asked, ids...); return 1 })
+	if _, err := m.Apply("c", ""); !errors.Is(err, ErrBusy) || !strings.Contains(err.Error(), "left running") {
+		t.Errorf("apply while processes are left: %v", err)
+	}
+	if strings.Join(asked, ",") != "c,p" {
+		t.Errorf("busy asked about %v, want the child and the parent", asked)
+	}
+	m.SetBusy(nil)
+	if read(t, view(t, m, "p"), "x.txt") == "x\n" {
+		t.Error("a refused apply wrote")
+	}
+	if _, err := m.Apply("c", ""); err != nil {
+		t.Fatal(err)
+	}
+	if read(t, view(t, m, "p"), "x.txt") != "x\n" {
+		t.Error("apply")
+	}
+}
+
+// Applying the same child twice is a no-op the second time, a deletion
+// included.
+func TestApplyTwiceWithADeletion(t *testing.T) {
+	t.Parallel()
+	m, _, base := fixture(t)
+	if err := m.Fork("p", base, "c"); err != nil {
+		t.Fatal(err)
+	}
+	cv := view(t, m, "c")
+	os.Remove(filepath.Join(cv, "gone.txt"))
+	os.RemoveAll(filepath.Join(cv, "dir"))
+	put(t, cv, "f.txt", "changed\n")
+	for i := range 2 {
+		if _, err := m.Apply("c", ""); err != nil {
+			t.Fatalf("apply %d: %v", i+1, err)
+		}
+	}
+	pv := view(t, m, "p")
+	if _, err := os.Lstat(filepath.Join(pv, "gone.txt")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("gone.txt: %v", err)
+	}
+	if read(t, pv, "f.txt") != "changed\n" {
+		t.Error("f.txt")
+	}
+}
+
+// No directory overlapping the dshd home is ever a target, however it is
+// named (a subdirectory, a link to it).
+func TestApplyNeverIntoTheHome(t *testing.T) {
+	t.Parallel()
+	m, home, base := fixture(t)
+	m.SetHome(home)
+	if err := m.Fork("p", base, "c"); err != nil {
+		t.Fatal(err)
+	}
+	put(t, view(t, m, "c"), "x.txt", "x\n")
+	sessions := filepath.Join(home, "sessions")
+	if err := os.Mkdir(sessions, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(t.TempDir(), "innocent")
+	if err := os.Symlink(sessions, link); err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{home, sessions, filepath.Join(home, "workspaces", "layers"), link} {
+		if _, err := m.Apply("c", dir); !errors.Is(err, ErrInvalid) {
+			t.Errorf("apply into %s: %v", dir, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(sessions, "x.txt")); err == nil {
+		t.Error("apply wrote into the home")
+	}
+}
+
+// An apply cut after its journal was committed is completed by the next
+// start; one cut while staging is rolled back: the target is either fully
+// applied or untouched, and no staging directory is left in it.
+func TestApplyJournalRecovery(t *testing.T) {
+	t.Parallel()
+	for _, state := range []string{journalStaging, journalCommit} {
+		t.Run(state, func(t *testing.T) {
+			t.Parallel()
+			m, home, base := fixture(t)
+			if err := m.Fork("p", base, "c"); err != nil {
+				t.Fatal(err)
+			}
+			cv := view(t, m, "c")
+			put(t, cv, "f.txt", "child\n")
+			put(t, cv, "new/deep/file", "n\n")
+			os.Remove(filepath.Join(cv, "gone.txt"))
+			out := t.TempDir()
+			for _, f := range []string{"f.txt", "keep.txt", "gone.txt", "dir/a", "dir/b"} {
+				put(t, out, f, read(t, base, f))
+			}
+			// Everything apply does up to its commit, then "the crash".
+			a, unhold, _ := m.hold("c", true)
+			target, _ := openTree(out, out)
+			upper, lower, done, _ := m.openLayers(a)
+			cs, _ := changes(upper, lower)
+			todo, err := plan(cs, upper, lower, target)
+			if err != nil {
+				t.Fatal(err)
+			}
+			j := &journal{ID: newID(), Agent: "c", Dir: out, State: journalStaging}
+			if err := m.saveJournal(j); err != nil {
+				t.Fatal(err)
+			}
+			if err := stageAll(j, todo, upper, target); err != nil {
+				t.Fatal(err)
+			}
+			if state == journalCommit {
+				j.State = journalCommit
+				if err := m.saveJournal(j); err != nil {
+					t.Fatal(err)
+				}
+				// Part of the moves made, as if cut in the middle.
+				if err := moveInPlace(mustOpen(t, target, j.stage()), "0", target, j.Moves[0]); err != nil {
+					t.Fatal(err)
+				}
+			}
+			done()
+			target.close()
+			unhold()
+			m.Close()
+
+			open(t, home) // the next start
+			want := map[string]string{"f.txt": "one\ntwo\nthree\n", "gone.txt": "bye\n", "new/deep/file": "<missing>"}
+			if state == journalCommit {
+				want = map[string]string{"f.txt": "child\n", "gone.txt": "<missing>", "new/deep/file": "n\n"}
+			}
+			for f, w := range want {
+				got := read(t, out, f)
+				if strings.HasPrefix(got, "<open") {
+					got = "<missing>"
+				}
+				if got != w {
+					t.Errorf("%s after recovery: %q, want %q", f, got, w)
+				}
+			}
+			ents, _ := os.ReadDir(out)
+			for _, e := range ents {
+				if strings.HasPrefix(e.Name(), ".dshd-apply-") {
+					t.Errorf("staging left in the target: %s", e.Name())
+				}
+			}
+			if js, _ := os.ReadDir(filepath.Join(home, "workspaces", "applies")); len(js) != 0 {
+				t.Errorf("journals left: %v", js)
+			}
+		})
+	}
+}
+
+func mustOpen(t *testing.T, tr *tree, rel string) int {
+	t.Helper()
+	fd, err := tr.openDir(rel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { closeFD(fd) })
+	return fd
+}
+
+// A listing of one agent's changes holds neither the Manager's lock nor
+// any other agent: while it holds its agent, other agents' jobs start, and
+// so do the agent's own (a listing only reads); a writer of an agent (an
+// apply, a fork, a drop) makes only that agent's job starts wait.
+func TestNoJobStartWaitsOnAnotherAgent(t *testing.T) {
+	t.Parallel()
+	m, _, base := fixture(t)
+	for _, c := range []string{"a", "b"} {
+		if err := m.Fork("p", base, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, unhold, err := m.hold("a", false) // a listing of a's changes, in progress
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, who := range []string{"b", "a", "p", "plain"} {
+		l, err := m.Acquire(who) // would hang here if it waited
+		if err != nil {
+			t.Fatalf("acquire %s: %v", who, err)
+		}
+		l.Release()
+	}
+	unhold()
+	_, unhold, err = m.hold("a", true) // an apply out of a, in progress
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := m.Acquire("b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Release()
+	unheld := make(chan struct{})
+	got := make(chan bool)
+	go func() {
+		l, err := m.Acquire("a")
+		if err == nil {
+			l.Release()
+		}
+		select {
+		case <-unheld:
+			got <- true
+		default:
+			got <- false
+		}
+	}()
+	// Parked waiting for the writer (or already through, which fails).
+	for {
+		m.mu.Lock()
+		w := m.waits
+		m.mu.Unlock()
+		if w == 1 {
+			break
+		}
+		select {
+		case ok := <-got:
+			t.Fatalf("a's job started while a writer held a (after the writer: %v)", ok)
+		default:
+		}
+		runtime.Gosched()
+	}
+	close(unheld)
+	unhold()
+	if !<-got {
+		t.Error("a's job started while a writer held a")
+	}
+}
