@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/dshd/dshd/internal/atomicfile"
+	"github.com/dshd/dshd/internal/faults"
 	"github.com/dshd/dshd/internal/ids"
 	"github.com/dshd/dshd/internal/limits"
 	"github.com/dshd/dshd/internal/sandbox"
@@ -330,6 +331,7 @@ func (s *Store) create(ctx context.Context, a Agent, events [][]byte, prepare fu
 		if err := prepare(a.ID); err != nil {
 			return Agent{}, fmt.Errorf("create agent %s: %w", a.ID, err)
 		}
+		faults.Point("agents.create.prepared")
 	}
 	a.CreatedAt = s.now().UTC()
 	if a.Origin == OriginRoot {
