@@ -219,6 +219,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Re
 	}
 	defer svc.sessions.Close()
 	defer svc.workspaces.Close()
+	budgetCtx, stopBudget := context.WithCancel(ctx)
+	defer stopBudget()
+	go svc.workspaces.WatchBudget(budgetCtx, func(ids []string) { stopWriters(budgetCtx, svc.executor, logger, ids) })
 	defer svc.leaveCluster()
 	deps := httpapi.Deps{
 		Logger:       logger.With("component", "http"),
@@ -857,3 +860,21 @@ type sandboxReport struct {
 
 func (r sandboxReport) Support() sandbox.Support { return r.host.Support() }
 func (r sandboxReport) Default() sandbox.Policy  { return r.policy }
+
+// stopWriters ends the jobs of agents whose workspace layers grew past
+// workspaces.maxBytes, and what those jobs left running.
+func stopWriters(ctx context.Context, executor *exec.Executor, logger *slog.Logger, ids []string) {
+	for _, id := range ids {
+		for _, j := range executor.Jobs(id, "") {
+			if j.State != exec.StateRunning && j.Remaining == nil {
+				continue
+			}
+			logger.Warn("stopping a job: its agent's workspace layer grew past workspaces.maxBytes", "job_id", j.ID, "agent_id", id)
+			go func() {
+				if _, err := executor.Cancel(ctx, j.ID); err != nil && ctx.Err() == nil {
+					logger.Warn("stop a job over the workspace budget", "job_id", j.ID, "err", err)
+				}
+			}()
+		}
+	}
+}

@@ -97,6 +97,7 @@ func (f *failing) Transcript(context.Context, string) ([]byte, error) {
 func (f *failing) Info(string) workspace.Info                       { return workspace.Info{Mode: workspace.Shared} }
 func (f *failing) Available() (bool, string)                        { return false, "failing" }
 func (f *failing) Usage() (int64, int)                              { return 0, 0 }
+func (f *failing) Budget() (int64, bool)                            { return 0, false }
 func (f *failing) Drop(string) error                                { return f.err }
 func (f *failing) Changes(string, bool) ([]workspace.Change, error) { return nil, f.err }
 func (f *failing) Apply(string, string) (workspace.Applied, error) {
@@ -215,12 +216,12 @@ var routes = []route{
 	{"POST", "/agents/{id}/workspace/apply", "/agents/agt_1/workspace/apply", `{}`, []error{agents.ErrNotFound, workspace.ErrNotFound, workspace.ErrDropped, workspace.ErrBusy, &workspace.ConflictError{Paths: []string{"f"}}, workspace.ErrInvalid, workspace.ErrUnavailable, enospc, status.ErrAgentStoreUnavailable}},
 	{"GET", "/agents/{id}/transcript", "/agents/agt_1/transcript", "", []error{agents.ErrNotFound, status.ErrAgentStoreUnavailable}},
 	{"POST", "/agents/{id}/tools/{name}", "/agents/agt_1/tools/bash", `{"arguments":{"command":"true"}}`,
-		[]error{agents.ErrNotFound, tools.ErrUnknownTool, shellenv.ErrResolution, exec.ErrClosed, workspace.ErrDropped, workspace.ErrUnavailable, enospc, status.ErrAgentHomeUnavailable, status.ErrAgentStoreUnavailable, agents.ErrConflict}},
+		[]error{agents.ErrNotFound, tools.ErrUnknownTool, shellenv.ErrResolution, exec.ErrClosed, workspace.ErrDropped, workspace.ErrUnavailable, workspace.ErrOverBudget, enospc, status.ErrAgentHomeUnavailable, status.ErrAgentStoreUnavailable, agents.ErrConflict}},
 	{"GET", "/tools", "/tools", "", nil},
 	{"POST", "/exec", "/exec", `{"command":"true"}`,
 		[]error{agents.ErrNotFound, tools.ErrInvalidArguments, shellenv.ErrResolution, &exec.TooManyJobsError{Limit: "global", Max: 1, RetryAfter: time.Second},
 			exec.ErrInvalidCwd, exec.ErrManagedKeyInEnv, exec.ErrInvalidInput, exec.ErrTooLarge, exec.ErrTimeoutTooLong, exec.ErrClosed,
-			exec.ErrIdempotencyKeyReused, exec.ErrIdempotencyKeyInUse, exec.ErrIdempotencyJobGone, sandbox.ErrLooser, sandbox.ErrUnavailable, limits.ErrLooser, limits.ErrInvalid, workspace.ErrDropped, workspace.ErrUnavailable, enospc, status.ErrAgentHomeUnavailable, status.ErrClaimUnavailable, status.ErrOwnerUnavailable, status.ErrAgentStoreUnavailable, agents.ErrConflict}},
+			exec.ErrIdempotencyKeyReused, exec.ErrIdempotencyKeyInUse, exec.ErrIdempotencyJobGone, sandbox.ErrLooser, sandbox.ErrUnavailable, limits.ErrLooser, limits.ErrInvalid, workspace.ErrDropped, workspace.ErrUnavailable, workspace.ErrOverBudget, enospc, status.ErrAgentHomeUnavailable, status.ErrClaimUnavailable, status.ErrOwnerUnavailable, status.ErrAgentStoreUnavailable, agents.ErrConflict}},
 	{"GET", "/jobs", "/jobs?agentId=agt_1", "", []error{status.ErrAgentHomeUnavailable}},
 	{"GET", "/jobs/{id}", "/jobs/job_1", "", []error{exec.ErrJobNotFound, status.ErrOwnerUnavailable}},
 	{"DELETE", "/jobs/{id}", "/jobs/job_1", "", []error{exec.ErrJobNotFound, status.ErrOwnerUnavailable}},

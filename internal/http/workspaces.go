@@ -14,6 +14,7 @@ type workspaceService interface {
 	Info(agent string) workspace.Info
 	Available() (bool, string)
 	Usage() (bytes int64, layers int)
+	Budget() (maxBytes int64, over bool)
 	Changes(agent string, diff bool) ([]workspace.Change, error)
 	Apply(agent, dir string) (workspace.Applied, error)
 	Drop(agent string) error
@@ -111,5 +112,9 @@ func toAPIChanges(cs []workspace.Change) []api.WorkspaceChange {
 func toAPIWorkspaceSupport(w workspaceService) api.WorkspaceSupport {
 	ok, why := w.Available()
 	bytes, layers := w.Usage()
-	return api.WorkspaceSupport{Snapshot: ok, Reason: optional(why), Layers: int64(layers), Bytes: bytes}
+	s := api.WorkspaceSupport{Snapshot: ok, Reason: optional(why), Layers: int64(layers), Bytes: bytes}
+	if max, over := w.Budget(); max > 0 {
+		s.MaxBytes, s.OverBudget = &max, &over
+	}
+	return s
 }

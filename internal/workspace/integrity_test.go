@@ -1,12 +1,15 @@
 package workspace
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // A link planted after apply checked the target (the race a parent's job
@@ -358,4 +361,52 @@ func TestNoJobStartWaitsOnAnotherAgent(t *testing.T) {
 	if !<-got {
 		t.Error("a's job started while a writer held a")
 	}
+}
+
+// A layer that grows past workspaces.maxBytes stops growing: the watcher
+// names its agent to be stopped, refuses every job of a snapshot agent
+// (agents without a view still run) and lets them run again once a drop
+// frees the room.
+func TestBudgetStopsTheWriters(t *testing.T) {
+	t.Parallel()
+	m, _, base := fixture(t)
+	if err := m.Fork("p", base, "c"); err != nil {
+		t.Fatal(err)
+	}
+	m.SetMaxBytes(64 << 10)
+	put(t, view(t, m, "c"), "big", strings.Repeat("x", 128<<10))
+	stopped := make(chan []string, 64)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go m.WatchBudget(ctx, func(ids []string) { stopped <- ids })
+	if ids := <-stopped; !slices.Equal(ids, []string{"c"}) {
+		t.Errorf("stopped %v, want the writer c", ids)
+	}
+	if max, over := m.Budget(); max != 64<<10 || !over {
+		t.Errorf("budget = %d %v", max, over)
+	}
+	for _, who := range []string{"c", "p"} {
+		if _, err := m.Acquire(who); !errors.Is(err, ErrOverBudget) {
+			t.Errorf("a job of %s over budget: %v", who, err)
+		}
+	}
+	l, err := m.Acquire("plain")
+	if err != nil {
+		t.Fatalf("an agent without a view over budget: %v", err)
+	}
+	l.Release()
+	if err := m.Drop("c"); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, over := m.Budget(); !over {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	l, err = m.Acquire("p")
+	if err != nil {
+		t.Fatalf("after the drop: %v", err)
+	}
+	l.Release()
 }

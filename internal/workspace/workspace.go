@@ -18,6 +18,7 @@
 package workspace
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -145,6 +146,7 @@ type Manager struct {
 	active map[string]int // agent -> jobs holding a Lease
 	ops    map[string]*op // agent -> the workspace operations holding it
 	waits  int            // job starts waiting for a writer now
+	over   bool           // the layers use maxBytes or more (WatchBudget)
 	// busy, when set, counts the processes of the agents' jobs that may
 	// still write: leaders and what outlived them (see SetBusy).
 	busy func(agents []string) int
@@ -196,8 +198,7 @@ func (m *Manager) SetHome(home string) { m.home = filepath.Clean(home) }
 
 // SetMaxBytes sets the layers' disk budget (workspaces.maxBytes; 0: none).
 // A snapshot fork is refused with ErrOverBudget while the layers use that
-// much or more; writes within an existing layer are not cut (the home's
-// file system is the limit there).
+// much or more; WatchBudget keeps the layers' growth within it.
 func (m *Manager) SetMaxBytes(n int64) { m.maxBytes = max(n, 0) }
 
 // Available says whether snapshot workspaces work here, and if not why.
@@ -567,6 +568,9 @@ func (m *Manager) Acquire(agent string) (*Lease, error) {
 	if m.why != "" {
 		return nil, unavailable("%s", m.why)
 	}
+	if m.over {
+		return nil, fmt.Errorf("%w: the layers use workspaces.maxBytes (%d bytes); agent %s's jobs are refused until snapshot workspaces are dropped (DELETE /agents/{id}/workspace)", ErrOverBudget, m.maxBytes, agent)
+	}
 	fd, err := m.mountLocked(agent, a)
 	if err != nil {
 		return nil, err
@@ -781,4 +785,136 @@ func emptyDir(d string) (bool, error) {
 func within(p, dir string) bool {
 	rel, err := filepath.Rel(dir, p)
 	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
+}
+
+// budgetEvery is how often WatchBudget counts the layers.
+const budgetEvery = time.Second
+
+// WatchBudget keeps the layers within workspaces.maxBytes until ctx ends:
+// every second it counts the upper layers (the frozen ones once, they do
+// not change) and, while the layers use maxBytes or more, refuses every
+// job of a snapshot agent with ErrOverBudget (Acquire) and calls stop with
+// the agents whose layer grew since the count before (and those sharing
+// their views), whose jobs stop must end. A layer can overshoot the budget
+// by what its writers write in one interval. Nothing to do without a
+// budget.
+func (m *Manager) WatchBudget(ctx context.Context, stop func(agents []string)) {
+	if m == nil || m.maxBytes <= 0 || m.why != "" {
+		return
+	}
+	frozen := map[string]int64{} // layer -> bytes, counted once
+	last := map[string]int64{}   // agent -> its upper's bytes at the last count
+	t := time.NewTicker(budgetEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		used, grew := m.countBudget(frozen, last)
+		m.mu.Lock()
+		was := m.over
+		m.over = used >= m.maxBytes
+		over := m.over
+		var writers []string
+		if over {
+			for _, a := range grew {
+				writers = append(writers, a)
+				for id, o := range m.agents {
+					if o.Shares == a {
+						writers = append(writers, id)
+					}
+				}
+			}
+		}
+		m.mu.Unlock()
+		switch {
+		case over && !was:
+			m.log.Warn("workspace layers reached workspaces.maxBytes: snapshot agents' jobs are refused and the writers stopped until workspaces are dropped", "bytes", used, "max_bytes", m.maxBytes, "writers", writers)
+		case !over && was:
+			m.log.Info("workspace layers back under workspaces.maxBytes", "bytes", used, "max_bytes", m.maxBytes)
+		}
+		if len(writers) > 0 && stop != nil {
+			stop(writers)
+		}
+	}
+}
+
+// countBudget counts the layers' bytes: the frozen ones from frozen (or
+// counted once into it), every upper afresh; grew are the agents whose
+// upper grew since last.
+func (m *Manager) countBudget(frozen, last map[string]int64) (used int64, grew []string) {
+	type up struct{ agent, layer string }
+	var ups []up
+	layers := map[string]bool{}
+	m.mu.Lock()
+	for id, a := range m.agents {
+		if a.Dropped || a.Shares != "" {
+			continue
+		}
+		ups = append(ups, up{id, a.Upper})
+		for _, l := range a.Layers {
+			layers[l] = true
+		}
+	}
+	m.mu.Unlock()
+	for l := range layers {
+		n, ok := frozen[l]
+		if !ok {
+			n = m.layerBytes(l)
+			frozen[l] = n
+		}
+		used += n
+	}
+	for l := range frozen {
+		if !layers[l] {
+			delete(frozen, l)
+		}
+	}
+	seen := map[string]bool{}
+	for _, u := range ups {
+		n := m.layerBytes(u.layer)
+		used += n
+		if n > last[u.agent] {
+			grew = append(grew, u.agent)
+		}
+		last[u.agent], seen[u.agent] = n, true
+	}
+	for a := range last {
+		if !seen[a] {
+			delete(last, a)
+		}
+	}
+	slices.Sort(grew)
+	return used, grew
+}
+
+// layerBytes is the bytes of the regular files in layer id, counted by
+// descriptor.
+func (m *Manager) layerBytes(id string) int64 {
+	t, err := openTree(m.upperDir(id), "layer "+id)
+	if err != nil {
+		return 0
+	}
+	defer t.close()
+	var n int64
+	_ = t.walk(func(_ string, fi fs.FileInfo) error {
+		if fi.Mode().IsRegular() {
+			n += fi.Size()
+		}
+		return nil
+	})
+	return n
+}
+
+// Budget is workspaces.maxBytes (0: none) and whether the layers use it
+// all, as WatchBudget last counted.
+func (m *Manager) Budget() (maxBytes int64, over bool) {
+	if m == nil {
+		return 0, false
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.maxBytes, m.over
 }

@@ -994,6 +994,13 @@ export interface components {
              * @description Bytes of the files in them.
              */
             bytes: number;
+            /**
+             * Format: int64
+             * @description `workspaces.maxBytes`, the layers' disk budget (absent: none).
+             */
+            maxBytes?: number;
+            /** @description The layers use the whole budget (counted every second): snapshot forks and every job of a snapshot agent are refused with 507 `workspace_budget_exceeded`, and the jobs of the agents whose layers grew were stopped, until workspaces are dropped. */
+            overBudget?: boolean;
         };
         /**
          * @description How a forked or spawned agent gets its workspace (its `cwd`). `shared`: the same directory

@@ -2477,6 +2477,12 @@ type WorkspaceSupport struct {
 	// Layers Layers kept under the home (frozen and upper).
 	Layers int64 `json:"layers"`
 
+	// MaxBytes `workspaces.maxBytes`, the layers' disk budget (absent: none).
+	MaxBytes *int64 `json:"maxBytes,omitempty"`
+
+	// OverBudget The layers use the whole budget (counted every second): snapshot forks and every job of a snapshot agent are refused with 507 `workspace_budget_exceeded`, and the jobs of the agents whose layers grew were stopped, until workspaces are dropped.
+	OverBudget *bool `json:"overBudget,omitempty"`
+
 	// Reason Why not (422 `workspace_snapshot_unavailable` gives the same).
 	Reason *string `json:"reason,omitempty"`
 
