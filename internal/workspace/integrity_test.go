@@ -410,3 +410,84 @@ func TestBudgetStopsTheWriters(t *testing.T) {
 	}
 	l.Release()
 }
+
+// A directory of the child's layer swapped for a link after the listing
+// (the child's own leftover racing the apply) is not read through: the
+// copy opens every path beneath the layer without following links.
+// Baseline: reading the same path by name reads the file behind the link.
+func TestApplyLayerLinkPlantedAfterTheListing(t *testing.T) {
+	t.Parallel()
+	m, _, base := fixture(t)
+	if err := m.Fork("p", base, "c"); err != nil {
+		t.Fatal(err)
+	}
+	put(t, view(t, m, "c"), "new/planted.txt", "from the child\n")
+	outside := t.TempDir()
+	put(t, outside, "planted.txt", "SECRET\n")
+	out := t.TempDir()
+
+	a, unhold, err := m.hold("c", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unhold()
+	target, _ := openTree(out, out)
+	defer target.close()
+	upper, lower, done, err := m.openLayers(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer done()
+	cs, _ := changes(upper, lower)
+	todo, err := plan(cs, upper, lower, target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	layerDir := filepath.Join(m.upperDir(a.Upper), "new")
+	if err := os.RemoveAll(layerDir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, layerDir); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(layerDir, "planted.txt")); string(b) != "SECRET\n" {
+		t.Fatalf("baseline: reading by name does not follow the link: %q", b)
+	}
+	err = m.apply(&journal{ID: newID(), Agent: "c", Dir: out}, todo, upper, target)
+	if err == nil {
+		t.Error("apply read through a link planted in the layer")
+	}
+	if b, err := os.ReadFile(filepath.Join(out, "new", "planted.txt")); err == nil {
+		t.Errorf("the target got %q", b)
+	}
+	if ents, _ := os.ReadDir(out); len(ents) != 0 {
+		t.Errorf("a failed apply left %v in the target", ents)
+	}
+}
+
+// The home is refused when the named directory holds it, and when a link
+// on the way (not only at the end) leads into it.
+func TestApplyNeverIntoTheHomeThroughALinkOnTheWay(t *testing.T) {
+	t.Parallel()
+	m, home, base := fixture(t)
+	m.SetHome(home)
+	if err := m.Fork("p", base, "c"); err != nil {
+		t.Fatal(err)
+	}
+	put(t, view(t, m, "c"), "x.txt", "x\n")
+	if err := os.MkdirAll(filepath.Join(home, "sessions"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(t.TempDir(), "up")
+	if err := os.Symlink(filepath.Dir(home), link); err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{filepath.Dir(home), filepath.Join(link, filepath.Base(home), "sessions")} {
+		if _, err := m.Apply("c", dir); !errors.Is(err, ErrInvalid) {
+			t.Errorf("apply into %s: %v", dir, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(home, "sessions", "x.txt")); err == nil {
+		t.Error("apply wrote into the home")
+	}
+}
