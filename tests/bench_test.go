@@ -17,7 +17,7 @@ import (
 	"time"
 )
 
-// The benchmarks here measure DESIGN section 10's budgets against the real
+// The benchmarks here measure design's budgets (docs/performance.md) against the real
 // (non-race) binary over loopback HTTP, each beside its baseline measured in
 // the same run. They print figures; they assert nothing about time.
 

@@ -24,7 +24,8 @@ import (
 // TestTokenNeverReachesChildren puts the server token in variables whose
 // names match no credential pattern (the server's own environment, the
 // config's env.set, a request's explicit env) and checks that neither a
-// command nor a hook sees it, whatever the name (DESIGN §8).
+// command nor a hook sees it, whatever the name
+// (docs/design.md#invariants, invariant 11).
 func TestTokenNeverReachesChildren(t *testing.T) {
 	t.Parallel()
 	const token = "d2f1c0b7a6e5d4c3b2a1f0e9d8c7b6a5"

@@ -84,8 +84,9 @@ func (s *testServer) rawOutput(t *testing.T, id string) []byte {
 	return b
 }
 
-// TestChildEnvironment proves DESIGN invariants 1–4 on what the child really
-// saw, in the foreground and the background, with and without an agent.
+// TestChildEnvironment proves docs/design.md#invariants, invariants 1–4, on
+// what the child really saw, in the foreground and the background, with and
+// without an agent.
 func TestChildEnvironment(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, withEnv(

@@ -651,7 +651,8 @@ func shutdownBudget(grace time.Duration) time.Duration {
 	return grace + shutdownMargin
 }
 
-// resolveHome applies DESIGN invariant 10 to the flag, config and environment.
+// resolveHome applies docs/design.md#invariants, invariant 10, to the flag,
+// config and environment.
 func resolveHome(o options, cfg config, getenv func(string) string) (string, error) {
 	cwd, err := os.Getwd()
 	if err != nil {

@@ -1,6 +1,6 @@
 // Package exec runs dshd executions: it builds the child's environment
-// (DESIGN §3), spawns `bash -c <command>` in its own process group, captures
-// and spools its output, records it as a Job, and stops it on timeout,
+// (docs/design.md#child-environment), spawns `bash -c <command>` in its own
+// process group, captures and spools its output, records it as a Job, and stops it on timeout,
 // cancellation or shutdown through one kill path (SIGTERM the group, wait the
 // grace, SIGKILL the group).
 //

@@ -9,7 +9,7 @@ import (
 )
 
 // Inherit says which of the server's environment variables a child starts
-// from (DESIGN §3 step 1).
+// from (docs/design.md#child-environment, step 1).
 type Inherit string
 
 // Inherit policies.
@@ -38,7 +38,7 @@ func (i Inherit) Valid() bool {
 func DefaultExcludes() []string { return []string{"*KEY*", "*PASSWORD*", "*SECRET*", "*TOKEN*"} }
 
 // TerminalEnv returns the variables every child gets for a non-interactive
-// agent terminal (DESIGN §3 step 3), as "K=V".
+// agent terminal (docs/design.md#child-environment, step 3), as "K=V".
 func TerminalEnv() []string {
 	return []string{"NO_COLOR=1", "TERM=dumb", "PAGER=cat", "GIT_PAGER=cat", "GIT_TERMINAL_PROMPT=0"}
 }
@@ -51,7 +51,7 @@ func TTYEnv(term string) []string {
 	return []string{"TERM=" + term, "PAGER=cat", "GIT_PAGER=cat", "GIT_TERMINAL_PROMPT=0"}
 }
 
-// EnvPolicy is the configured environment policy (DESIGN §3).
+// EnvPolicy is the configured environment policy (docs/design.md#child-environment).
 type EnvPolicy struct {
 	// Inherit selects the starting set; "" means InheritAll. Unknown values
 	// inherit nothing (New rejects them).
@@ -79,10 +79,10 @@ func isCoreName(name string) bool {
 	return false
 }
 
-// BuildEnv returns a child's environment as "K=V" entries, following DESIGN §3
-// in order: environ filtered by the inherit policy; every DSH_* name and every
-// name matching the credential globs (and p.Exclude) removed; TerminalEnv; p.Set;
-// explicit (names in the managed namespace dropped); managed last. A variable
+// BuildEnv returns a child's environment as "K=V" entries, following
+// docs/design.md#child-environment in order: environ filtered by the inherit
+// policy; every DSH_* name and every name matching the credential globs (and
+// p.Exclude) removed; TerminalEnv; p.Set; explicit (names in the managed namespace dropped); managed last. A variable
 // whose value is one of p.Secrets is dropped at every step. A later
 // step overrides an earlier one in place, so no name appears twice. Entries
 // of environ without '=' or with an empty name are skipped, as are malformed
@@ -95,7 +95,8 @@ func BuildEnv(p EnvPolicy, environ []string, explicit map[string]string, managed
 	return base.with(explicit, managed)
 }
 
-// baseEnv is steps 1-4a of DESIGN §3: fixed per Executor.
+// baseEnv is docs/design.md#child-environment, steps 1–4, without the
+// request's env: fixed per Executor.
 type baseEnv struct {
 	env     []string
 	idx     map[string]int // name -> index in env
@@ -116,8 +117,9 @@ func (b *baseEnv) secret(v string) bool {
 	return false
 }
 
-// newBaseEnv computes steps 1-4a of DESIGN §3 with term as the terminal
-// environment (TerminalEnv, or TTYEnv for terminal jobs).
+// newBaseEnv computes docs/design.md#child-environment, steps 1–4, without
+// the request's env, with term as the terminal environment (TerminalEnv, or
+// TTYEnv for terminal jobs).
 func newBaseEnv(p EnvPolicy, environ, term []string) *baseEnv {
 	b := &baseEnv{
 		env: make([]string, 0, len(environ)+len(term)+len(p.Set)),

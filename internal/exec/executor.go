@@ -54,7 +54,7 @@ type Options struct {
 	Home string
 	// Environ is the server's environment (os.Environ()).
 	Environ []string
-	// Policy is the environment policy of DESIGN §3.
+	// Policy is the environment policy of docs/design.md#child-environment.
 	Policy EnvPolicy
 	// DefaultCwd is used when Spec.Cwd is empty; "" means the server's cwd.
 	DefaultCwd string

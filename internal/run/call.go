@@ -325,8 +325,8 @@ func (s *Service) bash(ctx context.Context, agent agents.Agent, callID string, a
 	// A call that may return while its job runs on holds one of the agent's
 	// background slots, as run_in_background does.
 	spec.MayOutlive = !spec.Background && yield > 0
-	// Hooks run in the agent's cwd (DESIGN §7), never in the workdir the
-	// model asked for: a project's hooks are found relative to it (often via
+	// Hooks run in the agent's cwd (docs/design.md#hooks-and-model-tools),
+	// never in the workdir the model asked for: a project's hooks are found relative to it (often via
 	// CLAUDE_PROJECT_DIR), and a hook that cannot be found does not block.
 	hookCwd := agent.Cwd
 	if hookCwd == "" {

@@ -17,6 +17,9 @@
 // by the spawning thread itself, with Landlock scoping the command's signals
 // and ptrace to its own processes (no extra process, the default where dshd
 // may create namespaces), or bubblewrap as the command's leader.
+//
+// Linux only: on another system the build stops at linux_only.go, whose
+// import path says so.
 package sandbox
 
 import (

@@ -35,8 +35,8 @@ const (
 	homeKeyEnv    = "$" + KeyHome
 )
 
-// ResolveHome resolves the one dshd home directory (DESIGN invariant 10):
-// the explicit home (Flag, else Config) wins over a non-blank Ambient, which
+// ResolveHome resolves the one dshd home directory
+// (docs/design.md#invariants, invariant 10): the explicit home (Flag, else Config) wins over a non-blank Ambient, which
 // wins over UserHome/.dsh. A leading "~" or "~/" is replaced by UserHome
 // ("~user" forms are not expanded); a relative path is joined to Cwd; the
 // result is cleaned. Symbolic links are not evaluated.

@@ -7,8 +7,8 @@ import (
 	"github.com/dshd/dshd/internal/exec"
 )
 
-// RenderResult renders a job snapshot as the text a model reads (DESIGN §5):
-// stdout, then a "[stderr]" line and stderr, then markers on their own lines,
+// RenderResult renders a job snapshot as the text a model reads
+// (docs/design.md#hooks-and-model-tools): stdout, then a "[stderr]" line and stderr, then markers on their own lines,
 // in this order:
 //
 //	[stdout truncated: bytes A-B of N left out; read them with job_output {…}]

@@ -15,6 +15,9 @@
 // a directory all or nothing, refusing on conflicts (Apply), or dropped
 // (Drop). The stacks are recorded in <dir>/state.json; the layers are
 // directories under <dir>/layers, so they survive a restart.
+//
+// Linux only (overlayfs, the mount API): on another system the build stops
+// at linux_only.go, whose import path says so.
 package workspace
 
 import (
