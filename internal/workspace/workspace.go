@@ -124,6 +124,12 @@ type agentState struct {
 	// Shares names the agent whose view this one shares (a shared fork or
 	// spawn of a snapshot agent); such an entry has no layer of its own.
 	Shares string `json:"shares,omitempty"`
+	// Checkpoints are the frozen points of its view, oldest first; Pending
+	// the calls whose changes are still in Upper; Aside what the last
+	// rewind set aside (checkpoint.go).
+	Checkpoints []Checkpoint `json:"checkpoints,omitempty"`
+	Pending     []string     `json:"pending,omitempty"`
+	Aside       *aside       `json:"aside,omitempty"`
 }
 
 type stateFile struct {
@@ -156,6 +162,8 @@ type Manager struct {
 	// releaseWait: see defaultReleaseWait (tests shorten it).
 	releaseWait time.Duration
 
+	// maxLayers bounds an agent's frozen layers (0: DefaultMaxLayers).
+	maxLayers int
 	// maxBytes caps the layers' disk use at fork time (0: no cap).
 	maxBytes    int64
 	usageMu     sync.Mutex
@@ -262,6 +270,11 @@ func (m *Manager) unusedLocked() []string {
 		}
 		for _, l := range a.Layers {
 			used[l] = true
+		}
+		if a.Aside != nil {
+			for _, l := range a.Aside.Layers {
+				used[l] = true
+			}
 		}
 		used[a.Upper] = true
 	}
@@ -456,6 +469,12 @@ func (m *Manager) Fork(parent, cwd, child string) (err error) {
 			// Nothing to freeze: the old upper goes (after the save).
 		} else {
 			np.Layers = append(np.Layers, p.Upper)
+			if len(p.Pending) > 0 {
+				// Calls whose changes are in the upper get their
+				// checkpoint with the freeze.
+				np.Checkpoints = append(slices.Clone(p.Checkpoints), Checkpoint{CallIDs: slices.Clone(p.Pending), Time: time.Now().UTC(), Layer: p.Upper, Depth: len(np.Layers)})
+				np.Pending = nil
+			}
 		}
 	}
 	np.Upper = pUpper
@@ -503,6 +522,90 @@ func (m *Manager) Fork(parent, cwd, child string) (err error) {
 			os.RemoveAll(m.layerDir(p.Upper))
 		}
 	}
+	return nil
+}
+
+// ForkAt gives child a snapshot of parent's view as it was at depth (a
+// checkpoint's edge, from DepthAt): parent's frozen layers up to depth and
+// a fresh upper. The parent is left as it is: nothing of it is frozen, so
+// it may run jobs meanwhile. Like Fork, call it before the child's header.
+func (m *Manager) ForkAt(parent, child string, depth int) error {
+	if ok, why := m.Available(); !ok {
+		return unavailable("%s", why)
+	}
+	if err := m.checkBudget(); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p, err := m.liveLocked(parent)
+	if err != nil {
+		return err
+	}
+	if _, ok := m.agents[child]; ok {
+		return fmt.Errorf("%w: agent %s already has a workspace record", ErrInvalid, child)
+	}
+	if first := firstDepth(p); depth < first || depth > len(p.Layers) {
+		return fmt.Errorf("%w: depth %d is outside agent %s's checkpoints (%d to %d)", ErrInvalid, depth, parent, first, len(p.Layers))
+	}
+	up, err := m.newLayer()
+	if err != nil {
+		return err
+	}
+	c := &agentState{Base: p.Base, Layers: slices.Clone(p.Layers[:depth]), Upper: up, Parent: parent, Created: time.Now().UTC()}
+	fd, err := mountOverlay(m.lowers(c), m.upperDir(up), m.workDir(up))
+	if err != nil {
+		m.removeLayers([]string{up})
+		return unavailable("mount the snapshot of %s: %v", p.Base, err)
+	}
+	m.agents[child] = c
+	if err := m.saveLocked(); err != nil {
+		delete(m.agents, child)
+		closeFD(fd)
+		m.removeLayers([]string{up})
+		return err
+	}
+	m.mounts[child] = fd
+	return nil
+}
+
+// Adopt gives the root agent, whose workspace directory is cwd, a snapshot
+// view of its own from its creation: cwd becomes the frozen base and its
+// writes go to a layer (so every tool call of it can be checkpointed).
+// Call it before the agent's header, like Fork.
+func (m *Manager) Adopt(agent, cwd string) error {
+	if ok, why := m.Available(); !ok {
+		return unavailable("%s", why)
+	}
+	if err := m.checkBudget(); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.agents[agent]; ok {
+		return fmt.Errorf("%w: agent %s already has a workspace record", ErrInvalid, agent)
+	}
+	if err := m.checkForkLocked(agent, cwd); err != nil {
+		return err
+	}
+	up, err := m.newLayer()
+	if err != nil {
+		return err
+	}
+	a := &agentState{Base: filepath.Clean(cwd), Upper: up, Created: time.Now().UTC()}
+	fd, err := mountOverlay(m.lowers(a), m.upperDir(up), m.workDir(up))
+	if err != nil {
+		m.removeLayers([]string{up})
+		return unavailable("mount a snapshot of %s: %v", cwd, err)
+	}
+	m.agents[agent] = a
+	if err := m.saveLocked(); err != nil {
+		delete(m.agents, agent)
+		closeFD(fd)
+		m.removeLayers([]string{up})
+		return err
+	}
+	m.mounts[agent] = fd
 	return nil
 }
 
@@ -859,6 +962,11 @@ func (m *Manager) countBudget(frozen, last map[string]int64) (used int64, grew [
 		ups = append(ups, up{id, a.Upper})
 		for _, l := range a.Layers {
 			layers[l] = true
+		}
+		if a.Aside != nil {
+			for _, l := range a.Aside.Layers {
+				layers[l] = true
+			}
 		}
 	}
 	m.mu.Unlock()

@@ -1,0 +1,355 @@
+package workspace
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"time"
+)
+
+// Checkpoints: every model tool call of an agent with a snapshot view ends
+// with its upper layer frozen and a fresh one started (Checkpoint), so that
+// the view can be set back to before or after any call (Rewind), whatever
+// the call's commands did to it. The frozen layers are the agent's Layers;
+// a checkpoint records how deep the stack was once it was frozen.
+//
+// A call that changed nothing makes no layer and no checkpoint: before and
+// after it the view is that of the checkpoint before it. A call at whose
+// end another job of the view still runs (a background job, a process a
+// call left running) cannot be frozen without the frozen layer changing
+// under the view: its changes stay in the upper layer with the calls after
+// it until a call ends with the view still, and the checkpoint then made
+// spans them all (its CallIDs). A rewind goes to a checkpoint's edges.
+
+// ErrCheckpointNotFound: no checkpoint holds the call named.
+var ErrCheckpointNotFound = errors.New("checkpoint not found")
+
+// DefaultMaxLayers bounds an agent's stack of frozen layers (overlayfs
+// mounts at most 500 lower layers): at that depth a call's changes stay in
+// the upper layer and are checkpointed with a later call once a rewind has
+// made room (see Checkpoint).
+const DefaultMaxLayers = 256
+
+// Checkpoint is one frozen point of an agent's view.
+type Checkpoint struct {
+	// CallIDs are the calls whose changes the checkpoint's layer holds,
+	// oldest first: one, or several when calls ended while another job of
+	// the view ran.
+	CallIDs []string `json:"callIds"`
+	// Seq is the transcript seq of the last call's result.
+	Seq int64 `json:"seq"`
+	// Time is when it was made.
+	Time time.Time `json:"time"`
+	// Layer is the frozen layer that holds the calls' changes.
+	Layer string `json:"layer"`
+	// Depth is the number of the agent's frozen layers once it was made:
+	// the view after it is Layers[:Depth], before it Layers[:Depth-1].
+	Depth int `json:"depth"`
+}
+
+// aside is what a rewind set aside, for an undo: the stack above Depth,
+// the upper layer (if it held anything) and their checkpoints.
+type aside struct {
+	Depth       int          `json:"depth"`
+	Layers      []string     `json:"layers"`
+	Checkpoints []Checkpoint `json:"checkpoints,omitempty"`
+	Pending     []string     `json:"pending,omitempty"`
+}
+
+// checkpointIdle is how long Checkpoint waits for the lease of the call's
+// own job, given back a moment after its end.
+const checkpointIdle = 100 * time.Millisecond
+
+// Checkpoint ends the tool call callID (its result recorded at seq) of
+// agent: when the agent's view is still (busy reports no job or process of
+// it), what the view's upper layer holds is frozen into a layer of its own
+// and a fresh upper started; the checkpoint is recorded, in the same write
+// of the state, before Checkpoint returns. made is false when the agent
+// has no snapshot view, the call changed nothing, or the view was not
+// still (the call is then pending: checkpointed with a later one).
+func (m *Manager) Checkpoint(agent, callID string, seq int64) (made bool, err error) {
+	if m == nil {
+		return false, nil
+	}
+	m.mu.Lock()
+	owner := m.ownerLocked(agent)
+	a, ok := m.agents[owner]
+	if !ok || a.Dropped || a.Shares != "" || m.why != "" {
+		m.mu.Unlock()
+		return false, nil
+	}
+	ids := m.viewAgentsLocked(owner)
+	busy := m.busy
+	m.mu.Unlock()
+	still := busy == nil || busy(ids) == 0
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.lockOpLocked(owner, true)
+	defer m.unlockOpLocked(owner, true)
+	if a = m.agents[owner]; a == nil || a.Dropped {
+		return false, nil
+	}
+	if still {
+		m.waitIdleForLocked(owner, checkpointIdle)
+		still = m.active[owner] == 0
+	}
+	empty, _ := emptyDir(m.upperDir(a.Upper))
+	switch {
+	case empty:
+		return false, nil
+	case !still || len(a.Layers) >= m.maxLayersOr():
+		na := *a
+		na.Pending = append(slices.Clone(a.Pending), callID)
+		m.agents[owner] = &na
+		return false, nil // recorded with the next save
+	}
+	up, err := m.newLayer()
+	if err != nil {
+		return false, err
+	}
+	na := *a
+	na.Layers = append(slices.Clone(a.Layers), a.Upper)
+	na.Upper = up
+	na.Checkpoints = append(slices.Clone(a.Checkpoints), Checkpoint{
+		CallIDs: append(slices.Clone(a.Pending), callID), Seq: seq, Time: time.Now().UTC(), Layer: a.Upper, Depth: len(na.Layers),
+	})
+	na.Pending = nil
+	m.agents[owner] = &na
+	if err := m.saveLocked(); err != nil {
+		m.agents[owner] = a
+		m.removeLayers([]string{up})
+		return false, err
+	}
+	// The view is mounted afresh, on the new upper, by the next job;
+	// overlayfs's work directory of a frozen layer is not needed.
+	m.closeMountLocked(owner)
+	os.RemoveAll(m.workDir(a.Upper))
+	return true, nil
+}
+
+// viewAgentsLocked are owner and the agents sharing its view.
+func (m *Manager) viewAgentsLocked(owner string) []string {
+	ids := []string{owner}
+	for id, o := range m.agents {
+		if o.Shares == owner {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+// waitIdleForLocked waits, unlocking meanwhile, up to d for agent to hold
+// no lease (a lease given back wakes it at once).
+func (m *Manager) waitIdleForLocked(agent string, d time.Duration) {
+	if m.active[agent] == 0 {
+		return
+	}
+	t := time.AfterFunc(d, func() {
+		m.mu.Lock()
+		m.cond.Broadcast()
+		m.mu.Unlock()
+	})
+	defer t.Stop()
+	for deadline := time.Now().Add(d); m.active[agent] > 0 && time.Now().Before(deadline); {
+		m.cond.Wait()
+	}
+}
+
+func (m *Manager) maxLayersOr() int {
+	if m.maxLayers > 0 {
+		return m.maxLayers
+	}
+	return DefaultMaxLayers
+}
+
+// SetMaxLayers bounds an agent's stack of frozen layers (0: the default).
+func (m *Manager) SetMaxLayers(n int) { m.maxLayers = min(max(n, 0), 480) }
+
+// CheckpointList is an agent's checkpoints.
+type CheckpointList struct {
+	Checkpoints []Checkpoint
+	// Pending are the calls whose changes are not yet in a checkpoint.
+	Pending []string
+	// Undo: a rewind can be undone (what it set aside is kept).
+	Undo bool
+}
+
+// Checkpoints lists agent's checkpoints, oldest first. ErrNotFound for an
+// agent without a snapshot view of its own.
+func (m *Manager) Checkpoints(agent string) (CheckpointList, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	a, err := m.liveLocked(agent)
+	if err != nil {
+		return CheckpointList{}, err
+	}
+	return CheckpointList{Checkpoints: slices.Clone(a.Checkpoints), Pending: slices.Clone(a.Pending), Undo: a.Aside != nil}, nil
+}
+
+// CheckpointChanges lists what the checkpoint holding callID changed: its
+// layer against the view below it. With diff, unified diffs as Changes.
+func (m *Manager) CheckpointChanges(agent, callID string, diff bool) (Checkpoint, []Change, error) {
+	a, unhold, err := m.hold(agent, false)
+	if err != nil {
+		return Checkpoint{}, nil, err
+	}
+	defer unhold()
+	i := findCheckpoint(a.Checkpoints, callID)
+	if i < 0 {
+		return Checkpoint{}, nil, fmt.Errorf("%w: agent %s has no checkpoint holding call %s", ErrCheckpointNotFound, agent, callID)
+	}
+	c := a.Checkpoints[i]
+	below := &agentState{Base: a.Base, Layers: a.Layers[:c.Depth-1], Upper: c.Layer}
+	upper, base, done, err := m.openLayers(below)
+	if err != nil {
+		return c, nil, err
+	}
+	defer done()
+	cs, err := changes(upper, base)
+	if err != nil {
+		return c, nil, err
+	}
+	if diff {
+		addDiffs(cs, upper, base)
+	}
+	return c, cs, nil
+}
+
+func findCheckpoint(cs []Checkpoint, callID string) int {
+	for i, c := range cs {
+		if slices.Contains(c.CallIDs, callID) {
+			return i
+		}
+	}
+	return -1
+}
+
+// DepthAt is the depth of agent's stack before (after false) or after the
+// call callID: ErrCheckpointNotFound when no checkpoint holds it. A call
+// that made no checkpoint is resolved by the caller (seq: the checkpoints
+// made before the call's seq).
+func (m *Manager) DepthAt(agent, callID string, after bool) (int, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	a, err := m.liveLocked(agent)
+	if err != nil {
+		return 0, err
+	}
+	i := findCheckpoint(a.Checkpoints, callID)
+	if i < 0 {
+		return 0, fmt.Errorf("%w: agent %s has no checkpoint holding call %s", ErrCheckpointNotFound, agent, callID)
+	}
+	if after {
+		return a.Checkpoints[i].Depth, nil
+	}
+	return a.Checkpoints[i].Depth - 1, nil
+}
+
+// DepthBeforeSeq is the depth of agent's stack as it was at transcript seq
+// (the checkpoints made at or before it): for a call that changed nothing.
+func (m *Manager) DepthBeforeSeq(agent string, seq int64) (int, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	a, err := m.liveLocked(agent)
+	if err != nil {
+		return 0, err
+	}
+	d := firstDepth(a)
+	for _, c := range a.Checkpoints {
+		if c.Seq <= seq {
+			d = c.Depth
+		}
+	}
+	return d, nil
+}
+
+// Rewind sets agent's view back to its stack at depth (a checkpoint's
+// edge, from DepthAt): the layers above it and the upper layer are set
+// aside (an undo brings them back), and the view is mounted afresh. ErrBusy
+// while a job of the view runs or lingers. undo swaps back what the last
+// rewind set aside (depth is then ignored).
+func (m *Manager) Rewind(agent string, depth int, undo bool) error {
+	a, unhold, err := m.hold(agent, true)
+	if err != nil {
+		return err
+	}
+	defer unhold()
+	if err := m.still(agent); err != nil {
+		return err
+	}
+	var unused []string
+	defer func() { m.removeLayers(unused) }() // after the unlock below
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if a = m.agents[agent]; undo {
+		if a.Aside == nil {
+			return fmt.Errorf("%w: agent %s has no rewind to undo", ErrCheckpointNotFound, agent)
+		}
+		depth = a.Aside.Depth
+	}
+	if first := firstDepth(a); depth < first || depth > len(a.Layers) {
+		return fmt.Errorf("%w: depth %d is outside agent %s's checkpoints (%d to %d)", ErrInvalid, depth, agent, first, len(a.Layers))
+	}
+	up, err := m.newLayer()
+	if err != nil {
+		return err
+	}
+	// Set aside: the layers above depth, the upper if it holds anything
+	// (frozen as it is: the view is still), and their checkpoints.
+	set := &aside{Depth: depth, Layers: slices.Clone(a.Layers[depth:])}
+	for _, c := range a.Checkpoints {
+		if c.Depth > depth {
+			set.Checkpoints = append(set.Checkpoints, c)
+		}
+	}
+	upperEmpty, _ := emptyDir(m.upperDir(a.Upper))
+	if upperEmpty {
+		set.Pending = slices.Clone(a.Pending)
+	} else {
+		set.Layers = append(set.Layers, a.Upper)
+		set.Checkpoints = append(set.Checkpoints, Checkpoint{CallIDs: slices.Clone(a.Pending), Time: time.Now().UTC(), Layer: a.Upper, Depth: len(a.Layers) + 1})
+	}
+	na := *a
+	na.Layers = slices.Clone(a.Layers[:depth])
+	na.Checkpoints = nil
+	for _, c := range a.Checkpoints {
+		if c.Depth <= depth {
+			na.Checkpoints = append(na.Checkpoints, c)
+		}
+	}
+	na.Pending = nil
+	na.Upper = up
+	if undo {
+		// Back on top: what the last rewind set aside.
+		na.Layers = append(na.Layers, a.Aside.Layers...)
+		na.Checkpoints = append(na.Checkpoints, a.Aside.Checkpoints...)
+		na.Pending = slices.Clone(a.Aside.Pending)
+	}
+	na.Aside = set
+	m.agents[agent] = &na
+	if err := m.saveLocked(); err != nil {
+		m.agents[agent] = a
+		m.removeLayers([]string{up})
+		return err
+	}
+	m.closeMountLocked(agent)
+	if !upperEmpty {
+		os.RemoveAll(m.workDir(a.Upper))
+	}
+	// The empty upper, and what an earlier aside held, go.
+	unused = m.unusedLocked()
+	return nil
+}
+
+// firstDepth is the depth of a's stack below its first checkpoint: a
+// rewind goes no lower (those layers are its fork's).
+func firstDepth(a *agentState) int {
+	if len(a.Checkpoints) > 0 {
+		return a.Checkpoints[0].Depth - 1
+	}
+	if a.Aside != nil {
+		return min(a.Aside.Depth, len(a.Layers))
+	}
+	return len(a.Layers)
+}

@@ -1,0 +1,174 @@
+package workspace
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// state is a tree as a test compares it: every path with its type,
+// permissions and contents (a link's target).
+func state(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		if rel == "." {
+			return nil
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		v := fi.Mode().String()
+		switch {
+		case fi.Mode()&fs.ModeSymlink != 0:
+			l, _ := os.Readlink(p)
+			v += " -> " + l
+		case fi.Mode().IsRegular():
+			b, _ := os.ReadFile(p)
+			v += " " + string(b)
+		}
+		out[rel] = v
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// Ten calls change a root snapshot agent's view in every way a command can
+// (add, modify, chmod, delete, rename, a directory removed whole, links);
+// the view rewound to before call 4 is, byte for byte, what it was then;
+// the rewind is undone; a fork from call 7 sees the view as it was after
+// call 7, and its parent is untouched.
+func TestCheckpointsRewindAndForkFrom(t *testing.T) {
+	t.Parallel()
+	m, home, base := fixture(t)
+	if err := m.Adopt("a", base); err != nil {
+		t.Fatal(err)
+	}
+	calls := []func(v string){
+		func(v string) { put(t, v, "src/main.go", "package main\n") },
+		func(v string) { put(t, v, "f.txt", "one\nTWO\nthree\n") },
+		func(v string) { os.Chmod(filepath.Join(v, "keep.txt"), 0o600) },
+		func(v string) { os.Remove(filepath.Join(v, "gone.txt")) },
+		func(v string) { os.Rename(filepath.Join(v, "f.txt"), filepath.Join(v, "g.txt")) },
+		func(v string) { os.RemoveAll(filepath.Join(v, "dir")) },
+		func(v string) { os.Symlink("src/main.go", filepath.Join(v, "link")) },
+		func(v string) {}, // a call that changes nothing
+		func(v string) { put(t, v, "build/out.o", strings.Repeat("o", 10000)) },
+		func(v string) { put(t, v, "dir/a", "back again\n") },
+	}
+	var at [][2]map[string]string // before and after each call
+	for i, call := range calls {
+		v := view(t, m, "a")
+		before := state(t, v)
+		call(v)
+		after := state(t, v)
+		id := fmt.Sprintf("call_%d", i+1)
+		made, err := m.Checkpoint("a", id, int64(2*i+2))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if made == (i == 7) {
+			t.Errorf("%s: made a checkpoint = %v", id, made)
+		}
+		at = append(at, [2]map[string]string{before, after})
+	}
+	list, _ := m.Checkpoints("a")
+	if len(list.Checkpoints) != 9 {
+		t.Fatalf("%d checkpoints, want 9 (one call changed nothing)", len(list.Checkpoints))
+	}
+	if _, cs, err := m.CheckpointChanges("a", "call_5", false); err != nil || !slices.Equal(summary(cs), []string{"deleted file f.txt", "added file g.txt"}) {
+		t.Errorf("changes of call 5: %v %v", summary(cs), err)
+	}
+	final := at[9][1]
+
+	d, err := m.DepthAt("a", "call_4", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Rewind("a", d, false); err != nil {
+		t.Fatal(err)
+	}
+	if got := state(t, view(t, m, "a")); !maps.Equal(got, at[3][0]) {
+		t.Errorf("rewound to before call 4:\n got %v\nwant %v", got, at[3][0])
+	}
+	// A command after the rewind, then the rewind undone: the later
+	// calls are back, and what was written after the rewind is set aside.
+	put(t, view(t, m, "a"), "after-rewind", "x")
+	if err := m.Rewind("a", 0, true); err != nil {
+		t.Fatal(err)
+	}
+	if got := state(t, view(t, m, "a")); !maps.Equal(got, final) {
+		t.Errorf("undone rewind:\n got %v\nwant %v", got, final)
+	}
+
+	d, err = m.DepthAt("a", "call_7", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.ForkAt("a", "c", d); err != nil {
+		t.Fatal(err)
+	}
+	if got := state(t, view(t, m, "c")); !maps.Equal(got, at[6][1]) {
+		t.Errorf("fork from after call 7:\n got %v\nwant %v", got, at[6][1])
+	}
+	if got := state(t, view(t, m, "a")); !maps.Equal(got, final) {
+		t.Error("a fork from a checkpoint changed its parent")
+	}
+	if _, err := m.DepthAt("a", "call_8", false); !errors.Is(err, ErrCheckpointNotFound) {
+		t.Errorf("a call that changed nothing has no checkpoint: %v", err)
+	}
+
+	// A restart keeps the checkpoints and the views.
+	m.Close()
+	m = open(t, home)
+	if got := state(t, view(t, m, "a")); !maps.Equal(got, final) {
+		t.Error("the view after a restart")
+	}
+	if l, _ := m.Checkpoints("a"); len(l.Checkpoints) != 9 {
+		t.Errorf("%d checkpoints after a restart", len(l.Checkpoints))
+	}
+}
+
+// A call that ends while another job of the view runs is not frozen (the
+// layer would change under the view): it is pending, and the next call
+// that ends with the view still makes one checkpoint spanning both. A
+// rewind is refused while a job runs.
+func TestCheckpointSpansCallsWhileAJobRuns(t *testing.T) {
+	t.Parallel()
+	m, _, base := fixture(t)
+	if err := m.Adopt("a", base); err != nil {
+		t.Fatal(err)
+	}
+	busy := 1
+	m.SetBusy(func([]string) int { return busy })
+	put(t, view(t, m, "a"), "one", "1")
+	if made, err := m.Checkpoint("a", "call_1", 2); made || err != nil {
+		t.Fatalf("a checkpoint while a job runs: %v %v", made, err)
+	}
+	if err := m.Rewind("a", 0, false); !errors.Is(err, ErrBusy) {
+		t.Errorf("rewind while a job runs: %v", err)
+	}
+	busy = 0
+	put(t, view(t, m, "a"), "two", "2")
+	if made, err := m.Checkpoint("a", "call_2", 4); !made || err != nil {
+		t.Fatalf("checkpoint: %v %v", made, err)
+	}
+	list, _ := m.Checkpoints("a")
+	if len(list.Checkpoints) != 1 || !slices.Equal(list.Checkpoints[0].CallIDs, []string{"call_1", "call_2"}) || len(list.Pending) != 0 {
+		t.Errorf("checkpoints = %+v", list)
+	}
+}
