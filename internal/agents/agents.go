@@ -113,6 +113,9 @@ const (
 	EventHookInvoked = "hook/invoked"
 	// EventHookResult records a hook handler's result.
 	EventHookResult = "hook/result"
+	// EventWorkspaceRewind records a rewind of the agent's view:
+	// {callId?, to?, undo}.
+	EventWorkspaceRewind = "workspace/rewind"
 )
 
 // Agent is an agent's header: its identity and lineage.
@@ -149,12 +152,12 @@ type Agent struct {
 type Bounds struct {
 	Sandbox sandbox.Policy
 	Limits  limits.Limits
-	// Prepare, when set, runs with the new agent's id once the id is
-	// reserved and before its header is written: what the agent must never
+	// Prepare, when set, runs with the new agent (its id reserved, its
+	// cwd set) before its header is written: what the agent must never
 	// exist without (its snapshot workspace) is recorded there first, so
 	// that a crash leaves either no agent or one that has it. An error
 	// stops the creation: no header is written. It is not recorded.
-	Prepare func(id string) error
+	Prepare func(a Agent) error
 }
 
 // Event is one transcript line after the header.

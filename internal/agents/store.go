@@ -300,7 +300,7 @@ func checkCwd(cwd string) (string, error) {
 // create assigns a to a new id, runs prepare with it (when set), writes
 // its header followed by events (raw, newline-terminated lines whose last
 // seq is lastSeq) and indexes it.
-func (s *Store) create(ctx context.Context, a Agent, events [][]byte, prepare func(id string) error) (Agent, error) {
+func (s *Store) create(ctx context.Context, a Agent, events [][]byte, prepare func(Agent) error) (Agent, error) {
 	// Reserve the id under the lock, but write and fsync without it, so a
 	// slow disk does not stall lookups and appends of other agents.
 	s.mu.Lock()
@@ -328,7 +328,7 @@ func (s *Store) create(ctx context.Context, a Agent, events [][]byte, prepare fu
 	}()
 
 	if prepare != nil {
-		if err := prepare(a.ID); err != nil {
+		if err := prepare(a); err != nil {
 			return Agent{}, fmt.Errorf("create agent %s: %w", a.ID, err)
 		}
 		faults.Point("agents.create.prepared")

@@ -163,7 +163,15 @@ func (s *Service) callWith(ctx context.Context, agentID, name, callID string, ar
 		CallID: res.CallID, IsError: res.IsError, Text: res.Text, JobID: res.JobID, ExitCode: res.ExitCode, Sandbox: res.Sandbox, Network: toNetworkEvent(res.Network),
 		AdditionalContext: res.AdditionalContext, SystemMessages: res.SystemMessages,
 	}
-	if rerr := s.record(context.WithoutCancel(ctx), agentID, agents.EventToolResult, result); rerr != nil {
+	ev, rerr := s.agents.Append(context.WithoutCancel(ctx), agentID, agents.EventToolResult, result)
+	if rerr != nil {
+		rerr = fmt.Errorf("record %s for agent %s: %w", agents.EventToolResult, agentID, rerr)
+	} else {
+		// The call is over: its changes to a snapshot view are a
+		// checkpoint before the caller hears of it.
+		s.checkpoint(agentID, callID, ev.Seq)
+	}
+	if rerr != nil {
 		switch {
 		case storeDown(rerr):
 			// The call ran: its caller gets its result, and the transcript

@@ -130,7 +130,7 @@ func (s *Service) startChild(ctx context.Context, parent string, mode workspace.
 		}
 		// The same directory as a snapshot parent is its view.
 		return s.startSession(ctx, SourceStartup, func() (agents.Agent, error) {
-			return s.makeChild(b, make, func(id string) error { return s.ws.Share(parent, id) })
+			return s.makeChild(b, make, func(a agents.Agent) error { return s.ws.Share(parent, a.ID) })
 		})
 	}
 	p, err := s.agents.Get(ctx, parent)
@@ -150,19 +150,19 @@ func (s *Service) startChild(ctx context.Context, parent string, mode workspace.
 		return Session{}, fmt.Errorf("%w: agent %s runs %d job(s); a snapshot fork freezes its workspace and needs it idle", workspace.ErrBusy, parent, n)
 	}
 	return s.startSession(ctx, SourceStartup, func() (agents.Agent, error) {
-		return s.makeChild(b, make, func(id string) error { return s.ws.Fork(parent, p.Cwd, id) })
+		return s.makeChild(b, make, func(a agents.Agent) error { return s.ws.Fork(parent, p.Cwd, a.ID) })
 	})
 }
 
 // makeChild makes a child with record run on its id before its header is
 // written, and forgets what record recorded when the header then fails.
-func (s *Service) makeChild(b agents.Bounds, make func(agents.Bounds) (agents.Agent, error), record func(id string) error) (agents.Agent, error) {
+func (s *Service) makeChild(b agents.Bounds, make func(agents.Bounds) (agents.Agent, error), record func(agents.Agent) error) (agents.Agent, error) {
 	var recorded string
-	b.Prepare = func(id string) error {
-		if err := record(id); err != nil {
+	b.Prepare = func(a agents.Agent) error {
+		if err := record(a); err != nil {
 			return err
 		}
-		recorded = id
+		recorded = a.ID
 		return nil
 	}
 	a, err := make(b)

@@ -107,24 +107,26 @@ func (m *Manager) Apply(agent, dir string) (Applied, error) {
 		}()
 	}
 	defer target.close()
-	upper, base, done, err := m.openLayers(a)
+	v, err := m.openSince(agent, a)
 	if err != nil {
 		return Applied{}, err
 	}
-	defer done()
-	cs, err := changes(upper, base)
+	defer v.close()
+	cs, err := v.changes()
 	if err != nil {
 		return Applied{}, fmt.Errorf("workspace changes of agent %s: %w", agent, err)
 	}
 	res.Changes = cs
-	todo, err := plan(cs, upper, base, target)
+	// What the agent made is read from its view (held still), what it
+	// saw at the fork from the view it was given.
+	todo, err := plan(cs, v.now, v.then, target)
 	if err != nil {
 		return Applied{}, err
 	}
 	if len(todo) == 0 {
 		return res, nil
 	}
-	if err := m.apply(j, todo, upper, target); err != nil {
+	if err := m.apply(j, todo, v.now, target); err != nil {
 		return Applied{}, fmt.Errorf("apply agent %s's changes to %s: %w", agent, res.Target, err)
 	}
 	return res, nil

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"path"
 	"slices"
 	"sort"
 
@@ -60,19 +61,169 @@ func (m *Manager) Changes(agent string, diff bool) ([]Change, error) {
 		return nil, err
 	}
 	defer unhold()
-	upper, base, done, err := m.openLayers(a)
+	v, err := m.openSince(agent, a)
 	if err != nil {
 		return nil, err
 	}
-	defer done()
-	cs, err := changes(upper, base)
+	defer v.close()
+	cs, err := v.changes()
 	if err != nil {
 		return nil, fmt.Errorf("workspace changes of agent %s: %w", agent, err)
 	}
 	if diff {
-		addDiffs(cs, upper, base)
+		addDiffs(cs, v.now, v.then)
 	}
 	return cs, nil
+}
+
+// since is what an agent changed since its fork, to read: the layers it
+// wrote since (its own checkpoints' and its upper), its view now, and the
+// view it was given then.
+type since struct {
+	layers    []*tree // oldest first
+	now, then *tree
+	done      []func()
+}
+
+func (v *since) close() {
+	for _, t := range v.layers {
+		t.close()
+	}
+	v.now.close()
+	v.then.close()
+	for _, f := range v.done {
+		f()
+	}
+}
+
+// openSince opens agent's changes since its fork (a its state).
+func (m *Manager) openSince(agent string, a *agentState) (*since, error) {
+	v := &since{}
+	fork := len(a.Layers) - min(a.Own, len(a.Layers))
+	for _, id := range append(slices.Clone(a.Layers[fork:]), a.Upper) {
+		t, err := openTree(m.upperDir(id), "layer "+id)
+		if err != nil {
+			v.close()
+			return nil, err
+		}
+		v.layers = append(v.layers, t)
+	}
+	m.mu.Lock()
+	fd, err := m.mountLocked(agent, a)
+	if err == nil {
+		v.now, err = treeAt(fd, "agent "+agent+"'s view")
+	}
+	m.mu.Unlock()
+	if err != nil {
+		v.close()
+		return nil, err
+	}
+	then, done, err := m.openStack(a.Base, a.Layers[:fork])
+	if err != nil {
+		v.close()
+		return nil, err
+	}
+	v.then, v.done = then, append(v.done, done)
+	return v, nil
+}
+
+// openStack opens the read-only view of base under layers (lowest first).
+func (m *Manager) openStack(base string, layers []string) (*tree, func(), error) {
+	if len(layers) == 0 {
+		t, err := openTree(base, base)
+		return t, func() {}, err
+	}
+	fd, err := mountOverlay(m.lowers(&agentState{Base: base, Layers: layers}), "", "")
+	if err != nil {
+		return nil, nil, unavailable("mount the frozen view: %v", err)
+	}
+	t, err := treeAt(fd, "frozen view of "+base)
+	closeFD(fd)
+	return t, func() {}, err
+}
+
+// changes lists what differs between then and now among the paths the
+// layers touched, sorted by path: a path the layers hold is compared as it
+// is now with what it was then (a file made in one layer and deleted in a
+// later one is no change); a directory a layer made opaque lists what it
+// held then and holds no more.
+func (v *since) changes() ([]Change, error) {
+	touched := map[string]bool{}
+	opaque := map[string]bool{}
+	for _, l := range v.layers {
+		err := l.walk(func(rel string, fi fs.FileInfo) error {
+			touched[rel] = true
+			if fi.IsDir() && l.opaque(rel) {
+				opaque[rel] = true
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	var cs []Change
+	for rel := range touched {
+		nfi, nerr := v.now.lstat(rel)
+		tfi, terr := v.then.lstat(rel)
+		for _, err := range []error{nerr, terr} {
+			if err != nil && !missing(err) {
+				return nil, err
+			}
+		}
+		isNow, wasThen := nerr == nil, terr == nil
+		switch {
+		case !isNow && wasThen:
+			// Only where what holds it was not deleted too: one entry
+			// for a deleted directory, not one for each file in it.
+			if parent := path.Dir(rel); parent == "." || v.present(parent) {
+				cs = append(cs, Change{Path: rel, Kind: Deleted, Type: typeOf(tfi), Size: treeSize(v.then, rel, tfi)})
+			}
+		case isNow && !wasThen:
+			cs = append(cs, Change{Path: rel, Kind: Added, Type: typeOf(nfi), Size: sizeOf(nfi)})
+		case isNow && wasThen && nfi.IsDir() && tfi.IsDir():
+			if !opaque[rel] {
+				continue
+			}
+			ents, err := v.then.readDir(rel)
+			if err != nil {
+				return nil, err
+			}
+			for _, li := range ents {
+				child := rel + "/" + li.Name()
+				if touched[child] {
+					continue // compared on its own
+				}
+				if _, err := v.now.lstat(child); missing(err) {
+					cs = append(cs, Change{Path: child, Kind: Deleted, Type: typeOf(li), Size: treeSize(v.then, child, li)})
+				}
+			}
+		case isNow && wasThen:
+			same, err := sameEntry(v.now, rel, nfi, v.then, rel, tfi)
+			if err != nil {
+				return nil, err
+			}
+			if !same {
+				cs = append(cs, Change{Path: rel, Kind: Modified, Type: typeOf(nfi), Size: sizeOf(nfi)})
+			}
+		}
+	}
+	sort.Slice(cs, func(i, j int) bool { return cs[i].Path < cs[j].Path })
+	return cs, nil
+}
+
+// present reports whether rel is in the view now.
+func (v *since) present(rel string) bool {
+	_, err := v.now.lstat(rel)
+	return err == nil
+}
+
+// sizeOf is a Change's size of what fi describes now (0 for a directory).
+func sizeOf(fi fs.FileInfo) int64 {
+	if fi.IsDir() {
+		return 0
+	}
+	return fi.Size()
 }
 
 func (m *Manager) liveLocked(agent string) (*agentState, error) {

@@ -52,6 +52,7 @@ type Checkpoint struct {
 // the upper layer (if it held anything) and their checkpoints.
 type aside struct {
 	Depth       int          `json:"depth"`
+	Own         int          `json:"own"`
 	Layers      []string     `json:"layers"`
 	Checkpoints []Checkpoint `json:"checkpoints,omitempty"`
 	Pending     []string     `json:"pending,omitempty"`
@@ -115,6 +116,7 @@ func (m *Manager) Checkpoint(agent, callID string, seq int64) (made bool, err er
 		CallIDs: append(slices.Clone(a.Pending), callID), Seq: seq, Time: time.Now().UTC(), Layer: a.Upper, Depth: len(na.Layers),
 	})
 	na.Pending = nil
+	na.Own = a.Own + 1
 	m.agents[owner] = &na
 	if err := m.saveLocked(); err != nil {
 		m.agents[owner] = a
@@ -297,7 +299,7 @@ func (m *Manager) Rewind(agent string, depth int, undo bool) error {
 	}
 	// Set aside: the layers above depth, the upper if it holds anything
 	// (frozen as it is: the view is still), and their checkpoints.
-	set := &aside{Depth: depth, Layers: slices.Clone(a.Layers[depth:])}
+	set := &aside{Depth: depth, Layers: slices.Clone(a.Layers[depth:]), Own: a.Own}
 	for _, c := range a.Checkpoints {
 		if c.Depth > depth {
 			set.Checkpoints = append(set.Checkpoints, c)
@@ -307,6 +309,7 @@ func (m *Manager) Rewind(agent string, depth int, undo bool) error {
 	if upperEmpty {
 		set.Pending = slices.Clone(a.Pending)
 	} else {
+		set.Own = a.Own + 1
 		set.Layers = append(set.Layers, a.Upper)
 		set.Checkpoints = append(set.Checkpoints, Checkpoint{CallIDs: slices.Clone(a.Pending), Time: time.Now().UTC(), Layer: a.Upper, Depth: len(a.Layers) + 1})
 	}
@@ -320,7 +323,9 @@ func (m *Manager) Rewind(agent string, depth int, undo bool) error {
 	}
 	na.Pending = nil
 	na.Upper = up
+	na.Own = max(0, a.Own-(len(a.Layers)-depth))
 	if undo {
+		na.Own = a.Aside.Own
 		// Back on top: what the last rewind set aside.
 		na.Layers = append(na.Layers, a.Aside.Layers...)
 		na.Checkpoints = append(na.Checkpoints, a.Aside.Checkpoints...)

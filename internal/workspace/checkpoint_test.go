@@ -172,3 +172,41 @@ func TestCheckpointSpansCallsWhileAJobRuns(t *testing.T) {
 		t.Errorf("checkpoints = %+v", list)
 	}
 }
+
+// A child's changes since its fork are all of its checkpoints' and its
+// upper's, whatever they were split into, and apply takes them all.
+func TestChangesSpanCheckpoints(t *testing.T) {
+	t.Parallel()
+	m, _, base := fixture(t)
+	if err := m.Fork("p", base, "c"); err != nil {
+		t.Fatal(err)
+	}
+	steps := []func(v string){
+		func(v string) { put(t, v, "new/one", "1\n") },
+		func(v string) { put(t, v, "f.txt", "changed\n") },
+		func(v string) { os.Remove(filepath.Join(v, "gone.txt")) },
+		func(v string) { put(t, v, "tmp", "x"); os.RemoveAll(filepath.Join(v, "dir")) },
+		func(v string) { os.Remove(filepath.Join(v, "tmp")) }, // made and removed: no change
+	}
+	for i, step := range steps {
+		step(view(t, m, "c"))
+		if _, err := m.Checkpoint("c", fmt.Sprint("call_", i), int64(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put(t, view(t, m, "c"), "upper-only", "u\n") // not checkpointed yet
+	cs, err := m.Changes("c", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"deleted dir dir", "modified file f.txt", "deleted file gone.txt", "added dir new", "added file new/one", "added file upper-only"}
+	if !slices.Equal(summary(cs), want) {
+		t.Errorf("changes across checkpoints:\n got %v\nwant %v", summary(cs), want)
+	}
+	if _, err := m.Apply("c", ""); err != nil {
+		t.Fatal(err)
+	}
+	if got, w := state(t, view(t, m, "p")), state(t, view(t, m, "c")); !maps.Equal(got, w) {
+		t.Errorf("parent after apply:\n got %v\nwant %v", got, w)
+	}
+}

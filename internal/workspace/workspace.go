@@ -130,6 +130,10 @@ type agentState struct {
 	Checkpoints []Checkpoint `json:"checkpoints,omitempty"`
 	Pending     []string     `json:"pending,omitempty"`
 	Aside       *aside       `json:"aside,omitempty"`
+	// Own counts the top frozen layers that are the agent's own since its
+	// latest fork (its checkpoints'): its changes are those layers and
+	// its upper against the view below them.
+	Own int `json:"own,omitempty"`
 }
 
 type stateFile struct {
@@ -478,6 +482,7 @@ func (m *Manager) Fork(parent, cwd, child string) (err error) {
 		}
 	}
 	np.Upper = pUpper
+	np.Own = 0 // its changes are from this fork on
 	c := &agentState{Base: np.Base, Layers: slices.Clone(np.Layers), Upper: cUpper, Parent: parent, Created: time.Now().UTC()}
 	// Both views are mounted before anything is recorded: a base or a
 	// layer overlayfs refuses (a base on a file system it cannot stack
