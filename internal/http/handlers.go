@@ -176,11 +176,13 @@ func (s *Server) ListAgents(ctx context.Context, _ api.ListAgentsRequestObject) 
 func (s *Server) CreateAgent(ctx context.Context, req api.CreateAgentRequestObject) (api.CreateAgentResponseObject, error) {
 	var cwd string
 	var b agents.Bounds
+	var mode workspace.Mode
 	if req.Body != nil {
 		cwd = deref(req.Body.Cwd)
 		b = agents.Bounds{Sandbox: fromAPISandbox(req.Body.Sandbox), Limits: fromAPILimits(req.Body.Limits)}
+		mode = workspace.Mode(deref(req.Body.Workspace))
 	}
-	a, err := s.pipeline.CreateAgent(ctx, cwd, b)
+	a, err := s.pipeline.CreateAgentIn(ctx, cwd, b, mode)
 	if err != nil {
 		return nil, err
 	}
@@ -214,6 +216,16 @@ func (s *Server) ForkAgent(ctx context.Context, req api.ForkAgentRequestObject) 
 		boundary = req.Body.Boundary
 		b = agents.Bounds{Sandbox: fromAPISandbox(req.Body.Sandbox), Limits: fromAPILimits(req.Body.Limits)}
 		mode = workspace.Mode(deref(req.Body.Workspace))
+		if from := deref(req.Body.FromCallId); from != "" {
+			if err := fromCall(mode, boundary != nil); err != nil {
+				return nil, err
+			}
+			a, err := s.pipeline.ForkAgentFrom(ctx, req.Id, from, b)
+			if err != nil {
+				return nil, err
+			}
+			return api.ForkAgent201JSONResponse(s.withWorkspace(toAPISession(a))), nil
+		}
 	}
 	a, err := s.pipeline.ForkAgent(ctx, req.Id, boundary, b, mode)
 	if err != nil {
@@ -229,6 +241,16 @@ func (s *Server) SpawnAgent(ctx context.Context, req api.SpawnAgentRequestObject
 	if req.Body != nil {
 		b = agents.Bounds{Sandbox: fromAPISandbox(req.Body.Sandbox), Limits: fromAPILimits(req.Body.Limits)}
 		mode = workspace.Mode(deref(req.Body.Workspace))
+		if from := deref(req.Body.FromCallId); from != "" {
+			if err := fromCall(mode, false); err != nil {
+				return nil, err
+			}
+			a, err := s.pipeline.SpawnAgentFrom(ctx, req.Id, from, b)
+			if err != nil {
+				return nil, err
+			}
+			return api.SpawnAgent201JSONResponse(s.withWorkspace(toAPISession(a))), nil
+		}
 	}
 	a, err := s.pipeline.SpawnAgent(ctx, req.Id, b, mode)
 	if err != nil {

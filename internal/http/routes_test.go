@@ -88,6 +88,20 @@ func (f *failing) SpawnAgent(context.Context, string, agents.Bounds, workspace.M
 	return run.Session{}, f.err
 }
 
+func (f *failing) CreateAgentIn(context.Context, string, agents.Bounds, workspace.Mode) (run.Session, error) {
+	return run.Session{}, f.err
+}
+func (f *failing) ForkAgentFrom(context.Context, string, string, agents.Bounds) (run.Session, error) {
+	return run.Session{}, f.err
+}
+func (f *failing) SpawnAgentFrom(context.Context, string, string, agents.Bounds) (run.Session, error) {
+	return run.Session{}, f.err
+}
+func (f *failing) Checkpoints(context.Context, string, bool) ([]run.CheckpointInfo, workspace.CheckpointList, error) {
+	return nil, workspace.CheckpointList{}, f.err
+}
+func (f *failing) Rewind(context.Context, string, string, bool, bool) (int, error) { return 0, f.err }
+
 func (f *failing) Get(context.Context, string) (agents.Agent, error) { return agents.Agent{}, f.err }
 func (f *failing) List(context.Context) ([]agents.Agent, error)      { return nil, f.err }
 func (f *failing) Transcript(context.Context, string) ([]byte, error) {
@@ -206,13 +220,15 @@ var routes = []route{
 	{"DELETE", "/plugins/{id}", "/plugins/plg_1", "", []error{shellenv.ErrPluginNotFound, shellenv.ErrStoreUnavailable}},
 	{"POST", "/plugins/{id}/renew", "/plugins/plg_1/renew", `{}`, []error{shellenv.ErrPluginNotFound, shellenv.ErrInvalidPlugin, shellenv.ErrStoreUnavailable}},
 	{"GET", "/agents", "/agents", "", []error{status.ErrAgentStoreUnavailable}},
-	{"POST", "/agents", "/agents", `{}`, []error{agents.ErrInvalidCwd, sandbox.ErrUnavailable, sandbox.ErrInvalid, limits.ErrInvalid, enospc, status.ErrAgentStoreUnavailable, agents.ErrConflict}},
+	{"POST", "/agents", "/agents", `{}`, []error{agents.ErrInvalidCwd, sandbox.ErrUnavailable, sandbox.ErrInvalid, limits.ErrInvalid, workspace.ErrUnavailable, workspace.ErrInvalid, workspace.ErrOverBudget, enospc, status.ErrAgentStoreUnavailable, agents.ErrConflict}},
 	{"GET", "/agents/{id}", "/agents/agt_1", "", []error{agents.ErrNotFound, status.ErrAgentStoreUnavailable}},
 	{"POST", "/agents/{id}/resume", "/agents/agt_1/resume", "", []error{agents.ErrNotFound, enospc, status.ErrAgentHomeUnavailable, status.ErrAgentStoreUnavailable, agents.ErrConflict}},
-	{"POST", "/agents/{id}/fork", "/agents/agt_1/fork", `{}`, []error{agents.ErrNotFound, agents.ErrInvalidBoundary, sandbox.ErrLooser, sandbox.ErrUnavailable, limits.ErrLooser, limits.ErrInvalid, workspace.ErrUnavailable, workspace.ErrBusy, workspace.ErrDropped, workspace.ErrInvalid, workspace.ErrOverBudget, enospc, status.ErrAgentHomeUnavailable, status.ErrAgentStoreUnavailable, agents.ErrConflict}},
-	{"POST", "/agents/{id}/spawn", "/agents/agt_1/spawn", `{}`, []error{agents.ErrNotFound, agents.ErrDepthExceeded, sandbox.ErrLooser, sandbox.ErrUnavailable, limits.ErrLooser, limits.ErrInvalid, workspace.ErrUnavailable, workspace.ErrBusy, workspace.ErrDropped, workspace.ErrInvalid, workspace.ErrOverBudget, enospc, status.ErrAgentHomeUnavailable, status.ErrAgentStoreUnavailable, agents.ErrConflict}},
+	{"POST", "/agents/{id}/fork", "/agents/agt_1/fork", `{}`, []error{agents.ErrNotFound, agents.ErrInvalidBoundary, sandbox.ErrLooser, sandbox.ErrUnavailable, limits.ErrLooser, limits.ErrInvalid, workspace.ErrUnavailable, workspace.ErrBusy, workspace.ErrDropped, workspace.ErrInvalid, workspace.ErrOverBudget, workspace.ErrCheckpointNotFound, enospc, status.ErrAgentHomeUnavailable, status.ErrAgentStoreUnavailable, agents.ErrConflict}},
+	{"POST", "/agents/{id}/spawn", "/agents/agt_1/spawn", `{}`, []error{agents.ErrNotFound, agents.ErrDepthExceeded, sandbox.ErrLooser, sandbox.ErrUnavailable, limits.ErrLooser, limits.ErrInvalid, workspace.ErrUnavailable, workspace.ErrBusy, workspace.ErrDropped, workspace.ErrInvalid, workspace.ErrOverBudget, workspace.ErrCheckpointNotFound, enospc, status.ErrAgentHomeUnavailable, status.ErrAgentStoreUnavailable, agents.ErrConflict}},
 	{"DELETE", "/agents/{id}/workspace", "/agents/agt_1/workspace", "", []error{agents.ErrNotFound, workspace.ErrNotFound, workspace.ErrBusy, status.ErrAgentStoreUnavailable}},
 	{"GET", "/agents/{id}/workspace/changes", "/agents/agt_1/workspace/changes", "", []error{agents.ErrNotFound, workspace.ErrNotFound, workspace.ErrDropped, workspace.ErrUnavailable, status.ErrAgentStoreUnavailable}},
+	{"GET", "/agents/{id}/checkpoints", "/agents/agt_1/checkpoints", "", []error{agents.ErrNotFound, workspace.ErrNotFound, workspace.ErrDropped, workspace.ErrUnavailable, status.ErrAgentStoreUnavailable}},
+	{"POST", "/agents/{id}/rewind", "/agents/agt_1/rewind", `{"callId":"call_1"}`, []error{agents.ErrNotFound, workspace.ErrNotFound, workspace.ErrCheckpointNotFound, workspace.ErrDropped, workspace.ErrBusy, workspace.ErrInvalid, workspace.ErrUnavailable, enospc, status.ErrAgentStoreUnavailable}},
 	{"POST", "/agents/{id}/workspace/apply", "/agents/agt_1/workspace/apply", `{}`, []error{agents.ErrNotFound, workspace.ErrNotFound, workspace.ErrDropped, workspace.ErrBusy, &workspace.ConflictError{Paths: []string{"f"}}, workspace.ErrInvalid, workspace.ErrUnavailable, enospc, status.ErrAgentStoreUnavailable}},
 	{"GET", "/agents/{id}/transcript", "/agents/agt_1/transcript", "", []error{agents.ErrNotFound, status.ErrAgentStoreUnavailable}},
 	{"POST", "/agents/{id}/tools/{name}", "/agents/agt_1/tools/bash", `{"arguments":{"command":"true"}}`,

@@ -72,6 +72,11 @@ type pipeline interface {
 	ResumeAgent(ctx context.Context, id string) (run.Session, error)
 	ForkAgent(ctx context.Context, id string, boundary *int64, b agents.Bounds, mode workspace.Mode) (run.Session, error)
 	SpawnAgent(ctx context.Context, id string, b agents.Bounds, mode workspace.Mode) (run.Session, error)
+	CreateAgentIn(ctx context.Context, cwd string, b agents.Bounds, mode workspace.Mode) (run.Session, error)
+	ForkAgentFrom(ctx context.Context, id, callID string, b agents.Bounds) (run.Session, error)
+	SpawnAgentFrom(ctx context.Context, id, callID string, b agents.Bounds) (run.Session, error)
+	Checkpoints(ctx context.Context, agent string, diff bool) ([]run.CheckpointInfo, workspace.CheckpointList, error)
+	Rewind(ctx context.Context, agent, callID string, after, undo bool) (int, error)
 }
 
 // agentService is what the handlers read of agent sessions.

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/dshd/dshd/internal/http/api"
 	"github.com/dshd/dshd/internal/workspace"
@@ -117,4 +118,68 @@ func toAPIWorkspaceSupport(w workspaceService) api.WorkspaceSupport {
 		s.MaxBytes, s.OverBudget = &max, &over
 	}
 	return s
+}
+
+// fromCall checks a fork's or spawn's fromCallId against the rest of its
+// body: it starts from a checkpoint, so it needs a snapshot workspace, and
+// the transcript's boundary is the call's own.
+func fromCall(mode workspace.Mode, boundary bool) error {
+	switch {
+	case mode != workspace.Snapshot:
+		return fmt.Errorf("%w: fromCallId starts from a checkpoint of the agent's view: give workspace snapshot with it", workspace.ErrInvalid)
+	case boundary:
+		return fmt.Errorf("%w: fromCallId sets the transcript's boundary (the call's result): give one or the other", workspace.ErrInvalid)
+	}
+	return nil
+}
+
+// ListCheckpoints lists a snapshot agent's checkpoints.
+func (s *Server) ListCheckpoints(ctx context.Context, req api.ListCheckpointsRequestObject) (api.ListCheckpointsResponseObject, error) {
+	cps, list, err := s.pipeline.Checkpoints(ctx, req.Id, deref(req.Params.Diff))
+	if err != nil {
+		return nil, err
+	}
+	out := api.ListCheckpoints200JSONResponse{AgentId: req.Id, Checkpoints: make([]api.Checkpoint, 0, len(cps)), Pending: list.Pending, Undo: list.Undo}
+	if out.Pending == nil {
+		out.Pending = []string{}
+	}
+	for _, c := range cps {
+		last := ""
+		if len(c.CallIDs) > 0 {
+			last = c.CallIDs[len(c.CallIDs)-1]
+		}
+		ids := c.CallIDs
+		if ids == nil {
+			ids = []string{}
+		}
+		out.Checkpoints = append(out.Checkpoints, api.Checkpoint{CallIds: ids, CallId: last, Seq: c.Seq, Time: c.Time, Changes: toAPIChanges(c.Changes)})
+	}
+	return out, nil
+}
+
+// RewindAgent sets a snapshot agent's view back to before or after a call.
+func (s *Server) RewindAgent(ctx context.Context, req api.RewindAgentRequestObject) (api.RewindAgentResponseObject, error) {
+	in := req.Body
+	undo := deref(in.Undo)
+	callID := deref(in.CallId)
+	switch {
+	case undo && (callID != "" || in.To != nil):
+		return nil, fmt.Errorf("%w: undo takes no callId or to", workspace.ErrInvalid)
+	case !undo && callID == "":
+		return nil, fmt.Errorf("%w: name the callId to rewind to, or undo", workspace.ErrInvalid)
+	}
+	after := in.To != nil && *in.To == api.RewindInputToAfter
+	n, err := s.pipeline.Rewind(ctx, req.Id, callID, after, undo)
+	if err != nil {
+		return nil, err
+	}
+	res := api.RewindAgent200JSONResponse{AgentId: req.Id, Undo: undo, Checkpoints: int32(n), CallId: optional(callID)}
+	if !undo {
+		to := api.RewoundToBefore
+		if after {
+			to = api.RewoundToAfter
+		}
+		res.To = &to
+	}
+	return res, nil
 }

@@ -382,6 +382,58 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/agents/{id}/checkpoints": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        /**
+         * The checkpoints of a snapshot agent's view, oldest first, each with what its calls changed.
+         * @description Every tool call of an agent with a snapshot workspace ends with a checkpoint of its view
+         *     when it changed something: the layer the call wrote is frozen and a fresh one started. A
+         *     call that changed nothing makes none. With `diff=true`, unified diffs of text files, as
+         *     `workspace/changes` gives them. 404 `workspace_not_found` for an agent without a snapshot
+         *     view of its own.
+         */
+        get: operations["listCheckpoints"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/agents/{id}/rewind": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Set a snapshot agent's view back to before or after one of its tool calls.
+         * @description The layers after that point are set aside, not deleted: `undo: true` brings them back.
+         *     The transcript records a `workspace/rewind` event; the agent's next command sees the
+         *     restored files. 409 `workspace_busy` while a job of the agent's view runs or has
+         *     processes left running; 404 `checkpoint_not_found` when no checkpoint holds the call (a
+         *     call that changed nothing rewinds to the checkpoint before it).
+         */
+        post: operations["rewindAgent"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/agents/{id}/workspace/apply": {
         parameters: {
             query?: never;
@@ -1051,6 +1103,54 @@ export interface components {
             path: string;
             changes: components["schemas"]["WorkspaceChange"][];
         };
+        Checkpoint: {
+            /** @description The calls whose changes it holds, oldest first: one, or several when calls ended while another job of the agent's view ran (their changes could not be frozen then). */
+            callIds: string[];
+            /** @description The last of `callIds`: the call it was made at. */
+            callId: string;
+            /**
+             * Format: int64
+             * @description Transcript seq of that call's result (0 for changes set aside by a rewind without a call).
+             */
+            seq: number;
+            /** Format: date-time */
+            time: string;
+            /** @description What the calls changed: the checkpoint's layer against the view before it. */
+            changes: components["schemas"]["WorkspaceChange"][];
+        };
+        Checkpoints: {
+            agentId: string;
+            /** @description Oldest first. */
+            checkpoints: components["schemas"]["Checkpoint"][];
+            /** @description Calls whose changes are not in a checkpoint yet (they ended while another job of the view ran); the next call that ends with the view still makes one holding them. */
+            pending: string[];
+            /** @description The last rewind can be undone (`POST /agents/{id}/rewind` with `undo: true`). */
+            undo: boolean;
+        };
+        RewindInput: {
+            /** @description The tool call to rewind to. */
+            callId?: string;
+            /**
+             * @description The view as it was before the call, or after it.
+             * @default before
+             * @enum {string}
+             */
+            to: "before" | "after";
+            /** @description Undo the last rewind instead (no `callId`): what it set aside is brought back, and what was written since is set aside in turn. */
+            undo?: boolean;
+        };
+        Rewound: {
+            agentId: string;
+            callId?: string;
+            /** @enum {string} */
+            to?: "before" | "after";
+            undo: boolean;
+            /**
+             * Format: int32
+             * @description Checkpoints left in the view's history.
+             */
+            checkpoints: number;
+        };
         WorkspaceApplyInput: {
             /** @description An absolute directory to apply to instead of the parent's view. */
             directory?: string;
@@ -1387,6 +1487,8 @@ export interface components {
             cwd?: string;
             sandbox?: components["schemas"]["SandboxRequest"];
             limits?: components["schemas"]["Limits"];
+            /** @description `snapshot`: the agent works in a copy-on-write view of `cwd` from its creation, and every tool call of it ends with a checkpoint (`GET /agents/{id}/checkpoints`); `cwd` itself is not written until the agent's changes are applied to it. */
+            workspace?: components["schemas"]["WorkspaceMode"];
         };
         ForkInput: {
             /**
@@ -1397,11 +1499,15 @@ export interface components {
             sandbox?: components["schemas"]["SandboxRequest"];
             limits?: components["schemas"]["Limits"];
             workspace?: components["schemas"]["WorkspaceMode"];
+            /** @description Start from a tool call of a snapshot agent (with `workspace: snapshot`, not with `boundary`): the transcript up to that call's result, the workspace as it was after it (its checkpoint). 404 `checkpoint_not_found` when no checkpoint holds it. */
+            fromCallId?: string;
         };
         SpawnInput: {
             sandbox?: components["schemas"]["SandboxRequest"];
             limits?: components["schemas"]["Limits"];
             workspace?: components["schemas"]["WorkspaceMode"];
+            /** @description Start the spawned agent's workspace from a tool call of a snapshot agent (with `workspace: snapshot`): as it was after that call. */
+            fromCallId?: string;
         };
         /**
          * @description A sandbox policy asked for by the harness (never by a model: a tool argument naming a
@@ -3367,6 +3473,110 @@ export interface operations {
             421: components["responses"]["R421"];
             422: components["responses"]["R422"];
             503: components["responses"]["R503AgentStore"];
+            default: components["responses"]["Problem"];
+        };
+    };
+    listCheckpoints: {
+        parameters: {
+            query?: {
+                /** @description Add unified diffs of text files. */
+                diff?: boolean;
+            };
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The checkpoints. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "agentId": "agt_01m8rk3468mk6yta9t5hevkezw",
+                     *       "checkpoints": [
+                     *         {
+                     *           "callIds": [
+                     *             "call_1"
+                     *           ],
+                     *           "callId": "call_1",
+                     *           "seq": 2,
+                     *           "time": "2026-12-01T10:41:05Z",
+                     *           "changes": [
+                     *             {
+                     *               "path": "notes.md",
+                     *               "kind": "added",
+                     *               "type": "file",
+                     *               "size": 40
+                     *             }
+                     *           ]
+                     *         }
+                     *       ],
+                     *       "pending": [],
+                     *       "undo": false
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Checkpoints"];
+                };
+            };
+            400: components["responses"]["R400"];
+            401: components["responses"]["R401"];
+            404: components["responses"]["R404"];
+            409: components["responses"]["R409"];
+            421: components["responses"]["R421"];
+            422: components["responses"]["R422"];
+            503: components["responses"]["R503AgentStore"];
+            default: components["responses"]["Problem"];
+        };
+    };
+    rewindAgent: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["RewindInput"];
+            };
+        };
+        responses: {
+            /** @description Rewound. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "agentId": "agt_01m8rk3468mk6yta9t5hevkezw",
+                     *       "callId": "call_4",
+                     *       "to": "before",
+                     *       "undo": false,
+                     *       "checkpoints": 3
+                     *     }
+                     */
+                    "application/json": components["schemas"]["Rewound"];
+                };
+            };
+            400: components["responses"]["R400"];
+            401: components["responses"]["R401"];
+            404: components["responses"]["R404"];
+            408: components["responses"]["R408"];
+            409: components["responses"]["R409"];
+            413: components["responses"]["R413"];
+            421: components["responses"]["R421"];
+            422: components["responses"]["R422"];
+            503: components["responses"]["R503AgentStore"];
+            507: components["responses"]["R507"];
             default: components["responses"]["Problem"];
         };
     };

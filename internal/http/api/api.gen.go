@@ -578,6 +578,42 @@ func (e OutputExitEventEvent) Valid() bool {
 	}
 }
 
+// Defines values for RewindInputTo.
+const (
+	RewindInputToAfter  RewindInputTo = "after"
+	RewindInputToBefore RewindInputTo = "before"
+)
+
+// Valid indicates whether the value is a known member of the RewindInputTo enum.
+func (e RewindInputTo) Valid() bool {
+	switch e {
+	case RewindInputToAfter:
+		return true
+	case RewindInputToBefore:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for RewoundTo.
+const (
+	RewoundToAfter  RewoundTo = "after"
+	RewoundToBefore RewoundTo = "before"
+)
+
+// Valid indicates whether the value is a known member of the RewoundTo enum.
+func (e RewoundTo) Valid() bool {
+	switch e {
+	case RewoundToAfter:
+		return true
+	case RewoundToBefore:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for SandboxFS.
 const (
 	ReadOnly       SandboxFS = "read-only"
@@ -985,6 +1021,9 @@ type AgentInput struct {
 	// with 422 `sandbox_looser`. A policy this host cannot enforce fails with 422
 	// `sandbox_unavailable` (never runs unconfined); `GET /healthz` lists what it can.
 	Sandbox *SandboxRequest `json:"sandbox,omitempty"`
+
+	// Workspace `snapshot`: the agent works in a copy-on-write view of `cwd` from its creation, and every tool call of it ends with a checkpoint (`GET /agents/{id}/checkpoints`); `cwd` itself is not written until the agent's changes are applied to it.
+	Workspace *WorkspaceMode `json:"workspace,omitempty"`
 }
 
 // AgentLimits The limits recorded at the agent's creation for its jobs (the request completed by
@@ -1058,6 +1097,36 @@ type BuiltinContributor struct {
 
 // BuiltinContributorKind defines model for BuiltinContributor.Kind.
 type BuiltinContributorKind string
+
+// Checkpoint defines model for Checkpoint.
+type Checkpoint struct {
+	// CallId The last of `callIds`: the call it was made at.
+	CallId string `json:"callId"`
+
+	// CallIds The calls whose changes it holds, oldest first: one, or several when calls ended while another job of the agent's view ran (their changes could not be frozen then).
+	CallIds []string `json:"callIds"`
+
+	// Changes What the calls changed: the checkpoint's layer against the view before it.
+	Changes []WorkspaceChange `json:"changes"`
+
+	// Seq Transcript seq of that call's result (0 for changes set aside by a rewind without a call).
+	Seq  int64     `json:"seq"`
+	Time time.Time `json:"time"`
+}
+
+// Checkpoints defines model for Checkpoints.
+type Checkpoints struct {
+	AgentId string `json:"agentId"`
+
+	// Checkpoints Oldest first.
+	Checkpoints []Checkpoint `json:"checkpoints"`
+
+	// Pending Calls whose changes are not in a checkpoint yet (they ended while another job of the view ran); the next call that ends with the view still makes one holding them.
+	Pending []string `json:"pending"`
+
+	// Undo The last rewind can be undone (`POST /agents/{id}/rewind` with `undo: true`).
+	Undo bool `json:"undo"`
+}
 
 // ClusterReplica defines model for ClusterReplica.
 type ClusterReplica struct {
@@ -1323,6 +1392,9 @@ type ExecRequest struct {
 type ForkInput struct {
 	// Boundary Copy transcript events up to this seq.
 	Boundary *int64 `json:"boundary,omitempty"`
+
+	// FromCallId Start from a tool call of a snapshot agent (with `workspace: snapshot`, not with `boundary`): the transcript up to that call's result, the workspace as it was after it (its checkpoint). 404 `checkpoint_not_found` when no checkpoint holds it.
+	FromCallId *string `json:"fromCallId,omitempty"`
 
 	// Limits Resource limits asked for by the harness (never by a model), for every job of an
 	// agent (`POST /agents`, fork, spawn) or for one job (`POST /exec`). A limit left out
@@ -1963,6 +2035,35 @@ type Resolver struct {
 	union json.RawMessage
 }
 
+// RewindInput defines model for RewindInput.
+type RewindInput struct {
+	// CallId The tool call to rewind to.
+	CallId *string `json:"callId,omitempty"`
+
+	// To The view as it was before the call, or after it.
+	To *RewindInputTo `json:"to,omitempty"`
+
+	// Undo Undo the last rewind instead (no `callId`): what it set aside is brought back, and what was written since is set aside in turn.
+	Undo *bool `json:"undo,omitempty"`
+}
+
+// RewindInputTo The view as it was before the call, or after it.
+type RewindInputTo string
+
+// Rewound defines model for Rewound.
+type Rewound struct {
+	AgentId string  `json:"agentId"`
+	CallId  *string `json:"callId,omitempty"`
+
+	// Checkpoints Checkpoints left in the view's history.
+	Checkpoints int32      `json:"checkpoints"`
+	To          *RewoundTo `json:"to,omitempty"`
+	Undo        bool       `json:"undo"`
+}
+
+// RewoundTo defines model for Rewound.To.
+type RewoundTo string
+
 // SandboxFS What the command may touch on the file system, loosest first. `unrestricted`: every
 // power of the server's user. `workspace-write`: everything readable except the dshd
 // home (only its `skills` stays visible, read-only) and the token file; writable only the
@@ -2103,6 +2204,9 @@ type Skill struct {
 
 // SpawnInput defines model for SpawnInput.
 type SpawnInput struct {
+	// FromCallId Start the spawned agent's workspace from a tool call of a snapshot agent (with `workspace: snapshot`): as it was after that call.
+	FromCallId *string `json:"fromCallId,omitempty"`
+
 	// Limits Resource limits asked for by the harness (never by a model), for every job of an
 	// agent (`POST /agents`, fork, spawn) or for one job (`POST /exec`). A limit left out
 	// takes the enclosing one: for a root agent and an execution without agent the
@@ -2541,6 +2645,12 @@ type R503RunAgent = Problem
 // R507 defines model for R507.
 type R507 = Problem
 
+// ListCheckpointsParams defines parameters for ListCheckpoints.
+type ListCheckpointsParams struct {
+	// Diff Add unified diffs of text files.
+	Diff *bool `form:"diff,omitempty" json:"diff,omitempty"`
+}
+
 // GetWorkspaceChangesParams defines parameters for GetWorkspaceChanges.
 type GetWorkspaceChangesParams struct {
 	// Diff Add unified diffs of text files.
@@ -2601,6 +2711,9 @@ type CreateAgentJSONRequestBody = AgentInput
 
 // ForkAgentJSONRequestBody defines body for ForkAgent for application/json ContentType.
 type ForkAgentJSONRequestBody = ForkInput
+
+// RewindAgentJSONRequestBody defines body for RewindAgent for application/json ContentType.
+type RewindAgentJSONRequestBody = RewindInput
 
 // SpawnAgentJSONRequestBody defines body for SpawnAgent for application/json ContentType.
 type SpawnAgentJSONRequestBody = SpawnInput
@@ -3660,12 +3773,18 @@ type ServerInterface interface {
 	// GetAgent One agent's header.
 	// (GET /agents/{id})
 	GetAgent(w http.ResponseWriter, r *http.Request, id string)
+	// ListCheckpoints The checkpoints of a snapshot agent's view, oldest first, each with what its calls changed.
+	// (GET /agents/{id}/checkpoints)
+	ListCheckpoints(w http.ResponseWriter, r *http.Request, id string, params ListCheckpointsParams)
 	// ForkAgent New agent with a copy of the transcript, up to boundary seq when given.
 	// (POST /agents/{id}/fork)
 	ForkAgent(w http.ResponseWriter, r *http.Request, id string)
 	// ResumeAgent Reload the agent from disk (same id) and record a resume event.
 	// (POST /agents/{id}/resume)
 	ResumeAgent(w http.ResponseWriter, r *http.Request, id string)
+	// RewindAgent Set a snapshot agent's view back to before or after one of its tool calls.
+	// (POST /agents/{id}/rewind)
+	RewindAgent(w http.ResponseWriter, r *http.Request, id string)
 	// SpawnAgent New child agent one level deeper, with an empty transcript.
 	// (POST /agents/{id}/spawn)
 	SpawnAgent(w http.ResponseWriter, r *http.Request, id string)
@@ -3774,6 +3893,12 @@ func (_ Unimplemented) GetAgent(w http.ResponseWriter, r *http.Request, id strin
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
+// ListCheckpoints The checkpoints of a snapshot agent's view, oldest first, each with what its calls changed.
+// (GET /agents/{id}/checkpoints)
+func (_ Unimplemented) ListCheckpoints(w http.ResponseWriter, r *http.Request, id string, params ListCheckpointsParams) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
 // ForkAgent New agent with a copy of the transcript, up to boundary seq when given.
 // (POST /agents/{id}/fork)
 func (_ Unimplemented) ForkAgent(w http.ResponseWriter, r *http.Request, id string) {
@@ -3783,6 +3908,12 @@ func (_ Unimplemented) ForkAgent(w http.ResponseWriter, r *http.Request, id stri
 // ResumeAgent Reload the agent from disk (same id) and record a resume event.
 // (POST /agents/{id}/resume)
 func (_ Unimplemented) ResumeAgent(w http.ResponseWriter, r *http.Request, id string) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// RewindAgent Set a snapshot agent's view back to before or after one of its tool calls.
+// (POST /agents/{id}/rewind)
+func (_ Unimplemented) RewindAgent(w http.ResponseWriter, r *http.Request, id string) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
@@ -4017,6 +4148,48 @@ func (siw *ServerInterfaceWrapper) GetAgent(w http.ResponseWriter, r *http.Reque
 	handler.ServeHTTP(w, r)
 }
 
+// ListCheckpoints operation middleware
+func (siw *ServerInterfaceWrapper) ListCheckpoints(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "id" -------------
+	var id string
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", chi.URLParam(r, "id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "id", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListCheckpointsParams
+
+	// ------------- Optional query parameter "diff" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "diff", r.URL.Query(), &params.Diff, runtime.BindQueryParameterOptions{Type: "boolean", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "diff"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "diff", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListCheckpoints(w, r, id, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // ForkAgent operation middleware
 func (siw *ServerInterfaceWrapper) ForkAgent(w http.ResponseWriter, r *http.Request) {
 
@@ -4060,6 +4233,32 @@ func (siw *ServerInterfaceWrapper) ResumeAgent(w http.ResponseWriter, r *http.Re
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.ResumeAgent(w, r, id)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// RewindAgent operation middleware
+func (siw *ServerInterfaceWrapper) RewindAgent(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "id" -------------
+	var id string
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", chi.URLParam(r, "id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.RewindAgent(w, r, id)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -5029,6 +5228,12 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 		r.Get(options.BaseURL+"/agents/{id}/workspace/changes", wrapper.GetWorkspaceChanges)
 	})
 	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/agents/{id}/checkpoints", wrapper.ListCheckpoints)
+	})
+	r.Group(func(r chi.Router) {
+		r.Post(options.BaseURL+"/agents/{id}/rewind", wrapper.RewindAgent)
+	})
+	r.Group(func(r chi.Router) {
 		r.Post(options.BaseURL+"/agents/{id}/workspace/apply", wrapper.ApplyWorkspace)
 	})
 	r.Group(func(r chi.Router) {
@@ -5489,6 +5694,158 @@ func (response GetAgentdefaultApplicationProblemPlusJSONResponse) VisitGetAgentR
 	return err
 }
 
+type ListCheckpointsRequestObject struct {
+	Id     string `json:"id"`
+	Params ListCheckpointsParams
+}
+
+type ListCheckpointsResponseObject interface {
+	VisitListCheckpointsResponse(w http.ResponseWriter) error
+}
+
+type ListCheckpoints200JSONResponse Checkpoints
+
+func (response ListCheckpoints200JSONResponse) VisitListCheckpointsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListCheckpoints400ApplicationProblemPlusJSONResponse struct {
+	R400ApplicationProblemPlusJSONResponse
+}
+
+func (response ListCheckpoints400ApplicationProblemPlusJSONResponse) VisitListCheckpointsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListCheckpoints401ApplicationProblemPlusJSONResponse struct {
+	R401ApplicationProblemPlusJSONResponse
+}
+
+func (response ListCheckpoints401ApplicationProblemPlusJSONResponse) VisitListCheckpointsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListCheckpoints404ApplicationProblemPlusJSONResponse struct {
+	R404ApplicationProblemPlusJSONResponse
+}
+
+func (response ListCheckpoints404ApplicationProblemPlusJSONResponse) VisitListCheckpointsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListCheckpoints409ApplicationProblemPlusJSONResponse struct {
+	R409ApplicationProblemPlusJSONResponse
+}
+
+func (response ListCheckpoints409ApplicationProblemPlusJSONResponse) VisitListCheckpointsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListCheckpoints421ApplicationProblemPlusJSONResponse struct {
+	R421ApplicationProblemPlusJSONResponse
+}
+
+func (response ListCheckpoints421ApplicationProblemPlusJSONResponse) VisitListCheckpointsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(421)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListCheckpoints422ApplicationProblemPlusJSONResponse struct {
+	R422ApplicationProblemPlusJSONResponse
+}
+
+func (response ListCheckpoints422ApplicationProblemPlusJSONResponse) VisitListCheckpointsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListCheckpoints503ApplicationProblemPlusJSONResponse struct {
+	R503AgentStoreApplicationProblemPlusJSONResponse
+}
+
+func (response ListCheckpoints503ApplicationProblemPlusJSONResponse) VisitListCheckpointsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListCheckpointsdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response ListCheckpointsdefaultApplicationProblemPlusJSONResponse) VisitListCheckpointsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ForkAgentRequestObject struct {
 	Id   string `json:"id"`
 	Body *ForkAgentJSONRequestBody
@@ -5813,6 +6170,206 @@ type ResumeAgentdefaultApplicationProblemPlusJSONResponse struct {
 }
 
 func (response ResumeAgentdefaultApplicationProblemPlusJSONResponse) VisitResumeAgentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RewindAgentRequestObject struct {
+	Id   string `json:"id"`
+	Body *RewindAgentJSONRequestBody
+}
+
+type RewindAgentResponseObject interface {
+	VisitRewindAgentResponse(w http.ResponseWriter) error
+}
+
+type RewindAgent200JSONResponse Rewound
+
+func (response RewindAgent200JSONResponse) VisitRewindAgentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RewindAgent400ApplicationProblemPlusJSONResponse struct {
+	R400ApplicationProblemPlusJSONResponse
+}
+
+func (response RewindAgent400ApplicationProblemPlusJSONResponse) VisitRewindAgentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RewindAgent401ApplicationProblemPlusJSONResponse struct {
+	R401ApplicationProblemPlusJSONResponse
+}
+
+func (response RewindAgent401ApplicationProblemPlusJSONResponse) VisitRewindAgentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RewindAgent404ApplicationProblemPlusJSONResponse struct {
+	R404ApplicationProblemPlusJSONResponse
+}
+
+func (response RewindAgent404ApplicationProblemPlusJSONResponse) VisitRewindAgentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RewindAgent408ApplicationProblemPlusJSONResponse struct {
+	R408ApplicationProblemPlusJSONResponse
+}
+
+func (response RewindAgent408ApplicationProblemPlusJSONResponse) VisitRewindAgentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(408)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RewindAgent409ApplicationProblemPlusJSONResponse struct {
+	R409ApplicationProblemPlusJSONResponse
+}
+
+func (response RewindAgent409ApplicationProblemPlusJSONResponse) VisitRewindAgentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RewindAgent413ApplicationProblemPlusJSONResponse struct {
+	R413ApplicationProblemPlusJSONResponse
+}
+
+func (response RewindAgent413ApplicationProblemPlusJSONResponse) VisitRewindAgentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RewindAgent421ApplicationProblemPlusJSONResponse struct {
+	R421ApplicationProblemPlusJSONResponse
+}
+
+func (response RewindAgent421ApplicationProblemPlusJSONResponse) VisitRewindAgentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(421)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RewindAgent422ApplicationProblemPlusJSONResponse struct {
+	R422ApplicationProblemPlusJSONResponse
+}
+
+func (response RewindAgent422ApplicationProblemPlusJSONResponse) VisitRewindAgentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RewindAgent503ApplicationProblemPlusJSONResponse struct {
+	R503AgentStoreApplicationProblemPlusJSONResponse
+}
+
+func (response RewindAgent503ApplicationProblemPlusJSONResponse) VisitRewindAgentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RewindAgent507ApplicationProblemPlusJSONResponse struct {
+	R507ApplicationProblemPlusJSONResponse
+}
+
+func (response RewindAgent507ApplicationProblemPlusJSONResponse) VisitRewindAgentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(507)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RewindAgentdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response RewindAgentdefaultApplicationProblemPlusJSONResponse) VisitRewindAgentResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
 	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
@@ -9747,12 +10304,18 @@ type StrictServerInterface interface {
 	// GetAgent One agent's header.
 	// (GET /agents/{id})
 	GetAgent(ctx context.Context, request GetAgentRequestObject) (GetAgentResponseObject, error)
+	// ListCheckpoints The checkpoints of a snapshot agent's view, oldest first, each with what its calls changed.
+	// (GET /agents/{id}/checkpoints)
+	ListCheckpoints(ctx context.Context, request ListCheckpointsRequestObject) (ListCheckpointsResponseObject, error)
 	// ForkAgent New agent with a copy of the transcript, up to boundary seq when given.
 	// (POST /agents/{id}/fork)
 	ForkAgent(ctx context.Context, request ForkAgentRequestObject) (ForkAgentResponseObject, error)
 	// ResumeAgent Reload the agent from disk (same id) and record a resume event.
 	// (POST /agents/{id}/resume)
 	ResumeAgent(ctx context.Context, request ResumeAgentRequestObject) (ResumeAgentResponseObject, error)
+	// RewindAgent Set a snapshot agent's view back to before or after one of its tool calls.
+	// (POST /agents/{id}/rewind)
+	RewindAgent(ctx context.Context, request RewindAgentRequestObject) (RewindAgentResponseObject, error)
 	// SpawnAgent New child agent one level deeper, with an empty transcript.
 	// (POST /agents/{id}/spawn)
 	SpawnAgent(ctx context.Context, request SpawnAgentRequestObject) (SpawnAgentResponseObject, error)
@@ -9962,6 +10525,33 @@ func (sh *strictHandler) GetAgent(w http.ResponseWriter, r *http.Request, id str
 	}
 }
 
+// ListCheckpoints operation middleware
+func (sh *strictHandler) ListCheckpoints(w http.ResponseWriter, r *http.Request, id string, params ListCheckpointsParams) {
+	var request ListCheckpointsRequestObject
+
+	request.Id = id
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.ListCheckpoints(ctx, request.(ListCheckpointsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "ListCheckpoints")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(ListCheckpointsResponseObject); ok {
+		if err := validResponse.VisitListCheckpointsResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
 // ForkAgent operation middleware
 func (sh *strictHandler) ForkAgent(w http.ResponseWriter, r *http.Request, id string) {
 	var request ForkAgentRequestObject
@@ -10017,6 +10607,39 @@ func (sh *strictHandler) ResumeAgent(w http.ResponseWriter, r *http.Request, id 
 		sh.options.ResponseErrorHandlerFunc(w, r, err)
 	} else if validResponse, ok := response.(ResumeAgentResponseObject); ok {
 		if err := validResponse.VisitResumeAgentResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// RewindAgent operation middleware
+func (sh *strictHandler) RewindAgent(w http.ResponseWriter, r *http.Request, id string) {
+	var request RewindAgentRequestObject
+
+	request.Id = id
+
+	var body RewindAgentJSONRequestBody
+	if err := runtime.BindJSONBody(r, &body); err != nil {
+		sh.options.RequestErrorHandlerFunc(w, r, fmt.Errorf("can't decode JSON body: %w", err))
+		return
+	}
+	request.Body = &body
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.RewindAgent(ctx, request.(RewindAgentRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "RewindAgent")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(RewindAgentResponseObject); ok {
+		if err := validResponse.VisitRewindAgentResponse(w); err != nil {
 			sh.options.ResponseErrorHandlerFunc(w, r, err)
 		}
 	} else if response != nil {
