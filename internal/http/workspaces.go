@@ -163,12 +163,12 @@ func (s *Server) RewindAgent(ctx context.Context, req api.RewindAgentRequestObje
 	undo := deref(in.Undo)
 	callID := deref(in.CallId)
 	switch {
-	case undo && (callID != "" || in.To != nil):
-		return nil, fmt.Errorf("%w: undo takes no callId or to", workspace.ErrInvalid)
+	case undo && callID != "":
+		return nil, fmt.Errorf("%w: undo takes no callId", workspace.ErrInvalid)
 	case !undo && callID == "":
 		return nil, fmt.Errorf("%w: name the callId to rewind to, or undo", workspace.ErrInvalid)
 	}
-	after := in.To != nil && *in.To == api.RewindInputToAfter
+	after := !undo && in.To != nil && *in.To == api.RewindInputToAfter
 	n, err := s.pipeline.Rewind(ctx, req.Id, callID, after, undo)
 	if err != nil {
 		return nil, err

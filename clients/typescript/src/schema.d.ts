@@ -1131,7 +1131,7 @@ export interface components {
             /** @description The tool call to rewind to. */
             callId?: string;
             /**
-             * @description The view as it was before the call, or after it.
+             * @description The view as it was before the call, or after it (ignored with `undo`).
              * @default before
              * @enum {string}
              */

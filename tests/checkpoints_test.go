@@ -1,0 +1,151 @@
+package tests
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/dshd/dshd/internal/testenv"
+)
+
+// manifest is a command printing every path of the working directory with
+// its type, permissions, link target and a hash of its contents: two equal
+// manifests are two trees equal byte for byte (.git included).
+const manifest = `find . -mindepth 1 -printf '%y %m %p -> %l\n' | LC_ALL=C sort; find . -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum`
+
+type checkpointList struct {
+	Checkpoints []struct {
+		CallIDs []string   `json:"callIds"`
+		CallID  string     `json:"callId"`
+		Seq     int64      `json:"seq"`
+		Changes []wsChange `json:"changes"`
+	} `json:"checkpoints"`
+	Pending []string `json:"pending"`
+	Undo    bool     `json:"undo"`
+}
+
+// toolCall runs the bash tool as a model would and returns its text.
+func (s *testServer) toolCall(t *testing.T, agent, callID, command string) string {
+	t.Helper()
+	var res struct {
+		IsError bool   `json:"isError"`
+		Text    string `json:"text"`
+	}
+	body := map[string]any{"callId": callID, "arguments": map[string]any{"command": command}}
+	if st := s.DoJSON(t, "POST", "/agents/"+agent+"/tools/bash", body, &res); st != 200 || res.IsError {
+		t.Fatalf("bash %s %q = %d %+v", callID, command, st, res)
+	}
+	return res.Text
+}
+
+// TestCheckpointsThroughBash: a root agent with a snapshot view of a git
+// repository makes ten tool calls that change it with bash alone (sed -i,
+// rm -r, mv, chmod, a link, git checkout, a build writing ignored output,
+// a call that changes nothing); its view rewound to before call 4 is,
+// byte for byte, what it was then; the rewind is undone; a fork from call
+// 7 has the view as it was after call 7 and the transcript up to it.
+func TestCheckpointsThroughBash(t *testing.T) {
+	t.Parallel()
+	testenv.NeedRoot(t, "overlayfs mounts and mount namespaces need CAP_SYS_ADMIN")
+	repo := gitRepo(t)
+	s := startServer(t, withHome(filepath.Join(t.TempDir(), "home")))
+	needSnapshots(t, s)
+	baseState, err := runIn(repo, nil, "sh", "-c", manifest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := s.newAgent(t, "/agents", map[string]any{"cwd": repo, "workspace": "snapshot"})
+	if a.Workspace.Mode != "snapshot" || a.Workspace.Path != repo {
+		t.Fatalf("a root agent with a snapshot view: %+v", a.Workspace)
+	}
+	calls := []string{
+		"sed -i 's/base/changed by sed/' f.txt",
+		"rm -r src/lib",
+		"mv README.md README.txt",
+		"chmod 700 untracked.txt && mkdir -p docs && echo guide > docs/guide.md",
+		"ln -s docs/guide.md GUIDE && echo more >> .env",
+		"git checkout -q -- f.txt",
+		"mkdir -p build && echo built > build/out.o && echo log > build/log.txt",
+		"true",
+		"git -c user.name=t -c user.email=t@example.com commit -qam 'from the model' && rm -f untracked.txt",
+		"printf 'new\\n' > src/new.go",
+	}
+	var before, after []string
+	for i, c := range calls {
+		before = append(before, s.toolCall(t, a.ID, fmt.Sprintf("call_%d", i+1), manifest))
+		s.toolCall(t, a.ID, fmt.Sprintf("c_%d", i+1), c)
+		after = append(after, s.toolCall(t, a.ID, fmt.Sprintf("m_%d", i+1), manifest))
+	}
+	_ = before
+	var list checkpointList
+	if st := s.DoJSON(t, "GET", "/agents/"+a.ID+"/checkpoints", nil, &list); st != 200 {
+		t.Fatalf("checkpoints = %d", st)
+	}
+	// Nine calls changed the view ("true" and the manifests did not).
+	if len(list.Checkpoints) != 9 {
+		t.Fatalf("%d checkpoints: %+v", len(list.Checkpoints), list)
+	}
+	if c := list.Checkpoints[2]; c.CallID != "c_3" || strings.Join(changeList(c.Changes), ",") != "deleted README.md,added README.txt" {
+		t.Errorf("checkpoint of c_3: %+v", c)
+	}
+	// The view before call 4 is the one the manifest after call 3 saw.
+	want := after[2]
+	var rw map[string]any
+	if st := s.DoJSON(t, "POST", "/agents/"+a.ID+"/rewind", map[string]any{"callId": "c_4", "to": "before"}, &rw); st != 200 {
+		t.Fatalf("rewind = %d %v", st, rw)
+	}
+	if got := s.toolCall(t, a.ID, "m_rewound", manifest); got != want {
+		t.Errorf("rewound to before call 4:\n got %s\nwant %s", got, want)
+	}
+	if st := s.DoJSON(t, "POST", "/agents/"+a.ID+"/rewind", map[string]any{"undo": true}, &rw); st != 200 {
+		t.Fatalf("undo = %d %v", st, rw)
+	}
+	if got := s.toolCall(t, a.ID, "m_undone", manifest); got != after[9] {
+		t.Errorf("undone rewind:\n got %s\nwant %s", got, after[9])
+	}
+	// A call that changed nothing rewinds to the checkpoint before it.
+	if st := s.DoJSON(t, "POST", "/agents/"+a.ID+"/rewind", map[string]any{"callId": "c_8", "to": "after"}, &rw); st != 200 {
+		t.Fatalf("rewind after a call that changed nothing = %d %v", st, rw)
+	}
+	if got := s.toolCall(t, a.ID, "m_8", manifest); got != after[7] {
+		t.Errorf("after call 8:\n got %s\nwant %s", got, after[7])
+	}
+	if evs := s.transcript(t, a.ID, "workspace/rewind"); len(evs) != 3 {
+		t.Errorf("the transcript records %d rewinds, want 3", len(evs))
+	}
+
+	c := s.newAgent(t, "/agents/"+a.ID+"/fork", map[string]any{"workspace": "snapshot", "fromCallId": "c_7"})
+	if got := s.toolCall(t, c.ID, "m_child", manifest); got != after[6] {
+		t.Errorf("fork from after call 7:\n got %s\nwant %s", got, after[6])
+	}
+	// Its transcript ends with call 7's result (then its own call).
+	var last transcriptEvent
+	for _, e := range s.transcript(t, c.ID, "tool/call", "tool/result") {
+		if strings.Contains(string(e.Data), `"callId":"m_child"`) {
+			break
+		}
+		last = e
+	}
+	if last.Type != "tool/result" || !strings.Contains(string(last.Data), `"callId":"c_7"`) {
+		t.Errorf("the fork's transcript does not end at call 7: %s %s", last.Type, last.Data)
+	}
+	// Bad requests change nothing.
+	for _, body := range []map[string]any{
+		{"fromCallId": "c_7"}, // no snapshot
+		{"workspace": "snapshot", "fromCallId": "c_7", "boundary": 1},
+	} {
+		var p wsProblem
+		if st := s.DoJSON(t, "POST", "/agents/"+a.ID+"/fork", body, &p); st != 422 || p.Code != "invalid_workspace" {
+			t.Errorf("fork %v = %d %+v", body, st, p)
+		}
+	}
+	var p wsProblem
+	if st := s.DoJSON(t, "POST", "/agents/"+a.ID+"/rewind", map[string]any{"callId": "nope"}, &p); st != 404 || p.Code != "checkpoint_not_found" {
+		t.Errorf("rewind to an unknown call = %d %+v", st, p)
+	}
+	// The base directory itself was never written.
+	if out, err := runIn(repo, nil, "sh", "-c", manifest); err != nil || out != baseState {
+		t.Errorf("the base directory changed: %v\n%s\nwas\n%s", err, out, baseState)
+	}
+}
