@@ -19,6 +19,7 @@ import (
 	"github.com/dshd/dshd/internal/limits"
 	"github.com/dshd/dshd/internal/netallow"
 	"github.com/dshd/dshd/internal/sandbox"
+	"github.com/dshd/dshd/internal/workspace"
 )
 
 // config is the server's configuration file (YAML, or JSON, which is YAML).
@@ -73,8 +74,12 @@ type config struct {
 	// Workspaces configures snapshot workspaces (docs/workspaces.md).
 	Workspaces struct {
 		// MaxBytes caps the layers' disk use: a snapshot fork is refused
-		// while they use this much (0: no cap).
+		// while they use this much, and layers that grow past it stop
+		// their writers (0: no cap).
 		MaxBytes int64 `yaml:"maxBytes"`
+		// MaxLayers bounds an agent's stack of frozen layers (its
+		// checkpoints and forks), at most 480; 0: 400.
+		MaxLayers int `yaml:"maxLayers"`
 	} `yaml:"workspaces"`
 	Webhooks struct {
 		TimeoutMs int `yaml:"timeoutMs"`
@@ -240,7 +245,7 @@ func (c *config) validate() error {
 		{"webhooks.timeoutMs", int64(c.Webhooks.TimeoutMs)}, {"http.maxBodyBytes", c.HTTP.MaxBodyBytes},
 		{"http.headerTimeoutMs", int64(c.HTTP.HeaderTimeoutMs)}, {"http.bodyTimeoutMs", int64(c.HTTP.BodyTimeoutMs)},
 		{"mcp.maxSessions", int64(c.MCP.MaxSessions)}, {"mcp.idleTimeoutSeconds", int64(c.MCP.IdleTimeoutSeconds)},
-		{"workspaces.maxBytes", c.Workspaces.MaxBytes},
+		{"workspaces.maxBytes", c.Workspaces.MaxBytes}, {"workspaces.maxLayers", int64(c.Workspaces.MaxLayers)},
 	} {
 		if f.v < 0 {
 			errs = append(errs, fmt.Errorf("%s: must not be negative", f.name))
@@ -248,6 +253,9 @@ func (c *config) validate() error {
 	}
 	if limit := exec.MaxGrace.Milliseconds(); int64(c.Jobs.GraceMs) > limit {
 		errs = append(errs, fmt.Errorf("jobs.graceMs: %d exceeds the maximum %d: shutdown waits out the grace before it kills every job, and must end in bounded time", c.Jobs.GraceMs, limit))
+	}
+	if c.Workspaces.MaxLayers > workspace.MaxLayersLimit {
+		errs = append(errs, fmt.Errorf("workspaces.maxLayers: %d exceeds the maximum %d: overlayfs mounts at most 500 layers, and a view stands on the agent's layers and its base", c.Workspaces.MaxLayers, workspace.MaxLayersLimit))
 	}
 	return errors.Join(errs...)
 }

@@ -483,6 +483,7 @@ func newServices(ctx context.Context, cfg config, home, token, tokenPath string,
 		return nil, err
 	}
 	workspaces.SetMaxBytes(cfg.Workspaces.MaxBytes)
+	workspaces.SetMaxLayers(cfg.Workspaces.MaxLayers)
 	workspaces.SetHome(home)
 	// A crash between a fork's record and its child's header leaves a
 	// workspace no agent stands on.

@@ -6,6 +6,8 @@ import (
 	"os"
 	"slices"
 	"time"
+
+	"github.com/dshd/dshd/internal/faults"
 )
 
 // Checkpoints: every model tool call of an agent with a snapshot view ends
@@ -29,7 +31,10 @@ var ErrCheckpointNotFound = errors.New("checkpoint not found")
 // mounts at most 500 lower layers): at that depth a call's changes stay in
 // the upper layer and are checkpointed with a later call once a rewind has
 // made room (see Checkpoint).
-const DefaultMaxLayers = 256
+const DefaultMaxLayers = 400
+
+// MaxLayersLimit is the most SetMaxLayers takes.
+const MaxLayersLimit = 480
 
 // Checkpoint is one frozen point of an agent's view.
 type Checkpoint struct {
@@ -118,11 +123,13 @@ func (m *Manager) Checkpoint(agent, callID string, seq int64) (made bool, err er
 	na.Pending = nil
 	na.Own = a.Own + 1
 	m.agents[owner] = &na
+	faults.Point("workspace.checkpoint.layered") // a new layer, not recorded
 	if err := m.saveLocked(); err != nil {
 		m.agents[owner] = a
 		m.removeLayers([]string{up})
 		return false, err
 	}
+	faults.Point("workspace.checkpoint.saved")
 	// The view is mounted afresh, on the new upper, by the next job;
 	// overlayfs's work directory of a frozen layer is not needed.
 	m.closeMountLocked(owner)
@@ -166,7 +173,7 @@ func (m *Manager) maxLayersOr() int {
 }
 
 // SetMaxLayers bounds an agent's stack of frozen layers (0: the default).
-func (m *Manager) SetMaxLayers(n int) { m.maxLayers = min(max(n, 0), 480) }
+func (m *Manager) SetMaxLayers(n int) { m.maxLayers = min(max(n, 0), MaxLayersLimit) }
 
 // CheckpointList is an agent's checkpoints.
 type CheckpointList struct {
@@ -333,11 +340,13 @@ func (m *Manager) Rewind(agent string, depth int, undo bool) error {
 	}
 	na.Aside = set
 	m.agents[agent] = &na
+	faults.Point("workspace.rewind.layered")
 	if err := m.saveLocked(); err != nil {
 		m.agents[agent] = a
 		m.removeLayers([]string{up})
 		return err
 	}
+	faults.Point("workspace.rewind.saved")
 	m.closeMountLocked(agent)
 	if !upperEmpty {
 		os.RemoveAll(m.workDir(a.Upper))
