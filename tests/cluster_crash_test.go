@@ -1,12 +1,14 @@
 package tests
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -547,4 +549,117 @@ func runCounts(t *testing.T, runs string) map[string]int {
 		n[l]++
 	}
 	return n
+}
+
+// jobListRequests returns how many GET /jobs requests s has answered, any
+// status, from its /metrics.
+func jobListRequests(t *testing.T, s *testServer) int {
+	t.Helper()
+	resp := s.Do(t, "GET", "/metrics", nil)
+	defer resp.Body.Close()
+	n := 0
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		l := sc.Text()
+		if !strings.HasPrefix(l, "dshd_http_requests_total{") || !strings.Contains(l, `method="GET"`) || !strings.Contains(l, `route="/jobs"`) {
+			continue
+		}
+		f := strings.Fields(l)
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err != nil {
+			t.Fatalf("metrics line %q: %v", l, err)
+		}
+		n += int(v)
+	}
+	return n
+}
+
+// TestClusterMisKeyedReplica: three replicas against three nats-server
+// processes, replica 2 configured with another peer secret than replicas
+// 0 and 1. A GET /jobs through any replica costs exactly one request to
+// each replica, 3 in all (the bound: one per replica; before, one listing
+// through a mis-keyed replica became thousands): the others refuse the
+// mis-keyed replica's requests (and it theirs) once each, 421, never
+// fanning them out, and the listing names the refusing replicas in
+// Dsh-Unavailable-Replicas. Replicas 0 and 1 answer /healthz throughout,
+// and log the refusals of replica 2 once.
+func TestClusterMisKeyedReplica(t *testing.T) {
+	clusterSlot(t)
+	nc := natstest.StartProcs(t, 3)
+	dir := t.TempDir()
+	tokenFile := filepath.Join(dir, "token")
+	if err := os.WriteFile(tokenFile, []byte(strings.Repeat("c", 64)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	secrets := []string{strings.Repeat("s", 40), strings.Repeat("s", 40), strings.Repeat("w", 40)}
+	var rs []*testServer
+	for i := range 3 {
+		secret := filepath.Join(dir, fmt.Sprintf("peer-%d.secret", i))
+		if err := os.WriteFile(secret, []byte(secrets[i]), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cfg := fmt.Sprintf("cluster:\n  replicaId: replica-%d\n  urls: [%s]\n  peerSecretFile: %s\n", i, nc.URLs[i], secret)
+		rs = append(rs, startServer(t, withConfig(cfg), withArgs("--token-file", tokenFile)))
+	}
+	waitForReplicasTB(t, rs)
+	for i, s := range rs {
+		var j job
+		if st := s.DoJSON(t, "POST", "/exec", map[string]any{"command": "true"}, &j); st != 200 {
+			t.Fatalf("a job on replica %d: %d", i, st)
+		}
+	}
+	count := func() int {
+		n := 0
+		for _, s := range rs {
+			n += jobListRequests(t, s)
+		}
+		return n
+	}
+	list := func(via int) ([]job, string) {
+		t.Helper()
+		resp := rs[via].Do(t, "GET", "/jobs", nil)
+		defer resp.Body.Close()
+		var jobs []job
+		if err := json.NewDecoder(resp.Body).Decode(&jobs); err != nil || resp.StatusCode != 200 {
+			t.Fatalf("GET /jobs through replica %d: %d %v", via, resp.StatusCode, err)
+		}
+		return jobs, resp.Header.Get("Dsh-Unavailable-Replicas")
+	}
+	start := count()
+	for round := range 5 {
+		for via, want := range []struct {
+			jobs        int
+			unavailable string
+		}{{2, "replica-2"}, {2, "replica-2"}, {1, "replica-0,replica-1"}} {
+			before := count()
+			jobs, unavailable := list(via)
+			// A request is counted just after its answer is written: wait
+			// for the last of the listing's to be.
+			got := count() - before
+			for deadline := time.Now().Add(10 * time.Second); got < len(rs) && time.Now().Before(deadline); got = count() - before {
+				time.Sleep(5 * time.Millisecond)
+			}
+			if got != len(rs) {
+				t.Fatalf("round %d: GET /jobs through replica %d made %d requests in the cluster, want %d (one per replica)", round, via, got, len(rs))
+			}
+			if len(jobs) != want.jobs || unavailable != want.unavailable {
+				t.Fatalf("round %d: GET /jobs through replica %d: %d jobs, unavailable %q; want %d, %q", round, via, len(jobs), unavailable, want.jobs, want.unavailable)
+			}
+		}
+		for i := range 2 {
+			var h clusterHealth
+			if st := rs[i].DoJSON(t, "GET", "/healthz", nil, &h); st != 200 {
+				t.Fatalf("round %d: /healthz of replica %d: %d", round, i, st)
+			}
+		}
+	}
+	if got := count() - start; got != 5*3*len(rs) {
+		t.Fatalf("the 15 listings made %d requests in the cluster in all, want %d", got, 5*3*len(rs))
+	}
+	for i := range 2 {
+		if n := strings.Count(rs[i].stderr.String(), "refused a request forwarded by another replica"); n != 1 {
+			t.Errorf("replica %d logged %d refusal lines for replica 2's 5 listings, want 1", i, n)
+		}
+	}
 }
