@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -661,5 +662,84 @@ func TestClusterMisKeyedReplica(t *testing.T) {
 		if n := strings.Count(rs[i].stderr.String(), "refused a request forwarded by another replica"); n != 1 {
 			t.Errorf("replica %d logged %d refusal lines for replica 2's 5 listings, want 1", i, n)
 		}
+	}
+}
+
+// quickRestartHealth is what TestClusterReplicaQuickRestart reads of
+// /healthz.
+type quickRestartHealth struct {
+	Status  string `json:"status"`
+	Details struct {
+		Cluster *struct {
+			DuplicateReplicaID bool     `json:"duplicateReplicaId"`
+			Degraded           []string `json:"degraded"`
+			Replicas           []struct {
+				ID         string `json:"id"`
+				Self       bool   `json:"self"`
+				LastSeenMs int64  `json:"lastSeenMs"`
+			} `json:"replicas"`
+		} `json:"cluster"`
+	} `json:"details"`
+}
+
+// TestClusterReplicaQuickRestart: a replica killed with SIGKILL and
+// started again at once on the same home and id, while its last heartbeat
+// is still in the bucket (three nats-server processes), recognises its
+// predecessor: once it has seen every replica and its own heartbeat come
+// back twice, /healthz says ok with no duplicate id, on it and on the
+// others, and it logged no duplicate-id ERROR.
+func TestClusterReplicaQuickRestart(t *testing.T) {
+	clusterSlot(t)
+	nc := natstest.StartProcs(t, 3)
+	rs := startReplicasAt(t, nc.URLs)
+	waitForReplicasTB(t, rs)
+	rs[0].crash(t)
+	killed := time.Now()
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte(rs[0].Token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := fmt.Sprintf("cluster:\n  replicaId: replica-0\n  urls: [%s]\n", strings.Join(nc.URLs, ", "))
+	rs[0] = startServer(t, withHome(rs[0].Home), withConfig(cfg), withArgs("--token-file", tokenFile))
+	t.Logf("restarted %s after the SIGKILL", time.Since(killed).Round(time.Millisecond))
+	if time.Since(killed) >= 5*time.Second {
+		t.Logf("the restart took longer than the heartbeat's 5 s: the predecessor's heartbeat may be gone already")
+	}
+	health := func(i int) quickRestartHealth {
+		t.Helper()
+		var h quickRestartHealth
+		if st := rs[i].DoJSON(t, "GET", "/healthz", nil, &h); st != 200 || h.Details.Cluster == nil {
+			t.Fatalf("/healthz of replica %d: %d", i, st)
+		}
+		return h
+	}
+	// Its own heartbeat comes back after what the bucket held when its
+	// watch started; twice means a beat later.
+	age := int64(-1) // of its own last heartbeat, as it last read it
+	for n := 0; n < 2; {
+		h := health(0)
+		if c := h.Details.Cluster; c.DuplicateReplicaID || slices.Contains(c.Degraded, "duplicate_replica_id") {
+			t.Fatalf("the restarted replica reports a duplicate id: %+v", h)
+		}
+		for _, r := range h.Details.Cluster.Replicas {
+			if r.Self && len(h.Details.Cluster.Replicas) == 3 {
+				if age < 0 || r.LastSeenMs < age {
+					n++ // first seen, or a later heartbeat arrived
+				}
+				age = r.LastSeenMs
+			}
+		}
+		if time.Since(killed) > 30*time.Second {
+			t.Fatalf("the restarted replica does not see all three with its own heartbeat: %+v", h)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for i := range rs {
+		if h := health(i); h.Status != "ok" || h.Details.Cluster.DuplicateReplicaID || len(h.Details.Cluster.Degraded) > 0 {
+			t.Errorf("replica %d after replica 0's restart: %+v", i, h)
+		}
+	}
+	if strings.Contains(rs[0].stderr.String(), "another process heartbeats with this replica's id") {
+		t.Errorf("the restarted replica logged a duplicate id:\n%s", rs[0].stderr.String())
 	}
 }

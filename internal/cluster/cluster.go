@@ -178,7 +178,7 @@ func Connect(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("cluster: connect to NATS: %w", err)
 	}
 	link.up()
-	n := &Node{cfg: cfg, logger: logger, nc: nc, link: link, view: view{peers: map[string]seen{}, known: map[string]bool{}}}
+	n := &Node{cfg: cfg, logger: logger, nc: nc, link: link, view: view{peers: map[string]seen{}, known: map[string]bool{}, others: map[string]uint64{}}}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	if err := n.setup(ctx); err != nil {
 		n.cancel()

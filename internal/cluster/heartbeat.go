@@ -60,12 +60,20 @@ type seen struct {
 
 // view is what this replica knows of the others.
 type view struct {
-	mu        sync.Mutex
-	peers     map[string]seen
-	known     map[string]bool // replica ids known to have joined (MembersBucket, heartbeats)
-	dupAt     time.Time       // last heartbeat of another process with this id
-	ownSeen   time.Time       // when this replica's own heartbeat last came through the watch
-	ownPut    time.Time       // when this replica's own heartbeat was last written
+	mu    sync.Mutex
+	peers map[string]seen
+	known map[string]bool // replica ids known to have joined (MembersBucket, heartbeats)
+	dupAt time.Time       // last heartbeat of another process with this id
+	// firstRev is the bucket revision of this process's first heartbeat;
+	// others holds the last revision seen of each other process
+	// heartbeating with this id. A heartbeat of another process counts as
+	// a duplicate only when it was written after firstRev, or after one
+	// already seen from it: a predecessor killed before this process
+	// started (its last heartbeat still in the bucket) never is.
+	firstRev  uint64
+	others    map[string]uint64
+	ownSeen   time.Time // when this replica's own heartbeat last came through the watch
+	ownPut    time.Time // when this replica's own heartbeat was last written
 	storeRev  uint64
 	sampledAt time.Time
 }
@@ -93,12 +101,15 @@ func (n *Node) StartHeartbeats(url string, registryRevision func() uint64) error
 	if err != nil {
 		return err
 	}
+	// Announce at once, before watching: the watch then starts from this
+	// process's own heartbeat, not from a predecessor's left in the
+	// bucket, and firstRev is known before anything is delivered.
+	n.beat()
 	w, err := n.replicas.WatchAll(n.ctx)
 	if err != nil {
 		return fmt.Errorf("cluster: watch replicas: %w", err)
 	}
 	go n.followHeartbeats(w)
-	n.beat() // announce at once, before the first tick
 	go func() {
 		t := time.NewTicker(HeartbeatInterval)
 		defer t.Stop()
@@ -186,6 +197,19 @@ func (n *Node) seeHeartbeat(e jetstream.KeyValueEntry) {
 		n.view.ownSeen = now
 	}
 	if hb.ID == n.self.ID && hb.Instance != n.self.Instance {
+		prev, seenBefore := n.view.others[hb.Instance]
+		if len(n.view.others) >= 64 {
+			clear(n.view.others) // bounded: ids of processes are whatever the bucket says
+		}
+		n.view.others[hb.Instance] = e.Revision()
+		if !(n.view.firstRev != 0 && e.Revision() > n.view.firstRev) && !(seenBefore && e.Revision() > prev) {
+			// Written before this process's first heartbeat, and not since:
+			// the last heartbeat of a predecessor with this id that died
+			// (or of a process started before this one that has not
+			// written again yet; a live one writes within a second).
+			n.logger.Info("ignoring the last heartbeat of an earlier process with this replica's id", "replica", hb.ID, "instance", hb.Instance, "startedAt", hb.StartedAt)
+			return
+		}
 		if n.view.dupAt.IsZero() {
 			n.logger.Error("another process heartbeats with this replica's id: give every replica its own cluster.replicaId", "replica", hb.ID, "url", hb.URL)
 		}
@@ -203,13 +227,16 @@ func (n *Node) beat() {
 	hb := n.self
 	hb.RegistryRevision = n.registryRevision()
 	v, _ := json.Marshal(hb)
-	if _, err := n.replicas.Put(ctx, hb.ID, v); err != nil {
+	if rev, err := n.replicas.Put(ctx, hb.ID, v); err != nil {
 		if n.ctx.Err() == nil {
 			n.logger.Warn("heartbeat not written", "err", err)
 		}
 	} else {
 		n.view.mu.Lock()
 		n.view.ownPut = time.Now()
+		if n.view.firstRev == 0 {
+			n.view.firstRev = rev
+		}
 		n.view.mu.Unlock()
 	}
 	last, err := n.RegistryStore().Last(ctx)
