@@ -743,3 +743,92 @@ func TestClusterReplicaQuickRestart(t *testing.T) {
 		t.Errorf("the restarted replica logged a duplicate id:\n%s", rs[0].stderr.String())
 	}
 }
+
+// cutHeal is what one cut of a replica's only link to NATS, and its heal,
+// took to recover from.
+type cutHeal struct {
+	mode      string        // reset (connections refused), stall (bytes held), drop (bytes lost)
+	noticed   time.Duration // from the cut until the replica said it was disconnected
+	connected time.Duration // from the heal until it said it was connected again
+	caughtUp  time.Duration // from the heal until it listed what was registered during the cut
+}
+
+// measureCutHeals cuts replica 2's only link to NATS (a proxy) once per
+// mode, registers a contributor through replica 0 while replica 2 says it
+// is disconnected, heals, and measures when replica 2 is connected again
+// and when it lists the contributor (both polled over HTTP every 5 ms).
+func measureCutHeals(tb testing.TB, modes []string) []cutHeal {
+	tb.Helper()
+	clusterSlot(tb)
+	nc := natstest.StartWith(tb, 3, natstest.Options{NoAdvertise: true})
+	proxy := natstest.NewProxy(tb, nc.URLs[2])
+	rs := startReplicas(tb, nc, func(i int) []string {
+		if i == 2 {
+			return []string{proxy.URL}
+		}
+		return []string{nc.URLs[i]}
+	})
+	waitForReplicasTB(tb, rs)
+	connected := func() bool {
+		var h clusterHealth
+		rs[2].DoJSON(tb, "GET", "/healthz", nil, &h)
+		return h.Details.Cluster != nil && h.Details.Cluster.Connected
+	}
+	var out []cutHeal
+	for i, mode := range modes {
+		r := cutHeal{mode: mode}
+		switch mode {
+		case "reset":
+			proxy.Cut()
+		case "stall":
+			proxy.Stall()
+		case "drop":
+			proxy.Drop()
+		default:
+			tb.Fatalf("unknown cut %q", mode)
+		}
+		cut := time.Now()
+		for connected() {
+			if time.Since(cut) > 30*time.Second {
+				tb.Fatalf("%s: replica 2 still says it is connected 30 s after the cut", mode)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		r.noticed = time.Since(cut)
+		key := fmt.Sprintf("DSH_CUT_%d", i)
+		if st := rs[0].DoJSON(tb, "POST", "/contributors", staticContributor(fmt.Sprintf("cut.%d", i), key, "1"), nil); st != 201 {
+			tb.Fatalf("%s: registration through replica 0 during the cut: %d", mode, st)
+		}
+		proxy.Heal()
+		healed := time.Now()
+		for r.connected == 0 || r.caughtUp == 0 {
+			if r.connected == 0 && connected() {
+				r.connected = time.Since(healed)
+			}
+			if r.caughtUp == 0 && rs[2].declares(tb, key) {
+				r.caughtUp = time.Since(healed)
+			}
+			if time.Since(healed) > 60*time.Second {
+				tb.Fatalf("%s: replica 2 not recovered 60 s after the heal: %+v", mode, r)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		out = append(out, r)
+		waitForReplicasTB(tb, rs)
+	}
+	return out
+}
+
+// BenchmarkClusterCutHeal: replica 2's only link to NATS is cut three
+// times, each way a link fails (reset, stall, drop); it prints, for each,
+// when the replica was connected again after the heal (the baseline: the
+// NATS client's own reconnect) beside when its registry had caught up with
+// a change made during the cut (b.N is ignored: one round of three cuts).
+func BenchmarkClusterCutHeal(b *testing.B) {
+	for _, r := range measureCutHeals(b, []string{"reset", "stall", "drop"}) {
+		fmt.Printf("cluster cut heal (%s): disconnect noticed %s after the cut; after the heal, connected again in %s, registry caught up in %s\n",
+			r.mode, r.noticed.Round(time.Millisecond), r.connected.Round(time.Millisecond), r.caughtUp.Round(time.Millisecond))
+		b.ReportMetric(float64(r.caughtUp.Milliseconds()), r.mode+"-caught-up-ms")
+		b.ReportMetric(float64(r.connected.Milliseconds()), r.mode+"-connected-ms")
+	}
+}

@@ -126,36 +126,24 @@ func (n *Node) StartHeartbeats(url string, registryRevision func() uint64) error
 }
 
 // followHeartbeats feeds the view from w, and from the watches that
-// replace it when it stalls: when this replica's own heartbeats are
-// written but do not come back for heartbeatStall, or w ends, a new watch
-// follows the updates from then on (the view keeps what it knows).
+// replace it when the connection to NATS is back after being lost, or
+// when it stalls: when this replica's own heartbeats are written but do
+// not come back for heartbeatStall, or w ends, a new watch follows the
+// updates from then on (the view keeps what it knows).
 func (n *Node) followHeartbeats(w jetstream.KeyWatcher) {
 	defer func() { w.Stop() }()
 	check := time.NewTicker(HeartbeatInterval)
 	defer check.Stop()
 	updates := w.Updates()
+	back := n.link.reconnected()
 	for {
+		reconnected := false
 		select {
 		case <-n.ctx.Done():
 			return
+		case <-back:
+			back, reconnected = n.link.reconnected(), true
 		case <-check.C:
-			n.view.mu.Lock()
-			stalled := n.view.ownPut.Sub(n.view.ownSeen) > heartbeatStall
-			n.view.mu.Unlock()
-			if !stalled && updates != nil {
-				continue
-			}
-			nw, err := n.replicas.WatchAll(n.ctx, jetstream.UpdatesOnly())
-			if err != nil {
-				n.logger.Warn("heartbeat watch stalled and not restarted", "err", err)
-				continue
-			}
-			n.logger.Warn("heartbeat watch stalled; watching again")
-			w.Stop()
-			w, updates = nw, nw.Updates()
-			n.view.mu.Lock()
-			n.view.ownPut = n.view.ownSeen // give the new watch its own time
-			n.view.mu.Unlock()
 		case e, ok := <-updates:
 			if !ok {
 				updates = nil // restarted at the next check
@@ -164,7 +152,29 @@ func (n *Node) followHeartbeats(w jetstream.KeyWatcher) {
 			if e != nil {
 				n.seeHeartbeat(e)
 			}
+			continue
 		}
+		n.view.mu.Lock()
+		stalled := n.view.ownPut.Sub(n.view.ownSeen) > heartbeatStall
+		n.view.mu.Unlock()
+		if !stalled && updates != nil && !reconnected {
+			continue
+		}
+		nw, err := n.replicas.WatchAll(n.ctx, jetstream.UpdatesOnly())
+		if err != nil {
+			n.logger.Warn("heartbeat watch stalled and not restarted", "err", err)
+			continue
+		}
+		if reconnected {
+			n.logger.Info("reconnected to NATS; watching heartbeats again")
+		} else {
+			n.logger.Warn("heartbeat watch stalled; watching again")
+		}
+		w.Stop()
+		w, updates = nw, nw.Updates()
+		n.view.mu.Lock()
+		n.view.ownPut = n.view.ownSeen // give the new watch its own time
+		n.view.mu.Unlock()
 	}
 }
 
