@@ -1087,3 +1087,31 @@ func TestClusterForgedForwarding(t *testing.T) {
 		t.Fatalf("the keyed command ran %q (%v), want once", b, err)
 	}
 }
+
+// TestClusterWorkspaceRefusalNamesHome: a snapshot spawn or fork of an
+// agent, sent through a replica that is not its home, is answered by the
+// home: 422 workspace_snapshot_unavailable, its reason naming the home
+// replica, and no agent made; a shared fork works through any replica.
+func TestClusterWorkspaceRefusalNamesHome(t *testing.T) {
+	t.Parallel()
+	_, rs := startCluster(t)
+	waitForReplicas(t, rs)
+	var a agent
+	if st := rs[0].DoJSON(t, "POST", "/agents", map[string]any{}, &a); st != 201 {
+		t.Fatalf("create agent on replica 0: %d", st)
+	}
+	for _, op := range []string{"spawn", "fork"} {
+		var p wsProblem
+		if st := rs[1].DoJSON(t, "POST", "/agents/"+a.ID+"/"+op, map[string]any{"workspace": "snapshot"}, &p); st != 422 || p.Code != "workspace_snapshot_unavailable" || !strings.Contains(p.Reason, `replica "replica-0", the home of the agent`) {
+			t.Errorf("snapshot %s of replica 0's agent through replica 1: %d %+v", op, st, p)
+		}
+	}
+	var list []agent
+	if st := rs[2].DoJSON(t, "GET", "/agents", nil, &list); st != 200 || len(list) != 1 {
+		t.Errorf("refused snapshot forks made agents: %d, %d agents", st, len(list))
+	}
+	var c agent
+	if st := rs[2].DoJSON(t, "POST", "/agents/"+a.ID+"/fork", map[string]any{"workspace": "shared"}, &c); st != 201 || !strings.HasPrefix(c.ID, "agt_replica-0_") {
+		t.Errorf("shared fork through replica 2: %d %+v", st, c)
+	}
+}
