@@ -107,6 +107,15 @@ func TestPeerGateNonces(t *testing.T) {
 	if err := g.once("n2", later.Add(peerSigMaxAge), later); err != nil || len(g.nonces) != 1 {
 		t.Fatalf("after n1's lifetime: %v, %d nonces kept, want 1", err, len(g.nonces))
 	}
+	// After a long idle while (or a clock jump) everything expired goes.
+	idle := later.Add(72 * time.Hour)
+	if err := g.once("n4", idle.Add(peerSigMaxAge), idle); err != nil || len(g.nonces) != 1 || len(g.expires) != 1 {
+		t.Fatalf("after a long idle while: %v, %d nonces in %d seconds kept, want 1 in 1", err, len(g.nonces), len(g.expires))
+	}
+	if err := g.once("n4", idle.Add(peerSigMaxAge), idle.Add(time.Second)); !errors.Is(err, errPeerReplayed) {
+		t.Fatalf("n4 again: %v", err)
+	}
+	later = idle
 	for i := len(g.nonces); i < maxPeerNonces; i++ {
 		g.nonces["filler-"+strconv.Itoa(i)] = struct{}{}
 	}
