@@ -48,7 +48,8 @@ func (r tappedRequest) replay(t *testing.T, base string, change func(http.Header
 	return resp.StatusCode, p.Code
 }
 
-// TestClusterForwardReplay: replica 1 advertises itself through a tap that
+// TestClusterForwardReplay: three replicas against three nats-server
+// processes; replica 1 advertises itself through a tap that
 // records what the other replicas send it. A keyed POST /exec for replica
 // 1's agent sent through replica 0 is forwarded there and runs once; the
 // captured forward replayed to replica 1, to replica 2, re-targeted to
@@ -60,7 +61,7 @@ func (r tappedRequest) replay(t *testing.T, base string, change func(http.Header
 func TestClusterForwardReplay(t *testing.T) {
 	t.Parallel()
 	clusterSlot(t)
-	nc := natstest.Start(t, 3)
+	nc := natstest.StartProcs(t, 3)
 	tokenFile := filepath.Join(t.TempDir(), "token")
 	if err := os.WriteFile(tokenFile, []byte(strings.Repeat("c", 64)+"\n"), 0o600); err != nil {
 		t.Fatal(err)
