@@ -105,6 +105,7 @@ bench:
 	$(GO) test -run '^$$' -bench 'ClusterSSEForwarded' -benchtime 3x -count=1 -timeout 30m ./tests
 	$(GO) test -run '^$$' -bench 'ClusterReady10000' -benchtime 1x -count=1 -timeout 30m ./tests
 	$(GO) test -run '^$$' -bench 'ClusterNATSCrash' -benchtime 1x -count=1 -timeout 30m ./tests
+	$(GO) test -run '^$$' -bench 'ClusterCutHeal' -benchtime 1x -count=1 -timeout 30m ./tests
 	$(GO) test -run '^$$' -bench 'TranscriptAppend' -benchtime 300x -count=1 -timeout 30m ./internal/cluster
 	$(GO) test -run '^$$' -bench 'AgentStoreOpen500' -benchtime 5x -count=1 -timeout 30m ./internal/cluster
 

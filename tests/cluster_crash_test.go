@@ -1,12 +1,15 @@
 package tests
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -547,4 +550,285 @@ func runCounts(t *testing.T, runs string) map[string]int {
 		n[l]++
 	}
 	return n
+}
+
+// jobListRequests returns how many GET /jobs requests s has answered, any
+// status, from its /metrics.
+func jobListRequests(t *testing.T, s *testServer) int {
+	t.Helper()
+	resp := s.Do(t, "GET", "/metrics", nil)
+	defer resp.Body.Close()
+	n := 0
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		l := sc.Text()
+		if !strings.HasPrefix(l, "dshd_http_requests_total{") || !strings.Contains(l, `method="GET"`) || !strings.Contains(l, `route="/jobs"`) {
+			continue
+		}
+		f := strings.Fields(l)
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err != nil {
+			t.Fatalf("metrics line %q: %v", l, err)
+		}
+		n += int(v)
+	}
+	return n
+}
+
+// TestClusterMisKeyedReplica: three replicas against three nats-server
+// processes, replica 2 configured with another peer secret than replicas
+// 0 and 1. A GET /jobs through any replica costs exactly one request to
+// each replica, 3 in all (the bound: one per replica; before, one listing
+// through a mis-keyed replica became thousands): the others refuse the
+// mis-keyed replica's requests (and it theirs) once each, 421, never
+// fanning them out, and the listing names the refusing replicas in
+// Dsh-Unavailable-Replicas. Replicas 0 and 1 answer /healthz throughout,
+// and log the refusals of replica 2 once.
+func TestClusterMisKeyedReplica(t *testing.T) {
+	clusterSlot(t)
+	nc := natstest.StartProcs(t, 3)
+	dir := t.TempDir()
+	tokenFile := filepath.Join(dir, "token")
+	if err := os.WriteFile(tokenFile, []byte(strings.Repeat("c", 64)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	secrets := []string{strings.Repeat("s", 40), strings.Repeat("s", 40), strings.Repeat("w", 40)}
+	var rs []*testServer
+	for i := range 3 {
+		secret := filepath.Join(dir, fmt.Sprintf("peer-%d.secret", i))
+		if err := os.WriteFile(secret, []byte(secrets[i]), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cfg := fmt.Sprintf("cluster:\n  replicaId: replica-%d\n  urls: [%s]\n  peerSecretFile: %s\n", i, nc.URLs[i], secret)
+		rs = append(rs, startServer(t, withConfig(cfg), withArgs("--token-file", tokenFile)))
+	}
+	waitForReplicasTB(t, rs)
+	for i, s := range rs {
+		var j job
+		if st := s.DoJSON(t, "POST", "/exec", map[string]any{"command": "true"}, &j); st != 200 {
+			t.Fatalf("a job on replica %d: %d", i, st)
+		}
+	}
+	count := func() int {
+		n := 0
+		for _, s := range rs {
+			n += jobListRequests(t, s)
+		}
+		return n
+	}
+	list := func(via int) ([]job, string) {
+		t.Helper()
+		resp := rs[via].Do(t, "GET", "/jobs", nil)
+		defer resp.Body.Close()
+		var jobs []job
+		if err := json.NewDecoder(resp.Body).Decode(&jobs); err != nil || resp.StatusCode != 200 {
+			t.Fatalf("GET /jobs through replica %d: %d %v", via, resp.StatusCode, err)
+		}
+		return jobs, resp.Header.Get("Dsh-Unavailable-Replicas")
+	}
+	start := count()
+	for round := range 5 {
+		for via, want := range []struct {
+			jobs        int
+			unavailable string
+		}{{2, "replica-2"}, {2, "replica-2"}, {1, "replica-0,replica-1"}} {
+			before := count()
+			jobs, unavailable := list(via)
+			// A request is counted just after its answer is written: wait
+			// for the last of the listing's to be.
+			got := count() - before
+			for deadline := time.Now().Add(10 * time.Second); got < len(rs) && time.Now().Before(deadline); got = count() - before {
+				time.Sleep(5 * time.Millisecond)
+			}
+			if got != len(rs) {
+				t.Fatalf("round %d: GET /jobs through replica %d made %d requests in the cluster, want %d (one per replica)", round, via, got, len(rs))
+			}
+			if len(jobs) != want.jobs || unavailable != want.unavailable {
+				t.Fatalf("round %d: GET /jobs through replica %d: %d jobs, unavailable %q; want %d, %q", round, via, len(jobs), unavailable, want.jobs, want.unavailable)
+			}
+		}
+		for i := range 2 {
+			var h clusterHealth
+			if st := rs[i].DoJSON(t, "GET", "/healthz", nil, &h); st != 200 {
+				t.Fatalf("round %d: /healthz of replica %d: %d", round, i, st)
+			}
+		}
+	}
+	if got := count() - start; got != 5*3*len(rs) {
+		t.Fatalf("the 15 listings made %d requests in the cluster in all, want %d", got, 5*3*len(rs))
+	}
+	for i := range 2 {
+		if n := strings.Count(rs[i].stderr.String(), "refused a request forwarded by another replica"); n != 1 {
+			t.Errorf("replica %d logged %d refusal lines for replica 2's 5 listings, want 1", i, n)
+		}
+	}
+}
+
+// quickRestartHealth is what TestClusterReplicaQuickRestart reads of
+// /healthz.
+type quickRestartHealth struct {
+	Status  string `json:"status"`
+	Details struct {
+		Cluster *struct {
+			DuplicateReplicaID bool     `json:"duplicateReplicaId"`
+			Degraded           []string `json:"degraded"`
+			Replicas           []struct {
+				ID         string `json:"id"`
+				Self       bool   `json:"self"`
+				LastSeenMs int64  `json:"lastSeenMs"`
+			} `json:"replicas"`
+		} `json:"cluster"`
+	} `json:"details"`
+}
+
+// TestClusterReplicaQuickRestart: a replica killed with SIGKILL and
+// started again at once on the same home and id, while its last heartbeat
+// is still in the bucket (three nats-server processes), recognises its
+// predecessor: once it has seen every replica and its own heartbeat come
+// back twice, /healthz says ok with no duplicate id, on it and on the
+// others, and it logged no duplicate-id ERROR.
+func TestClusterReplicaQuickRestart(t *testing.T) {
+	clusterSlot(t)
+	nc := natstest.StartProcs(t, 3)
+	rs := startReplicasAt(t, nc.URLs)
+	waitForReplicasTB(t, rs)
+	rs[0].crash(t)
+	killed := time.Now()
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte(rs[0].Token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := fmt.Sprintf("cluster:\n  replicaId: replica-0\n  urls: [%s]\n", strings.Join(nc.URLs, ", "))
+	rs[0] = startServer(t, withHome(rs[0].Home), withConfig(cfg), withArgs("--token-file", tokenFile))
+	t.Logf("restarted %s after the SIGKILL", time.Since(killed).Round(time.Millisecond))
+	if time.Since(killed) >= 5*time.Second {
+		t.Logf("the restart took longer than the heartbeat's 5 s: the predecessor's heartbeat may be gone already")
+	}
+	health := func(i int) quickRestartHealth {
+		t.Helper()
+		var h quickRestartHealth
+		if st := rs[i].DoJSON(t, "GET", "/healthz", nil, &h); st != 200 || h.Details.Cluster == nil {
+			t.Fatalf("/healthz of replica %d: %d", i, st)
+		}
+		return h
+	}
+	// Its own heartbeat comes back after what the bucket held when its
+	// watch started; twice means a beat later.
+	age := int64(-1) // of its own last heartbeat, as it last read it
+	for n := 0; n < 2; {
+		h := health(0)
+		if c := h.Details.Cluster; c.DuplicateReplicaID || slices.Contains(c.Degraded, "duplicate_replica_id") {
+			t.Fatalf("the restarted replica reports a duplicate id: %+v", h)
+		}
+		for _, r := range h.Details.Cluster.Replicas {
+			if r.Self && len(h.Details.Cluster.Replicas) == 3 {
+				if age < 0 || r.LastSeenMs < age {
+					n++ // first seen, or a later heartbeat arrived
+				}
+				age = r.LastSeenMs
+			}
+		}
+		if time.Since(killed) > 30*time.Second {
+			t.Fatalf("the restarted replica does not see all three with its own heartbeat: %+v", h)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for i := range rs {
+		if h := health(i); h.Status != "ok" || h.Details.Cluster.DuplicateReplicaID || len(h.Details.Cluster.Degraded) > 0 {
+			t.Errorf("replica %d after replica 0's restart: %+v", i, h)
+		}
+	}
+	if strings.Contains(rs[0].stderr.String(), "another process heartbeats with this replica's id") {
+		t.Errorf("the restarted replica logged a duplicate id:\n%s", rs[0].stderr.String())
+	}
+}
+
+// cutHeal is what one cut of a replica's only link to NATS, and its heal,
+// took to recover from.
+type cutHeal struct {
+	mode      string        // reset (connections refused), stall (bytes held), drop (bytes lost)
+	noticed   time.Duration // from the cut until the replica said it was disconnected
+	connected time.Duration // from the heal until it said it was connected again
+	caughtUp  time.Duration // from the heal until it listed what was registered during the cut
+}
+
+// measureCutHeals cuts replica 2's only link to NATS (a proxy) once per
+// mode, registers a contributor through replica 0 while replica 2 says it
+// is disconnected, heals, and measures when replica 2 is connected again
+// and when it lists the contributor (both polled over HTTP every 5 ms).
+func measureCutHeals(tb testing.TB, modes []string) []cutHeal {
+	tb.Helper()
+	clusterSlot(tb)
+	nc := natstest.StartWith(tb, 3, natstest.Options{NoAdvertise: true})
+	proxy := natstest.NewProxy(tb, nc.URLs[2])
+	rs := startReplicas(tb, nc, func(i int) []string {
+		if i == 2 {
+			return []string{proxy.URL}
+		}
+		return []string{nc.URLs[i]}
+	})
+	waitForReplicasTB(tb, rs)
+	connected := func() bool {
+		var h clusterHealth
+		rs[2].DoJSON(tb, "GET", "/healthz", nil, &h)
+		return h.Details.Cluster != nil && h.Details.Cluster.Connected
+	}
+	var out []cutHeal
+	for i, mode := range modes {
+		r := cutHeal{mode: mode}
+		switch mode {
+		case "reset":
+			proxy.Cut()
+		case "stall":
+			proxy.Stall()
+		case "drop":
+			proxy.Drop()
+		default:
+			tb.Fatalf("unknown cut %q", mode)
+		}
+		cut := time.Now()
+		for connected() {
+			if time.Since(cut) > 30*time.Second {
+				tb.Fatalf("%s: replica 2 still says it is connected 30 s after the cut", mode)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		r.noticed = time.Since(cut)
+		key := fmt.Sprintf("DSH_CUT_%d", i)
+		if st := rs[0].DoJSON(tb, "POST", "/contributors", staticContributor(fmt.Sprintf("cut.%d", i), key, "1"), nil); st != 201 {
+			tb.Fatalf("%s: registration through replica 0 during the cut: %d", mode, st)
+		}
+		proxy.Heal()
+		healed := time.Now()
+		for r.connected == 0 || r.caughtUp == 0 {
+			if r.connected == 0 && connected() {
+				r.connected = time.Since(healed)
+			}
+			if r.caughtUp == 0 && rs[2].declares(tb, key) {
+				r.caughtUp = time.Since(healed)
+			}
+			if time.Since(healed) > 60*time.Second {
+				tb.Fatalf("%s: replica 2 not recovered 60 s after the heal: %+v", mode, r)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		out = append(out, r)
+		waitForReplicasTB(tb, rs)
+	}
+	return out
+}
+
+// BenchmarkClusterCutHeal: replica 2's only link to NATS is cut three
+// times, each way a link fails (reset, stall, drop); it prints, for each,
+// when the replica was connected again after the heal (the baseline: the
+// NATS client's own reconnect) beside when its registry had caught up with
+// a change made during the cut (b.N is ignored: one round of three cuts).
+func BenchmarkClusterCutHeal(b *testing.B) {
+	for _, r := range measureCutHeals(b, []string{"reset", "stall", "drop"}) {
+		fmt.Printf("cluster cut heal (%s): disconnect noticed %s after the cut; after the heal, connected again in %s, registry caught up in %s\n",
+			r.mode, r.noticed.Round(time.Millisecond), r.connected.Round(time.Millisecond), r.caughtUp.Round(time.Millisecond))
+		b.ReportMetric(float64(r.caughtUp.Milliseconds()), r.mode+"-caught-up-ms")
+		b.ReportMetric(float64(r.connected.Milliseconds()), r.mode+"-connected-ms")
+	}
 }

@@ -413,13 +413,12 @@ func TestClusterJobRouting(t *testing.T) {
 		t.Fatalf("the keyed command ran %q times (%v), want once", b, err)
 	}
 
-	// A client's forwarding header proves nothing: the request is routed
-	// to the owner like any other (one hop is kept by the replicas'
-	// signature, see TestClusterForgedForwarding).
+	// A client's forwarding header proves nothing: the request is refused,
+	// not served nor routed (see TestClusterForgedForwarding).
 	r := rs[2].DoWith(t, "GET", "/jobs/"+j.ID, nil, map[string]string{"Authorization": "Bearer " + rs[2].Token, "Dsh-Forwarded-By": "replica-1"})
 	r.Body.Close()
-	if r.StatusCode != 200 {
-		t.Fatalf("a request with a client's forwarding header was not routed to the owner: %d", r.StatusCode)
+	if r.StatusCode != 421 {
+		t.Fatalf("a request with a client's forwarding header: %d, want 421", r.StatusCode)
 	}
 	// The token is checked before anything is forwarded.
 	r = rs[2].DoWith(t, "GET", "/jobs/"+j.ID, nil, map[string]string{"Authorization": "Bearer wrong"})
@@ -1023,10 +1022,12 @@ func TestClusterUISession(t *testing.T) {
 }
 
 // TestClusterForgedForwarding: forwarding headers sent by a client (no
-// signature, or a signature that does not verify) are dropped before
-// routing, so the request is routed exactly like one without them: the
-// agent's home runs its calls, and one Idempotency-Key sent through
-// replica 0 and then through replica 1 with the header runs once.
+// signature, or a signature that does not verify) are refused, 421
+// forward_refused, and nothing runs or is routed on: a forged forward for
+// an agent's call does not reach its home, and a keyed POST /exec with
+// forged headers neither runs nor takes the key, which then runs once when
+// sent plainly through any replica. The baseline: the same requests
+// without the headers run at the agent's home.
 func TestClusterForgedForwarding(t *testing.T) {
 	t.Parallel()
 	_, rs := startCluster(t)
@@ -1037,44 +1038,80 @@ func TestClusterForgedForwarding(t *testing.T) {
 	}
 	forged := []map[string]string{
 		{"Dsh-Forwarded-By": "x"},
-		{"Dsh-Forwarded-By": "replica-0", "Dsh-Forwarded-Sig": fmt.Sprintf("%d.%s", time.Now().Unix(), strings.Repeat("ab", 32))},
+		{"Dsh-Forwarded-By": "replica-0", "Dsh-Forwarded-To": "replica-1", "Dsh-Forwarded-Sig": fmt.Sprintf("%d.%s.%s", time.Now().UnixMilli(), strings.Repeat("ab", 16), strings.Repeat("ab", 32))},
 		{"Dsh-Forwarded-Sig": "1.00"},
+		{"Dsh-Forwarded-To": "replica-0"},
 	}
+	marker := filepath.Join(t.TempDir(), "forged")
 	for i, h := range forged {
 		h["Authorization"] = "Bearer " + rs[1].Token
-		var r toolResult
-		resp := rs[1].DoWith(t, "POST", "/agents/"+a.ID+"/tools/bash", map[string]any{"arguments": map[string]any{"command": "echo hi"}}, h)
-		if err := json.NewDecoder(resp.Body).Decode(&r); err != nil || resp.StatusCode != 200 {
-			t.Fatalf("forged header %d: tool call through replica 1: %d %v", i, resp.StatusCode, err)
+		var p problem
+		resp := rs[1].DoWith(t, "POST", "/agents/"+a.ID+"/tools/bash", map[string]any{"arguments": map[string]any{"command": "echo tool >> " + marker}}, h)
+		if err := json.NewDecoder(resp.Body).Decode(&p); err != nil || resp.StatusCode != 421 || p.Code != "forward_refused" {
+			t.Fatalf("forged header %d: tool call through replica 1: %d %+v %v", i, resp.StatusCode, p, err)
 		}
 		resp.Body.Close()
-		if !strings.HasPrefix(r.JobID, "job_replica-0.") || r.Text != "hi" {
-			t.Fatalf("forged header %d: tool call for replica 0's agent ran %q (%q), not at the agent's home", i, r.JobID, r.Text)
-		}
-		var j job
-		resp = rs[2].DoWith(t, "POST", "/exec", map[string]any{"command": "true", "agentId": a.ID}, h)
-		if err := json.NewDecoder(resp.Body).Decode(&j); err != nil || resp.StatusCode != 200 || !strings.HasPrefix(j.ID, "job_replica-0.") {
-			t.Fatalf("forged header %d: /exec for replica 0's agent through replica 2: %d %q %v", i, resp.StatusCode, j.ID, err)
+		resp = rs[2].DoWith(t, "POST", "/exec", map[string]any{"command": "echo exec >> " + marker, "agentId": a.ID}, h)
+		if err := json.NewDecoder(resp.Body).Decode(&p); err != nil || resp.StatusCode != 421 || p.Code != "forward_refused" {
+			t.Fatalf("forged header %d: /exec for replica 0's agent through replica 2: %d %+v %v", i, resp.StatusCode, p, err)
 		}
 		resp.Body.Close()
+	}
+	if _, err := os.Stat(marker); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a forged forward ran: %v", err)
+	}
+	if r := rs[1].callTool(t, a.ID, "bash", map[string]any{"command": "echo hi"}); !strings.HasPrefix(r.JobID, "job_replica-0.") || r.Text != "hi" {
+		t.Fatalf("baseline: the tool call without forged headers ran %q (%q), not at the agent's home", r.JobID, r.Text)
 	}
 
 	runs := filepath.Join(t.TempDir(), "runs")
 	body := map[string]any{"command": "echo once >> " + runs}
-	for i, via := range []int{0, 1, 2} {
-		h := map[string]string{"Authorization": "Bearer " + rs[via].Token, "Idempotency-Key": "forged-1"}
-		if i > 0 {
-			h["Dsh-Forwarded-By"] = "replica-0"
-		}
+	for via := range rs {
+		h := map[string]string{"Authorization": "Bearer " + rs[via].Token, "Idempotency-Key": "forged-1", "Dsh-Forwarded-By": "replica-0"}
 		resp := rs[via].DoWith(t, "POST", "/exec", body, h)
-		var j job
-		err := json.NewDecoder(resp.Body).Decode(&j)
+		var p problem
+		err := json.NewDecoder(resp.Body).Decode(&p)
 		resp.Body.Close()
-		if err != nil || resp.StatusCode != 200 || !strings.HasPrefix(j.ID, "job_replica-0.") {
-			t.Fatalf("keyed /exec through replica %d: %d %q %v", via, resp.StatusCode, j.ID, err)
+		if err != nil || resp.StatusCode != 421 || p.Code != "forward_refused" {
+			t.Fatalf("keyed /exec with a forged header through replica %d: %d %+v %v", via, resp.StatusCode, p, err)
+		}
+	}
+	for _, via := range []int{1, 2, 0} {
+		var j job
+		st, code, err := rs[via].idemExecAny(t, "forged-1", body, &j)
+		if err != nil || st != 200 || !strings.HasPrefix(j.ID, "job_replica-1.") {
+			t.Fatalf("keyed /exec through replica %d: %d %q %q %v", via, st, code, j.ID, err)
 		}
 	}
 	if b, err := os.ReadFile(runs); err != nil || string(b) != "once\n" {
 		t.Fatalf("the keyed command ran %q (%v), want once", b, err)
+	}
+}
+
+// TestClusterWorkspaceRefusalNamesHome: a snapshot spawn or fork of an
+// agent, sent through a replica that is not its home, is answered by the
+// home: 422 workspace_snapshot_unavailable, its reason naming the home
+// replica, and no agent made; a shared fork works through any replica.
+func TestClusterWorkspaceRefusalNamesHome(t *testing.T) {
+	t.Parallel()
+	_, rs := startCluster(t)
+	waitForReplicas(t, rs)
+	var a agent
+	if st := rs[0].DoJSON(t, "POST", "/agents", map[string]any{}, &a); st != 201 {
+		t.Fatalf("create agent on replica 0: %d", st)
+	}
+	for _, op := range []string{"spawn", "fork"} {
+		var p wsProblem
+		if st := rs[1].DoJSON(t, "POST", "/agents/"+a.ID+"/"+op, map[string]any{"workspace": "snapshot"}, &p); st != 422 || p.Code != "workspace_snapshot_unavailable" || !strings.Contains(p.Reason, `replica "replica-0", the home of the agent`) {
+			t.Errorf("snapshot %s of replica 0's agent through replica 1: %d %+v", op, st, p)
+		}
+	}
+	var list []agent
+	if st := rs[2].DoJSON(t, "GET", "/agents", nil, &list); st != 200 || len(list) != 1 {
+		t.Errorf("refused snapshot forks made agents: %d, %d agents", st, len(list))
+	}
+	var c agent
+	if st := rs[2].DoJSON(t, "POST", "/agents/"+a.ID+"/fork", map[string]any{"workspace": "shared"}, &c); st != 201 || !strings.HasPrefix(c.ID, "agt_replica-0_") {
+		t.Errorf("shared fork through replica 2: %d %+v", st, c)
 	}
 }

@@ -475,7 +475,9 @@ func newServices(ctx context.Context, cfg config, home, token, tokenPath string,
 	if cfg.Cluster != nil {
 		// A snapshot lives on the replica that holds its layers; agents
 		// move between replicas' stores, their layers do not.
-		wsOff = "cluster mode: snapshot workspaces are kept on one host and are not supported across replicas"
+		// Every request for an agent is answered by its home, so the
+		// replica named here is the agent's home.
+		wsOff = fmt.Sprintf("cluster mode: snapshot workspaces are kept on one host and are not supported across replicas; refused by replica %q, the home of the agent (use workspace: shared)", cfg.Cluster.ReplicaID)
 	}
 	workspaces, err := workspace.Open(filepath.Join(home, "workspaces"), wsOff, logger.With("component", "workspaces"))
 	if err != nil {

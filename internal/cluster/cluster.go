@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"regexp"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -178,7 +179,7 @@ func Connect(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("cluster: connect to NATS: %w", err)
 	}
 	link.up()
-	n := &Node{cfg: cfg, logger: logger, nc: nc, link: link, view: view{peers: map[string]seen{}, known: map[string]bool{}}}
+	n := &Node{cfg: cfg, logger: logger, nc: nc, link: link, view: view{peers: map[string]seen{}, known: map[string]bool{}, others: map[string]uint64{}}}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	if err := n.setup(ctx); err != nil {
 		n.cancel()
@@ -270,9 +271,30 @@ func (n *Node) Close() {
 // attempt holds (nats.Conn.IsConnected waits on it).
 type linkState struct {
 	downSince atomic.Int64 // unix nanoseconds; 0 while up
+
+	mu   sync.Mutex
+	back chan struct{} // closed when the connection is up again
 }
 
-func (l *linkState) up() { l.downSince.Store(0) }
+func (l *linkState) up() {
+	l.downSince.Store(0)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.back != nil {
+		close(l.back)
+	}
+	l.back = make(chan struct{})
+}
+
+// reconnected returns a channel closed at the next reconnect.
+func (l *linkState) reconnected() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.back == nil {
+		l.back = make(chan struct{})
+	}
+	return l.back
+}
 
 func (l *linkState) down() {
 	l.downSince.CompareAndSwap(0, time.Now().UnixNano())

@@ -60,12 +60,20 @@ type seen struct {
 
 // view is what this replica knows of the others.
 type view struct {
-	mu        sync.Mutex
-	peers     map[string]seen
-	known     map[string]bool // replica ids known to have joined (MembersBucket, heartbeats)
-	dupAt     time.Time       // last heartbeat of another process with this id
-	ownSeen   time.Time       // when this replica's own heartbeat last came through the watch
-	ownPut    time.Time       // when this replica's own heartbeat was last written
+	mu    sync.Mutex
+	peers map[string]seen
+	known map[string]bool // replica ids known to have joined (MembersBucket, heartbeats)
+	dupAt time.Time       // last heartbeat of another process with this id
+	// firstRev is the bucket revision of this process's first heartbeat;
+	// others holds the last revision seen of each other process
+	// heartbeating with this id. A heartbeat of another process counts as
+	// a duplicate only when it was written after firstRev, or after one
+	// already seen from it: a predecessor killed before this process
+	// started (its last heartbeat still in the bucket) never is.
+	firstRev  uint64
+	others    map[string]uint64
+	ownSeen   time.Time // when this replica's own heartbeat last came through the watch
+	ownPut    time.Time // when this replica's own heartbeat was last written
 	storeRev  uint64
 	sampledAt time.Time
 }
@@ -93,12 +101,15 @@ func (n *Node) StartHeartbeats(url string, registryRevision func() uint64) error
 	if err != nil {
 		return err
 	}
+	// Announce at once, before watching: the watch then starts from this
+	// process's own heartbeat, not from a predecessor's left in the
+	// bucket, and firstRev is known before anything is delivered.
+	n.beat()
 	w, err := n.replicas.WatchAll(n.ctx)
 	if err != nil {
 		return fmt.Errorf("cluster: watch replicas: %w", err)
 	}
 	go n.followHeartbeats(w)
-	n.beat() // announce at once, before the first tick
 	go func() {
 		t := time.NewTicker(HeartbeatInterval)
 		defer t.Stop()
@@ -115,36 +126,24 @@ func (n *Node) StartHeartbeats(url string, registryRevision func() uint64) error
 }
 
 // followHeartbeats feeds the view from w, and from the watches that
-// replace it when it stalls: when this replica's own heartbeats are
-// written but do not come back for heartbeatStall, or w ends, a new watch
-// follows the updates from then on (the view keeps what it knows).
+// replace it when the connection to NATS is back after being lost, or
+// when it stalls: when this replica's own heartbeats are written but do
+// not come back for heartbeatStall, or w ends, a new watch follows the
+// updates from then on (the view keeps what it knows).
 func (n *Node) followHeartbeats(w jetstream.KeyWatcher) {
 	defer func() { w.Stop() }()
 	check := time.NewTicker(HeartbeatInterval)
 	defer check.Stop()
 	updates := w.Updates()
+	back := n.link.reconnected()
 	for {
+		reconnected := false
 		select {
 		case <-n.ctx.Done():
 			return
+		case <-back:
+			back, reconnected = n.link.reconnected(), true
 		case <-check.C:
-			n.view.mu.Lock()
-			stalled := n.view.ownPut.Sub(n.view.ownSeen) > heartbeatStall
-			n.view.mu.Unlock()
-			if !stalled && updates != nil {
-				continue
-			}
-			nw, err := n.replicas.WatchAll(n.ctx, jetstream.UpdatesOnly())
-			if err != nil {
-				n.logger.Warn("heartbeat watch stalled and not restarted", "err", err)
-				continue
-			}
-			n.logger.Warn("heartbeat watch stalled; watching again")
-			w.Stop()
-			w, updates = nw, nw.Updates()
-			n.view.mu.Lock()
-			n.view.ownPut = n.view.ownSeen // give the new watch its own time
-			n.view.mu.Unlock()
 		case e, ok := <-updates:
 			if !ok {
 				updates = nil // restarted at the next check
@@ -153,7 +152,29 @@ func (n *Node) followHeartbeats(w jetstream.KeyWatcher) {
 			if e != nil {
 				n.seeHeartbeat(e)
 			}
+			continue
 		}
+		n.view.mu.Lock()
+		stalled := n.view.ownPut.Sub(n.view.ownSeen) > heartbeatStall
+		n.view.mu.Unlock()
+		if !stalled && updates != nil && !reconnected {
+			continue
+		}
+		nw, err := n.replicas.WatchAll(n.ctx, jetstream.UpdatesOnly())
+		if err != nil {
+			n.logger.Warn("heartbeat watch stalled and not restarted", "err", err)
+			continue
+		}
+		if reconnected {
+			n.logger.Info("reconnected to NATS; watching heartbeats again")
+		} else {
+			n.logger.Warn("heartbeat watch stalled; watching again")
+		}
+		w.Stop()
+		w, updates = nw, nw.Updates()
+		n.view.mu.Lock()
+		n.view.ownPut = n.view.ownSeen // give the new watch its own time
+		n.view.mu.Unlock()
 	}
 }
 
@@ -186,6 +207,19 @@ func (n *Node) seeHeartbeat(e jetstream.KeyValueEntry) {
 		n.view.ownSeen = now
 	}
 	if hb.ID == n.self.ID && hb.Instance != n.self.Instance {
+		prev, seenBefore := n.view.others[hb.Instance]
+		if len(n.view.others) >= 64 {
+			clear(n.view.others) // bounded: ids of processes are whatever the bucket says
+		}
+		n.view.others[hb.Instance] = e.Revision()
+		if !(n.view.firstRev != 0 && e.Revision() > n.view.firstRev) && !(seenBefore && e.Revision() > prev) {
+			// Written before this process's first heartbeat, and not since:
+			// the last heartbeat of a predecessor with this id that died
+			// (or of a process started before this one that has not
+			// written again yet; a live one writes within a second).
+			n.logger.Info("ignoring the last heartbeat of an earlier process with this replica's id", "replica", hb.ID, "instance", hb.Instance, "startedAt", hb.StartedAt)
+			return
+		}
 		if n.view.dupAt.IsZero() {
 			n.logger.Error("another process heartbeats with this replica's id: give every replica its own cluster.replicaId", "replica", hb.ID, "url", hb.URL)
 		}
@@ -203,13 +237,16 @@ func (n *Node) beat() {
 	hb := n.self
 	hb.RegistryRevision = n.registryRevision()
 	v, _ := json.Marshal(hb)
-	if _, err := n.replicas.Put(ctx, hb.ID, v); err != nil {
+	if rev, err := n.replicas.Put(ctx, hb.ID, v); err != nil {
 		if n.ctx.Err() == nil {
 			n.logger.Warn("heartbeat not written", "err", err)
 		}
 	} else {
 		n.view.mu.Lock()
 		n.view.ownPut = time.Now()
+		if n.view.firstRev == 0 {
+			n.view.firstRev = rev
+		}
 		n.view.mu.Unlock()
 	}
 	last, err := n.RegistryStore().Last(ctx)

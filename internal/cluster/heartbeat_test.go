@@ -144,3 +144,58 @@ func TestHeartbeatsRideOutLeaderCrash(t *testing.T) {
 		t.Fatalf("a crashed replica is still listed after the elections: %v", ids(nodes[0]))
 	}
 }
+
+// TestRestartIsNotADuplicate: a replica that crashed (its last heartbeat
+// left in the bucket) and is started again at once recognises its
+// predecessor's heartbeat and never reports a duplicate id; a second
+// process that is alive with the id is reported (the baseline: same
+// check, same node).
+func TestRestartIsNotADuplicate(t *testing.T) {
+	nc := natstest.Start(t, 3)
+	cfg := cluster.Config{URLs: nc.URLs[:1], ReplicaID: "r0"}
+	first, err := cluster.Connect(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := first.StartHeartbeats("http://127.0.0.1:7000", func() uint64 { return 0 }); err != nil {
+		t.Fatal(err)
+	}
+	if !waitFor(5*time.Second, func() bool { return len(first.Status().Replicas) == 1 }) {
+		t.Fatal("the first process does not see itself")
+	}
+	first.Crash()
+	again, err := cluster.Connect(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(again.Close)
+	if err := again.StartHeartbeats("http://127.0.0.1:7001", func() uint64 { return 0 }); err != nil {
+		t.Fatal(err)
+	}
+	// Its own heartbeat comes through the watch after what the bucket
+	// held when the watch started, and twice means a beat later.
+	for range 2 {
+		seen := again.Status().Replicas
+		if !waitFor(5*time.Second, func() bool {
+			r := again.Status().Replicas
+			return len(r) == 1 && r[0].URL == "http://127.0.0.1:7001" && (len(seen) == 0 || r[0].LastSeen.After(seen[0].LastSeen))
+		}) {
+			t.Fatalf("the restarted process sees %+v", again.Status().Replicas)
+		}
+		if st := again.Status(); st.DuplicateID {
+			t.Fatalf("the restarted process reports its predecessor as a duplicate: %+v", st)
+		}
+	}
+
+	dup, err := cluster.Connect(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(dup.Close)
+	if err := dup.StartHeartbeats("http://127.0.0.1:7002", func() uint64 { return 0 }); err != nil {
+		t.Fatal(err)
+	}
+	if !waitFor(5*time.Second, func() bool { return again.Status().DuplicateID && dup.Status().DuplicateID }) {
+		t.Fatalf("a live second process with the id is not reported: %+v / %+v", again.Status(), dup.Status())
+	}
+}

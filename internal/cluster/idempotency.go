@@ -54,12 +54,12 @@ func (n *Node) idempotencyBucket(ctx context.Context) error {
 // before anything runs: the first replica to claim it serves every request
 // with that key for the idempotency window. It returns nil when this
 // replica holds the claim (it was free, or this replica took it before),
-// else the base URL of the replica that does. Errors wrap
+// else the base URL and the id of the replica that does. Errors wrap
 // status.ErrOwnerUnavailable when that replica is not available, or
 // status.ErrClaimUnavailable when the claim cannot be read or written.
-func (n *Node) ClaimKey(ctx context.Context, key string) (*url.URL, error) {
+func (n *Node) ClaimKey(ctx context.Context, key string) (*url.URL, string, error) {
 	if !n.Online() {
-		return nil, fmt.Errorf("claim idempotency key: %w: %w", status.ErrClaimUnavailable, ErrNotConnected)
+		return nil, "", fmt.Errorf("claim idempotency key: %w: %w", status.ErrClaimUnavailable, ErrNotConnected)
 	}
 	sum := sha256.Sum256([]byte(key))
 	k := hex.EncodeToString(sum[:])
@@ -67,18 +67,19 @@ func (n *Node) ClaimKey(ctx context.Context, key string) (*url.URL, error) {
 	defer cancel()
 	_, err := n.idem.Create(ctx, k, []byte(n.cfg.ReplicaID))
 	if err == nil {
-		return nil, nil
+		return nil, "", nil
 	}
 	if !errors.Is(err, jetstream.ErrKeyExists) {
-		return nil, fmt.Errorf("claim idempotency key: %w: %w", status.ErrClaimUnavailable, err)
+		return nil, "", fmt.Errorf("claim idempotency key: %w: %w", status.ErrClaimUnavailable, err)
 	}
 	e, err := n.idem.Get(ctx, k)
 	if err != nil {
-		return nil, fmt.Errorf("read idempotency key claim: %w: %w", status.ErrClaimUnavailable, err)
+		return nil, "", fmt.Errorf("read idempotency key claim: %w: %w", status.ErrClaimUnavailable, err)
 	}
 	owner := string(e.Value())
 	if owner == n.cfg.ReplicaID {
-		return nil, nil
+		return nil, "", nil
 	}
-	return n.route("idempotency key of", "request", owner, status.ErrOwnerUnavailable)
+	u, err := n.route("idempotency key of", "request", owner, status.ErrOwnerUnavailable)
+	return u, owner, err
 }

@@ -97,11 +97,13 @@ const registryStall = 3 * time.Second
 
 // FollowRegistry watches the registry bucket until ctx ends: the current
 // records go to reg.Load once, then every later change to reg.Apply, in
-// bucket order. The watch is an ordered consumer, which resumes where it
-// stopped after a lost connection; when it stays behind the bucket for
-// registryStall without delivering (its consumer was on a NATS node that
-// died), a new watch resumes from the next revision. It returns an error
-// only when the watch cannot start.
+// bucket order. The watch is an ordered consumer; when the connection to
+// NATS is back after being lost, a new watch resumes from the next
+// revision at once (the ordered consumer would find out only after missing
+// its idle heartbeats, seconds later), and when it stays behind the
+// bucket for registryStall without delivering (its consumer was on a NATS
+// node that died), likewise. It returns an error only when the watch
+// cannot start.
 func (n *Node) FollowRegistry(ctx context.Context, reg Applier) error {
 	w, err := n.registry.WatchAll(ctx)
 	if err != nil {
@@ -123,10 +125,28 @@ func (n *Node) followRegistry(ctx context.Context, reg Applier, w jetstream.KeyW
 	)
 	check := time.NewTicker(time.Second)
 	defer check.Stop()
+	back := n.link.reconnected()
+	// restart watches again from the revision after rev.
+	restart := func(why string) {
+		nw, err := n.registry.WatchAll(ctx, jetstream.ResumeFromRevision(rev+1))
+		if err != nil {
+			n.logger.Warn("registry watch not restarted", "why", why, "revision", rev, "err", err)
+			behind = time.Now()
+			return
+		}
+		n.logger.Info("registry watch restarted from the next revision", "why", why, "revision", rev)
+		w.Stop()
+		w, behind = nw, time.Time{}
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-back:
+			back = n.link.reconnected()
+			if loaded {
+				restart("reconnected to NATS")
+			}
 		case <-check.C:
 			if !loaded {
 				continue
@@ -142,15 +162,7 @@ func (n *Node) followRegistry(ctx context.Context, reg Applier, w jetstream.KeyW
 			if time.Since(behind) < registryStall {
 				continue
 			}
-			nw, err := n.registry.WatchAll(ctx, jetstream.ResumeFromRevision(rev+1))
-			if err != nil {
-				n.logger.Warn("registry watch behind the bucket and not restarted", "revision", rev, "err", err)
-				behind = time.Now()
-				continue
-			}
-			n.logger.Warn("registry watch stalled behind the bucket; watching again from the next revision", "revision", rev)
-			w.Stop()
-			w, behind = nw, time.Time{}
+			restart("stalled behind the bucket")
 		case e, ok := <-w.Updates():
 			if !ok {
 				return

@@ -34,10 +34,10 @@ type jobRouter interface {
 	// Errors wrap status.ErrSessionHomeUnavailable.
 	SessionHome(id string) (*url.URL, error)
 	// ClaimKey claims the Idempotency-Key of a request that names no
-	// agent, before anything runs, and returns the replica that holds it
-	// (nil: this one). Errors wrap status.ErrOwnerUnavailable or
-	// status.ErrClaimUnavailable.
-	ClaimKey(ctx context.Context, key string) (*url.URL, error)
+	// agent, before anything runs, and returns the base URL and id of the
+	// replica that holds it (nil: this one). Errors wrap
+	// status.ErrOwnerUnavailable or status.ErrClaimUnavailable.
+	ClaimKey(ctx context.Context, key string) (*url.URL, string, error)
 }
 
 // forwardTarget is where a forwarded request goes, and the error that
@@ -45,7 +45,7 @@ type jobRouter interface {
 type forwardTarget struct {
 	url         *url.URL
 	unavailable error
-	replica     string // the replica's id, when the request's id names it
+	replica     string // the replica's id (its address when no id names it)
 	body        []byte // the request's body, signed with it
 	callID      string // a tool call's id (given, or set here), for "may have run"
 }
@@ -145,7 +145,7 @@ func (s *Server) route(r *http.Request, body []byte, router jobRouter) (*forward
 			// The replica that first saw the key serves it, so a retry
 			// through any replica finds the job it started.
 			unavailable = status.ErrOwnerUnavailable
-			u, err = router.ClaimKey(r.Context(), key)
+			u, replica, err = router.ClaimKey(r.Context(), key)
 		default:
 			return nil, nil
 		}
@@ -188,11 +188,18 @@ func (s *Server) route(r *http.Request, body []byte, router jobRouter) (*forward
 // checks the same token again) and before the contract's validator (the
 // owner validates). A request whose replica is not available is answered
 // 503 here (job_owner_unavailable, agent_home_unavailable,
-// session_home_unavailable), and nothing is run elsewhere. A request
-// another replica forwarded, signed with peerKey (see verifyPeer), is
-// served here, marked so (servedForPeer); forwarding headers that do not
-// verify are dropped and the request is routed like any other.
+// session_home_unavailable), and nothing is run elsewhere.
+//
+// A request that carries forwarding headers is never routed on: it is
+// served here, marked so (servedForPeer, which answers with this replica's
+// own state only), when peerGate admits it (signed with peerKey for this
+// replica, after it started, nonce not seen before) and routing it would
+// not send it elsewhere (its job, agent, session or Idempotency-Key claim,
+// which it makes like any request, is this replica's). Any other is
+// refused at once, 421 forward_refused, and nothing runs; the refusals of
+// one sender are logged once a minute.
 func (s *Server) newForwarder(router jobRouter, self string, peerKey []byte) func(http.Handler) http.Handler {
+	gate := newPeerGate(peerKey, self, time.Now())
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.Proxy = nil // replicas talk directly, whatever the proxy variables say
 	tr.MaxIdleConnsPerHost = 64
@@ -203,7 +210,6 @@ func (s *Server) newForwarder(router jobRouter, self string, peerKey []byte) fun
 			target := pr.In.Context().Value(forwardTargetKey).(*forwardTarget)
 			pr.SetURL(target.url)
 			pr.SetXForwarded()
-			signPeer(pr.Out.Header, peerKey, self, pr.In.Method, pr.In.URL.RequestURI(), target.body, time.Now())
 			pr.Out.Header.Set("X-Request-ID", requestIDFrom(pr.In.Context()))
 			if authFrom(pr.In.Context()) == authSession {
 				// UI sessions live in this replica's memory; the owner
@@ -212,6 +218,7 @@ func (s *Server) newForwarder(router jobRouter, self string, peerKey []byte) fun
 				pr.Out.Header.Del(uiKeyHeader)
 				pr.Out.Header.Set("Authorization", "Bearer "+string(s.token))
 			}
+			signPeer(pr.Out.Header, peerKey, self, target.replica, pr.In.Method, pr.In.URL.RequestURI(), target.body, time.Now())
 		},
 		ModifyResponse: func(resp *http.Response) error {
 			for _, h := range headersSetHere {
@@ -239,14 +246,9 @@ func (s *Server) newForwarder(router jobRouter, self string, peerKey []byte) fun
 			if !ok {
 				return
 			}
-			if r.Header.Get(forwardedHeader) != "" || r.Header.Get(forwardedSigHeader) != "" {
-				if verifyPeer(r, peerKey, body, time.Now()) {
-					next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), servedForPeerKey{}, true)))
-					return
-				}
-				s.logger.Info("dropped forwarding headers that do not verify", "by", r.Header.Get(forwardedHeader), "path", r.URL.Path, "request_id", requestIDFrom(r.Context()))
-				r.Header.Del(forwardedHeader)
-				r.Header.Del(forwardedSigHeader)
+			if hasPeerHeaders(r) {
+				s.serveForward(w, r, body, gate, router, next)
+				return
 			}
 			target, err := s.route(r, body, router)
 			if err != nil {
@@ -260,6 +262,33 @@ func (s *Server) newForwarder(router jobRouter, self string, peerKey []byte) fun
 			proxy.ServeHTTP(w, r.WithContext(withForwardTarget(r.Context(), target)))
 		})
 	}
+}
+
+// serveForward serves r, which says another replica sent it, when gate
+// admits it and it belongs here; else it refuses it (see newForwarder).
+func (s *Server) serveForward(w http.ResponseWriter, r *http.Request, body []byte, gate *peerGate, router jobRouter, next http.Handler) {
+	now := time.Now()
+	_, err := gate.admit(r, body, now)
+	if err == nil {
+		target, rerr := s.route(r, body, router)
+		if rerr != nil {
+			s.writeError(w, r, rerr)
+			return
+		}
+		if target != nil {
+			err = fmt.Errorf("%w: what it names belongs to replica %q, and a forward is never forwarded again", errForwardRefused, target.replica)
+		}
+	}
+	if err != nil {
+		sender := r.Header.Get(forwardedHeader)
+		if log, since := gate.shouldLog(sender, now); log {
+			s.logger.Warn("refused a request forwarded by another replica (logged once a minute per sender)", "by", sender, "to", r.Header.Get(forwardedToHeader),
+				"method", r.Method, "path", r.URL.Path, "reason", err, "refused_since_last_line", since, "request_id", requestIDFrom(r.Context()))
+		}
+		s.writeError(w, r, fmt.Errorf("replica %q refused a request forwarded by %q: %w", gate.self, sender, err))
+		return
+	}
+	next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), servedForPeerKey{}, true)))
 }
 
 // hopBody reads r's body (see readBody) and puts it back, so that it can

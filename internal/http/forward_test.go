@@ -20,8 +20,8 @@ type homeRouter struct{ home *url.URL }
 func (h homeRouter) JobOwner(string) (*url.URL, error)    { return nil, nil }
 func (h homeRouter) AgentHome(string) (*url.URL, error)   { return h.home, nil }
 func (h homeRouter) SessionHome(string) (*url.URL, error) { return nil, nil }
-func (h homeRouter) ClaimKey(context.Context, string) (*url.URL, error) {
-	return nil, nil
+func (h homeRouter) ClaimKey(context.Context, string) (*url.URL, string, error) {
+	return nil, "", nil
 }
 
 // TestForwardLostAfterSending: a tool call forwarded to its agent's home,
@@ -39,7 +39,8 @@ func TestForwardLostAfterSending(t *testing.T) {
 		body, _ := io.ReadAll(r.Body)
 		var s seen
 		_ = json.Unmarshal(body, &s)
-		s.signed = verifyPeer(r, PeerKeyFromToken(testToken), body, time.Now())
+		p, err := verifyPeer(r, PeerKeyFromToken(testToken), body, time.Now())
+		s.signed = err == nil && p.by == "replica-a" && p.to == "replica-b"
 		seenCh <- s
 		c, _, err := http.NewResponseController(w).Hijack()
 		if err == nil {

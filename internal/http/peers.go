@@ -51,7 +51,7 @@ func (p *peerLister) jobs(ctx context.Context, state string) ([]api.Job, []strin
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			jobs, err := p.listJobs(ctx, r.URL, state)
+			jobs, err := p.listJobs(ctx, r.ID, r.URL, state)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -66,8 +66,8 @@ func (p *peerLister) jobs(ctx context.Context, state string) ([]api.Job, []strin
 	return all, failed
 }
 
-// listJobs asks the replica at base for its own jobs.
-func (p *peerLister) listJobs(ctx context.Context, base, state string) ([]api.Job, error) {
+// listJobs asks the replica id at base for its own jobs.
+func (p *peerLister) listJobs(ctx context.Context, id, base, state string) ([]api.Job, error) {
 	u, err := url.Parse(base)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("replica URL %q is not an HTTP URL", base)
@@ -81,7 +81,7 @@ func (p *peerLister) listJobs(ctx context.Context, base, state string) ([]api.Jo
 		return nil, err
 	}
 	req.Header.Set("Authorization", "Bearer "+p.token)
-	signPeer(req.Header, p.key, p.self, req.Method, req.URL.RequestURI(), nil, time.Now())
+	signPeer(req.Header, p.key, p.self, id, req.Method, req.URL.RequestURI(), nil, time.Now())
 	resp, err := p.client.Do(req)
 	if err != nil {
 		return nil, err
@@ -98,8 +98,8 @@ func (p *peerLister) listJobs(ctx context.Context, base, state string) ([]api.Jo
 }
 
 // servedForPeerKey marks the context of a request another replica sent
-// (it carries the forwarded header): it is answered with this replica's
-// own state only.
+// (admitted by peerGate): it is answered with this replica's own state
+// only, never fanned out again.
 type servedForPeerKey struct{}
 
 func servedForPeer(ctx context.Context) bool {

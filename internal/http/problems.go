@@ -91,6 +91,7 @@ var errorCodes = []struct {
 	{errBadRequest, http.StatusBadRequest, "bad_request", "Bad request"},
 	{errBodyTimeout, http.StatusRequestTimeout, "body_timeout", "Request body not received in time"},
 	{errHostNotAllowed, http.StatusMisdirectedRequest, "host_not_allowed", "Host not served here"},
+	{errForwardRefused, http.StatusMisdirectedRequest, "forward_refused", "Request forwarded between replicas refused"},
 	{errUnauthorized, http.StatusUnauthorized, "unauthorized", "Missing or wrong bearer token"},
 	{errNotFound, http.StatusNotFound, "not_found", "No such route"},
 	{errMethodNotAllowed, http.StatusMethodNotAllowed, "method_not_allowed", "Method not allowed"},

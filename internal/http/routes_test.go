@@ -132,11 +132,11 @@ func (f *failing) JobOwner(string) (*url.URL, error) {
 }
 
 // ClaimKey plays a cluster whose key claims fail when f.err says so.
-func (f *failing) ClaimKey(context.Context, string) (*url.URL, error) {
+func (f *failing) ClaimKey(context.Context, string) (*url.URL, string, error) {
 	if errors.Is(f.err, status.ErrClaimUnavailable) || errors.Is(f.err, status.ErrOwnerUnavailable) {
-		return nil, f.err
+		return nil, "", f.err
 	}
-	return nil, nil
+	return nil, "", nil
 }
 
 // AgentHome plays a cluster whose agent's replica is gone when f.err says
@@ -330,6 +330,9 @@ func TestErrorTableRowsAreReached(t *testing.T) {
 		"invalid_format": true,
 		// The MCP endpoint is outside the contract: TestMCPSessionHome.
 		"session_home_unavailable": true,
+		// The forwarder's refusal of a request that says a replica sent
+		// it, on any route (each declares 421): TestForwardAdmission.
+		"forward_refused": true,
 	}
 	for _, rt := range routes {
 		for _, err := range rt.errs {

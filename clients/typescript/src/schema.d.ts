@@ -2379,7 +2379,7 @@ export interface components {
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
-        /** @description `host_not_allowed`: the Host header names an address this server does not answer to. */
+        /** @description `host_not_allowed`: the Host header names an address this server does not answer to. `forward_refused` (cluster mode): the request says another replica forwarded it (`Dsh-Forwarded-By`, `Dsh-Forwarded-To`, `Dsh-Forwarded-Sig`) and this replica does not serve it: the signature does not verify with its peer secret, it is for another replica, it was signed before this replica started, its nonce was served before (a replay), or what it names belongs to another replica (a forward is never forwarded again). Nothing ran; `detail` says which. */
         R421: {
             headers: {
                 [name: string]: unknown;
