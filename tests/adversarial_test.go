@@ -377,6 +377,31 @@ func testAdversarialApply(t *testing.T, mech, containment string) {
 	t.Cleanup(func() { killPIDs(survivorsNow(mark)) })
 	var seq atomic.Int64
 
+	// idle waits until agent's jobs have ended and left nothing running (a
+	// job's remaining processes are counted every 200 ms).
+	idle := func(t *testing.T, agent string) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); ; {
+			var jobs []struct {
+				State     string          `json:"state"`
+				Remaining json.RawMessage `json:"remaining"`
+			}
+			s.DoJSON(t, "GET", "/jobs?agentId="+agent, nil, &jobs)
+			n := 0
+			for _, j := range jobs {
+				if j.State == "running" || j.Remaining != nil {
+					n++
+				}
+			}
+			if n == 0 {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("agent %s's jobs still run", agent)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
 	// fork makes a parent under pol on a fresh workspace with a directory
 	// sub, and a snapshot child that wrote sub/new.txt.
 	fork := func(t *testing.T, pol sandboxPolicy) (ws, parent, child string) {
@@ -391,6 +416,9 @@ func testAdversarialApply(t *testing.T, mech, containment string) {
 		p := s.newAgent(t, "/agents", map[string]any{"cwd": ws, "sandbox": pol})
 		c := s.newAgent(t, "/agents/"+p.ID+"/fork", map[string]any{"workspace": "snapshot", "sandbox": map[string]any{"policy": "workspace-write", "network": "off"}})
 		s.run(t, c.ID, "echo child data > sub/new.txt")
+		// What follows is refused or not for what the attack does, not
+		// for the count of this job's processes (renewed every 200 ms).
+		idle(t, c.ID)
 		return ws, p.ID, c.ID
 	}
 	// leave has agent's bash leave a process running (its own session,
@@ -431,31 +459,6 @@ func testAdversarialApply(t *testing.T, mech, containment string) {
 		if left := survivors(m, 10*time.Second); len(left) > 0 {
 			killPIDs(left)
 			t.Errorf("cancelling agent %s's jobs left %v running", agent, left)
-		}
-	}
-	// idle waits until agent's jobs have ended and left nothing running (a
-	// job's remaining processes are counted every 200 ms).
-	idle := func(t *testing.T, agent string) {
-		t.Helper()
-		for deadline := time.Now().Add(10 * time.Second); ; {
-			var jobs []struct {
-				State     string          `json:"state"`
-				Remaining json.RawMessage `json:"remaining"`
-			}
-			s.DoJSON(t, "GET", "/jobs?agentId="+agent, nil, &jobs)
-			n := 0
-			for _, j := range jobs {
-				if j.State == "running" || j.Remaining != nil {
-					n++
-				}
-			}
-			if n == 0 {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("agent %s's jobs still run", agent)
-			}
-			time.Sleep(20 * time.Millisecond)
 		}
 	}
 	token := s.Token
@@ -623,7 +626,6 @@ func testAdversarialApply(t *testing.T, mech, containment string) {
 				t.Fatal(err)
 			}
 		}
-		idle(t, c)
 		// Baseline: the same requests aimed at an ordinary directory, by
 		// name and through a link on the way, write there.
 		for _, dir := range []string{plain, filepath.Join(links, "base", "plain")} {
