@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -324,4 +325,336 @@ func adversarialRows(env *advEnv) []attack {
 		rows = append(rows, attack{name: "connect to loopback over IPv6", command: "exec 3<>/dev/tcp/::1/" + strconv.Itoa(env.v6Port) + " && echo ESCAPED"})
 	}
 	return rows
+}
+
+// TestAdversarialWorkspaceApply: the attacks on workspace/apply, where dshd
+// itself writes a parent's view (issue 39). A hostile model's bash in the
+// parent leaves a process running that waits for an apply's staging and
+// then swaps a directory the child wrote into for a link to a directory
+// outside, or to the dshd home; the child's own job swaps a directory of its
+// layer for a link to the home in a loop while the apply runs; and apply is
+// aimed at the home by name and through links. Under both mechanisms and
+// both containments (a process a job leaves running is counted per job's
+// cgroup, or traced by process group), with the parent unrestricted and
+// confined.
+//
+// The apply must be refused (409 workspace_busy while a writer of the source
+// or the target runs) or write nothing outside the target and read nothing
+// of the home into a view. Each attack has its baseline: the same swap,
+// then a plain path-based write (what apply did before it worked by
+// descriptor, done here by the test as root through the parent's view)
+// lands outside, and a path-based read of the view reads the token; the
+// same apply aimed at an ordinary directory writes there.
+func TestAdversarialWorkspaceApply(t *testing.T) {
+	t.Parallel()
+	testenv.NeedRoot(t, "snapshot workspaces and the namespaces mechanism need root")
+	for _, mech := range sandboxMechanisms {
+		for _, containment := range []string{"cgroup", "group"} {
+			t.Run(mech+"/"+containment, func(t *testing.T) {
+				t.Parallel()
+				testenv.SkipMechanism(t, mech)
+				testAdversarialApply(t, mech, containment)
+			})
+		}
+	}
+}
+
+func testAdversarialApply(t *testing.T, mech, containment string) {
+	base, err := os.MkdirTemp("/var/tmp", "dshd-adversarial-apply-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(base) })
+	outside := filepath.Join(base, "outside")
+	home := filepath.Join(base, "home")
+	if err := os.MkdirAll(outside, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s := startServer(t, withHome(home), withConfig(fmt.Sprintf("sandbox:\n  mechanism: %s\njobs:\n  graceMs: 200\n  containment: %s\n", mech, containment)))
+	needSandbox(t, s)
+	needSnapshots(t, s)
+	mark := randomMark(t)
+	t.Cleanup(func() { killPIDs(survivorsNow(mark)) })
+	var seq atomic.Int64
+
+	// idle waits until agent's jobs have ended and left nothing running (a
+	// job's remaining processes are counted every 200 ms).
+	idle := func(t *testing.T, agent string) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); ; {
+			var jobs []struct {
+				State     string          `json:"state"`
+				Remaining json.RawMessage `json:"remaining"`
+			}
+			s.DoJSON(t, "GET", "/jobs?agentId="+agent, nil, &jobs)
+			n := 0
+			for _, j := range jobs {
+				if j.State == "running" || j.Remaining != nil {
+					n++
+				}
+			}
+			if n == 0 {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("agent %s's jobs still run", agent)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	// fork makes a parent under pol on a fresh workspace with a directory
+	// sub, and a snapshot child that wrote sub/new.txt.
+	fork := func(t *testing.T, pol sandboxPolicy) (ws, parent, child string) {
+		t.Helper()
+		ws = filepath.Join(base, fmt.Sprintf("ws%d", seq.Add(1)))
+		if err := os.MkdirAll(filepath.Join(ws, "sub"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(ws, "sub", "keep.txt"), []byte("keep\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		p := s.newAgent(t, "/agents", map[string]any{"cwd": ws, "sandbox": pol})
+		c := s.newAgent(t, "/agents/"+p.ID+"/fork", map[string]any{"workspace": "snapshot", "sandbox": map[string]any{"policy": "workspace-write", "network": "off"}})
+		s.run(t, c.ID, "echo child data > sub/new.txt")
+		// What follows is refused or not for what the attack does, not
+		// for the count of this job's processes (renewed every 200 ms).
+		idle(t, c.ID)
+		return ws, p.ID, c.ID
+	}
+	// leave has agent's bash leave a process running (its own session,
+	// marked) that runs script; it returns the tool call's job and the
+	// process's mark.
+	leave := func(t *testing.T, agent, script string) (jobID, m string) {
+		t.Helper()
+		m = fmt.Sprintf("%s/%d;", mark, seq.Add(1))
+		cmd := fmt.Sprintf("setsid -f env %s='%s' bash -c '%s' </dev/null >/dev/null 2>&1; echo left", markEnv, m, script)
+		r := s.callTool(t, agent, "bash", map[string]any{"command": cmd})
+		if r.IsError || !strings.Contains(r.Text, "left") {
+			t.Fatalf("the model's call: %+v", r)
+		}
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			if pids, _ := marked(m); len(pids) > 0 {
+				return r.JobID, m
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the process the call left (%s) is not running", m)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	// stop ends what agent's jobs left running, by the API first.
+	stop := func(t *testing.T, agent, m string) {
+		t.Helper()
+		var jobs []job
+		s.DoJSON(t, "GET", "/jobs?agentId="+agent, nil, &jobs)
+		for _, j := range jobs {
+			s.Do(t, "DELETE", "/jobs/"+j.ID, nil).Body.Close()
+		}
+		if containment == "group" {
+			// A process in a session of its own is not traced to its job
+			// there: it is stopped at shutdown, or here.
+			killPIDs(survivorsNow(m))
+		}
+		if left := survivors(m, 10*time.Second); len(left) > 0 {
+			killPIDs(left)
+			t.Errorf("cancelling agent %s's jobs left %v running", agent, left)
+		}
+	}
+	token := s.Token
+	// tokenInLayers reports whether any file of any layer holds the token.
+	tokenInLayers := func(t *testing.T) bool {
+		t.Helper()
+		found := false
+		filepath.Walk(filepath.Join(home, "workspaces", "layers"), func(p string, fi os.FileInfo, err error) error {
+			if err == nil && fi.Mode().IsRegular() {
+				if b, err := os.ReadFile(p); err == nil && strings.Contains(string(b), token) {
+					t.Logf("the token is in %s", p)
+					found = true
+				}
+			}
+			return nil
+		})
+		return found
+	}
+
+	// The swap a leftover of the parent makes once apply stages.
+	swap := func(target string) string {
+		return "until ls -d .dshd-apply-* >/dev/null 2>&1; do sleep 0.005; done; mv sub sub.orig && ln -s " + target + " sub && touch swapped; sleep 300"
+	}
+	for _, target := range []struct{ name, dir string }{{"outside", outside}, {"the dshd home", home}} {
+		t.Run("parent's leftover swaps a directory for a link to "+target.name+" during staging", func(t *testing.T) {
+			// Baseline: the swap happens when staging shows, and a write by
+			// path through the parent's view then lands in target.dir.
+			t.Run("baseline", func(t *testing.T) {
+				ws, p, _ := fork(t, sandboxPolicy{"unrestricted", "on"})
+				_, m := leave(t, p, swap(target.dir))
+				defer stop(t, p, m)
+				pids, _ := marked(m)
+				view := fmt.Sprintf("/proc/%d/root%s", pids[0], ws)
+				if err := os.Mkdir(filepath.Join(view, ".dshd-apply-baseline"), 0o700); err != nil {
+					t.Fatal(err)
+				}
+				deadline := time.Now().Add(15 * time.Second)
+				for {
+					if _, err := os.Lstat(filepath.Join(view, "swapped")); err == nil {
+						break
+					}
+					if time.Now().After(deadline) {
+						t.Fatal("the leftover did not swap sub once staging showed")
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
+				landed := filepath.Join(target.dir, "new.txt")
+				if err := os.WriteFile(filepath.Join(view, "sub", "new.txt"), []byte("child data\n"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := os.Stat(landed); err != nil {
+					t.Errorf("a path-based write through the swapped directory did not land in %s: the attack proves nothing", target.dir)
+				}
+				os.Remove(landed)
+				if target.dir == home {
+					if b, err := os.ReadFile(filepath.Join(view, "sub", "server.token")); err != nil || strings.TrimSpace(string(b)) != token {
+						t.Errorf("a path-based read through the swapped directory did not read the token: %v", err)
+					}
+				}
+			})
+			for _, pol := range []sandboxPolicy{{"unrestricted", "on"}, {"workspace-write", "off"}} {
+				t.Run(pol.Policy, func(t *testing.T) {
+					_, p, c := fork(t, pol)
+					_, m := leave(t, p, swap(target.dir))
+					defer stop(t, p, m)
+					var pr wsProblem
+					st := s.DoJSON(t, "POST", "/agents/"+c+"/workspace/apply", map[string]any{}, &pr)
+					t.Logf("apply with the parent's leftover running = %d %s %s", st, pr.Code, pr.Detail)
+					refused := st == 409 && pr.Code == "workspace_busy"
+					if containment == "cgroup" && !refused {
+						t.Errorf("apply while the parent's leftover runs in its job's cgroup = %d %s, want 409 workspace_busy", st, pr.Code)
+					}
+					// Refused or not, nothing left the view and nothing of the
+					// home came into one.
+					if _, err := os.Lstat(filepath.Join(target.dir, "new.txt")); err == nil {
+						t.Errorf("apply (%d) wrote the child's file into %s", st, target.dir)
+					}
+					if tokenInLayers(t) {
+						t.Errorf("the token was read into a workspace layer")
+					}
+					stop(t, p, m)
+					if !refused {
+						return // the leftover changed the view: what follows does not hold
+					}
+					// With the leftover gone, the apply goes through, into the
+					// view.
+					idle(t, p)
+					if st := s.DoJSON(t, "POST", "/agents/"+c+"/workspace/apply", map[string]any{}, &pr); st != 200 {
+						t.Errorf("apply once the leftover is gone = %d %+v", st, pr)
+					}
+					if out := s.run(t, p, "cat sub/new.txt sub/keep.txt; ls -a | grep -c dshd-apply || true"); out != "child data\nkeep\n0\n" {
+						t.Errorf("the parent's view after the apply: %q", out)
+					}
+					if _, err := os.Lstat(filepath.Join(target.dir, "new.txt")); err == nil {
+						t.Errorf("the child's file is in %s", target.dir)
+					}
+				})
+			}
+		})
+	}
+
+	t.Run("child's job swaps a directory of its layer for a link to the dshd home while apply runs", func(t *testing.T) {
+		loop := "while :; do mv sub sub.x 2>/dev/null; ln -s " + home + " sub 2>/dev/null; rm -f sub; mv sub.x sub 2>/dev/null; done"
+		// Baseline: the link shows in the child's layer, and a read by path
+		// through the layer reads the token.
+		t.Run("baseline", func(t *testing.T) {
+			_, _, c := fork(t, sandboxPolicy{"unrestricted", "on"})
+			_, m := leave(t, c, loop)
+			defer stop(t, c, m)
+			var a struct {
+				Workspace struct{ Path string } `json:"workspace"`
+			}
+			s.DoJSON(t, "GET", "/agents/"+c, nil, &a)
+			pids, _ := marked(m)
+			view := fmt.Sprintf("/proc/%d/root%s", pids[0], a.Workspace.Path)
+			deadline := time.Now().Add(15 * time.Second)
+			for {
+				if b, err := os.ReadFile(filepath.Join(view, "sub", "server.token")); err == nil && strings.TrimSpace(string(b)) == token {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("a path-based read through the child's swapping directory never read the token: the attack proves nothing")
+				}
+				time.Sleep(time.Millisecond)
+			}
+		})
+		for _, pol := range []sandboxPolicy{{"unrestricted", "on"}, {"workspace-write", "off"}} {
+			t.Run(pol.Policy, func(t *testing.T) {
+				_, p, c := fork(t, pol)
+				_, m := leave(t, c, loop)
+				defer stop(t, c, m)
+				for range 20 {
+					var pr wsProblem
+					st := s.DoJSON(t, "POST", "/agents/"+c+"/workspace/apply", map[string]any{}, &pr)
+					if st == 409 && pr.Code == "workspace_busy" {
+						continue
+					}
+					if containment == "cgroup" {
+						t.Errorf("apply while the child's job runs in its cgroup = %d %s, want 409 workspace_busy", st, pr.Code)
+					}
+					t.Logf("apply with the child's job swapping = %d %s %s", st, pr.Code, pr.Detail)
+				}
+				if tokenInLayers(t) {
+					t.Errorf("the token was read into a workspace layer")
+				}
+				stop(t, c, m)
+				if out := s.run(t, p, "find . -name '.dshd-apply-*'; cat sub/server.token 2>/dev/null || true"); strings.Contains(out, token) || strings.Contains(out, "dshd-apply") {
+					t.Errorf("the parent's view after the applies: %q", out)
+				}
+			})
+		}
+	})
+
+	t.Run("apply aimed at the dshd home", func(t *testing.T) {
+		_, _, c := fork(t, sandboxPolicy{"workspace-write", "off"})
+		links := filepath.Join(base, "links")
+		plain := filepath.Join(base, "plain")
+		for _, d := range []string{links, plain} {
+			if err := os.MkdirAll(d, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for name, to := range map[string]string{"home": home, "sessions": filepath.Join(home, "sessions"), "base": base, "plain": plain} {
+			if err := os.Symlink(to, filepath.Join(links, name)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Baseline: the same requests aimed at an ordinary directory, by
+		// name and through a link on the way, write there.
+		for _, dir := range []string{plain, filepath.Join(links, "base", "plain")} {
+			if st := s.DoJSON(t, "POST", "/agents/"+c+"/workspace/apply", map[string]any{"directory": dir}, nil); st != 200 {
+				t.Errorf("baseline: apply to %s = %d", dir, st)
+			}
+			if _, err := os.Stat(filepath.Join(plain, "sub", "new.txt")); err != nil {
+				t.Errorf("baseline: apply to %s wrote nothing there", dir)
+			}
+			os.RemoveAll(filepath.Join(plain, "sub"))
+		}
+		if err := os.MkdirAll(filepath.Join(home, "sessions"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		for _, dir := range []string{
+			filepath.Join(home, "sessions"), home, filepath.Join(home, "workspaces"), filepath.Join(home, "workspaces", "layers"),
+			filepath.Join(links, "home"), filepath.Join(links, "sessions"), filepath.Join(links, "home", "sessions"),
+			filepath.Join(links, "base", "home", "sessions"), filepath.Join(home, "sessions", "..", "sessions"),
+		} {
+			var pr wsProblem
+			if st := s.DoJSON(t, "POST", "/agents/"+c+"/workspace/apply", map[string]any{"directory": dir}, &pr); st != 422 || pr.Code != "invalid_workspace" {
+				t.Errorf("apply to %s = %d %+v, want 422 invalid_workspace", dir, st, pr)
+			}
+		}
+		filepath.Walk(home, func(p string, fi os.FileInfo, err error) error {
+			if err == nil && fi.Name() == "new.txt" && !strings.Contains(p, filepath.Join(home, "workspaces", "layers")) {
+				t.Errorf("an apply aimed at the home wrote %s", p)
+			}
+			return nil
+		})
+	})
 }

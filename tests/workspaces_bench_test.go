@@ -7,6 +7,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -170,4 +173,133 @@ func BenchmarkWorkspaceFork(b *testing.B) {
 			b.ReportMetric(ms(median(plain)), "command-shared-agent-median-ms")
 		}
 	}
+}
+
+// BenchmarkExecWhileDiff measures `POST /exec` of `true` for one agent while
+// another agent's `GET /agents/{id}/workspace/changes?diff=true` over 20,000
+// changed files runs in a loop, beside the same with nothing else running
+// (idle), interleaved in rounds in the same run: no job start waits on
+// another agent's workspace work. Target: p99 within 2x of idle.
+func BenchmarkExecWhileDiff(b *testing.B) {
+	if os.Geteuid() != 0 {
+		b.Skip("snapshot workspaces need root (overlayfs, mount namespaces)")
+	}
+	const files, rounds, perRound = 20_000, 10, 100
+	root := b.TempDir()
+	ws := filepath.Join(root, "ws")
+	line := strings.Repeat("a line of the file\n", 8)
+	for i := range files {
+		d := filepath.Join(ws, fmt.Sprintf("d%03d", i/200))
+		if i%200 == 0 {
+			if err := os.MkdirAll(d, 0o755); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := os.WriteFile(filepath.Join(d, fmt.Sprintf("f%03d.txt", i%200)), []byte(fmt.Sprintf("file %d\n%s", i, line)), 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
+	other := filepath.Join(root, "other")
+	if err := os.MkdirAll(other, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	s := startServer(b)
+	var h struct {
+		Details struct {
+			Workspaces struct {
+				Snapshot bool   `json:"snapshot"`
+				Reason   string `json:"reason"`
+			} `json:"workspaces"`
+		} `json:"details"`
+	}
+	if json.Unmarshal(s.get(b, "/healthz"), &h); !h.Details.Workspaces.Snapshot {
+		b.Skipf("snapshot workspaces unavailable: %s", h.Details.Workspaces.Reason)
+	}
+	agent := func(path, body string) string {
+		var a struct {
+			ID string `json:"id"`
+		}
+		if err := json.Unmarshal(s.post(b, path, []byte(body)), &a); err != nil {
+			b.Fatal(err)
+		}
+		return a.ID
+	}
+	p := agent("/agents", `{"cwd":"`+ws+`"}`)
+	c := agent("/agents/"+p+"/fork", `{"workspace":"snapshot"}`)
+	var j struct {
+		ExitCode *int `json:"exitCode"`
+	}
+	body, _ := json.Marshal(map[string]any{"agentId": c, "timeoutMs": 600_000,
+		"command": "find . -name '*.txt' -print0 | xargs -0 sed -i 's/^a line/a changed line/'"})
+	if json.Unmarshal(s.post(b, "/exec", body), &j); j.ExitCode == nil || *j.ExitCode != 0 {
+		b.Fatalf("changing the child's files: exit %v", j.ExitCode)
+	}
+	var cs struct {
+		Changes []json.RawMessage `json:"changes"`
+	}
+	t0 := time.Now()
+	if json.Unmarshal(s.get(b, "/agents/"+c+"/workspace/changes?diff=true"), &cs); len(cs.Changes) != files {
+		b.Fatalf("the child's changes: %d, want %d", len(cs.Changes), files)
+	}
+	diffTime := time.Since(t0)
+
+	a := agent("/agents", `{"cwd":"`+other+`"}`)
+	execBody := []byte(`{"command":"true","agentId":"` + a + `"}`)
+	exec1 := func() time.Duration {
+		t0 := time.Now()
+		s.post(b, "/exec", execBody)
+		return time.Since(t0)
+	}
+	for range 20 {
+		exec1() // warm: the agent's first jobs, the connections
+	}
+	var idle, busy []time.Duration
+	var diffs atomic.Int64
+	b.ResetTimer()
+	for range rounds {
+		for range perRound {
+			idle = append(idle, exec1())
+		}
+		// The other agent's listing runs in a loop meanwhile; the round
+		// starts once one is in flight and ends when the last is done.
+		stop := make(chan struct{})
+		started := make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			once := sync.OnceFunc(func() { close(started) })
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				once()
+				s.get(b, "/agents/"+c+"/workspace/changes?diff=true")
+				diffs.Add(1)
+			}
+		}()
+		<-started
+		for range perRound {
+			busy = append(busy, exec1())
+		}
+		close(stop)
+		wg.Wait()
+	}
+	b.StopTimer()
+	ratio50 := float64(percentile(busy, .5)) / float64(percentile(idle, .5))
+	ratio99 := float64(percentile(busy, .99)) / float64(percentile(idle, .99))
+	b.ReportMetric(ms(percentile(idle, .5)), "idle-exec-p50-ms")
+	b.ReportMetric(ms(percentile(idle, .99)), "idle-exec-p99-ms")
+	b.ReportMetric(ms(percentile(busy, .5)), "while-diff-exec-p50-ms")
+	b.ReportMetric(ms(percentile(busy, .99)), "while-diff-exec-p99-ms")
+	b.ReportMetric(ratio50, "p50-ratio")
+	b.ReportMetric(ratio99, "p99-ratio")
+	b.ReportMetric(ms(diffTime), "one-diff-listing-ms")
+	fmt.Printf("exec while diff: %d execs each, %d listings of %d changed files (one alone: %s) ran meanwhile\n"+
+		"  idle:       p50 %.2f ms  p99 %.2f ms  max %.2f ms\n  while diff: p50 %.2f ms  p99 %.2f ms  max %.2f ms\n  ratio:      p50 %.2fx  p99 %.2fx (target p99 <= 2x)\n",
+		len(idle), diffs.Load(), files, diffTime.Round(time.Millisecond),
+		ms(percentile(idle, .5)), ms(percentile(idle, .99)), ms(slices.Max(idle)),
+		ms(percentile(busy, .5)), ms(percentile(busy, .99)), ms(slices.Max(busy)), ratio50, ratio99)
 }

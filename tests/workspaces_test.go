@@ -1,12 +1,14 @@
 package tests
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/dshd/dshd/internal/apitest"
 	"github.com/dshd/dshd/internal/cluster/natstest"
@@ -387,4 +389,95 @@ func TestWorkspaceSnapshotClusterRefused(t *testing.T) {
 	if c := s.newAgent(t, "/agents/"+p.ID+"/fork", map[string]any{"workspace": "shared"}); c.Workspace.Mode != "shared" {
 		t.Errorf("shared fork in cluster mode: %+v", c.Workspace)
 	}
+}
+
+// TestWorkspaceApplyRightAfterJob: a harness runs a child's last command
+// and applies its changes at once. The job has ended (its answer is in),
+// so the apply is not refused as busy. (Under bubblewrap the job's count of
+// remaining processes is 1 until the next poll, some 200 ms later.)
+func TestWorkspaceApplyRightAfterJob(t *testing.T) {
+	t.Parallel()
+	testenv.NeedRoot(t, "overlayfs mounts and mount namespaces need CAP_SYS_ADMIN")
+	for _, mech := range sandboxMechanisms {
+		t.Run(mech, func(t *testing.T) {
+			testenv.SkipMechanism(t, mech)
+			s := startServer(t, withConfig("sandbox:\n  mechanism: "+mech+"\n"))
+			needSandbox(t, s)
+			needSnapshots(t, s)
+			p := s.newAgent(t, "/agents", map[string]any{"cwd": t.TempDir()})
+			for i := range 5 {
+				c := s.newAgent(t, "/agents/"+p.ID+"/fork", map[string]any{"workspace": "snapshot", "sandbox": map[string]any{"policy": "workspace-write", "network": "off"}})
+				s.run(t, c.ID, fmt.Sprintf("echo %d > f.txt", i))
+				var pr wsProblem
+				if st := s.DoJSON(t, "POST", "/agents/"+c.ID+"/workspace/apply", map[string]any{}, &pr); st != 200 {
+					t.Errorf("apply right after the child's job ended = %d %s %s", st, pr.Code, pr.Detail)
+				}
+			}
+			if out := s.run(t, p.ID, "cat f.txt"); out != "4\n" {
+				t.Errorf("the parent's f.txt = %q", out)
+			}
+		})
+	}
+}
+
+// TestWorkspaceApplyGroupLeftover: with jobs contained by process group, a
+// parent's command leaves a process in a session of its own (setsid -f)
+// that waits for an apply's staging and swaps a directory the child wrote
+// into for a link outside. The apply must be refused while it runs, as it
+// is under cgroup containment; and whatever the apply answered, the
+// parent's view is left untouched or fully applied, with no staging in it
+// and no journal under the home, also after a restart.
+func TestWorkspaceApplyGroupLeftover(t *testing.T) {
+	t.Parallel()
+	testenv.NeedRoot(t, "overlayfs mounts and mount namespaces need CAP_SYS_ADMIN")
+	base := t.TempDir()
+	ws, outside, home := filepath.Join(base, "ws"), filepath.Join(base, "outside"), filepath.Join(base, "home")
+	for _, d := range []string{filepath.Join(ws, "sub"), outside} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	config := withConfig("jobs:\n  graceMs: 200\n  containment: group\n")
+	s := startServer(t, withHome(home), config)
+	needSnapshots(t, s)
+	mark := randomMark(t)
+	t.Cleanup(func() { killPIDs(survivorsNow(mark)) })
+	p := s.newAgent(t, "/agents", map[string]any{"cwd": ws})
+	c := s.newAgent(t, "/agents/"+p.ID+"/fork", map[string]any{"workspace": "snapshot"})
+	s.run(t, c.ID, "echo a > a.txt && echo new > sub/new.txt && echo z > z.txt")
+	// It spins (no sleep) for the few moments until the apply: it swaps
+	// while the staged files are synced, before any is moved.
+	swap := "until compgen -G \".dshd-apply-*\" >/dev/null; do :; done; mv sub sub.orig && ln -s " + outside + " sub; sleep 300"
+	s.run(t, p.ID, fmt.Sprintf("setsid -f env %s='%s;' bash -c '%s' </dev/null >/dev/null 2>&1", markEnv, mark, swap))
+	for deadline := time.Now().Add(15 * time.Second); len(survivorsNow(mark)) == 0 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if len(survivorsNow(mark)) == 0 {
+		t.Fatal("the parent's command left nothing running")
+	}
+	var pr wsProblem
+	st := s.DoJSON(t, "POST", "/agents/"+c.ID+"/workspace/apply", map[string]any{}, &pr)
+	if st != 409 || pr.Code != "workspace_busy" {
+		t.Errorf("apply while the parent's leftover runs = %d %s %s, want 409 workspace_busy", st, pr.Code, pr.Detail)
+	}
+	killPIDs(survivorsNow(mark))
+	if ents, _ := os.ReadDir(outside); len(ents) > 0 {
+		t.Errorf("the apply wrote outside: %v", ents)
+	}
+	check := func(s *testServer, when string) {
+		t.Helper()
+		if out := s.run(t, p.ID, "ls -a | grep dshd-apply || true"); out != "" {
+			t.Errorf("%s: staging in the parent's view: %q", when, out)
+		}
+		if out := s.run(t, p.ID, "cat a.txt z.txt 2>/dev/null || true"); out != "" && out != "a\nz\n" {
+			t.Errorf("%s: the parent's view is half applied: a.txt and z.txt read %q", when, out)
+		}
+		if ents, _ := os.ReadDir(filepath.Join(home, "workspaces", "applies")); len(ents) > 0 {
+			t.Errorf("%s: %d apply journal(s) left, first %s", when, len(ents), ents[0].Name())
+		}
+	}
+	check(s, "after the apply")
+	s.stop(t)
+	s = startServer(t, withHome(home), config)
+	check(s, "after a restart")
 }
