@@ -3,6 +3,8 @@ package tests
 import (
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
 	"net/http/httptest"
 	"os"
 	osexec "os/exec"
@@ -298,5 +300,115 @@ func TestNetworkAllowlistConfig(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("config %q: output lacks %q:\n%s", yaml, want, out)
 		}
+	}
+}
+
+// TestNetworkAllowlistFlood: a job floods the proxy at 127.0.0.1:3128
+// with "CONNECT " and 256 MiB without a newline, then opens 100
+// connections whose heads are just under the bound (60,000 bytes) and
+// keeps them open as tunnels. The flood is answered 431 and cut off; 64
+// tunnels are opened and 36 connections answered 503; and dshd's own
+// memory (its real RSS, read from /proc) peaks within a few MiB of what
+// it was before. Without the bound the proxy buffered the whole line:
+// dshd grew by gigabytes for the job's 256 MiB.
+func TestNetworkAllowlistFlood(t *testing.T) {
+	t.Parallel()
+	if _, err := osexec.LookPath("python3"); err != nil {
+		testenv.Need(t, "python3: %v", err)
+	}
+	for _, mech := range sandboxMechanisms {
+		t.Run(mech, func(t *testing.T) {
+			t.Parallel()
+			testenv.SkipMechanism(t, mech)
+			testNetworkAllowlistFlood(t, mech)
+		})
+	}
+}
+
+func testNetworkAllowlistFlood(t *testing.T, mech string) {
+	// web.test holds every tunnel open, reading and dropping what it gets.
+	hold, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hold.Close()
+	go func() {
+		for {
+			c, err := hold.Accept()
+			if err != nil {
+				return
+			}
+			go func() { io.Copy(io.Discard, c); c.Close() }()
+		}
+	}()
+	port := hold.Addr().(*net.TCPAddr).Port
+	s := startServer(t, withConfig(fmt.Sprintf("sandbox:\n  mechanism: %s\n  proxyHosts:\n    web.test: 127.0.0.1\n", mech)))
+	needSandbox(t, s)
+	var a struct {
+		ID string `json:"id"`
+	}
+	body := map[string]any{"cwd": t.TempDir(), "sandbox": map[string]any{"policy": "workspace-write", "network": "allowlist", "allow": []string{"web.test"}}}
+	if st := s.DoJSON(t, "POST", "/agents", body, &a); st != 201 {
+		t.Fatalf("POST /agents = %d", st)
+	}
+	run := func(command string) netJob {
+		t.Helper()
+		var j netJob
+		if st := s.DoJSON(t, "POST", "/exec", map[string]any{"command": command, "agentId": a.ID, "timeoutMs": 300000}, &j); st != 200 || j.State != "exited" {
+			t.Fatalf("POST /exec = %d, job %+v", st, j)
+		}
+		return j
+	}
+	// One job through the proxy first, so that the baseline is a server
+	// that has served one.
+	run(fmt.Sprintf("exec 3<>/dev/tcp/127.0.0.1/3128 && printf 'CONNECT web.test:%d HTTP/1.1\\r\\n\\r\\n' >&3 && head -1 <&3", port))
+	pid := s.cmd.Process.Pid
+	rssBefore, peakBefore := rssKiB(t, pid, "VmRSS"), rssKiB(t, pid, "VmHWM")
+
+	const flood = 256 << 20
+	j := run(fmt.Sprintf(`exec 3<>/dev/tcp/127.0.0.1/3128
+{ printf 'CONNECT '; head -c %d /dev/zero | tr '\0' a; } >&3 2>/dev/null
+echo "flood=$?"
+head -1 <&3`, flood))
+	if !strings.Contains(j.Stdout.Text, "431 Request Header Fields Too Large") || strings.Contains(j.Stdout.Text, "flood=0") {
+		t.Errorf("flood job: %q, want the writes cut off and a 431", j.Stdout.Text)
+	}
+	rssFlood, peakFlood := rssKiB(t, pid, "VmRSS"), rssKiB(t, pid, "VmHWM")
+
+	j = run(fmt.Sprintf(`python3 - <<'PY'
+import socket
+head = b"CONNECT web.test:%d HTTP/1.1\r\nHost: web.test\r\nX-Pad: " + b"a" * 60000 + b"\r\n\r\n"
+socks = []
+for i in range(100):
+    s = socket.create_connection(("127.0.0.1", 3128))
+    s.sendall(head)
+    socks.append(s)
+answers = {}
+for s in socks:
+    line = s.makefile("rb").readline().split(b" ")[1].decode()
+    answers[line] = answers.get(line, 0) + 1
+print(" ".join("%%s=%%d" %% kv for kv in sorted(answers.items())))
+PY`, port))
+	if got := strings.TrimSpace(j.Stdout.Text); got != "200=64 503=36" {
+		t.Errorf("100 connections at once: answers %q (stderr %q), want 200=64 503=36", got, j.Stderr.Text)
+	}
+	if j.Network == nil || !slices.Contains(counts(j.Network.Refused), "(too many connections)=36") {
+		t.Errorf("connections job's record %+v, want 36 refused as too many", j.Network)
+	}
+	rssAfter, peakAfter := rssKiB(t, pid, "VmRSS"), rssKiB(t, pid, "VmHWM")
+
+	t.Logf("dshd (%s): RSS before %d KiB (peak %d); after a %d MiB flood %d KiB (peak %d); after 64 tunnels with 60 KB heads %d KiB (peak %d)",
+		mech, rssBefore, peakBefore, flood>>20, rssFlood, peakFlood, rssAfter, peakAfter)
+	// The flood: a few MiB at most (one head of 64 KiB, its reader's
+	// growth, the garbage collector's slack, the race detector's).
+	if grew := peakFlood - rssBefore; grew > 8<<10 {
+		t.Errorf("dshd's peak RSS grew %d KiB during the flood over its RSS before (%d KiB), want at most 8 MiB", grew, rssBefore)
+	}
+	// 64 connections at once: each holds its head, its reader and its
+	// goroutines (each of which the race detector gives state of its own:
+	// about 30 MiB in all under it, 3-5 MiB without); bounded by the
+	// number of connections.
+	if grew := peakAfter - rssBefore; grew > 64<<10 {
+		t.Errorf("dshd's peak RSS grew %d KiB with 64 tunnels open over its RSS before (%d KiB), want at most 64 MiB", grew, rssBefore)
 	}
 }

@@ -91,6 +91,9 @@ type config struct {
 		// and its address may be loopback or private (it still has to be
 		// on a command's allowlist).
 		ProxyHosts map[string]string `yaml:"proxyHosts"`
+		// ProxyMaxConnections bounds the connections one job holds open
+		// to the allowlist's proxy at once (0: netallow.DefaultMaxConns).
+		ProxyMaxConnections int `yaml:"proxyMaxConnections"`
 		// Mechanism: auto (default), namespaces or bubblewrap.
 		Mechanism string `yaml:"mechanism"`
 		// Bwrap is the bubblewrap binary (default: bwrap on PATH).
@@ -240,7 +243,7 @@ func (c *config) validate() error {
 		{"webhooks.timeoutMs", int64(c.Webhooks.TimeoutMs)}, {"http.maxBodyBytes", c.HTTP.MaxBodyBytes},
 		{"http.headerTimeoutMs", int64(c.HTTP.HeaderTimeoutMs)}, {"http.bodyTimeoutMs", int64(c.HTTP.BodyTimeoutMs)},
 		{"mcp.maxSessions", int64(c.MCP.MaxSessions)}, {"mcp.idleTimeoutSeconds", int64(c.MCP.IdleTimeoutSeconds)},
-		{"workspaces.maxBytes", c.Workspaces.MaxBytes},
+		{"workspaces.maxBytes", c.Workspaces.MaxBytes}, {"sandbox.proxyMaxConnections", int64(c.Sandbox.ProxyMaxConnections)},
 	} {
 		if f.v < 0 {
 			errs = append(errs, fmt.Errorf("%s: must not be negative", f.name))
