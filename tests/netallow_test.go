@@ -205,7 +205,6 @@ curl -s --max-time 5 --noproxy '*' http://127.0.0.1:%[1]d/; echo " direct=$?"
 			}
 		}
 		for _, bad := range []map[string]any{
-			{"network": "allowlist"},
 			{"network": "off", "allow": []string{"web.test"}},
 			{"network": "allowlist", "allow": []string{"http://web.test/"}},
 			{"network": "allowlist", "allow": []string{"*.test"}},
@@ -224,6 +223,47 @@ curl -s --max-time 5 --noproxy '*' http://127.0.0.1:%[1]d/; echo " direct=$?"
 		}
 		if child.Sandbox == nil || !slices.Equal(child.Sandbox.Allow, []string{"a.wide.test:443", "web.test"}) {
 			t.Errorf("child sandbox = %+v", child.Sandbox)
+		}
+		// A field left out is the parent's (then the server's): only
+		// network allowlist keeps the parent's hosts; only allow keeps
+		// the parent's network and file policy; and the merged policy is
+		// what is judged.
+		for _, tc := range []struct {
+			path string
+			body map[string]any
+			want []string
+		}{
+			{"/agents/" + a.ID + "/fork", map[string]any{"sandbox": map[string]any{"network": "allowlist"}}, a.Sandbox.Allow},
+			{"/agents/" + a.ID + "/spawn", map[string]any{"sandbox": map[string]any{"network": "allowlist"}}, a.Sandbox.Allow},
+			{"/agents/" + a.ID + "/spawn", map[string]any{"sandbox": map[string]any{"allow": []string{"web.test"}}}, []string{"web.test"}},
+			{"/agents/" + a.ID + "/fork", map[string]any{"sandbox": map[string]any{"policy": "read-only"}}, a.Sandbox.Allow},
+		} {
+			var c struct {
+				Sandbox *allowPolicy `json:"sandbox"`
+			}
+			if st := s.DoJSON(t, "POST", tc.path, tc.body, &c); st != 201 {
+				t.Errorf("POST %s %v = %d, want 201 (the rest taken from the parent)", tc.path, tc.body, st)
+				continue
+			}
+			wantPolicy := "workspace-write"
+			if sb := tc.body["sandbox"].(map[string]any); sb["policy"] != nil {
+				wantPolicy = sb["policy"].(string)
+			}
+			if c.Sandbox == nil || c.Sandbox.Policy != wantPolicy || c.Sandbox.Network != "allowlist" || !slices.Equal(c.Sandbox.Allow, tc.want) {
+				t.Errorf("POST %s %v: sandbox %+v, want %s, allowlist %v", tc.path, tc.body, c.Sandbox, wantPolicy, tc.want)
+			}
+		}
+		var only netJob
+		if st := s.DoJSON(t, "POST", "/exec", map[string]any{"command": "true", "agentId": a.ID, "sandbox": map[string]any{"allow": []string{"web.test"}}}, &only); st != 200 {
+			t.Errorf("POST /exec with only allow = %d, want 200 under the agent's network", st)
+		} else if only.Sandbox == nil || only.Sandbox.Network != "allowlist" || only.Sandbox.Policy != "workspace-write" || !slices.Equal(only.Sandbox.Allow, []string{"web.test"}) {
+			t.Errorf("POST /exec with only allow: sandbox %+v", only.Sandbox)
+		}
+		// Under the server's default (network on), allow alone is still
+		// an allowlist without its network.
+		var p problemCode
+		if st := s.DoJSON(t, "POST", "/exec", map[string]any{"command": "true", "sandbox": map[string]any{"allow": []string{"web.test"}}}, &p); st != 422 || p.Code != "invalid_sandbox" {
+			t.Errorf("POST /exec without agent, only allow = %d %+v, want 422 invalid_sandbox", st, p)
 		}
 		// The narrower child is refused what its parent may reach.
 		var j netJob

@@ -190,9 +190,6 @@ func (c *config) validate() error {
 	if err := c.jobLimits().Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("jobs.limits: %w", err))
 	}
-	if err := c.sandboxPolicy().Validate(); err != nil {
-		errs = append(errs, fmt.Errorf("sandbox: %w", err))
-	}
 	if !sandbox.ValidMechanism(sandbox.Mechanism(c.Sandbox.Mechanism)) {
 		errs = append(errs, fmt.Errorf("sandbox.mechanism: %q is not auto, namespaces or bubblewrap", c.Sandbox.Mechanism))
 	}
@@ -223,7 +220,7 @@ func (c *config) validate() error {
 	if _, err := c.proxyHosts(); err != nil {
 		errs = append(errs, err)
 	}
-	if err := c.sandboxPolicy().Validate(); err != nil {
+	if err := c.sandboxPolicy().ValidateEffective(); err != nil {
 		errs = append(errs, fmt.Errorf("sandbox: %w", err))
 	}
 	switch c.Jobs.Containment {
