@@ -996,12 +996,12 @@ export interface components {
             bytes: number;
         };
         /**
-         * @description How a forked or spawned agent gets its workspace (its `cwd`). `shared`: the same directory
+         * @description How a forked or spawned agent gets its workspace (its `cwd`); left out, `shared` (`null` is
+         *     400, as for every other field). `shared`: the same directory
          *     as its parent (the parent's view, when the parent has a snapshot), every write seen by
          *     both at once. `snapshot`: a copy-on-write snapshot of
          *     the parent's view at the fork, isolated both ways from then on, at a cost that does not
          *     grow with the workspace (no file is copied).
-         * @default shared
          * @enum {string}
          */
         WorkspaceMode: "shared" | "snapshot";

@@ -1009,7 +1009,8 @@ type AgentWorkspace struct {
 	// Layers Frozen layers under its own.
 	Layers *int32 `json:"layers,omitempty"`
 
-	// Mode How a forked or spawned agent gets its workspace (its `cwd`). `shared`: the same directory
+	// Mode How a forked or spawned agent gets its workspace (its `cwd`); left out, `shared` (`null` is
+	// 400, as for every other field). `shared`: the same directory
 	// as its parent (the parent's view, when the parent has a snapshot), every write seen by
 	// both at once. `snapshot`: a copy-on-write snapshot of
 	// the parent's view at the fork, isolated both ways from then on, at a cost that does not
@@ -1351,7 +1352,8 @@ type ForkInput struct {
 	// `sandbox_unavailable` (never runs unconfined); `GET /healthz` lists what it can.
 	Sandbox *SandboxRequest `json:"sandbox,omitempty"`
 
-	// Workspace How a forked or spawned agent gets its workspace (its `cwd`). `shared`: the same directory
+	// Workspace How a forked or spawned agent gets its workspace (its `cwd`); left out, `shared` (`null` is
+	// 400, as for every other field). `shared`: the same directory
 	// as its parent (the parent's view, when the parent has a snapshot), every write seen by
 	// both at once. `snapshot`: a copy-on-write snapshot of
 	// the parent's view at the fork, isolated both ways from then on, at a cost that does not
@@ -2130,7 +2132,8 @@ type SpawnInput struct {
 	// `sandbox_unavailable` (never runs unconfined); `GET /healthz` lists what it can.
 	Sandbox *SandboxRequest `json:"sandbox,omitempty"`
 
-	// Workspace How a forked or spawned agent gets its workspace (its `cwd`). `shared`: the same directory
+	// Workspace How a forked or spawned agent gets its workspace (its `cwd`); left out, `shared` (`null` is
+	// 400, as for every other field). `shared`: the same directory
 	// as its parent (the parent's view, when the parent has a snapshot), every write seen by
 	// both at once. `snapshot`: a copy-on-write snapshot of
 	// the parent's view at the fork, isolated both ways from then on, at a cost that does not
@@ -2462,7 +2465,8 @@ type WorkspaceChanges struct {
 	Path    string            `json:"path"`
 }
 
-// WorkspaceMode How a forked or spawned agent gets its workspace (its `cwd`). `shared`: the same directory
+// WorkspaceMode How a forked or spawned agent gets its workspace (its `cwd`); left out, `shared` (`null` is
+// 400, as for every other field). `shared`: the same directory
 // as its parent (the parent's view, when the parent has a snapshot), every write seen by
 // both at once. `snapshot`: a copy-on-write snapshot of
 // the parent's view at the fork, isolated both ways from then on, at a cost that does not
