@@ -1492,7 +1492,7 @@ export interface components {
             systemMessages: string[];
         };
         ToolCall: {
-            /** @description The model's id for the call; generated when absent. A call with a callId runs at most once at the agent's home: a retry with the same callId (through any replica) answers the first call's result and runs nothing. */
+            /** @description The model's id for the call; generated when absent (the answer gives it). A call runs at most once per callId at the agent's home, a generated one included: a retry with the same callId (through any replica) answers the first call's result and runs nothing. */
             callId?: string;
             /**
              * @description The arguments as the model sent them: an object, or a string holding one

@@ -2235,7 +2235,7 @@ type ToolCall struct {
 	// `isError` result that says what is wrong, recorded in the transcript.
 	Arguments ToolCall_Arguments `json:"arguments"`
 
-	// CallId The model's id for the call; generated when absent. A call with a callId runs at most once at the agent's home: a retry with the same callId (through any replica) answers the first call's result and runs nothing.
+	// CallId The model's id for the call; generated when absent (the answer gives it). A call runs at most once per callId at the agent's home, a generated one included: a retry with the same callId (through any replica) answers the first call's result and runs nothing.
 	CallId *string `json:"callId,omitempty"`
 }
 
