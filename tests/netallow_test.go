@@ -208,6 +208,7 @@ curl -s --max-time 5 --noproxy '*' http://127.0.0.1:%[1]d/; echo " direct=$?"
 			{"network": "off", "allow": []string{"web.test"}},
 			{"network": "allowlist", "allow": []string{"http://web.test/"}},
 			{"network": "allowlist", "allow": []string{"*.test"}},
+			{"network": "allowlist", "allow": []string{"web.test", "127.0.0.1:8080"}},
 		} {
 			var p problemCode
 			if st := s.DoJSON(t, "POST", "/agents/"+a.ID+"/spawn", map[string]any{"sandbox": bad}, &p); st != 422 || p.Code != "invalid_sandbox" {
@@ -223,6 +224,23 @@ curl -s --max-time 5 --noproxy '*' http://127.0.0.1:%[1]d/; echo " direct=$?"
 		}
 		if child.Sandbox == nil || !slices.Equal(child.Sandbox.Allow, []string{"a.wide.test:443", "web.test"}) {
 			t.Errorf("child sandbox = %+v", child.Sandbox)
+		}
+		// A loopback address in an allowlist would be the command's own
+		// loopback, which curl reaches directly (NO_PROXY): refused,
+		// pointing at the operator's pinned names, for a root agent and an
+		// execution too.
+		for _, tc := range []struct {
+			path string
+			body map[string]any
+		}{
+			{"/agents", map[string]any{"cwd": ws, "sandbox": map[string]any{"policy": "workspace-write", "network": "allowlist", "allow": []string{"[::1]:443"}}}},
+			{"/exec", map[string]any{"command": "true", "sandbox": map[string]any{"policy": "workspace-write", "network": "allowlist", "allow": []string{"127.0.0.1"}}}},
+			{"/exec", map[string]any{"command": "true", "agentId": a.ID, "sandbox": map[string]any{"allow": []string{"127.0.0.1:" + fmt.Sprint(wp)}}}},
+		} {
+			var p problemCode
+			if st := s.DoJSON(t, "POST", tc.path, tc.body, &p); st != 422 || p.Code != "invalid_sandbox" || !strings.Contains(p.Detail, "sandbox.proxyHosts") {
+				t.Errorf("POST %s %v = %d %+v, want 422 invalid_sandbox pointing at sandbox.proxyHosts", tc.path, tc.body, st, p)
+			}
 		}
 		// A field left out is the parent's (then the server's): only
 		// network allowlist keeps the parent's hosts; only allow keeps
@@ -330,11 +348,12 @@ curl -s --max-time 5 --noproxy '*' http://127.0.0.1:%[1]d/; echo " direct=$?"
 func TestNetworkAllowlistConfig(t *testing.T) {
 	t.Parallel()
 	for yaml, want := range map[string]string{
-		"sandbox:\n  network: allowlist\n":                         "network allowlist needs allow",
-		"sandbox:\n  network: \"off\"\n  allow: [a.example.com]\n": "allow is given only with network allowlist",
-		"sandbox:\n  network: allowlist\n  allow: [\"*.com\"]\n":   "a wildcard must name a domain",
-		"sandbox:\n  proxyHosts:\n    web.test: not-an-address\n":  `web.test: "not-an-address" is not an address`,
-		"sandbox:\n  proxyHosts:\n    \"*.web.test\": 127.0.0.1\n": `"*.web.test" is not a host name`,
+		"sandbox:\n  network: allowlist\n":                                "network allowlist needs allow",
+		"sandbox:\n  network: \"off\"\n  allow: [a.example.com]\n":        "allow is given only with network allowlist",
+		"sandbox:\n  network: allowlist\n  allow: [\"*.com\"]\n":          "a wildcard must name a domain",
+		"sandbox:\n  network: allowlist\n  allow: [\"127.0.0.1:8080\"]\n": "127.0.0.1:8080 names a loopback or unspecified address",
+		"sandbox:\n  proxyHosts:\n    web.test: not-an-address\n":         `web.test: "not-an-address" is not an address`,
+		"sandbox:\n  proxyHosts:\n    \"*.web.test\": 127.0.0.1\n":        `"*.web.test" is not a host name`,
 	} {
 		out := refuseToStart(t, filepath.Join(t.TempDir(), "home"), "--config", writeConfig(t, yaml))
 		if !strings.Contains(out, want) {

@@ -58,6 +58,14 @@ func TestAllowlistPolicyRules(t *testing.T) {
 		{Policy{Network: NetworkAllowlist, Allow: MustHosts("x.com")}, true, false},
 		{Policy{FS: ReadOnly, Network: NetworkAllowlist, Allow: MustHosts("x.com")}, true, true},
 		{Policy{FS: ReadOnly, Network: NetworkAllowlist, Allow: HostsOf([]string{"*"})}, false, false},
+		// An address that inside the sandbox is the command's own.
+		{Policy{FS: ReadOnly, Network: NetworkAllowlist, Allow: MustHosts("127.0.0.1:8080")}, true, false},
+		{Policy{FS: ReadOnly, Network: NetworkAllowlist, Allow: MustHosts("x.com", "127.0.0.2")}, true, false},
+		{Policy{FS: ReadOnly, Network: NetworkAllowlist, Allow: MustHosts("[::1]:443")}, true, false},
+		{Policy{FS: ReadOnly, Network: NetworkAllowlist, Allow: MustHosts("::ffff:127.0.0.1")}, true, false},
+		{Policy{FS: ReadOnly, Network: NetworkAllowlist, Allow: MustHosts("0.0.0.0:80")}, true, false},
+		{Policy{FS: ReadOnly, Network: NetworkAllowlist, Allow: MustHosts("[::]")}, true, false},
+		{Policy{FS: ReadOnly, Network: NetworkAllowlist, Allow: MustHosts("10.0.0.5:5432", "localhost")}, true, true},
 	} {
 		if err := c.p.Validate(); (err == nil) != c.partialOK {
 			t.Errorf("Validate(%v) = %v, want ok %v", c.p, err, c.partialOK)
@@ -65,6 +73,10 @@ func TestAllowlistPolicyRules(t *testing.T) {
 		if err := c.p.ValidateEffective(); (err == nil) != c.effOK {
 			t.Errorf("ValidateEffective(%v) = %v, want ok %v", c.p, err, c.effOK)
 		}
+	}
+	if err := (Policy{FS: ReadOnly, Network: NetworkAllowlist, Allow: MustHosts("x.com", "127.0.0.1:8080")}).ValidateEffective(); err == nil ||
+		!strings.Contains(err.Error(), "127.0.0.1:8080") || !strings.Contains(err.Error(), "sandbox.proxyHosts") || strings.Contains(err.Error(), "x.com") {
+		t.Errorf("a loopback entry: %v, want it named and sandbox.proxyHosts pointed at", err)
 	}
 	if _, err := NewHosts([]string{"http://x.com"}); err == nil {
 		t.Error("NewHosts took a URL")

@@ -208,8 +208,11 @@ func (p Policy) Validate() error {
 var errAllowWithout = fmt.Errorf("%w: allow is given only with network allowlist", ErrInvalid)
 
 // ValidateEffective checks p as the policy in effect (complete, as Or
-// leaves it): Validate, both axes given, and an allowlist with its entries
-// and entries only with an allowlist.
+// leaves it): Validate, both axes given, an allowlist with its entries and
+// entries only with an allowlist, and no entry naming a loopback or
+// unspecified address (netallow.List.OwnAddrs): those are refused pointing
+// at the pinned names (sandbox.proxyHosts), the one way to a service on
+// the host's loopback.
 func (p Policy) ValidateEffective() error {
 	if err := p.Validate(); err != nil {
 		return err
@@ -222,6 +225,10 @@ func (p Policy) ValidateEffective() error {
 	}
 	if p.Network != NetworkAllowlist && !p.Allow.IsZero() {
 		return errAllowWithout
+	}
+	if own := p.Allow.List().OwnAddrs(); len(own) > 0 {
+		return fmt.Errorf("%w: allow: %s names a loopback or unspecified address, which inside the sandbox is the command's own network namespace (its clients reach it directly, without the proxy), not the host's; to reach a service on the host's loopback, the operator pins a name to its address (sandbox.proxyHosts) and the allowlist lists that name",
+			ErrInvalid, strings.Join(own, ", "))
 	}
 	return nil
 }
