@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"bufio"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -283,5 +284,51 @@ func TestIdempotencyKeyInFlight(t *testing.T) {
 	}
 	if n := runs(t, marker); n != 1 {
 		t.Errorf("command ran %d times, want once", n)
+	}
+}
+
+// TestGeneratedCallIDRunsOnce: a tool call sent without a callId gets a
+// generated one, and a retry with it runs nothing: it answers the first
+// result. The agent's first call names its own id, so its transcript has
+// been read for retries before the call without one is made (the case
+// that ran twice). The transcript has one tool/call per call id.
+func TestGeneratedCallIDRunsOnce(t *testing.T) {
+	t.Parallel()
+	s := startServer(t)
+	runs := filepath.Join(t.TempDir(), "runs")
+	var a agent
+	if st := s.DoJSON(t, "POST", "/agents", map[string]any{}, &a); st != 201 {
+		t.Fatalf("POST /agents = %d", st)
+	}
+	args := map[string]any{"command": "echo ran >> " + runs + "; echo out"}
+	s.callToolRaw(t, a.ID, "bash", map[string]any{"callId": "call_given", "arguments": args})
+	first := s.callToolRaw(t, a.ID, "bash", map[string]any{"arguments": args})
+	if first.CallID == "" || first.CallID == "call_given" {
+		t.Fatalf("call without a callId answered callId %q, want a generated one", first.CallID)
+	}
+	retry := s.callToolRaw(t, a.ID, "bash", map[string]any{"callId": first.CallID, "arguments": args})
+	if retry.JobID != first.JobID || retry.Text != first.Text {
+		t.Errorf("retry with the generated id: %+v, want the first result %+v", retry, first)
+	}
+	if b, _ := os.ReadFile(runs); string(b) != "ran\nran\n" {
+		t.Errorf("the command ran %q, want twice (once per call id)", b)
+	}
+	resp := s.Do(t, "GET", "/agents/"+a.ID+"/transcript", nil)
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	calls := map[string]int{}
+	for sc.Scan() {
+		var e struct {
+			Type string
+			Data struct {
+				CallID string `json:"callId"`
+			}
+		}
+		if json.Unmarshal(sc.Bytes(), &e) == nil && e.Type == "tool/call" {
+			calls[e.Data.CallID]++
+		}
+	}
+	if len(calls) != 2 || calls["call_given"] != 1 || calls[first.CallID] != 1 {
+		t.Errorf("tool/call events by callId %v, want one each for call_given and %s", calls, first.CallID)
 	}
 }

@@ -3,6 +3,8 @@ package tests
 import (
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
 	"net/http/httptest"
 	"os"
 	osexec "os/exec"
@@ -203,10 +205,10 @@ curl -s --max-time 5 --noproxy '*' http://127.0.0.1:%[1]d/; echo " direct=$?"
 			}
 		}
 		for _, bad := range []map[string]any{
-			{"network": "allowlist"},
 			{"network": "off", "allow": []string{"web.test"}},
 			{"network": "allowlist", "allow": []string{"http://web.test/"}},
 			{"network": "allowlist", "allow": []string{"*.test"}},
+			{"network": "allowlist", "allow": []string{"web.test", "127.0.0.1:8080"}},
 		} {
 			var p problemCode
 			if st := s.DoJSON(t, "POST", "/agents/"+a.ID+"/spawn", map[string]any{"sandbox": bad}, &p); st != 422 || p.Code != "invalid_sandbox" {
@@ -222,6 +224,64 @@ curl -s --max-time 5 --noproxy '*' http://127.0.0.1:%[1]d/; echo " direct=$?"
 		}
 		if child.Sandbox == nil || !slices.Equal(child.Sandbox.Allow, []string{"a.wide.test:443", "web.test"}) {
 			t.Errorf("child sandbox = %+v", child.Sandbox)
+		}
+		// A loopback address in an allowlist would be the command's own
+		// loopback, which curl reaches directly (NO_PROXY): refused,
+		// pointing at the operator's pinned names, for a root agent and an
+		// execution too.
+		for _, tc := range []struct {
+			path string
+			body map[string]any
+		}{
+			{"/agents", map[string]any{"cwd": ws, "sandbox": map[string]any{"policy": "workspace-write", "network": "allowlist", "allow": []string{"[::1]:443"}}}},
+			{"/exec", map[string]any{"command": "true", "sandbox": map[string]any{"policy": "workspace-write", "network": "allowlist", "allow": []string{"127.0.0.1"}}}},
+			{"/exec", map[string]any{"command": "true", "agentId": a.ID, "sandbox": map[string]any{"allow": []string{"127.0.0.1:" + fmt.Sprint(wp)}}}},
+		} {
+			var p problemCode
+			if st := s.DoJSON(t, "POST", tc.path, tc.body, &p); st != 422 || p.Code != "invalid_sandbox" || !strings.Contains(p.Detail, "sandbox.proxyHosts") {
+				t.Errorf("POST %s %v = %d %+v, want 422 invalid_sandbox pointing at sandbox.proxyHosts", tc.path, tc.body, st, p)
+			}
+		}
+		// A field left out is the parent's (then the server's): only
+		// network allowlist keeps the parent's hosts; only allow keeps
+		// the parent's network and file policy; and the merged policy is
+		// what is judged.
+		for _, tc := range []struct {
+			path string
+			body map[string]any
+			want []string
+		}{
+			{"/agents/" + a.ID + "/fork", map[string]any{"sandbox": map[string]any{"network": "allowlist"}}, a.Sandbox.Allow},
+			{"/agents/" + a.ID + "/spawn", map[string]any{"sandbox": map[string]any{"network": "allowlist"}}, a.Sandbox.Allow},
+			{"/agents/" + a.ID + "/spawn", map[string]any{"sandbox": map[string]any{"allow": []string{"web.test"}}}, []string{"web.test"}},
+			{"/agents/" + a.ID + "/fork", map[string]any{"sandbox": map[string]any{"policy": "read-only"}}, a.Sandbox.Allow},
+		} {
+			var c struct {
+				Sandbox *allowPolicy `json:"sandbox"`
+			}
+			if st := s.DoJSON(t, "POST", tc.path, tc.body, &c); st != 201 {
+				t.Errorf("POST %s %v = %d, want 201 (the rest taken from the parent)", tc.path, tc.body, st)
+				continue
+			}
+			wantPolicy := "workspace-write"
+			if sb := tc.body["sandbox"].(map[string]any); sb["policy"] != nil {
+				wantPolicy = sb["policy"].(string)
+			}
+			if c.Sandbox == nil || c.Sandbox.Policy != wantPolicy || c.Sandbox.Network != "allowlist" || !slices.Equal(c.Sandbox.Allow, tc.want) {
+				t.Errorf("POST %s %v: sandbox %+v, want %s, allowlist %v", tc.path, tc.body, c.Sandbox, wantPolicy, tc.want)
+			}
+		}
+		var only netJob
+		if st := s.DoJSON(t, "POST", "/exec", map[string]any{"command": "true", "agentId": a.ID, "sandbox": map[string]any{"allow": []string{"web.test"}}}, &only); st != 200 {
+			t.Errorf("POST /exec with only allow = %d, want 200 under the agent's network", st)
+		} else if only.Sandbox == nil || only.Sandbox.Network != "allowlist" || only.Sandbox.Policy != "workspace-write" || !slices.Equal(only.Sandbox.Allow, []string{"web.test"}) {
+			t.Errorf("POST /exec with only allow: sandbox %+v", only.Sandbox)
+		}
+		// Under the server's default (network on), allow alone is still
+		// an allowlist without its network.
+		var p problemCode
+		if st := s.DoJSON(t, "POST", "/exec", map[string]any{"command": "true", "sandbox": map[string]any{"allow": []string{"web.test"}}}, &p); st != 422 || p.Code != "invalid_sandbox" {
+			t.Errorf("POST /exec without agent, only allow = %d %+v, want 422 invalid_sandbox", st, p)
 		}
 		// The narrower child is refused what its parent may reach.
 		var j netJob
@@ -288,15 +348,126 @@ curl -s --max-time 5 --noproxy '*' http://127.0.0.1:%[1]d/; echo " direct=$?"
 func TestNetworkAllowlistConfig(t *testing.T) {
 	t.Parallel()
 	for yaml, want := range map[string]string{
-		"sandbox:\n  network: allowlist\n":                         "network allowlist needs allow",
-		"sandbox:\n  network: \"off\"\n  allow: [a.example.com]\n": "allow is given only with network allowlist",
-		"sandbox:\n  network: allowlist\n  allow: [\"*.com\"]\n":   "a wildcard must name a domain",
-		"sandbox:\n  proxyHosts:\n    web.test: not-an-address\n":  `web.test: "not-an-address" is not an address`,
-		"sandbox:\n  proxyHosts:\n    \"*.web.test\": 127.0.0.1\n": `"*.web.test" is not a host name`,
+		"sandbox:\n  network: allowlist\n":                                "network allowlist needs allow",
+		"sandbox:\n  network: \"off\"\n  allow: [a.example.com]\n":        "allow is given only with network allowlist",
+		"sandbox:\n  network: allowlist\n  allow: [\"*.com\"]\n":          "a wildcard must name a domain",
+		"sandbox:\n  network: allowlist\n  allow: [\"127.0.0.1:8080\"]\n": "127.0.0.1:8080 names a loopback or unspecified address",
+		"sandbox:\n  proxyHosts:\n    web.test: not-an-address\n":         `web.test: "not-an-address" is not an address`,
+		"sandbox:\n  proxyHosts:\n    \"*.web.test\": 127.0.0.1\n":        `"*.web.test" is not a host name`,
 	} {
 		out := refuseToStart(t, filepath.Join(t.TempDir(), "home"), "--config", writeConfig(t, yaml))
 		if !strings.Contains(out, want) {
 			t.Errorf("config %q: output lacks %q:\n%s", yaml, want, out)
 		}
+	}
+}
+
+// TestNetworkAllowlistFlood: a job floods the proxy at 127.0.0.1:3128
+// with "CONNECT " and 256 MiB without a newline, then opens 100
+// connections whose heads are just under the bound (60,000 bytes) and
+// keeps them open as tunnels. The flood is answered 431 and cut off; 64
+// tunnels are opened and 36 connections answered 503; and dshd's own
+// memory (its real RSS, read from /proc) peaks within a few MiB of what
+// it was before. Without the bound the proxy buffered the whole line:
+// dshd grew by gigabytes for the job's 256 MiB.
+func TestNetworkAllowlistFlood(t *testing.T) {
+	t.Parallel()
+	if _, err := osexec.LookPath("python3"); err != nil {
+		testenv.Need(t, "python3: %v", err)
+	}
+	for _, mech := range sandboxMechanisms {
+		t.Run(mech, func(t *testing.T) {
+			t.Parallel()
+			testenv.SkipMechanism(t, mech)
+			testNetworkAllowlistFlood(t, mech)
+		})
+	}
+}
+
+func testNetworkAllowlistFlood(t *testing.T, mech string) {
+	// web.test holds every tunnel open, reading and dropping what it gets.
+	hold, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hold.Close()
+	go func() {
+		for {
+			c, err := hold.Accept()
+			if err != nil {
+				return
+			}
+			go func() { io.Copy(io.Discard, c); c.Close() }()
+		}
+	}()
+	port := hold.Addr().(*net.TCPAddr).Port
+	s := startServer(t, withConfig(fmt.Sprintf("sandbox:\n  mechanism: %s\n  proxyHosts:\n    web.test: 127.0.0.1\n", mech)))
+	needSandbox(t, s)
+	var a struct {
+		ID string `json:"id"`
+	}
+	body := map[string]any{"cwd": t.TempDir(), "sandbox": map[string]any{"policy": "workspace-write", "network": "allowlist", "allow": []string{"web.test"}}}
+	if st := s.DoJSON(t, "POST", "/agents", body, &a); st != 201 {
+		t.Fatalf("POST /agents = %d", st)
+	}
+	run := func(command string) netJob {
+		t.Helper()
+		var j netJob
+		if st := s.DoJSON(t, "POST", "/exec", map[string]any{"command": command, "agentId": a.ID, "timeoutMs": 300000}, &j); st != 200 || j.State != "exited" {
+			t.Fatalf("POST /exec = %d, job %+v", st, j)
+		}
+		return j
+	}
+	// One job through the proxy first, so that the baseline is a server
+	// that has served one.
+	run(fmt.Sprintf("exec 3<>/dev/tcp/127.0.0.1/3128 && printf 'CONNECT web.test:%d HTTP/1.1\\r\\n\\r\\n' >&3 && head -1 <&3", port))
+	pid := s.cmd.Process.Pid
+	rssBefore, peakBefore := rssKiB(t, pid, "VmRSS"), rssKiB(t, pid, "VmHWM")
+
+	const flood = 256 << 20
+	j := run(fmt.Sprintf(`exec 3<>/dev/tcp/127.0.0.1/3128
+{ printf 'CONNECT '; head -c %d /dev/zero | tr '\0' a; } >&3 2>/dev/null
+echo "flood=$?"
+head -1 <&3`, flood))
+	if !strings.Contains(j.Stdout.Text, "431 Request Header Fields Too Large") || strings.Contains(j.Stdout.Text, "flood=0") {
+		t.Errorf("flood job: %q, want the writes cut off and a 431", j.Stdout.Text)
+	}
+	rssFlood, peakFlood := rssKiB(t, pid, "VmRSS"), rssKiB(t, pid, "VmHWM")
+
+	j = run(fmt.Sprintf(`python3 - <<'PY'
+import socket
+head = b"CONNECT web.test:%d HTTP/1.1\r\nHost: web.test\r\nX-Pad: " + b"a" * 60000 + b"\r\n\r\n"
+socks = []
+for i in range(100):
+    s = socket.create_connection(("127.0.0.1", 3128))
+    s.sendall(head)
+    socks.append(s)
+answers = {}
+for s in socks:
+    line = s.makefile("rb").readline().split(b" ")[1].decode()
+    answers[line] = answers.get(line, 0) + 1
+print(" ".join("%%s=%%d" %% kv for kv in sorted(answers.items())))
+PY`, port))
+	if got := strings.TrimSpace(j.Stdout.Text); got != "200=64 503=36" {
+		t.Errorf("100 connections at once: answers %q (stderr %q), want 200=64 503=36", got, j.Stderr.Text)
+	}
+	if j.Network == nil || !slices.Contains(counts(j.Network.Refused), "(too many connections)=36") {
+		t.Errorf("connections job's record %+v, want 36 refused as too many", j.Network)
+	}
+	rssAfter, peakAfter := rssKiB(t, pid, "VmRSS"), rssKiB(t, pid, "VmHWM")
+
+	t.Logf("dshd (%s): RSS before %d KiB (peak %d); after a %d MiB flood %d KiB (peak %d); after 64 tunnels with 60 KB heads %d KiB (peak %d)",
+		mech, rssBefore, peakBefore, flood>>20, rssFlood, peakFlood, rssAfter, peakAfter)
+	// The flood: a few MiB at most (one head of 64 KiB, its reader's
+	// growth, the garbage collector's slack, the race detector's).
+	if grew := peakFlood - rssBefore; grew > 8<<10 {
+		t.Errorf("dshd's peak RSS grew %d KiB during the flood over its RSS before (%d KiB), want at most 8 MiB", grew, rssBefore)
+	}
+	// 64 connections at once: each holds its head, its reader and its
+	// goroutines (each of which the race detector gives state of its own:
+	// about 30 MiB in all under it, 3-5 MiB without); bounded by the
+	// number of connections.
+	if grew := peakAfter - rssBefore; grew > 64<<10 {
+		t.Errorf("dshd's peak RSS grew %d KiB with 64 tunnels open over its RSS before (%d KiB), want at most 64 MiB", grew, rssBefore)
 	}
 }

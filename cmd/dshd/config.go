@@ -96,6 +96,9 @@ type config struct {
 		// and its address may be loopback or private (it still has to be
 		// on a command's allowlist).
 		ProxyHosts map[string]string `yaml:"proxyHosts"`
+		// ProxyMaxConnections bounds the connections one job holds open
+		// to the allowlist's proxy at once (0: netallow.DefaultMaxConns).
+		ProxyMaxConnections int `yaml:"proxyMaxConnections"`
 		// Mechanism: auto (default), namespaces or bubblewrap.
 		Mechanism string `yaml:"mechanism"`
 		// Bwrap is the bubblewrap binary (default: bwrap on PATH).
@@ -192,9 +195,6 @@ func (c *config) validate() error {
 	if err := c.jobLimits().Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("jobs.limits: %w", err))
 	}
-	if err := c.sandboxPolicy().Validate(); err != nil {
-		errs = append(errs, fmt.Errorf("sandbox: %w", err))
-	}
 	if !sandbox.ValidMechanism(sandbox.Mechanism(c.Sandbox.Mechanism)) {
 		errs = append(errs, fmt.Errorf("sandbox.mechanism: %q is not auto, namespaces or bubblewrap", c.Sandbox.Mechanism))
 	}
@@ -225,7 +225,7 @@ func (c *config) validate() error {
 	if _, err := c.proxyHosts(); err != nil {
 		errs = append(errs, err)
 	}
-	if err := c.sandboxPolicy().Validate(); err != nil {
+	if err := c.sandboxPolicy().ValidateEffective(); err != nil {
 		errs = append(errs, fmt.Errorf("sandbox: %w", err))
 	}
 	switch c.Jobs.Containment {
@@ -246,6 +246,7 @@ func (c *config) validate() error {
 		{"http.headerTimeoutMs", int64(c.HTTP.HeaderTimeoutMs)}, {"http.bodyTimeoutMs", int64(c.HTTP.BodyTimeoutMs)},
 		{"mcp.maxSessions", int64(c.MCP.MaxSessions)}, {"mcp.idleTimeoutSeconds", int64(c.MCP.IdleTimeoutSeconds)},
 		{"workspaces.maxBytes", c.Workspaces.MaxBytes}, {"workspaces.maxLayers", int64(c.Workspaces.MaxLayers)},
+		{"sandbox.proxyMaxConnections", int64(c.Sandbox.ProxyMaxConnections)},
 	} {
 		if f.v < 0 {
 			errs = append(errs, fmt.Errorf("%s: must not be negative", f.name))

@@ -392,7 +392,7 @@ func newServices(ctx context.Context, cfg config, home, token, tokenPath string,
 	if err != nil {
 		return nil, err
 	}
-	proxy, err := netallow.New(netallow.Config{Hosts: pinned, Registerer: reg, Log: logger})
+	proxy, err := netallow.New(netallow.Config{Hosts: pinned, MaxConns: cfg.Sandbox.ProxyMaxConnections, Registerer: reg, Log: logger})
 	if err != nil {
 		return nil, fmt.Errorf("network proxy: %w", err)
 	}

@@ -283,7 +283,7 @@ func normalize(o *Options) error {
 		return fmt.Errorf("%w: term %q: want letters, digits, '-', '.', '_' or '+'", ErrInvalidOptions, o.Term)
 	}
 	o.SandboxDefault = o.SandboxDefault.Or(sandbox.Default)
-	if err := o.SandboxDefault.Validate(); err != nil {
+	if err := o.SandboxDefault.ValidateEffective(); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidOptions, err)
 	}
 	return nil

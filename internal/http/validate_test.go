@@ -1,6 +1,10 @@
 package httpapi
 
 import (
+	"errors"
+	"fmt"
+	"net/http"
+	"regexp"
 	"strings"
 	"testing"
 	"testing/fstest"
@@ -64,5 +68,50 @@ func TestValidatorFindsEveryOperation(t *testing.T) {
 	}
 	if n < 30 {
 		t.Fatalf("only %d operations in the contract", n)
+	}
+}
+
+// TestNullOptionalFieldsAreRefused: every optional field of every request
+// body without required fields, sent as null, is 400 before any handler
+// runs (the failing fakes would answer otherwise). A field the contract
+// gives a default took it in place of null (the validator fills defaults),
+// as "workspace": null on fork and spawn once did; so no request field
+// has a default in the contract, and none is nullable unless it says so.
+func TestNullOptionalFieldsAreRefused(t *testing.T) {
+	srv, f := newFailingServer(t)
+	f.err = errors.New("the request reached a handler")
+	doc, err := openapi3.NewLoader().LoadFromData(contract.OpenAPI)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tried := map[string]bool{}
+	for path, item := range doc.Paths.Map() {
+		for method, op := range item.Operations() {
+			// The UI's sign-in routes exist only with a UI, which this
+			// server has none of.
+			if op.RequestBody == nil || op.RequestBody.Value == nil || strings.HasPrefix(path, "/ui/") {
+				continue
+			}
+			mt := op.RequestBody.Value.Content.Get("application/json")
+			if mt == nil || mt.Schema == nil || mt.Schema.Value == nil || len(mt.Schema.Value.Required) > 0 {
+				continue
+			}
+			req := regexp.MustCompile(`\{[^}]+\}`).ReplaceAllString(path, "v_1")
+			for name, prop := range mt.Schema.Value.Properties {
+				if prop.Value != nil && prop.Value.Nullable {
+					continue
+				}
+				tried[method+" "+path+" "+name] = true
+				status, code := do(t, srv, method, req, fmt.Sprintf(`{%q: null}`, name))
+				if status != http.StatusBadRequest || code != "bad_request" {
+					t.Errorf("%s %s {%q: null} = %d %q, want 400 bad_request", method, path, name, status, code)
+				}
+			}
+		}
+	}
+	for _, want := range []string{"POST /agents/{id}/fork workspace", "POST /agents/{id}/spawn workspace", "POST /agents/{id}/fork limits", "POST /agents sandbox"} {
+		if !tried[want] {
+			t.Errorf("%s was not tried (%d fields were)", want, len(tried))
+		}
 	}
 }

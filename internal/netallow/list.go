@@ -184,6 +184,21 @@ func (l List) Entries() []string {
 // Len is the number of entries.
 func (l List) Len() int { return len(l.entries) }
 
+// OwnAddrs returns the entries naming a loopback (127.0.0.0/8, ::1) or
+// unspecified (0.0.0.0, ::) address: inside a command's network namespace
+// such an address is the namespace's own, which its clients reach
+// directly (Env's NO_PROXY lists loopback; Go's clients never proxy it),
+// not the host's service the entry means to allow.
+func (l List) OwnAddrs() []string {
+	var out []string
+	for _, e := range l.entries {
+		if e.Addr.IsValid() && (e.Addr.IsLoopback() || e.Addr.IsUnspecified()) {
+			out = append(out, e.String())
+		}
+	}
+	return out
+}
+
 // matchName reports whether entry e allows the name host (lower case, no
 // trailing dot) on port.
 func (e Entry) matchName(host string, port int) bool {

@@ -50,6 +50,14 @@ type Config struct {
 	Resolver Resolver
 	// DialTimeout bounds resolving and connecting; 0 means 10 s.
 	DialTimeout time.Duration
+	// HeadTimeout bounds the time a client takes to send a request's line
+	// and headers; 0 means DefaultHeadTimeout. One that has not is
+	// answered 408 and closed.
+	HeadTimeout time.Duration
+	// MaxConns bounds the client connections one Session serves at once;
+	// 0 means DefaultMaxConns. A connection beyond it is answered 503 and
+	// closed.
+	MaxConns int
 	// Registerer, if set, registers the proxy's counters.
 	Registerer prometheus.Registerer
 	// Log logs each refusal at debug level; nil means slog.Default().
@@ -72,6 +80,7 @@ const (
 	ReasonResolve    = "resolve_failed"
 	ReasonUnreached  = "unreachable"
 	ReasonBadRequest = "bad_request"
+	ReasonTooMany    = "too_many_connections"
 )
 
 // New returns a proxy; it fails only when its counters cannot be
@@ -82,6 +91,12 @@ func New(cfg Config) (*Proxy, error) {
 	}
 	if cfg.DialTimeout <= 0 {
 		cfg.DialTimeout = 10 * time.Second
+	}
+	if cfg.HeadTimeout <= 0 {
+		cfg.HeadTimeout = DefaultHeadTimeout
+	}
+	if cfg.MaxConns <= 0 {
+		cfg.MaxConns = DefaultMaxConns
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
@@ -101,7 +116,7 @@ func New(cfg Config) (*Proxy, error) {
 	for _, d := range []string{"reached", "refused"} {
 		p.decisions.WithLabelValues(d)
 	}
-	for _, r := range []string{ReasonNotListed, ReasonRawAddress, ReasonRestricted, ReasonResolve, ReasonUnreached, ReasonBadRequest} {
+	for _, r := range []string{ReasonNotListed, ReasonRawAddress, ReasonRestricted, ReasonResolve, ReasonUnreached, ReasonBadRequest, ReasonTooMany} {
 		p.refusals.WithLabelValues(r)
 	}
 	if cfg.Registerer != nil {
@@ -130,15 +145,27 @@ type Record struct {
 // Empty reports whether nothing was asked for.
 func (r Record) Empty() bool { return len(r.Reached) == 0 && len(r.Refused) == 0 }
 
+// What one job's commands can make dshd hold is bounded: each
+// connection's request head, the time to send it, and the connections
+// open at once. Past the head, a tunnel is relayed socket to socket and a
+// forwarded request streams, so a connection holds little more than its
+// head while it lasts.
+const (
+	// MaxHeadBytes bounds a request's line and headers together (and an
+	// upstream answer's status line and headers): a request that has not
+	// ended its head within them is answered 431 and closed.
+	MaxHeadBytes = 64 << 10
+	// DefaultMaxConns is Config.MaxConns's default.
+	DefaultMaxConns = 64
+	// DefaultHeadTimeout is Config.HeadTimeout's default.
+	DefaultHeadTimeout = 30 * time.Second
+)
+
 // maxHosts bounds the distinct hosts a Session records of each kind; the
 // rest are counted under otherHosts.
 const (
 	maxHosts   = 200
 	otherHosts = "(other hosts)"
-	// maxConns bounds a session's open connections.
-	maxConns = 256
-	// headerTimeout bounds reading a request's head.
-	headerTimeout = 30 * time.Second
 )
 
 // Session is one job's view of the proxy: its allowlist, its listener, and
@@ -151,7 +178,8 @@ type Session struct {
 
 	mu      sync.Mutex
 	closed  bool
-	conns   map[net.Conn]struct{}
+	conns   map[net.Conn]struct{} // clients and upstreams, to close
+	clients int                   // client connections open
 	reached map[string]*HostCount
 	refused map[string]*HostCount
 }
@@ -176,21 +204,63 @@ func (s *Session) accept() {
 			}
 			return
 		}
-		if !s.track(c, true) {
+		switch s.admit(c) {
+		case admitClosed:
+			c.Close()
+			continue
+		case admitFull:
+			// Answered without reading: the answer is small and the
+			// socket's send buffer empty, so the write does not wait
+			// (the deadline guards it all the same).
+			c.SetWriteDeadline(time.Now().Add(time.Second))
+			s.refuse(c, "(too many connections)", &refusal{reason: ReasonTooMany, status: http.StatusServiceUnavailable,
+				msg: fmt.Sprintf("too many connections open at once (at most %d per job)", s.p.cfg.MaxConns)})
 			c.Close()
 			continue
 		}
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			defer s.track(c, false)
+			defer s.untrackClient(c)
 			s.handle(c)
 		}()
 	}
 }
 
-// track adds (or removes) c from the open connections; false when the
-// session is closed or full.
+type admission int
+
+const (
+	admitted admission = iota
+	admitClosed
+	admitFull
+)
+
+// admit tracks the client connection c unless the session is closed or
+// serves its most clients already.
+func (s *Session) admit(c net.Conn) admission {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.closed:
+		return admitClosed
+	case s.clients >= s.p.cfg.MaxConns:
+		return admitFull
+	}
+	s.clients++
+	s.conns[c] = struct{}{}
+	return admitted
+}
+
+func (s *Session) untrackClient(c net.Conn) {
+	s.mu.Lock()
+	s.clients--
+	s.mu.Unlock()
+	s.track(c, false)
+}
+
+// track adds (or removes and closes) c from the open connections; false
+// when the session is closed. Each client has at most one upstream, so
+// the upstreams are bounded with the clients.
 func (s *Session) track(c net.Conn, add bool) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -199,7 +269,7 @@ func (s *Session) track(c net.Conn, add bool) bool {
 		c.Close()
 		return true
 	}
-	if s.closed || len(s.conns) >= maxConns {
+	if s.closed {
 		return false
 	}
 	s.conns[c] = struct{}{}
@@ -282,17 +352,53 @@ func (s *Session) refuse(c net.Conn, target string, r *refusal) {
 		status, http.StatusText(status), len(body), body)
 }
 
+// headLimit is a reader that ends after n bytes until lift: the bufio
+// reader over it then holds at most a head's worth (net/http's server
+// bounds its requests' heads the same way).
+type headLimit struct {
+	r io.Reader
+	n int64 // bytes left; < 0: no limit
+}
+
+func (h *headLimit) Read(p []byte) (int, error) {
+	if h.n < 0 {
+		return h.r.Read(p)
+	}
+	if h.n == 0 {
+		return 0, io.EOF
+	}
+	if int64(len(p)) > h.n {
+		p = p[:h.n]
+	}
+	n, err := h.r.Read(p)
+	h.n -= int64(n)
+	return n, err
+}
+
+func (h *headLimit) exhausted() bool { return h.n == 0 }
+func (h *headLimit) lift()           { h.n = -1 }
+
 func (s *Session) handle(c net.Conn) {
-	br := bufio.NewReader(c)
-	c.SetReadDeadline(time.Now().Add(headerTimeout))
+	lim := &headLimit{r: c, n: MaxHeadBytes}
+	br := bufio.NewReader(lim)
+	c.SetReadDeadline(time.Now().Add(s.p.cfg.HeadTimeout))
 	req, err := http.ReadRequest(br)
 	if err != nil {
-		if !errors.Is(err, io.EOF) {
+		var ne net.Error
+		switch {
+		case lim.exhausted():
+			s.refuse(c, "", &refusal{reason: ReasonBadRequest, status: http.StatusRequestHeaderFieldsTooLarge,
+				msg: fmt.Sprintf("the request's line and headers exceed %d bytes", MaxHeadBytes)})
+		case errors.As(err, &ne) && ne.Timeout():
+			s.refuse(c, "", &refusal{reason: ReasonBadRequest, status: http.StatusRequestTimeout,
+				msg: fmt.Sprintf("no complete request line and headers within %s", s.p.cfg.HeadTimeout)})
+		case !errors.Is(err, io.EOF):
 			s.refuse(c, "", &refusal{reason: ReasonBadRequest, msg: "not an HTTP proxy request", status: http.StatusBadRequest})
 		}
 		return
 	}
 	c.SetReadDeadline(time.Time{})
+	lim.lift()
 	if req.Method == http.MethodConnect {
 		host, port, err := splitHostPort(req.RequestURI, 443)
 		if err != nil || host == "" {
@@ -335,10 +441,12 @@ func (s *Session) handle(c net.Conn) {
 	if err := req.Write(up); err != nil {
 		return
 	}
-	resp, err := http.ReadResponse(bufio.NewReader(up), req)
+	ulim := &headLimit{r: up, n: MaxHeadBytes}
+	resp, err := http.ReadResponse(bufio.NewReader(ulim), req)
 	if err != nil {
 		return
 	}
+	ulim.lift()
 	defer resp.Body.Close()
 	resp.Close = true
 	resp.Write(c)

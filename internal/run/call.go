@@ -113,9 +113,6 @@ func (s *Service) callWith(ctx context.Context, agentID, name, callID string, ar
 	}
 	args = tools.Unwrap(args) // a string holding the object, as OpenAI sends it
 	a, argErr := tools.ParseArgs(name, args)
-	if callID == "" {
-		callID = s.ids.New("call_")
-	}
 	// Results that ran but could not be written go first (cluster mode).
 	if err := s.writeUnsaved(ctx, agentID); err != nil {
 		return CallResult{}, fmt.Errorf("record earlier results for agent %s: %w", agentID, err)

@@ -224,11 +224,14 @@ func (l *callLedger) sweep() {
 func storeDown(err error) bool { return errors.Is(err, clusterstatus.ErrAgentStoreUnavailable) }
 
 // CallWith is Call with options: the same pipeline, recording and errors.
-// A call with the caller's call id runs at most once here (see
-// callLedger): a retry answers as the first did.
+// A call runs at most once here per call id, the caller's or the one
+// generated for a call sent without one (see callLedger): a retry with
+// either answers as the first did.
 func (s *Service) CallWith(ctx context.Context, agentID, name, callID string, args json.RawMessage, o CallOptions) (CallResult, error) {
 	if callID == "" {
-		return s.callWith(ctx, agentID, name, callID, args, o)
+		// Claimed like a given one: the caller learns it from the answer
+		// (and the transcript) and may retry with it.
+		callID = s.ids.New("call_")
 	}
 	if err := s.fromTranscript(ctx, agentID); err != nil && !errors.Is(err, agents.ErrNotFound) {
 		return CallResult{}, fmt.Errorf("tool call %s: read the calls recorded for agent %s: %w", name, agentID, err)

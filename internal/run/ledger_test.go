@@ -65,6 +65,43 @@ func TestCallIDRunsOnce(t *testing.T) {
 	}
 }
 
+// TestGeneratedCallIDRunsOnce: a call sent without a call id gets a
+// generated one, claimed like a given one: a retry with it answers the
+// first result and runs nothing, also when the agent's transcript was
+// read for an earlier call (so the retry cannot be found there).
+func TestGeneratedCallIDRunsOnce(t *testing.T) {
+	w := newWorld(t)
+	a := w.agent(t)
+	runs := filepath.Join(t.TempDir(), "runs")
+	args := json.RawMessage(fmt.Sprintf(`{"command":"echo ran >> %s; echo out"}`, runs))
+	ctx := context.Background()
+	if _, err := w.svc.Call(ctx, a.ID, "bash", "call_given", args); err != nil {
+		t.Fatal(err)
+	}
+	first, err := w.svc.Call(ctx, a.ID, "bash", "", args)
+	if err != nil || !strings.HasPrefix(first.CallID, "call_") || first.CallID == "call_given" {
+		t.Fatalf("call without an id: %+v %v, want a generated call id", first, err)
+	}
+	retry, err := w.svc.Call(ctx, a.ID, "bash", first.CallID, args)
+	if err != nil || retry.JobID != first.JobID || retry.Text != "out" {
+		t.Fatalf("retry with the generated id %s: %+v %v, want the first result (job %s)", first.CallID, retry, err, first.JobID)
+	}
+	if b, _ := os.ReadFile(runs); string(b) != "ran\nran\n" {
+		t.Fatalf("the command ran %q, want twice (the given id, the generated one)", b)
+	}
+	ids := map[string]int{}
+	for _, ev := range w.events(t, a.ID, agents.EventToolCall) {
+		var d struct{ CallID string }
+		if err := json.Unmarshal(ev.Data, &d); err != nil {
+			t.Fatal(err)
+		}
+		ids[d.CallID]++
+	}
+	if len(ids) != 2 || ids["call_given"] != 1 || ids[first.CallID] != 1 {
+		t.Fatalf("tool/call events by call id %v, want one each", ids)
+	}
+}
+
 // flakyStore refuses tool/result appends, as a cluster store that cannot
 // be reached does, while down is set.
 type flakyStore struct {

@@ -268,6 +268,9 @@ func (s *Service) start(ctx context.Context, agent *agents.Agent, spec exec.Spec
 		}
 		outer := s.AgentPolicy(*agent)
 		spec.Sandbox = spec.Sandbox.Or(outer)
+		if err := spec.Sandbox.ValidateEffective(); err != nil {
+			return nil, err
+		}
 		if err := spec.Sandbox.CheckWithin(outer, "agent "+agent.ID); err != nil {
 			return nil, err
 		}

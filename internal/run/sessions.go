@@ -45,6 +45,9 @@ func (s *Service) CreateAgent(ctx context.Context, cwd string, b agents.Bounds) 
 	}
 	b.Sandbox = b.Sandbox.Or(s.policy)
 	b.Limits = b.Limits.Or(s.limits)
+	if err := b.Sandbox.ValidateEffective(); err != nil {
+		return Session{}, fmt.Errorf("create agent: %w", err)
+	}
 	if err := s.checkHost(b.Sandbox); err != nil {
 		return Session{}, fmt.Errorf("create agent: %w", err)
 	}
@@ -64,6 +67,9 @@ func (s *Service) childBounds(ctx context.Context, parent string, req agents.Bou
 	}
 	outer := s.AgentBounds(p)
 	b := agents.Bounds{Sandbox: req.Sandbox.Or(outer.Sandbox), Limits: req.Limits.Or(outer.Limits)}
+	if err := b.Sandbox.ValidateEffective(); err != nil {
+		return agents.Bounds{}, err
+	}
 	what := "parent agent " + parent
 	if err := errors.Join(b.Sandbox.CheckWithin(outer.Sandbox, what), b.Limits.CheckWithin(outer.Limits, what)); err != nil {
 		return agents.Bounds{}, err

@@ -244,10 +244,11 @@ func (h *Host) probeBwrap(ctx context.Context) {
 	h.net = true
 }
 
-// Check returns nil when this host can enforce p, else ErrUnavailable
+// Check returns nil when this host can enforce p, the policy in effect;
+// ErrInvalid when p is not one (ValidateEffective), else ErrUnavailable
 // saying why.
 func (h *Host) Check(p Policy) error {
-	if err := p.Validate(); err != nil {
+	if err := p.ValidateEffective(); err != nil {
 		return err
 	}
 	if !p.Confined() {

@@ -45,22 +45,69 @@ func TestAllowlistPolicyRules(t *testing.T) {
 	if !al("x.com").Confined() || !(Policy{FS: Unrestricted, Network: NetworkAllowlist, Allow: MustHosts("x.com")}).Confined() {
 		t.Error("the allowlist needs a sandbox")
 	}
-	for _, p := range []Policy{
-		{FS: ReadOnly, Network: NetworkAllowlist},
-		{FS: ReadOnly, Network: NetworkOn, Allow: MustHosts("x.com")},
-		{FS: ReadOnly, Allow: MustHosts("x.com")},
+	// In effect, an allowlist has its entries and entries go with an
+	// allowlist; given in part, only what is given is judged.
+	for _, c := range []struct {
+		p                Policy
+		partialOK, effOK bool
+	}{
+		{Policy{FS: ReadOnly, Network: NetworkAllowlist}, true, false},
+		{Policy{FS: ReadOnly, Network: NetworkOn, Allow: MustHosts("x.com")}, false, false},
+		{Policy{FS: ReadOnly, Network: NetworkOff, Allow: MustHosts("x.com")}, false, false},
+		{Policy{FS: ReadOnly, Allow: MustHosts("x.com")}, true, false},
+		{Policy{Network: NetworkAllowlist, Allow: MustHosts("x.com")}, true, false},
+		{Policy{FS: ReadOnly, Network: NetworkAllowlist, Allow: MustHosts("x.com")}, true, true},
+		{Policy{FS: ReadOnly, Network: NetworkAllowlist, Allow: HostsOf([]string{"*"})}, false, false},
+		// An address that inside the sandbox is the command's own.
+		{Policy{FS: ReadOnly, Network: NetworkAllowlist, Allow: MustHosts("127.0.0.1:8080")}, true, false},
+		{Policy{FS: ReadOnly, Network: NetworkAllowlist, Allow: MustHosts("x.com", "127.0.0.2")}, true, false},
+		{Policy{FS: ReadOnly, Network: NetworkAllowlist, Allow: MustHosts("[::1]:443")}, true, false},
+		{Policy{FS: ReadOnly, Network: NetworkAllowlist, Allow: MustHosts("::ffff:127.0.0.1")}, true, false},
+		{Policy{FS: ReadOnly, Network: NetworkAllowlist, Allow: MustHosts("0.0.0.0:80")}, true, false},
+		{Policy{FS: ReadOnly, Network: NetworkAllowlist, Allow: MustHosts("[::]")}, true, false},
+		{Policy{FS: ReadOnly, Network: NetworkAllowlist, Allow: MustHosts("10.0.0.5:5432", "localhost")}, true, true},
 	} {
-		if err := p.Validate(); err == nil {
-			t.Errorf("Validate(%+v) = nil, want an error", p)
+		if err := c.p.Validate(); (err == nil) != c.partialOK {
+			t.Errorf("Validate(%v) = %v, want ok %v", c.p, err, c.partialOK)
 		}
+		if err := c.p.ValidateEffective(); (err == nil) != c.effOK {
+			t.Errorf("ValidateEffective(%v) = %v, want ok %v", c.p, err, c.effOK)
+		}
+	}
+	if err := (Policy{FS: ReadOnly, Network: NetworkAllowlist, Allow: MustHosts("x.com", "127.0.0.1:8080")}).ValidateEffective(); err == nil ||
+		!strings.Contains(err.Error(), "127.0.0.1:8080") || !strings.Contains(err.Error(), "sandbox.proxyHosts") || strings.Contains(err.Error(), "x.com") {
+		t.Errorf("a loopback entry: %v, want it named and sandbox.proxyHosts pointed at", err)
 	}
 	if _, err := NewHosts([]string{"http://x.com"}); err == nil {
 		t.Error("NewHosts took a URL")
 	}
-	// An execution that names no network takes its agent's, allowlist
-	// and all.
-	if got := (Policy{FS: ReadOnly}).Or(outer); got.Network != NetworkAllowlist || got.Allow != outer.Allow {
-		t.Errorf("Or = %+v", got)
+	// A field left out is the enclosing policy's: an execution that names
+	// no network takes its agent's, allowlist and all; one that gives only
+	// allow keeps the agent's allowlist network; one that gives only
+	// network allowlist keeps the agent's hosts; a network other than
+	// allowlist takes no hosts. Each is then valid in effect or not.
+	on := Policy{FS: Unrestricted, Network: NetworkOn}
+	narrow := MustHosts("a.example.org")
+	for _, c := range []struct {
+		req, outer, want Policy
+		valid            bool
+	}{
+		{Policy{FS: ReadOnly}, outer, Policy{FS: ReadOnly, Network: NetworkAllowlist, Allow: outer.Allow}, true},
+		{Policy{Allow: narrow}, outer, Policy{FS: WorkspaceWrite, Network: NetworkAllowlist, Allow: narrow}, true},
+		{Policy{Network: NetworkAllowlist}, outer, outer, true},
+		{Policy{Network: NetworkOff}, outer, Policy{FS: WorkspaceWrite, Network: NetworkOff}, true},
+		{Policy{Network: NetworkOn}, outer, Policy{FS: WorkspaceWrite, Network: NetworkOn}, true},
+		{Policy{Allow: narrow}, on, Policy{FS: Unrestricted, Network: NetworkOn, Allow: narrow}, false},
+		{Policy{Network: NetworkAllowlist}, on, Policy{FS: Unrestricted, Network: NetworkAllowlist}, false},
+		{Policy{}, on, on, true},
+	} {
+		got := c.req.Or(c.outer)
+		if got != c.want {
+			t.Errorf("%+v.Or(%v) = %v, want %v", c.req, c.outer, got, c.want)
+		}
+		if err := got.ValidateEffective(); (err == nil) != c.valid {
+			t.Errorf("%+v.Or(%v) = %v: ValidateEffective %v, want valid %v", c.req, c.outer, got, err, c.valid)
+		}
 	}
 	// Stored with an agent and read back, the list is the same.
 	b, err := json.Marshal(outer)

@@ -187,7 +187,11 @@ func netRank(n Network) int {
 	return -1
 }
 
-// Validate checks the names given (empty fields are allowed).
+// Validate checks what p gives, which may be part of a policy (a request's,
+// before Or fills it from the policy it is within): the names, the
+// allowlist's entries, and an allowlist given beside another network.
+// Whether an allowlist has its entries is known once p is complete: see
+// ValidateEffective.
 func (p Policy) Validate() error {
 	if p.FS != "" && fsRank(p.FS) < 0 {
 		return fmt.Errorf("%w: policy %q (want unrestricted, workspace-write or read-only)", ErrInvalid, p.FS)
@@ -198,22 +202,54 @@ func (p Policy) Validate() error {
 	if p.Allow.bad != "" {
 		return fmt.Errorf("%w: allow: %s", ErrInvalid, p.Allow.bad)
 	}
-	if p.Network == NetworkAllowlist && p.Allow.IsZero() {
-		return fmt.Errorf("%w: network allowlist needs allow, the hosts it lists (for none, network off)", ErrInvalid)
-	}
-	if p.Network != NetworkAllowlist && !p.Allow.IsZero() {
-		return fmt.Errorf("%w: allow is given only with network allowlist", ErrInvalid)
+	if p.Network != "" && p.Network != NetworkAllowlist && !p.Allow.IsZero() {
+		return errAllowWithout
 	}
 	return nil
 }
 
-// Or fills the fields p leaves empty from def.
+var errAllowWithout = fmt.Errorf("%w: allow is given only with network allowlist", ErrInvalid)
+
+// ValidateEffective checks p as the policy in effect (complete, as Or
+// leaves it): Validate, both axes given, an allowlist with its entries and
+// entries only with an allowlist, and no entry naming a loopback or
+// unspecified address (netallow.List.OwnAddrs): those are refused pointing
+// at the pinned names (sandbox.proxyHosts), the one way to a service on
+// the host's loopback.
+func (p Policy) ValidateEffective() error {
+	if err := p.Validate(); err != nil {
+		return err
+	}
+	if p.FS == "" || p.Network == "" {
+		return fmt.Errorf("%w: incomplete policy %q, network %q", ErrInvalid, p.FS, p.Network)
+	}
+	if p.Network == NetworkAllowlist && p.Allow.IsZero() {
+		return fmt.Errorf("%w: network allowlist needs allow, the hosts it lists (for none, network off)", ErrInvalid)
+	}
+	if p.Network != NetworkAllowlist && !p.Allow.IsZero() {
+		return errAllowWithout
+	}
+	if own := p.Allow.List().OwnAddrs(); len(own) > 0 {
+		return fmt.Errorf("%w: allow: %s names a loopback or unspecified address, which inside the sandbox is the command's own network namespace (its clients reach it directly, without the proxy), not the host's; to reach a service on the host's loopback, the operator pins a name to its address (sandbox.proxyHosts) and the allowlist lists that name",
+			ErrInvalid, strings.Join(own, ", "))
+	}
+	return nil
+}
+
+// Or fills the fields p leaves empty from def, the policy p is within (an
+// agent's, the server default): each field left out is def's. An allowlist
+// left out is def's when both are allowlists (so {network: allowlist}
+// inside an allowlist keeps its hosts, and {allow: [...]} alone keeps its
+// network); a network other than allowlist takes no allowlist.
 func (p Policy) Or(def Policy) Policy {
 	if p.FS == "" {
 		p.FS = def.FS
 	}
 	if p.Network == "" {
-		p.Network, p.Allow = def.Network, def.Allow
+		p.Network = def.Network
+	}
+	if p.Allow.IsZero() && p.Network == NetworkAllowlist && def.Network == NetworkAllowlist {
+		p.Allow = def.Allow
 	}
 	return p
 }

@@ -1055,12 +1055,12 @@ export interface components {
             overBudget?: boolean;
         };
         /**
-         * @description How a forked or spawned agent gets its workspace (its `cwd`). `shared`: the same directory
+         * @description How a forked or spawned agent gets its workspace (its `cwd`); left out, `shared` (`null` is
+         *     400, as for every other field). `shared`: the same directory
          *     as its parent (the parent's view, when the parent has a snapshot), every write seen by
          *     both at once. `snapshot`: a copy-on-write snapshot of
          *     the parent's view at the fork, isolated both ways from then on, at a cost that does not
          *     grow with the workspace (no file is copied).
-         * @default shared
          * @enum {string}
          */
         WorkspaceMode: "shared" | "snapshot";
@@ -1605,7 +1605,7 @@ export interface components {
             systemMessages: string[];
         };
         ToolCall: {
-            /** @description The model's id for the call; generated when absent. A call with a callId runs at most once at the agent's home: a retry with the same callId (through any replica) answers the first call's result and runs nothing. */
+            /** @description The model's id for the call; generated when absent (the answer gives it). A call runs at most once per callId at the agent's home, a generated one included: a retry with the same callId (through any replica) answers the first call's result and runs nothing. */
             callId?: string;
             /**
              * @description The arguments as the model sent them: an object, or a string holding one

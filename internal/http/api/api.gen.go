@@ -1048,7 +1048,8 @@ type AgentWorkspace struct {
 	// Layers Frozen layers under its own.
 	Layers *int32 `json:"layers,omitempty"`
 
-	// Mode How a forked or spawned agent gets its workspace (its `cwd`). `shared`: the same directory
+	// Mode How a forked or spawned agent gets its workspace (its `cwd`); left out, `shared` (`null` is
+	// 400, as for every other field). `shared`: the same directory
 	// as its parent (the parent's view, when the parent has a snapshot), every write seen by
 	// both at once. `snapshot`: a copy-on-write snapshot of
 	// the parent's view at the fork, isolated both ways from then on, at a cost that does not
@@ -1423,7 +1424,8 @@ type ForkInput struct {
 	// `sandbox_unavailable` (never runs unconfined); `GET /healthz` lists what it can.
 	Sandbox *SandboxRequest `json:"sandbox,omitempty"`
 
-	// Workspace How a forked or spawned agent gets its workspace (its `cwd`). `shared`: the same directory
+	// Workspace How a forked or spawned agent gets its workspace (its `cwd`); left out, `shared` (`null` is
+	// 400, as for every other field). `shared`: the same directory
 	// as its parent (the parent's view, when the parent has a snapshot), every write seen by
 	// both at once. `snapshot`: a copy-on-write snapshot of
 	// the parent's view at the fork, isolated both ways from then on, at a cost that does not
@@ -2234,7 +2236,8 @@ type SpawnInput struct {
 	// `sandbox_unavailable` (never runs unconfined); `GET /healthz` lists what it can.
 	Sandbox *SandboxRequest `json:"sandbox,omitempty"`
 
-	// Workspace How a forked or spawned agent gets its workspace (its `cwd`). `shared`: the same directory
+	// Workspace How a forked or spawned agent gets its workspace (its `cwd`); left out, `shared` (`null` is
+	// 400, as for every other field). `shared`: the same directory
 	// as its parent (the parent's view, when the parent has a snapshot), every write seen by
 	// both at once. `snapshot`: a copy-on-write snapshot of
 	// the parent's view at the fork, isolated both ways from then on, at a cost that does not
@@ -2336,7 +2339,7 @@ type ToolCall struct {
 	// `isError` result that says what is wrong, recorded in the transcript.
 	Arguments ToolCall_Arguments `json:"arguments"`
 
-	// CallId The model's id for the call; generated when absent. A call with a callId runs at most once at the agent's home: a retry with the same callId (through any replica) answers the first call's result and runs nothing.
+	// CallId The model's id for the call; generated when absent (the answer gives it). A call runs at most once per callId at the agent's home, a generated one included: a retry with the same callId (through any replica) answers the first call's result and runs nothing.
 	CallId *string `json:"callId,omitempty"`
 }
 
@@ -2566,7 +2569,8 @@ type WorkspaceChanges struct {
 	Path    string            `json:"path"`
 }
 
-// WorkspaceMode How a forked or spawned agent gets its workspace (its `cwd`). `shared`: the same directory
+// WorkspaceMode How a forked or spawned agent gets its workspace (its `cwd`); left out, `shared` (`null` is
+// 400, as for every other field). `shared`: the same directory
 // as its parent (the parent's view, when the parent has a snapshot), every write seen by
 // both at once. `snapshot`: a copy-on-write snapshot of
 // the parent's view at the fork, isolated both ways from then on, at a cost that does not
