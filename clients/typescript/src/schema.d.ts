@@ -1131,11 +1131,10 @@ export interface components {
             /** @description The tool call to rewind to. */
             callId?: string;
             /**
-             * @description The view as it was before the call, or after it (ignored with `undo`).
-             * @default before
+             * @description The view as it was before the call (when left out), or after it; ignored with `undo`.
              * @enum {string}
              */
-            to: "before" | "after";
+            to?: "before" | "after";
             /** @description Undo the last rewind instead (no `callId`): what it set aside is brought back, and what was written since is set aside in turn. */
             undo?: boolean;
         };

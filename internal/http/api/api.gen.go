@@ -2042,14 +2042,14 @@ type RewindInput struct {
 	// CallId The tool call to rewind to.
 	CallId *string `json:"callId,omitempty"`
 
-	// To The view as it was before the call, or after it (ignored with `undo`).
+	// To The view as it was before the call (when left out), or after it; ignored with `undo`.
 	To *RewindInputTo `json:"to,omitempty"`
 
 	// Undo Undo the last rewind instead (no `callId`): what it set aside is brought back, and what was written since is set aside in turn.
 	Undo *bool `json:"undo,omitempty"`
 }
 
-// RewindInputTo The view as it was before the call, or after it (ignored with `undo`).
+// RewindInputTo The view as it was before the call (when left out), or after it; ignored with `undo`.
 type RewindInputTo string
 
 // Rewound defines model for Rewound.
