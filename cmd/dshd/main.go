@@ -487,6 +487,7 @@ func newServices(ctx context.Context, cfg config, home, token, tokenPath string,
 	workspaces.SetMaxBytes(cfg.Workspaces.MaxBytes)
 	workspaces.SetMaxLayers(cfg.Workspaces.MaxLayers)
 	workspaces.SetHome(home)
+	workspaces.Recover()
 	// A crash between a fork's record and its child's header leaves a
 	// workspace no agent stands on.
 	workspaces.Reconcile(func(id string) bool {

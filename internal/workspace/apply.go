@@ -151,12 +151,20 @@ func (m *Manager) still(agents ...string) error {
 			}
 		}
 	}
-	busy := m.busy
+	busy, wait := m.busy, m.releaseWait
 	m.mu.Unlock()
-	if busy != nil {
-		if n := busy(ids); n > 0 {
-			return fmt.Errorf("%w: agents %s have %d job(s) or processes left running by them; an apply needs its source and its target still (stop them: DELETE /jobs/{id})", ErrBusy, strings.Join(ids, ", "), n)
-		}
+	if busy == nil {
+		return nil
+	}
+	// A job that has just ended may still be counted with what it left
+	// (its group empties a moment after its leader, and the count is
+	// polled): wait for it as for a lease.
+	n := busy(ids)
+	for deadline := time.Now().Add(wait); n > 0 && time.Now().Before(deadline); n = busy(ids) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n > 0 {
+		return fmt.Errorf("%w: agents %s have %d job(s) or processes left running by them; an apply needs its source and its target still (stop them: DELETE /jobs/{id})", ErrBusy, strings.Join(ids, ", "), n)
 	}
 	return nil
 }
@@ -176,22 +184,14 @@ func (m *Manager) openTarget(agent, dir string) (*tree, error) {
 	if !filepath.IsAbs(dir) {
 		return nil, fmt.Errorf("%w: directory %q is not absolute", ErrInvalid, dir)
 	}
-	dir = filepath.Clean(dir)
-	t, err := openTree(dir, dir)
+	t, err := m.openDir(filepath.Clean(dir))
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s is not a directory (a link is not followed)", ErrInvalid, dir)
+		return nil, err
 	}
-	// What the kernel says was opened, whatever links led there.
 	real, err := fdPath(t.fd)
 	if err != nil {
 		t.close()
 		return nil, err
-	}
-	for _, p := range m.protected() {
-		if within(real, p) || within(p, real) {
-			t.close()
-			return nil, fmt.Errorf("%w: %s overlaps the dshd home (%s)", ErrInvalid, dir, p)
-		}
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -202,6 +202,28 @@ func (m *Manager) openTarget(agent, dir string) (*tree, error) {
 		if id != agent {
 			t.close()
 			return nil, fmt.Errorf("%w: %s is under agent %s's workspace, which stands on %s", ErrBusy, dir, id, o.Base)
+		}
+	}
+	return t, nil
+}
+
+// openDir opens the directory dir as an apply's target: not a link, and
+// not overlapping the dshd home, by what the kernel says was opened
+// (whatever links on the way led there).
+func (m *Manager) openDir(dir string) (*tree, error) {
+	t, err := openTree(dir, dir)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s is not a directory (a link is not followed)", ErrInvalid, dir)
+	}
+	real, err := fdPath(t.fd)
+	if err != nil {
+		t.close()
+		return nil, err
+	}
+	for _, p := range m.protected() {
+		if within(real, p) || within(p, real) {
+			t.close()
+			return nil, fmt.Errorf("%w: %s overlaps the dshd home (%s)", ErrInvalid, dir, p)
 		}
 	}
 	return t, nil
@@ -341,8 +363,10 @@ func (m *Manager) apply(j *journal, todo []step, upper, target *tree) error {
 	}
 	faults.Point("workspace.apply.committed")
 	if err := commit(j, target); err != nil {
-		// Recorded: the next start completes it.
-		return fmt.Errorf("%w (the journal %s is kept; the next start completes the apply)", err, m.journalPath(j.ID))
+		if errors.Is(err, ErrBusy) {
+			os.Remove(m.journalPath(j.ID)) // rolled back: nothing to finish
+		}
+		return err
 	}
 	return os.Remove(m.journalPath(j.ID))
 }
@@ -376,50 +400,55 @@ func stageAll(j *journal, todo []step, upper, target *tree) error {
 	return nil
 }
 
-// commit moves j's staged entries into place and makes its deletions. It
-// can be run again after a crash in the middle: an entry no longer staged
-// was moved, a deletion already made is no error.
+// commit moves j's staged entries into place and makes its deletions,
+// keeping what each replaces or deletes in the staging directory (b<i>,
+// d<i>) until all is done, so that a failure part way (the target changed
+// under the apply by a process dshd does not account for) is rolled back:
+// the target is left as it was and the error is ErrBusy. It can be run
+// again after a crash in the middle: an entry no longer staged was moved,
+// a deletion already made is no error.
 func commit(j *journal, target *tree) error {
 	sfd, err := openat2(target.fd, j.stage(), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
-	if err != nil && !errors.Is(err, unix.ENOENT) {
+	if errors.Is(err, unix.ENOENT) {
+		return nil // finished before a crash, but for the journal
+	}
+	if err != nil {
 		return fmt.Errorf("open the staging directory: %w", err)
 	}
-	if err == nil {
-		defer unix.Close(sfd)
+	defer unix.Close(sfd)
+	err = func() error {
 		for i, p := range j.Moves {
-			if err := moveInPlace(sfd, strconv.Itoa(i), target, p); err != nil {
-				return err
+			if err := moveInPlace(sfd, i, target, p); err != nil {
+				return fmt.Errorf("%s: %w", p, err)
 			}
 			faults.Point("workspace.apply.moved")
 		}
-	}
-	var errs []error
-	for _, p := range j.Deletes {
-		dir, name := path.Split(p)
-		dfd, err := openat2(target.fd, dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
-		if missing(err) {
-			continue
+		for i, p := range j.Deletes {
+			if err := deleteAside(sfd, i, target, p); err != nil {
+				return fmt.Errorf("delete %s: %w", p, err)
+			}
 		}
-		if err != nil {
-			errs = append(errs, fmt.Errorf("delete %s: %w", p, err))
-			continue
+		return nil
+	}()
+	if err != nil {
+		if rerr := rollback(j, sfd, target); rerr != nil {
+			return fmt.Errorf("%w; rolling back: %w", err, rerr)
 		}
-		if err := removeAllAt(dfd, name); err != nil {
-			errs = append(errs, fmt.Errorf("delete %s: %w", p, err))
-		}
-		unix.Close(dfd)
+		return fmt.Errorf("%w: the target changed while the apply wrote it (%w); nothing was applied", ErrBusy, err)
 	}
-	if len(errs) == 0 {
-		errs = append(errs, removeAllAt(target.fd, j.stage()))
-	}
-	return errors.Join(errs...)
+	return removeAllAt(target.fd, j.stage())
 }
 
-// moveInPlace renames the staged entry name (in the directory sfd) to rel
-// in target, making the directories on the way; what stands there and is
-// a directory, or is to become one, goes first.
-func moveInPlace(sfd int, name string, target *tree, rel string) error {
-	sfi, err := statAt(sfd, name)
+func staged(i int) string   { return strconv.Itoa(i) }
+func replaced(i int) string { return "b" + strconv.Itoa(i) }
+func deleted(i int) string  { return "d" + strconv.Itoa(i) }
+
+// moveInPlace renames the staged entry i (in the staging directory sfd)
+// to rel in target, making the directories on the way; what stands there
+// is first moved aside into the staging directory (removed, where it
+// cannot be moved: a directory overlayfs cannot rename).
+func moveInPlace(sfd, i int, target *tree, rel string) error {
+	sfi, err := statAt(sfd, staged(i))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil // moved before a crash
 	}
@@ -429,18 +458,91 @@ func moveInPlace(sfd int, name string, target *tree, rel string) error {
 	dir, base := path.Split(rel)
 	dfd, _, err := target.dirs(dir, 0o755)
 	if err != nil {
-		return fmt.Errorf("%s: %w", rel, err)
+		return err
 	}
 	defer unix.Close(dfd)
-	if dfi, err := statAt(dfd, base); err == nil && (dfi.IsDir() || sfi.IsDir()) {
-		if err := removeAllAt(dfd, base); err != nil {
-			return err
+	if dfi, err := statAt(dfd, base); err == nil {
+		if err := unix.Renameat(dfd, base, sfd, replaced(i)); err != nil {
+			if !dfi.IsDir() && !sfi.IsDir() {
+				// A file over a file: rename replaces it in one step.
+				goto move
+			}
+			if err := removeAllAt(dfd, base); err != nil {
+				return err
+			}
 		}
 	}
-	if err := unix.Renameat(sfd, name, dfd, base); err != nil {
+move:
+	if err := unix.Renameat(sfd, staged(i), dfd, base); err != nil {
 		return &fs.PathError{Op: "rename", Path: rel, Err: err}
 	}
 	return nil
+}
+
+// deleteAside moves rel out of target into the staging directory as d<i>
+// (removed, where it cannot be moved).
+func deleteAside(sfd, i int, target *tree, rel string) error {
+	dir, name := path.Split(rel)
+	dfd, err := openat2(target.fd, dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
+	if missing(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer unix.Close(dfd)
+	if _, err := statAt(dfd, name); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err := unix.Renameat(dfd, name, sfd, deleted(i)); err == nil {
+		return nil
+	}
+	return removeAllAt(dfd, name)
+}
+
+// rollback undoes what commit did, last first: an entry moved into place
+// is taken back out and what it replaced put back; what was deleted is put
+// back.
+func rollback(j *journal, sfd int, target *tree) error {
+	var errs []error
+	for i := len(j.Deletes) - 1; i >= 0; i-- {
+		if _, err := statAt(sfd, deleted(i)); err != nil {
+			continue
+		}
+		dir, name := path.Split(j.Deletes[i])
+		dfd, _, err := target.dirs(dir, 0o755)
+		if err == nil {
+			err = unix.Renameat(sfd, deleted(i), dfd, name)
+			unix.Close(dfd)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("put back %s: %w", j.Deletes[i], err))
+		}
+	}
+	for i := len(j.Moves) - 1; i >= 0; i-- {
+		if _, err := statAt(sfd, staged(i)); err == nil {
+			continue // never moved
+		}
+		rel := j.Moves[i]
+		dir, name := path.Split(rel)
+		dfd, err := openat2(target.fd, dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("take back %s: %w", rel, err))
+			continue
+		}
+		if err := removeAllAt(dfd, name); err != nil {
+			errs = append(errs, fmt.Errorf("take back %s: %w", rel, err))
+		} else if _, err := statAt(sfd, replaced(i)); err == nil {
+			if err := unix.Renameat(sfd, replaced(i), dfd, name); err != nil {
+				errs = append(errs, fmt.Errorf("put back %s: %w", rel, err))
+			}
+		}
+		unix.Close(dfd)
+	}
+	if len(errs) == 0 {
+		errs = append(errs, removeAllAt(target.fd, j.stage()))
+	}
+	return errors.Join(errs...)
 }
 
 // copyEntry copies the file, link or (empty) directory rel of src into
@@ -524,7 +626,11 @@ func (m *Manager) recoverApplies() {
 			m.log.Error("unreadable apply journal; left as it is", "path", p, "err", err)
 			continue
 		}
-		if err := m.recoverApply(&j); err != nil {
+		if err := m.recoverApply(&j); errors.Is(err, ErrBusy) {
+			m.log.Warn("rolled back an apply interrupted by a crash: its target had changed", "agent_id", j.Agent, "parent_id", j.Parent, "dir", j.Dir, "err", err)
+			os.Remove(p)
+			continue
+		} else if err != nil {
 			m.log.Error("could not finish an interrupted apply; its journal is kept", "path", p, "agent_id", j.Agent, "err", err)
 			continue
 		}
@@ -547,7 +653,7 @@ func (m *Manager) recoverApply(j *journal) error {
 		}
 		m.mu.Unlock()
 	} else {
-		target, err = openTree(j.Dir, j.Dir)
+		target, err = m.openDir(j.Dir)
 	}
 	if err != nil {
 		return err

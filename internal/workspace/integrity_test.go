@@ -3,6 +3,7 @@ package workspace
 import (
 	"context"
 	"errors"
+	"maps"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -248,7 +249,7 @@ func TestApplyJournalRecovery(t *testing.T) {
 					t.Fatal(err)
 				}
 				// Part of the moves made, as if cut in the middle.
-				if err := moveInPlace(mustOpen(t, target, j.stage()), "0", target, j.Moves[0]); err != nil {
+				if err := moveInPlace(mustOpen(t, target, j.stage()), 0, target, j.Moves[0]); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -489,5 +490,68 @@ func TestApplyNeverIntoTheHomeThroughALinkOnTheWay(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(home, "sessions", "x.txt")); err == nil {
 		t.Error("apply wrote into the home")
+	}
+}
+
+// A commit that fails part way (a process dshd does not account for swaps
+// a directory for a link after the staging) is rolled back: what was
+// moved into place is taken out and what it replaced put back, deletions
+// are undone, and no staging or journal is left: the target is as it was.
+func TestApplyCommitFailureRollsBack(t *testing.T) {
+	t.Parallel()
+	m, _, base := fixture(t)
+	if err := m.Fork("p", base, "c"); err != nil {
+		t.Fatal(err)
+	}
+	cv := view(t, m, "c")
+	put(t, cv, "f.txt", "child\n")
+	os.Remove(filepath.Join(cv, "keep.txt"))
+	put(t, cv, "zdir/new.txt", "new\n")
+	out := t.TempDir()
+	for _, f := range []string{"f.txt", "keep.txt", "gone.txt", "dir/a", "dir/b"} {
+		put(t, out, f, read(t, base, f))
+	}
+	if err := os.Mkdir(filepath.Join(out, "zdir"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	before := state(t, out)
+	a, unhold, _ := m.hold("c", true)
+	defer unhold()
+	target, _ := openTree(out, out)
+	defer target.close()
+	v, err := m.openSince("c", a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.close()
+	cs, _ := v.changes()
+	todo, err := plan(cs, v.now, v.then, target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := &journal{ID: newID(), Agent: "c", Dir: out, State: journalStaging}
+	if err := m.saveJournal(j); err != nil {
+		t.Fatal(err)
+	}
+	if err := stageAll(j, todo, v.now, target); err != nil {
+		t.Fatal(err)
+	}
+	// f.txt moves first; zdir becomes a link before its file's turn.
+	os.Remove(filepath.Join(out, "zdir"))
+	if err := os.Symlink(t.TempDir(), filepath.Join(out, "zdir")); err != nil {
+		t.Fatal(err)
+	}
+	err = commit(j, target)
+	if !errors.Is(err, ErrBusy) {
+		t.Fatalf("a commit through a planted link: %v", err)
+	}
+	after := state(t, out)
+	delete(after, "zdir")
+	delete(before, "zdir")
+	if !maps.Equal(after, before) {
+		t.Errorf("not rolled back:\n got %v\nwant %v", after, before)
+	}
+	if ents, _ := os.ReadDir(out); slices.ContainsFunc(ents, func(e os.DirEntry) bool { return strings.HasPrefix(e.Name(), ".dshd-apply-") }) {
+		t.Error("the staging outlived a rolled back apply")
 	}
 }

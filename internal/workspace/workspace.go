@@ -199,13 +199,18 @@ func Open(dir, disabled string, logger *slog.Logger) (*Manager, error) {
 			m.why = err.Error()
 		}
 	}
-	m.recoverApplies()
 	m.mu.Lock()
 	unused := m.unusedLocked()
 	m.mu.Unlock()
 	m.removeLayers(unused)
 	return m, nil
 }
+
+// Recover finishes the applies a crash interrupted (or rolls back those
+// it interrupted before their journal was committed). Call it once at
+// start, after SetHome: a directory target is checked against the home
+// again.
+func (m *Manager) Recover() { m.recoverApplies() }
 
 // SetHome names the dshd home: no apply writes a directory that overlaps
 // it (the workspaces directory is always refused).

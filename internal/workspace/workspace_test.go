@@ -35,6 +35,8 @@ func open(t *testing.T, home string) *Manager {
 	if ok, why := m.Available(); !ok {
 		testenv.Need(t, "overlay snapshots: %s", why)
 	}
+	m.SetHome(home)
+	m.Recover()
 	t.Cleanup(m.Close)
 	return m
 }
