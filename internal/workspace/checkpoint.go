@@ -124,17 +124,52 @@ func (m *Manager) Checkpoint(agent, callID string, seq int64) (made bool, err er
 	na.Own = a.Own + 1
 	m.agents[owner] = &na
 	faults.Point("workspace.checkpoint.layered") // a new layer, not recorded
-	if err := m.saveLocked(); err != nil {
+	if err := m.saveSoonLocked(); err != nil {
 		m.agents[owner] = a
 		m.removeLayers([]string{up})
 		return false, err
 	}
 	faults.Point("workspace.checkpoint.saved")
-	// The view is mounted afresh, on the new upper, by the next job;
-	// overlayfs's work directory of a frozen layer is not needed.
-	m.closeMountLocked(owner)
+	// overlayfs's work directory of a frozen layer is not needed, and the
+	// view is mounted afresh, on the new upper, ahead of the next job.
+	// The old mount is let go off the call's path: unmounting an overlay
+	// syncs its upper file system.
+	if fd, ok := m.mounts[owner]; ok {
+		delete(m.mounts, owner)
+		go closeFD(fd)
+	}
 	os.RemoveAll(m.workDir(a.Upper))
+	go m.premount(owner, up)
 	return true, nil
+}
+
+// premount mounts agent's view on its upper up (the lock released
+// meanwhile), unless a job has mounted it first or the view changed.
+func (m *Manager) premount(agent, up string) {
+	m.mu.Lock()
+	a := m.agents[agent]
+	_, mounted := m.mounts[agent]
+	if a == nil || a.Upper != up || mounted || m.writingLocked(agent) || m.closed {
+		m.mu.Unlock()
+		return
+	}
+	lowers := m.lowers(a)
+	m.mu.Unlock()
+	fd, err := mountOverlay(lowers, m.upperDir(up), m.workDir(up))
+	if err != nil {
+		return // the next job mounts it, and says why
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if a := m.agents[agent]; a == nil || a.Upper != up || m.writingLocked(agent) || m.closed {
+		closeFD(fd)
+		return
+	}
+	if _, ok := m.mounts[agent]; ok {
+		closeFD(fd)
+		return
+	}
+	m.mounts[agent] = fd
 }
 
 // viewAgentsLocked are owner and the agents sharing its view.

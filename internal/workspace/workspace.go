@@ -159,6 +159,9 @@ type Manager struct {
 	active map[string]int // agent -> jobs holding a Lease
 	ops    map[string]*op // agent -> the workspace operations holding it
 	waits  int            // job starts waiting for a writer now
+	// flushing: a flush of the state is due (saveSoonLocked).
+	flushing bool
+	closed   bool // Close ran: nothing is mounted ahead any more
 	over   bool           // the layers use maxBytes or more (WatchBudget)
 	// busy, when set, counts the processes of the agents' jobs that may
 	// still write: leaders and what outlived them (see SetBusy).
@@ -257,15 +260,53 @@ func (m *Manager) load() error {
 }
 
 // saveLocked records the state durably.
-func (m *Manager) saveLocked() error {
-	b, err := json.MarshalIndent(stateFile{Version: 1, Agents: m.agents}, "", "  ")
+func (m *Manager) saveLocked() error { return m.writeStateLocked(atomicfile.Options{}) }
+
+func (m *Manager) writeStateLocked(o atomicfile.Options) error {
+	b, err := json.Marshal(stateFile{Version: 1, Agents: m.agents})
 	if err != nil {
 		return err
 	}
-	if err := atomicfile.Write(m.statePath(), b, atomicfile.Options{}); err != nil {
+	if err := atomicfile.Write(m.statePath(), b, o); err != nil {
 		return fmt.Errorf("workspaces: save state: %w", err)
 	}
 	return nil
+}
+
+// flushDelay is how soon after a checkpoint its state is made durable.
+const flushDelay = 50 * time.Millisecond
+
+// saveSoonLocked records the state as saveLocked does (a new file renamed
+// over the old one, so a crash of dshd at any point leaves the one or the
+// other), but leaves making it durable on disk to a flush flushDelay
+// later, shared by the checkpoints made meanwhile: a tool call's answer
+// does not wait for the disk. Only a power cut or a crash of the kernel in
+// that window can lose the checkpoint: the view is then as after the
+// call, its changes pending again.
+func (m *Manager) saveSoonLocked() error {
+	if err := m.writeStateLocked(atomicfile.Options{Sync: func(*os.File) error { return nil }}); err != nil {
+		return err
+	}
+	if !m.flushing {
+		m.flushing = true
+		time.AfterFunc(flushDelay, m.flush)
+	}
+	return nil
+}
+
+// flush makes the last state written durable.
+func (m *Manager) flush() {
+	m.mu.Lock()
+	if !m.flushing {
+		m.mu.Unlock()
+		return // Close flushed it
+	}
+	m.flushing = false
+	err := m.saveLocked()
+	m.mu.Unlock()
+	if err != nil {
+		m.log.Error("make the workspaces' state durable", "err", err)
+	}
 }
 
 // unusedLocked lists the layers no recorded agent references (left by a
@@ -807,6 +848,13 @@ func (m *Manager) Close() {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.closed = true
+	if m.flushing {
+		m.flushing = false
+		if err := m.saveLocked(); err != nil {
+			m.log.Error("make the workspaces' state durable", "err", err)
+		}
+	}
 	for a := range m.mounts {
 		m.closeMountLocked(a)
 	}

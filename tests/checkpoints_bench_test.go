@@ -1,0 +1,123 @@
+package tests
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// BenchmarkCheckpoints measures what checkpoints add to a model's tool
+// call, over HTTP against the real binary, on a git repository of 2,000
+// files: a bash call that changes 1 file, and one that writes 1,000,
+// through a root agent with a snapshot view (each call ends with a
+// checkpoint) beside the same call through an agent without one
+// (targets: under 1 ms and under 5 ms added at the median), interleaved;
+// the shadow-git baseline on the same tree after the same change, run
+// directly (`git stash create`, and `git add -A && git commit`); then the
+// time of a rewind (and its undo) with 10 and with 390 checkpoints.
+func BenchmarkCheckpoints(b *testing.B) {
+	if os.Geteuid() != 0 {
+		b.Skip("snapshot workspaces need root (overlayfs, mount namespaces)")
+	}
+	if _, err := exec.LookPath("git"); err != nil {
+		b.Skip("needs git")
+	}
+	root := b.TempDir()
+	s := startServer(b)
+	var h struct {
+		Details struct {
+			Workspaces struct {
+				Snapshot bool   `json:"snapshot"`
+				Reason   string `json:"reason"`
+			} `json:"workspaces"`
+		} `json:"details"`
+	}
+	if json.Unmarshal(s.get(b, "/healthz"), &h); !h.Details.Workspaces.Snapshot {
+		b.Skipf("snapshot workspaces unavailable: %s", h.Details.Workspaces.Reason)
+	}
+	trees := map[string]string{}
+	for _, name := range []string{"snap", "plain", "git"} {
+		trees[name] = filepath.Join(root, name)
+		makeTree(b, trees[name], 2_000, 256)
+	}
+	agent := func(body string) string {
+		var a struct {
+			ID string `json:"id"`
+		}
+		if err := json.Unmarshal(s.post(b, "/agents", []byte(body)), &a); err != nil {
+			b.Fatal(err)
+		}
+		return a.ID
+	}
+	snap := agent(`{"cwd":"` + trees["snap"] + `","workspace":"snapshot"}`)
+	plain := agent(`{"cwd":"` + trees["plain"] + `"}`)
+	n := 0
+	call := func(id, command string) time.Duration {
+		n++
+		body, _ := json.Marshal(map[string]any{"callId": fmt.Sprintf("call_%d", n), "arguments": map[string]any{"command": command}})
+		t0 := time.Now()
+		s.post(b, "/agents/"+id+"/tools/bash", body)
+		return time.Since(t0)
+	}
+	sh := func(command string) time.Duration {
+		t0 := time.Now()
+		if out, err := exec.Command("bash", "-c", command).CombinedOutput(); err != nil {
+			b.Fatalf("%s: %v: %s", command, err, out)
+		}
+		return time.Since(t0)
+	}
+	for _, c := range []struct {
+		name    string
+		command string
+		rounds  int
+	}{
+		{"1-file", `echo $RANDOM >> d0000/f000.txt`, 100},
+		{"1000-files", `for i in $(seq 0 999); do echo $RANDOM > d000$((i / 100 % 10))/f$(printf %03d $((i % 100))).txt; done`, 20},
+	} {
+		var withCP, without, stash, commit []time.Duration
+		for range c.rounds {
+			without = append(without, call(plain, c.command))
+			withCP = append(withCP, call(snap, c.command))
+			sh("cd " + trees["git"] + " && " + c.command)
+			stash = append(stash, sh("cd "+trees["git"]+" && git stash create >/dev/null"))
+			commit = append(commit, sh("cd "+trees["git"]+" && git add -A && git -c user.name=b -c user.email=b@example.com commit -qm c"))
+		}
+		added := median(withCP) - median(without)
+		b.ReportMetric(ms(median(withCP)), c.name+"-call-with-checkpoint-median-ms")
+		b.ReportMetric(ms(median(without)), c.name+"-call-without-median-ms")
+		b.ReportMetric(ms(added), c.name+"-added-ms")
+		b.ReportMetric(ms(median(stash)), c.name+"-git-stash-create-median-ms")
+		b.ReportMetric(ms(median(commit)), c.name+"-git-add-commit-median-ms")
+		b.Logf("%s: call %.2f ms with a checkpoint, %.2f ms without (+%.2f ms); shadow git on the same tree: stash create %.2f ms, add -A && commit %.2f ms",
+			c.name, ms(median(withCP)), ms(median(without)), ms(added), ms(median(stash)), ms(median(commit)))
+	}
+
+	// Rewinds: a fresh agent with k checkpoints, rewound to its middle
+	// and undone, alternately.
+	for _, k := range []int{10, 390} {
+		dir := filepath.Join(root, fmt.Sprintf("rewind-%d", k))
+		makeTree(b, dir, 100, 64)
+		a := agent(`{"cwd":"` + dir + `","workspace":"snapshot"}`)
+		first := n + 1
+		for i := range k {
+			call(a, fmt.Sprintf("echo %d > cp_%d.txt", i, i))
+		}
+		mid := fmt.Sprintf("call_%d", first+k/2)
+		var rewind, undo []time.Duration
+		for range 15 {
+			t0 := time.Now()
+			s.post(b, "/agents/"+a+"/rewind", []byte(`{"callId":"`+mid+`","to":"before"}`))
+			rewind = append(rewind, time.Since(t0))
+			t0 = time.Now()
+			s.post(b, "/agents/"+a+"/rewind", []byte(`{"undo":true}`))
+			undo = append(undo, time.Since(t0))
+		}
+		b.ReportMetric(ms(median(rewind)), fmt.Sprintf("rewind-%d-checkpoints-median-ms", k))
+		b.ReportMetric(ms(median(undo)), fmt.Sprintf("undo-%d-checkpoints-median-ms", k))
+		b.Logf("%d checkpoints: rewind %.2f ms, undo %.2f ms (medians of 15)", k, ms(median(rewind)), ms(median(undo)))
+	}
+}
