@@ -162,7 +162,7 @@ type Manager struct {
 	// flushing: a flush of the state is due (saveSoonLocked).
 	flushing bool
 	closed   bool // Close ran: nothing is mounted ahead any more
-	over   bool           // the layers use maxBytes or more (WatchBudget)
+	over     bool // the layers use maxBytes or more (WatchBudget)
 	// busy, when set, counts the processes of the agents' jobs that may
 	// still write: leaders and what outlived them (see SetBusy).
 	busy func(agents []string) int
