@@ -102,6 +102,8 @@ bench:
 	$(GO) test -run '^$$' -bench 'CrashRecovery50' -benchtime 1x -count=1 -timeout 30m ./tests
 	$(GO) test -run '^$$' -bench 'WorkspaceFork' -benchtime 1x -count=1 -timeout 30m ./tests
 	$(GO) test -run '^$$' -bench 'ExecWhileDiff' -benchtime 1x -count=1 -timeout 30m ./tests
+	$(GO) test -run '^$$' -bench 'Checkpoints' -benchtime 1x -count=1 -timeout 30m ./tests
+	$(GO) test -run '^$$' -bench 'Checkpoint$$' -benchtime 200x -count=1 -timeout 30m ./internal/workspace
 	$(GO) test -run '^$$' -bench 'ClusterRegistry|ClusterExecForwarded' -benchtime 200x -count=1 -timeout 30m ./tests
 	$(GO) test -run '^$$' -bench 'ClusterSSEForwarded' -benchtime 3x -count=1 -timeout 30m ./tests
 	$(GO) test -run '^$$' -bench 'ClusterReady10000' -benchtime 1x -count=1 -timeout 30m ./tests
