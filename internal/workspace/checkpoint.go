@@ -132,14 +132,21 @@ func (m *Manager) Checkpoint(agent, callID string, seq int64) (made bool, err er
 	faults.Point("workspace.checkpoint.saved")
 	// overlayfs's work directory of a frozen layer is not needed, and the
 	// view is mounted afresh, on the new upper, ahead of the next job.
-	// The old mount is let go off the call's path: unmounting an overlay
-	// syncs its upper file system.
-	if fd, ok := m.mounts[owner]; ok {
-		delete(m.mounts, owner)
-		go closeFD(fd)
-	}
-	os.RemoveAll(m.workDir(a.Upper))
-	go m.premount(owner, up)
+	// The old mount is let go and the new one made off the call's path
+	// (unmounting an overlay syncs its upper file system; mounting one
+	// with many layers takes a while); a job of the view that starts
+	// meanwhile waits for them (Acquire), so that no layer is ever an
+	// upper of one mount and a lower of another.
+	old, had := m.mounts[owner]
+	delete(m.mounts, owner)
+	m.preparing[owner] = true
+	go func() {
+		if had {
+			closeFD(old)
+		}
+		os.RemoveAll(m.workDir(a.Upper))
+		m.premount(owner, up)
+	}()
 	return true, nil
 }
 
@@ -147,25 +154,27 @@ func (m *Manager) Checkpoint(agent, callID string, seq int64) (made bool, err er
 // meanwhile), unless a job has mounted it first or the view changed.
 func (m *Manager) premount(agent, up string) {
 	m.mu.Lock()
+	done := func() {
+		delete(m.preparing, agent)
+		m.cond.Broadcast()
+	}
 	a := m.agents[agent]
-	_, mounted := m.mounts[agent]
-	if a == nil || a.Upper != up || mounted || m.writingLocked(agent) || m.closed {
+	if a == nil || a.Upper != up || m.closed {
+		done()
 		m.mu.Unlock()
 		return
 	}
 	lowers := m.lowers(a)
 	m.mu.Unlock()
 	fd, err := mountOverlay(lowers, m.upperDir(up), m.workDir(up))
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	defer done()
 	if err != nil {
 		return // the next job mounts it, and says why
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if a := m.agents[agent]; a == nil || a.Upper != up || m.writingLocked(agent) || m.closed {
-		closeFD(fd)
-		return
-	}
-	if _, ok := m.mounts[agent]; ok {
+	_, mounted := m.mounts[agent]
+	if a := m.agents[agent]; a == nil || a.Upper != up || mounted || m.closed {
 		closeFD(fd)
 		return
 	}

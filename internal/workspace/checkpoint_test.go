@@ -17,6 +17,8 @@ import (
 func state(t *testing.T, dir string) map[string]string {
 	t.Helper()
 	out := map[string]string{}
+	// A view is /proc/self/fd/N, a link: the walk starts beyond it.
+	dir += "/"
 	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -43,6 +45,9 @@ func state(t *testing.T, dir string) map[string]string {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if len(out) == 0 {
+		t.Fatalf("%s: an empty tree (every tree compared here holds files)", dir)
 	}
 	return out
 }
@@ -208,5 +213,38 @@ func TestChangesSpanCheckpoints(t *testing.T) {
 	}
 	if got, w := state(t, view(t, m, "p")), state(t, view(t, m, "c")); !maps.Equal(got, w) {
 		t.Errorf("parent after apply:\n got %v\nwant %v", got, w)
+	}
+}
+
+// A view stands on as many checkpoint layers as workspaces.maxLayers
+// allows (each mounted afresh, off the call's path, while the next job
+// waits for it); past that a call's changes stay pending.
+func TestCheckpointDepthBound(t *testing.T) {
+	t.Parallel()
+	m, _, base := fixture(t)
+	m.SetMaxLayers(120)
+	if err := m.Adopt("a", base); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 121 {
+		l, err := m.Acquire("a")
+		if err != nil {
+			t.Fatalf("a job at depth %d: %v", i, err)
+		}
+		if err := os.WriteFile(filepath.Join(viewPath(l.FD), fmt.Sprint("f", i)), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		l.Release()
+		made, err := m.Checkpoint("a", fmt.Sprint("call_", i), int64(i))
+		if err != nil || made != (i < 120) {
+			t.Fatalf("checkpoint %d: %v %v", i, made, err)
+		}
+	}
+	list, _ := m.Checkpoints("a")
+	if len(list.Checkpoints) != 120 || !slices.Equal(list.Pending, []string{"call_120"}) {
+		t.Errorf("%d checkpoints, pending %v", len(list.Checkpoints), list.Pending)
+	}
+	if got := len(state(t, view(t, m, "a"))); got != 121+6 {
+		t.Errorf("the view holds %d paths", got)
 	}
 }

@@ -23,7 +23,9 @@ func (m *Manager) lockOpLocked(agent string, exclusive bool) {
 			o = &op{}
 			m.ops[agent] = o
 		}
-		if !o.writer && (!exclusive || o.readers == 0) {
+		// A writer also waits for a checkpoint's mounts to settle: it
+		// changes the layers they stand on.
+		if !o.writer && (!exclusive || o.readers == 0 && !m.preparing[agent]) {
 			if exclusive {
 				o.writer = true
 			} else {

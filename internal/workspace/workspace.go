@@ -158,6 +158,9 @@ type Manager struct {
 	mounts map[string]int // agent -> detached overlay mount (fsmount fd)
 	active map[string]int // agent -> jobs holding a Lease
 	ops    map[string]*op // agent -> the workspace operations holding it
+	// preparing: a checkpoint's old mount is being let go and the new one
+	// made; the agent's view is not mounted meanwhile.
+	preparing map[string]bool
 	waits  int            // job starts waiting for a writer now
 	// flushing: a flush of the state is due (saveSoonLocked).
 	flushing bool
@@ -188,7 +191,7 @@ func Open(dir, disabled string, logger *slog.Logger) (*Manager, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	m := &Manager{dir: dir, log: logger, agents: map[string]*agentState{}, mounts: map[string]int{}, active: map[string]int{}, ops: map[string]*op{}, releaseWait: defaultReleaseWait}
+	m := &Manager{dir: dir, log: logger, agents: map[string]*agentState{}, mounts: map[string]int{}, active: map[string]int{}, ops: map[string]*op{}, preparing: map[string]bool{}, releaseWait: defaultReleaseWait}
 	m.cond = sync.NewCond(&m.mu)
 	if err := os.MkdirAll(filepath.Join(dir, "layers"), 0o700); err != nil {
 		return nil, fmt.Errorf("workspaces: %w", err)
@@ -736,10 +739,20 @@ func (m *Manager) Acquire(agent string) (*Lease, error) {
 	return &Lease{Target: a.Base, FD: fd, m: m, agent: agent}, nil
 }
 
-// mountLocked returns agent's overlay mount, making it if needed.
+// mountLocked returns agent's overlay mount, making it if needed (after
+// a checkpoint's, which makes it off the call's path: see Checkpoint).
 func (m *Manager) mountLocked(agent string, a *agentState) (int, error) {
+	for m.preparing[agent] {
+		m.cond.Wait()
+	}
 	if fd, ok := m.mounts[agent]; ok {
 		return fd, nil
+	}
+	if cur := m.agents[agent]; cur != nil {
+		a = cur // it may have changed while this waited
+	}
+	if a.Dropped {
+		return -1, fmt.Errorf("%w: agent %s", ErrDropped, agent)
 	}
 	fd, err := mountOverlay(m.lowers(a), m.upperDir(a.Upper), m.workDir(a.Upper))
 	if err != nil {
