@@ -161,7 +161,7 @@ type Manager struct {
 	// preparing: a checkpoint's old mount is being let go and the new one
 	// made; the agent's view is not mounted meanwhile.
 	preparing map[string]bool
-	waits  int            // job starts waiting for a writer now
+	waits     int // job starts waiting for a writer now
 	// flushing: a flush of the state is due (saveSoonLocked).
 	flushing bool
 	closed   bool // Close ran: nothing is mounted ahead any more
