@@ -14,7 +14,7 @@ import (
 
 	"github.com/go-json-experiment/json/jsontext"
 
-	"github.com/dshd/dshd/internal/cgroup"
+	"github.com/dshd/dshd/internal/proc"
 )
 
 // The running index: an append-only log, <home>/jobs/running/index.log,
@@ -107,9 +107,9 @@ func (e *Executor) indexAdd(j *Job, pid int) {
 		ID: j.id, AgentID: j.agentID, Command: j.command, Cwd: j.cwd, Background: j.background,
 		CreatedAt: j.createdAt, StartedAt: j.startedAt, PID: pid,
 	}
-	ent.LeaderStart = j.proc.leaderStart()
-	if j.proc.cg != nil {
-		ent.Cgroup = j.proc.cg.Path()
+	ent.LeaderStart = j.proc.LeaderStart()
+	if g := j.proc.Group(); g != nil {
+		ent.Cgroup = g.Path()
 	}
 	b, err := ent.appendJSON(make([]byte, 0, 256))
 	if err == nil {
@@ -326,11 +326,11 @@ func (e *Executor) recoverLost() error {
 	// Kill everything first (one pass over /proc, cgroup.kill per group),
 	// count and clean up after: the leftovers must stop at once.
 	killed := make(map[int]struct{})
-	var gs []*cgroup.Group
-	if e.run.cont.mgr != nil {
-		if gs, err = e.run.cont.mgr.Leftovers(); err != nil {
-			e.log.Warn("list leftover cgroups", "err", err)
-		}
+	gs, v1s, err := e.run.Leftovers()
+	if err != nil {
+		e.log.Warn("list leftover cgroups", "err", err)
+	}
+	{
 		for _, g := range gs {
 			for _, pid := range g.Procs() {
 				killed[pid] = struct{}{}
@@ -342,9 +342,7 @@ func (e *Executor) recoverLost() error {
 	}
 	// The v1 groups of the lost jobs (hybrid hosts): their processes are
 	// in the cgroup2 groups killed above too; any that are not die here.
-	var v1s []*cgroup.V1Group
-	if e.run.cont.v1 != nil {
-		v1s = e.run.cont.v1.Leftovers()
+	{
 		for _, g := range v1s {
 			for _, pid := range g.Procs() {
 				if syscall.Kill(pid, syscall.SIGKILL) == nil {
@@ -353,11 +351,11 @@ func (e *Executor) recoverLost() error {
 			}
 		}
 	}
-	procs := scanProcs()
+	procs := proc.ScanProcs()
 	for _, ent := range ents {
-		killIndexed(ent, procs, killed)
+		proc.KillGroup(ent.PID, ent.LeaderStart, procs, killed)
 	}
-	if err := killRecordedAdopted(dir, procs, killed); err != nil {
+	if err := proc.KillRecordedAdopted(dir, procs, killed); err != nil {
 		e.log.Warn("stop processes adopted by a previous run", "err", err)
 	}
 	if len(gs) > 0 || len(v1s) > 0 {
@@ -395,32 +393,9 @@ func (e *Executor) recoverLost() error {
 	return nil
 }
 
-// killIndexed SIGKILLs the process group of ent if its leader is the process
-// that was indexed, and adds the group's members (from procs) to killed. A
-// leader that exited leaves a group dshd can no longer prove is the job's:
-// it is left alone (in cgroup mode the job's group caught it).
-func killIndexed(ent indexEntry, procs []procStat, killed map[int]struct{}) {
-	if ent.PID <= 0 || ent.LeaderStart == 0 {
-		return
-	}
-	st, ok := readStat(ent.PID)
-	if !ok || st.start != ent.LeaderStart || st.pgid != ent.PID {
-		return
-	}
-	_ = syscall.Kill(-ent.PID, syscall.SIGKILL)
-	for _, p := range procs {
-		if p.pgid == ent.PID && p.state != 'Z' {
-			killed[p.pid] = struct{}{}
-		}
-	}
-}
-
 // lostJob is the record of a job that an earlier run left running.
 func lostJob(e *Executor, ent indexEntry, now time.Time) *Job {
-	p := newProc(0)
-	p.pid = ent.PID
-	p.exited = true
-	close(p.done)
+	p := proc.Ended(ent.PID)
 	j := &Job{
 		e: e, proc: p, id: ent.ID, command: ent.Command, agentID: ent.AgentID, cwd: ent.Cwd,
 		background: ent.Background, createdAt: ent.CreatedAt,

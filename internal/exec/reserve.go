@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dshd/dshd/internal/proc"
 	"github.com/dshd/dshd/internal/sandbox"
 	"github.com/dshd/dshd/internal/shellenv"
 	"github.com/dshd/dshd/internal/stages"
@@ -87,7 +88,7 @@ func (e *Executor) Reserve(ctx context.Context, s Spec) (*Reservation, error) {
 	}
 	j := &Job{
 		e:          e,
-		proc:       e.run.newProc(),
+		proc:       e.run.NewProcess(),
 		id:         s.ID,
 		command:    s.Command,
 		agentID:    s.AgentID,
@@ -99,7 +100,7 @@ func (e *Executor) Reserve(ctx context.Context, s Spec) (*Reservation, error) {
 		idemFP:     s.IdempotencyFingerprint,
 		sandbox:    policy,
 		limits:     limits,
-		enforce:    e.run.cont.enforcement(limits),
+		enforce:    e.run.Enforcement(limits),
 		roots:      roots,
 		view:       s.View,
 		createdAt:  e.now(),
@@ -180,7 +181,7 @@ func (r *Reservation) Release() {
 	}
 	r.once.Do(func() {
 		r.e.unregister(r.j)
-		r.j.proc.failed(errReleased)
+		r.j.proc.Failed(errReleased)
 		if r.j.started != nil {
 			close(r.j.started)
 		}
@@ -213,11 +214,9 @@ func (r *Reservation) start(managed shellenv.Overlay) (*Job, error) {
 			j.timer.Stop()
 		}
 		e.unregister(j)
-		j.proc.mu.Lock()
-		spawnFailed := j.proc.startErr != nil // launch already closed done
-		j.proc.mu.Unlock()
+		spawnFailed := j.proc.StartErr() != nil // launch already closed done
 		if !spawnFailed {
-			j.proc.failed(err)
+			j.proc.Failed(err)
 		}
 		j.mu.Lock()
 		net := j.net
@@ -242,15 +241,15 @@ func (r *Reservation) start(managed shellenv.Overlay) (*Job, error) {
 		}
 	}
 	j.managed = managed
-	base := e.run.base
+	base := e.base
 	if j.terminal != nil {
-		base = e.run.ttyBase
+		base = e.ttyBase
 	}
 	env := base.with(r.env, managed.AppendEnv(nil))
 	if j.sandbox.Network == sandbox.NetworkAllowlist {
 		env = withProxyEnv(env)
 	}
-	if err := checkArgSize(j.command, env); err != nil {
+	if err := proc.CheckArgSize(j.command, env); err != nil {
 		return fail(err)
 	}
 	stages.Done(stages.Env, t)
@@ -258,8 +257,8 @@ func (r *Reservation) start(managed shellenv.Overlay) (*Job, error) {
 	e.mu.Lock()
 	delete(e.reserved, j.id)
 	e.jobs[j.id] = j
-	contain := e.run.cont.forJob(j.id, j.limits)
-	contain.spare, j.spare = j.spare, nil // the spawn's from here on
+	contain := e.run.ForJob(j.id, j.limits).WithSpare(j.spare)
+	j.spare = nil // the spawn's from here on
 	e.mu.Unlock()
 
 	j.stdout.init(e.opts.CaptureBytes, e.opts.SpoolMaxBytes, e.jobsDir, j.id, ".stdout")
@@ -271,29 +270,29 @@ func (r *Reservation) start(managed shellenv.Overlay) (*Job, error) {
 	if j.timeout > 0 {
 		// Armed before the spawn so that finish can read j.timer without a
 		// race; a timeout firing before the spawn completes kills right after.
-		j.timer = time.AfterFunc(j.timeout, func() { j.proc.stop(StateTimedOut) })
+		j.timer = time.AfterFunc(j.timeout, func() { j.proc.Stop(proc.StopTimeout) })
 	}
 
 	j.mu.Lock()
 	j.startedAt = e.now() // before the spawn: the job may end before start returns
 	j.mu.Unlock()
-	err := e.run.launch(j.proc, &spawnSpec{
-		command:     j.command,
-		dir:         j.cwd,
-		env:         env,
-		stdin:       r.stdin,
-		hasStdin:    r.hasStdin,
-		openStdin:   r.openIn,
-		tty:         j.winsize(),
-		stdout:      j.sink(&j.stdout, "stdout"),
-		stderr:      j.sink(&j.stderr, "stderr"),
-		onExit:      j.finish,
-		contain:     contain,
-		onStart:     func(pid int) { e.indexAdd(j, pid) },
-		onRemainder: func() { e.remainderGone(j) },
-		sandbox:     j.sandboxed(),
+	err := e.run.Launch(j.proc, &proc.Spec{
+		Command:     j.command,
+		Dir:         j.cwd,
+		Env:         env,
+		Stdin:       r.stdin,
+		HasStdin:    r.hasStdin,
+		OpenStdin:   r.openIn,
+		TTY:         j.winsize(),
+		Stdout:      j.sink(&j.stdout, "stdout"),
+		Stderr:      j.sink(&j.stderr, "stderr"),
+		OnExit:      j.finish,
+		Contain:     contain,
+		OnStart:     func(pid int) { e.indexAdd(j, pid) },
+		OnRemainder: func() { e.remainderGone(j) },
+		Sandbox:     j.sandboxed(),
 	})
-	e.run.cont.spares.refill()
+	e.run.RefillSpares()
 	if err != nil {
 		return fail(err)
 	}
@@ -303,7 +302,7 @@ func (r *Reservation) start(managed shellenv.Overlay) (*Job, error) {
 		close(j.started)
 	}
 	if e.log.Enabled(context.Background(), slog.LevelDebug) {
-		e.log.Debug("job started", "job_id", j.id, "pid", j.proc.pidNow(), "background", j.background, "agent_id", j.agentID)
+		e.log.Debug("job started", "job_id", j.id, "pid", j.proc.PID(), "background", j.background, "agent_id", j.agentID)
 	}
 	return j, nil
 }
