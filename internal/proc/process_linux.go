@@ -136,15 +136,13 @@ func (p *Process) start(s *Spec) error {
 	return err
 }
 
+// spawn runs the stages of one spawn, each timed (stages): the process's
+// groups, its streams, the fork, the record of the leader, then its input,
+// output and waiter.
 func (p *Process) spawn(s *Spec) error {
 	t := stages.Start()
-	cg, err := s.Contain.group()
+	cg, v1g, err := s.Contain.groups(s.Sandbox != nil)
 	if err != nil {
-		return err
-	}
-	v1g, err := s.Contain.v1Group(s.Sandbox != nil)
-	if err != nil {
-		removeGroup(cg)
 		return err
 	}
 	t = stages.Done(stages.Contain, t)
@@ -155,53 +153,7 @@ func (p *Process) spawn(s *Spec) error {
 		return err
 	}
 	t = stages.Done(stages.Streams, t)
-	// os.StartProcess rather than os/exec: the environment is already
-	// one entry per name (baseEnv.with), and the path absolute, so Cmd's
-	// copy of the environment into a map and its look-ups would be work
-	// per command for nothing; its descriptors are ours, so it would start
-	// no goroutine either.
-	// Own process group, so the whole tree is signalled as -pgid.
-	sys := &syscall.SysProcAttr{Setpgid: true}
-	if s.TTY != nil {
-		// A session of its own (so also a process group led by the
-		// leader: -pgid still reaches the tree) whose controlling
-		// terminal is the new pty, child fd 0.
-		sys = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
-	}
-	var pidfd int
-	withPidfd(sys, &pidfd)
-	if cg != nil {
-		// Born in the job's cgroup (clone3 CLONE_INTO_CGROUP): no process
-		// of the job ever runs outside it.
-		sys.UseCgroupFD = true
-		sys.CgroupFD = cg.FD()
-	}
-	var leader *os.Process
-	var before, after uint64 // the clock around the fork (starttime_linux.go)
-	startCmd := s.Contain.startInV1(&v1g, s.bash, func(path string, args []string, extra []*os.File) error {
-		files := append([]*os.File{st.childIn, st.childOut, st.childErr}, extra...)
-		var err error
-		before = bootTicks()
-		leader, err = os.StartProcess(path, args, &os.ProcAttr{Dir: s.Dir, Env: s.Env, Files: files, Sys: sys})
-		after = bootTicks()
-		return err
-	})
-	registered := reaperOf.spawning()
-	argv := s.Contain.commandLine(s.Command)
-	err = s.Contain.runForV1(v1g, s.Sandbox != nil, func() error {
-		if s.Sandbox != nil {
-			return s.Sandbox(s.bash, argv, startCmd)
-		}
-		return startCmd(s.bash, argv, nil)
-	})
-	if err == nil {
-		registered(leader.Pid)
-	} else {
-		registered(0)
-		if pidfd >= 0 {
-			syscall.Close(pidfd)
-		}
-	}
+	leader, pidfd, clock, err := fork(s, st, cg, &v1g)
 	// The child has its copies now (or never will): our copies of its ends
 	// must go, or we would never see EOF.
 	st.closeChildEnds(s.devNull)
@@ -216,30 +168,7 @@ func (p *Process) spawn(s *Spec) error {
 	}
 	t = stages.Done(stages.Spawn, t)
 
-	p.mu.Lock()
-	p.cg = cg
-	p.onRemainder = s.OnRemainder
-	p.v1 = v1g
-	p.startedAt = startBetween(before, after)
-	if s.Contain.track {
-		p.tree = newTree(leader.Pid, p.startedAt)
-	}
-	p.pid = leader.Pid
-	p.applyLimits(s.Contain, p.pid)
-	stop := p.stopping
-	if stop {
-		p.killDone = make(chan struct{})
-	}
-	interactive := st.inW != nil && (s.TTY != nil || s.OpenStdin)
-	if interactive {
-		p.in, p.inTTY = st.inW, s.TTY != nil
-		p.inSem = make(chan struct{}, 1)
-	}
-	p.mu.Unlock()
-	if stop {
-		go p.kill()
-	}
-
+	interactive := p.started(s, st, leader.Pid, cg, v1g, clock)
 	if s.OnStart != nil {
 		s.OnStart(leader.Pid)
 	}
@@ -250,9 +179,122 @@ func (p *Process) spawn(s *Spec) error {
 		// call: one descriptor per job is enough.
 		leader.Release()
 	}
+	p.feed(s, st, interactive)
+	readers := new(streamReaders)
+	readers.start(st.outR, s.Stdout)
+	if st.errR != nil {
+		readers.start(st.errR, s.Stderr)
+	}
+	go p.wait(s.Contain.c, leader, pid, pidfd, st, readers, s.OnExit, t)
+	return nil
+}
+
+// groups makes the spawn's cgroup (nil in group mode) and its v1 groups
+// (nil if none); on error neither is left.
+func (s ContainSpec) groups(sandboxed bool) (*cgroup.Group, *cgroup.V1Group, error) {
+	cg, err := s.group()
+	if err != nil {
+		return nil, nil, err
+	}
+	v1g, err := s.v1Group(sandboxed)
+	if err != nil {
+		removeGroup(cg)
+		return nil, nil, err
+	}
+	return cg, v1g, nil
+}
+
+// fork starts the leader of s with the child's ends of st, born in cg (nil:
+// its process group alone) and the v1 groups *v1g, through the sandbox if
+// s has one. It returns the leader, its pidfd (-1 without one) and its
+// start time read from the clock around the fork (0 if unknown). The
+// leader is registered with the reaper before any reaper pass can see it.
+func fork(s *Spec, st *streams, cg *cgroup.Group, v1g **cgroup.V1Group) (leader *os.Process, pidfd int, clock uint64, err error) {
+	// os.StartProcess rather than os/exec: the environment is already
+	// one entry per name, and the path absolute, so Cmd's copy of the
+	// environment into a map and its look-ups would be work per command
+	// for nothing; its descriptors are ours, so it would start no
+	// goroutine either.
+	// Own process group, so the whole tree is signalled as -pgid.
+	sys := &syscall.SysProcAttr{Setpgid: true}
+	if s.TTY != nil {
+		// A session of its own (so also a process group led by the
+		// leader: -pgid still reaches the tree) whose controlling
+		// terminal is the new pty, child fd 0.
+		sys = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+	}
+	withPidfd(sys, &pidfd)
+	if cg != nil {
+		// Born in the job's cgroup (clone3 CLONE_INTO_CGROUP): no process
+		// of the job ever runs outside it.
+		sys.UseCgroupFD = true
+		sys.CgroupFD = cg.FD()
+	}
+	var before, after uint64 // the clock around the fork (starttime_linux.go)
+	startCmd := s.Contain.startInV1(v1g, s.bash, func(path string, args []string, extra []*os.File) error {
+		files := append([]*os.File{st.childIn, st.childOut, st.childErr}, extra...)
+		var err error
+		before = bootTicks()
+		leader, err = os.StartProcess(path, args, &os.ProcAttr{Dir: s.Dir, Env: s.Env, Files: files, Sys: sys})
+		after = bootTicks()
+		return err
+	})
+	registered := reaperOf.spawning()
+	argv := s.Contain.commandLine(s.Command)
+	err = s.Contain.runForV1(*v1g, s.Sandbox != nil, func() error {
+		if s.Sandbox != nil {
+			return s.Sandbox(s.bash, argv, startCmd)
+		}
+		return startCmd(s.bash, argv, nil)
+	})
+	if err != nil {
+		registered(0)
+		if pidfd >= 0 {
+			syscall.Close(pidfd)
+		}
+		return nil, -1, 0, err
+	}
+	registered(leader.Pid)
+	return leader, pidfd, startBetween(before, after), nil
+}
+
+// started records the leader pid of p, spawned in cg and v1g with start
+// time clock: its limits applied, its descendants traced (group mode), its
+// input held (interactive, as returned), and its kill path started if Stop
+// came during the spawn.
+func (p *Process) started(s *Spec, st *streams, pid int, cg *cgroup.Group, v1g *cgroup.V1Group, clock uint64) (interactive bool) {
+	p.mu.Lock()
+	p.cg = cg
+	p.onRemainder = s.OnRemainder
+	p.v1 = v1g
+	p.startedAt = clock
+	if s.Contain.track {
+		p.tree = newTree(pid, p.startedAt)
+	}
+	p.pid = pid
+	p.applyLimits(s.Contain, p.pid)
+	stop := p.stopping
+	if stop {
+		p.killDone = make(chan struct{})
+	}
+	interactive = st.inW != nil && (s.TTY != nil || s.OpenStdin)
+	if interactive {
+		p.in, p.inTTY = st.inW, s.TTY != nil
+		p.inSem = make(chan struct{}, 1)
+	}
+	p.mu.Unlock()
+	if stop {
+		go p.kill()
+	}
+	return interactive
+}
+
+// feed writes s.Stdin to the child's input: held open for WriteInput
+// (interactive), or closed once written.
+func (p *Process) feed(s *Spec, st *streams, interactive bool) {
 	switch {
 	case interactive && len(s.Stdin) > 0:
-		// The first bytes go in before any writeInput: it waits for the
+		// The first bytes go in before any WriteInput: it waits for the
 		// semaphore this writer holds.
 		p.inSem <- struct{}{}
 		go func() {
@@ -262,13 +304,6 @@ func (p *Process) spawn(s *Spec) error {
 	case !interactive && st.inW != nil:
 		go writeStdin(st.inW, s.Stdin)
 	}
-	readers := new(streamReaders)
-	readers.start(st.outR, s.Stdout)
-	if st.errR != nil {
-		readers.start(st.errR, s.Stderr)
-	}
-	go p.wait(s.Contain.c, leader, pid, pidfd, st, readers, s.OnExit, t)
-	return nil
 }
 
 // streams are the descriptors of one spawn: the child's ends, handed to
