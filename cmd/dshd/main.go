@@ -384,34 +384,9 @@ func newServices(ctx context.Context, cfg config, home, token, tokenPath string,
 	if err != nil {
 		return nil, fmt.Errorf("working directory: %w", err)
 	}
-	policy := cfg.sandboxPolicy()
-	pinned, err := cfg.proxyHosts()
+	sbx, policy, err := newSandbox(ctx, cfg, home, tokenPath, logger, reg)
 	if err != nil {
 		return nil, err
-	}
-	proxy, err := netallow.New(netallow.Config{Hosts: pinned, Registerer: reg, Log: logger})
-	if err != nil {
-		return nil, fmt.Errorf("network proxy: %w", err)
-	}
-	sbx := sandbox.NewHost(ctx, sandbox.Config{
-		Proxy:             proxy,
-		Mechanism:         sandbox.Mechanism(cfg.Sandbox.Mechanism),
-		Bwrap:             cfg.Sandbox.Bwrap,
-		Home:              home,
-		TokenFile:         tokenPath,
-		WritableRoots:     cfg.Sandbox.WritableRoots,
-		Protected:         cfg.Sandbox.ProtectedPaths,
-		Hidden:            cfg.Sandbox.HiddenPaths,
-		GitScanMaxEntries: cfg.Sandbox.GitScanMaxEntries,
-		NoSeccomp:         cfg.Sandbox.Seccomp != nil && !*cfg.Sandbox.Seccomp,
-	})
-	if err := sbx.Check(policy); err != nil {
-		return nil, fmt.Errorf("sandbox default: %w", err)
-	}
-	if sup := sbx.Support(); sup.Mechanism == "" || sup.Reason != "" {
-		logger.Warn("sandbox: some policies cannot be enforced here; requests for them are refused", "mechanism", sup.Mechanism, "reason", sup.Reason)
-	} else {
-		logger.Info("sandbox", "mechanism", sup.Mechanism, "fallback_reason", sbx.FellBack())
 	}
 	executor, err := newExecutor(cfg, home, cwd, token, sbx, policy, logger, reg)
 	if err != nil {
@@ -433,33 +408,7 @@ func newServices(ctx context.Context, cfg config, home, token, tokenPath string,
 			node.Close()
 		}
 	}()
-	var sessions *agents.Store
-	var newAgentID func() string // the default
-	var journal agents.Journal   // none: transcripts are files in home
-	var replica string
-	if cfg.Cluster != nil {
-		// Agent ids name this replica, their home, where their commands
-		// run, so any replica routes an agent's calls here. Headers and
-		// transcripts are in the cluster's shared store.
-		replica = cfg.Cluster.ReplicaID
-		src, prefix := ids.NewSource(nil), status.AgentIDPrefix(replica)
-		newAgentID = func() string { return src.New(prefix) }
-		if journal, err = node.Journal(ctx); err != nil {
-			return nil, err
-		}
-	}
-	sessions, err = agents.Open(ctx, agents.Options{
-		Journal:     journal,
-		Home:        replica,
-		NewID:       newAgentID,
-		Dir:         filepath.Join(home, "sessions"),
-		KeptResults: filepath.Join(home, "kept-results"),
-		DefaultCwd:  cwd,
-		MaxDepth:    cfg.Agents.MaxDepth,
-		Sync:        agents.SyncPolicy(cfg.Agents.TranscriptSync),
-		Logger:      logger.With("component", "agents"),
-		Registerer:  reg,
-	})
+	sessions, err := openSessions(ctx, cfg, home, cwd, node, logger, reg)
 	if err != nil {
 		return nil, err
 	}
@@ -468,20 +417,10 @@ func newServices(ctx context.Context, cfg config, home, token, tokenPath string,
 		sessions.Close()
 		return nil, err
 	}
-	var wsOff string
-	if cfg.Cluster != nil {
-		// A snapshot lives on the replica that holds its layers; agents
-		// move between replicas' stores, their layers do not.
-		wsOff = "cluster mode: snapshot workspaces are kept on one host and are not supported across replicas"
-	}
-	workspaces, err := workspace.Open(filepath.Join(home, "workspaces"), wsOff, logger.With("component", "workspaces"))
+	workspaces, err := openWorkspaces(cfg, home, logger)
 	if err != nil {
 		sessions.Close()
 		return nil, err
-	}
-	workspaces.SetMaxBytes(cfg.Workspaces.MaxBytes)
-	if ok, why := workspaces.Available(); !ok {
-		logger.Info("workspaces: snapshot forks are unavailable; requests for them are refused", "reason", why)
 	}
 	pipeline := pipe.New(pipe.Options{
 		Logger: logger.With("component", "run"),
@@ -519,6 +458,100 @@ func newServices(ctx context.Context, cfg config, home, token, tokenPath string,
 			SessionIDPrefix: mcpSessionPrefix(cfg),
 		}),
 	}, nil
+}
+
+// newSandbox builds the sandbox host (its network proxy included) and
+// checks that the configured default policy can be enforced here, which it
+// returns.
+func newSandbox(ctx context.Context, cfg config, home, tokenPath string, logger *slog.Logger, reg prometheus.Registerer) (*sandbox.Host, sandbox.Policy, error) {
+	policy := cfg.sandboxPolicy()
+	pinned, err := cfg.proxyHosts()
+	if err != nil {
+		return nil, sandbox.Policy{}, err
+	}
+	proxy, err := netallow.New(netallow.Config{Hosts: pinned, Registerer: reg, Log: logger})
+	if err != nil {
+		return nil, sandbox.Policy{}, fmt.Errorf("network proxy: %w", err)
+	}
+	sbx := sandbox.NewHost(ctx, sandbox.Config{
+		Proxy:             proxy,
+		Mechanism:         sandbox.Mechanism(cfg.Sandbox.Mechanism),
+		Bwrap:             cfg.Sandbox.Bwrap,
+		Home:              home,
+		TokenFile:         tokenPath,
+		WritableRoots:     cfg.Sandbox.WritableRoots,
+		Protected:         cfg.Sandbox.ProtectedPaths,
+		Hidden:            cfg.Sandbox.HiddenPaths,
+		GitScanMaxEntries: cfg.Sandbox.GitScanMaxEntries,
+		NoSeccomp:         cfg.Sandbox.Seccomp != nil && !*cfg.Sandbox.Seccomp,
+	})
+	if err := sbx.Check(policy); err != nil {
+		return nil, sandbox.Policy{}, fmt.Errorf("sandbox default: %w", err)
+	}
+	if sup := sbx.Support(); sup.Mechanism == "" || sup.Reason != "" {
+		logger.Warn("sandbox: some policies cannot be enforced here; requests for them are refused", "mechanism", sup.Mechanism, "reason", sup.Reason)
+	} else {
+		logger.Info("sandbox", "mechanism", sup.Mechanism, "fallback_reason", sbx.FellBack())
+	}
+	return sbx, policy, nil
+}
+
+// openSessions opens the agent store: transcripts as files under home, or
+// in cluster mode in the cluster's shared journal, with agent ids that name
+// this replica.
+func openSessions(ctx context.Context, cfg config, home, cwd string, node *cluster.Node, logger *slog.Logger, reg prometheus.Registerer) (*agents.Store, error) {
+	var err error
+	var newAgentID func() string // the default
+	var journal agents.Journal   // none: transcripts are files in home
+	var replica string
+	if cfg.Cluster != nil {
+		// Agent ids name this replica, their home, where their commands
+		// run, so any replica routes an agent's calls here. Headers and
+		// transcripts are in the cluster's shared store.
+		replica = cfg.Cluster.ReplicaID
+		src, prefix := ids.NewSource(nil), status.AgentIDPrefix(replica)
+		newAgentID = func() string { return src.New(prefix) }
+		if journal, err = node.Journal(ctx); err != nil {
+			return nil, err
+		}
+	}
+	sessions, err := agents.Open(ctx, agents.Options{
+		Journal:     journal,
+		Home:        replica,
+		NewID:       newAgentID,
+		Dir:         filepath.Join(home, "sessions"),
+		KeptResults: filepath.Join(home, "kept-results"),
+		DefaultCwd:  cwd,
+		MaxDepth:    cfg.Agents.MaxDepth,
+		Sync:        agents.SyncPolicy(cfg.Agents.TranscriptSync),
+		Logger:      logger.With("component", "agents"),
+		Registerer:  reg,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return sessions, nil
+}
+
+// openWorkspaces opens the snapshot workspaces under home (off in cluster
+// mode) with the configured disk budget, and says when the host cannot
+// give them.
+func openWorkspaces(cfg config, home string, logger *slog.Logger) (*workspace.Manager, error) {
+	var wsOff string
+	if cfg.Cluster != nil {
+		// A snapshot lives on the replica that holds its layers; agents
+		// move between replicas' stores, their layers do not.
+		wsOff = "cluster mode: snapshot workspaces are kept on one host and are not supported across replicas"
+	}
+	workspaces, err := workspace.Open(filepath.Join(home, "workspaces"), wsOff, logger.With("component", "workspaces"))
+	if err != nil {
+		return nil, err
+	}
+	workspaces.SetMaxBytes(cfg.Workspaces.MaxBytes)
+	if ok, why := workspaces.Available(); !ok {
+		logger.Info("workspaces: snapshot forks are unavailable; requests for them are refused", "reason", why)
+	}
+	return workspaces, nil
 }
 
 // mcpSessionPrefix is the MCP session id prefix: this replica's in cluster
