@@ -143,7 +143,7 @@ type Executor struct {
 
 	stopJanitor chan struct{}
 	janitorDone chan struct{}
-	adoptDone   chan struct{} // closed when watchAdopted returns; nil if it never ran
+	adoptDone   chan struct{} // closed when the runner's WatchAdopted returns; nil if it never ran
 	closeOnce   sync.Once
 
 	idemMu  sync.Mutex // guards idemLog; taken before mu, never while holding it

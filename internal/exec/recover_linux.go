@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/go-json-experiment/json/jsontext"
@@ -283,8 +282,9 @@ func readIndexLog(path string) ([]indexEntry, error) {
 // process an earlier run left: the groups under dshd's cgroup subtree, the
 // process groups of indexed jobs whose leader still has the recorded
 // start time, and the processes it had adopted (group mode; see
-// watchAdopted) that still have theirs. It records the indexed jobs as StateLost, so they stay
-// answerable until retention drops them, and empties the index.
+// proc.Runner.WatchAdopted) that still have theirs. It records the indexed
+// jobs as StateLost, so they stay answerable until retention drops them,
+// and empties the index.
 func (e *Executor) recoverLost() error {
 	dir := e.indexDir()
 	if dir == "" {
@@ -293,9 +293,45 @@ func (e *Executor) recoverLost() error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	des, err := os.ReadDir(dir)
+	ents, err := e.takeRunningIndex(dir)
 	if err != nil {
 		return err
+	}
+
+	// Kill everything first (one pass over /proc, cgroup.kill per group),
+	// count and clean up after: the leftovers must stop at once.
+	killed := make(map[int]struct{})
+	left := e.run.KillLeftovers(killed)
+	procs := proc.ScanProcs()
+	for _, ent := range ents {
+		proc.KillGroup(ent.PID, ent.LeaderStart, procs, killed)
+	}
+	if err := proc.KillRecordedAdopted(dir, procs, killed); err != nil {
+		e.log.Warn("stop processes adopted by a previous run", "err", err)
+	}
+	left.RemoveLater()
+	if len(ents) == 0 && len(killed) == 0 {
+		return nil
+	}
+	now := e.now()
+	e.mu.Lock()
+	for _, ent := range ents {
+		j := lostJob(e, ent, now)
+		e.jobs[j.id] = j
+		e.finished = append(e.finished, finishedJob{job: j, at: now})
+	}
+	e.mu.Unlock()
+	e.log.Warn("stopped what a previous run left", "lost_jobs", len(ents), "processes", len(killed))
+	return nil
+}
+
+// takeRunningIndex reads the running index in dir, the log and the
+// entries of one file each (one cut short by a crash gives its id alone),
+// and removes them.
+func (e *Executor) takeRunningIndex(dir string) ([]indexEntry, error) {
+	des, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
 	}
 	logPath := filepath.Join(dir, indexLogName)
 	ents, err := readIndexLog(logPath)
@@ -322,75 +358,7 @@ func (e *Executor) recoverLost() error {
 			e.log.Warn("remove index entry", "path", path, "err", err)
 		}
 	}
-
-	// Kill everything first (one pass over /proc, cgroup.kill per group),
-	// count and clean up after: the leftovers must stop at once.
-	killed := make(map[int]struct{})
-	gs, v1s, err := e.run.Leftovers()
-	if err != nil {
-		e.log.Warn("list leftover cgroups", "err", err)
-	}
-	{
-		for _, g := range gs {
-			for _, pid := range g.Procs() {
-				killed[pid] = struct{}{}
-			}
-			if err := g.Kill(); err != nil {
-				e.log.Warn("kill leftover cgroup", "cgroup", g.Path(), "err", err)
-			}
-		}
-	}
-	// The v1 groups of the lost jobs (hybrid hosts): their processes are
-	// in the cgroup2 groups killed above too; any that are not die here.
-	{
-		for _, g := range v1s {
-			for _, pid := range g.Procs() {
-				if syscall.Kill(pid, syscall.SIGKILL) == nil {
-					killed[pid] = struct{}{}
-				}
-			}
-		}
-	}
-	procs := proc.ScanProcs()
-	for _, ent := range ents {
-		proc.KillGroup(ent.PID, ent.LeaderStart, procs, killed)
-	}
-	if err := proc.KillRecordedAdopted(dir, procs, killed); err != nil {
-		e.log.Warn("stop processes adopted by a previous run", "err", err)
-	}
-	if len(gs) > 0 || len(v1s) > 0 {
-		// Removing a group waits for its processes to be gone; nothing
-		// new is placed in these groups, so that need not hold up the start.
-		go func() {
-			for _, g := range gs {
-				g.WaitEmpty(10 * time.Second)
-				if err := g.Remove(); err != nil {
-					e.log.Warn("remove leftover cgroup", "err", err)
-				}
-			}
-			for _, g := range v1s {
-				for deadline := time.Now().Add(10 * time.Second); len(g.Procs()) > 0 && time.Now().Before(deadline); {
-					time.Sleep(5 * time.Millisecond)
-				}
-				if err := g.Remove(); err != nil {
-					e.log.Warn("remove leftover cgroup v1 groups", "err", err)
-				}
-			}
-		}()
-	}
-	if len(ents) == 0 && len(killed) == 0 {
-		return nil
-	}
-	now := e.now()
-	e.mu.Lock()
-	for _, ent := range ents {
-		j := lostJob(e, ent, now)
-		e.jobs[j.id] = j
-		e.finished = append(e.finished, finishedJob{job: j, at: now})
-	}
-	e.mu.Unlock()
-	e.log.Warn("stopped what a previous run left", "lost_jobs", len(ents), "processes", len(killed))
-	return nil
+	return ents, nil
 }
 
 // lostJob is the record of a job that an earlier run left running.

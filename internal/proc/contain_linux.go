@@ -642,22 +642,71 @@ func (r *Runner) TakeSpare(last string) (string, *cgroup.Group) { return r.cont.
 // number kept.
 func (r *Runner) RefillSpares() { r.cont.spares.refill() }
 
-// Leftovers lists the groups an earlier run of dshd left under this
-// dshd's subtree: those of cgroup v2 (nil in group mode) and the v1 groups
-// of a hybrid host (nil if none).
-func (r *Runner) Leftovers() ([]*cgroup.Group, []*cgroup.V1Group, error) {
-	var (
-		gs  []*cgroup.Group
-		v1s []*cgroup.V1Group
-		err error
-	)
+// Leftovers are the groups an earlier run of dshd left under this dshd's
+// subtree, killed by KillLeftovers.
+type Leftovers struct {
+	log *slog.Logger
+	gs  []*cgroup.Group   // cgroup v2; none in group mode
+	v1s []*cgroup.V1Group // the v1 groups of a hybrid host
+}
+
+// KillLeftovers kills every process in the groups an earlier run of dshd
+// left (cgroup.kill in cgroup v2; SIGKILL to each process of the v1 groups,
+// which the v2 groups hold too), adding their pids to killed.
+func (r *Runner) KillLeftovers(killed map[int]struct{}) *Leftovers {
+	l := &Leftovers{log: r.log}
 	if r.cont.mgr != nil {
-		gs, err = r.cont.mgr.Leftovers()
+		var err error
+		if l.gs, err = r.cont.mgr.Leftovers(); err != nil {
+			r.log.Warn("list leftover cgroups", "err", err)
+		}
+		for _, g := range l.gs {
+			for _, pid := range g.Procs() {
+				killed[pid] = struct{}{}
+			}
+			if err := g.Kill(); err != nil {
+				r.log.Warn("kill leftover cgroup", "cgroup", g.Path(), "err", err)
+			}
+		}
 	}
+	// The v1 groups of the lost jobs (hybrid hosts): their processes are
+	// in the cgroup2 groups killed above too; any that are not die here.
 	if r.cont.v1 != nil {
-		v1s = r.cont.v1.Leftovers()
+		l.v1s = r.cont.v1.Leftovers()
+		for _, g := range l.v1s {
+			for _, pid := range g.Procs() {
+				if syscall.Kill(pid, syscall.SIGKILL) == nil {
+					killed[pid] = struct{}{}
+				}
+			}
+		}
 	}
-	return gs, v1s, err
+	return l
+}
+
+// RemoveLater removes the groups once their processes are gone, in the
+// background: nothing new is placed in them, so that need not hold up the
+// start.
+func (l *Leftovers) RemoveLater() {
+	if len(l.gs) == 0 && len(l.v1s) == 0 {
+		return
+	}
+	go func() {
+		for _, g := range l.gs {
+			g.WaitEmpty(10 * time.Second)
+			if err := g.Remove(); err != nil {
+				l.log.Warn("remove leftover cgroup", "err", err)
+			}
+		}
+		for _, g := range l.v1s {
+			for deadline := time.Now().Add(10 * time.Second); len(g.Procs()) > 0 && time.Now().Before(deadline); {
+				time.Sleep(5 * time.Millisecond)
+			}
+			if err := g.Remove(); err != nil {
+				l.log.Warn("remove leftover cgroup v1 groups", "err", err)
+			}
+		}
+	}()
 }
 
 // KillGroup SIGKILLs the process group led by pid if its leader is still
