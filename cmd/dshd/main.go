@@ -189,27 +189,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Re
 		return err
 	}
 
-	home, err := resolveHome(o, cfg, getenv)
-	if err != nil {
-		return err
-	}
-	if err := ensureHome(home); err != nil {
-		return err
-	}
-	token, tokenPath, err := loadToken(home, o.tokenFile)
+	home, token, tokenPath, err := openHome(o, cfg, getenv)
 	if err != nil {
 		return err
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: o.logLevel, ReplaceAttr: redactToken(token)}))
-	ln, err := listen(o.addr, o.allowRemote)
+	ln, hosts, anyHost, err := listenAs(o)
 	if err != nil {
 		return err
 	}
 	defer ln.Close()
-	hosts, anyHost, err := allowedHosts(o.addr, o.allowRemote)
-	if err != nil {
-		return err
-	}
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -220,36 +209,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Re
 	defer svc.sessions.Close()
 	defer svc.workspaces.Close()
 	defer svc.leaveCluster()
-	deps := httpapi.Deps{
-		Logger:       logger.With("component", "http"),
-		Token:        token,
-		Logins:       uiauth.New(uiauth.Options{}),
-		Env:          svc.env,
-		Jobs:         svc.executor,
-		Pipeline:     svc.pipeline,
-		Agents:       svc.sessions,
-		Hooks:        svc.hooks,
-		Skills:       skills.New(home),
-		Containment:  svc.executor,
-		Sandbox:      sandboxReport{svc.sandbox, svc.policy},
-		Workspaces:   svc.workspaces,
-		Gatherer:     reg,
-		Registerer:   reg,
-		Spec:         contract.OpenAPI,
-		UI:           web.FS(),
-		MCP:          svc.mcp,
-		MaxBodyBytes: cfg.HTTP.MaxBodyBytes,
-		BodyTimeout:  ms(cfg.HTTP.BodyTimeoutMs),
-		Hosts:        hosts,
-		AnyHost:      anyHost,
-	}
-	if svc.node != nil {
-		deps.Cluster, deps.JobRouter, deps.ReplicaID = svc.node, svc.node, svc.node.ReplicaID()
-		if deps.PeerKey, err = cfg.Cluster.peerKey(); err != nil {
-			return err
-		}
-	}
-	handler, err := httpapi.NewServer(deps)
+	handler, err := newHandler(svc, cfg, home, token, hosts, anyHost, logger, reg)
 	if err != nil {
 		return err
 	}
@@ -289,6 +249,70 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Re
 	}
 	logger.Info("shutting down", "budget", budget)
 	return shutdown(srv, svc, budget, cancelRequests, stopLeases)
+}
+
+// openHome resolves the home (docs/design.md#invariants, invariant 10),
+// makes it safe to use, and reads or makes the token.
+func openHome(o options, cfg config, getenv func(string) string) (home, token, tokenPath string, err error) {
+	if home, err = resolveHome(o, cfg, getenv); err != nil {
+		return "", "", "", err
+	}
+	if err := ensureHome(home); err != nil {
+		return "", "", "", err
+	}
+	if token, tokenPath, err = loadToken(home, o.tokenFile); err != nil {
+		return "", "", "", err
+	}
+	return home, token, tokenPath, nil
+}
+
+// listenAs listens where o says, and returns the Host values requests may
+// carry there (any, with anyHost).
+func listenAs(o options) (ln net.Listener, hosts []string, anyHost bool, err error) {
+	if ln, err = listen(o.addr, o.allowRemote); err != nil {
+		return nil, nil, false, err
+	}
+	if hosts, anyHost, err = allowedHosts(o.addr, o.allowRemote); err != nil {
+		ln.Close()
+		return nil, nil, false, err
+	}
+	return ln, hosts, anyHost, nil
+}
+
+// newHandler builds the HTTP handler over svc: the routes, the UI, the
+// metrics of reg and, in cluster mode, forwarding to the other replicas.
+func newHandler(svc *services, cfg config, home, token string, hosts []string, anyHost bool, logger *slog.Logger, reg *prometheus.Registry) (http.Handler, error) {
+	deps := httpapi.Deps{
+		Logger:       logger.With("component", "http"),
+		Token:        token,
+		Logins:       uiauth.New(uiauth.Options{}),
+		Env:          svc.env,
+		Jobs:         svc.executor,
+		Pipeline:     svc.pipeline,
+		Agents:       svc.sessions,
+		Hooks:        svc.hooks,
+		Skills:       skills.New(home),
+		Containment:  svc.executor,
+		Sandbox:      sandboxReport{svc.sandbox, svc.policy},
+		Workspaces:   svc.workspaces,
+		Gatherer:     reg,
+		Registerer:   reg,
+		Spec:         contract.OpenAPI,
+		UI:           web.FS(),
+		MCP:          svc.mcp,
+		MaxBodyBytes: cfg.HTTP.MaxBodyBytes,
+		BodyTimeout:  ms(cfg.HTTP.BodyTimeoutMs),
+		Hosts:        hosts,
+		AnyHost:      anyHost,
+	}
+	if svc.node != nil {
+		deps.Cluster, deps.JobRouter, deps.ReplicaID = svc.node, svc.node, svc.node.ReplicaID()
+		var err error
+		if deps.PeerKey, err = cfg.Cluster.peerKey(); err != nil {
+			return nil, err
+		}
+	}
+	return httpapi.NewServer(deps)
 }
 
 // services are the domain services one dshd runs, wired together.
