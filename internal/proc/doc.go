@@ -30,6 +30,11 @@
 //   - descriptors: dshd's own marked close-on-exec at start, so a child
 //     gets only 0-2 and its own pipes (fds_linux.go).
 //
+// testing.go shows the tests of the job table, which run processes through
+// an Executor, what they check of the runner's state (the pipes and groups
+// made ahead, the reaper, the limit watcher); nothing in production calls
+// it.
+//
 // A process is finished when its leader exits: descendants that escape into
 // the background and keep the output pipes open cannot hang it. The runner
 // owns its pipes (os/exec copies nothing), so a spawn costs little beyond
