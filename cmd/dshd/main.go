@@ -189,27 +189,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Re
 		return err
 	}
 
-	home, err := resolveHome(o, cfg, getenv)
-	if err != nil {
-		return err
-	}
-	if err := ensureHome(home); err != nil {
-		return err
-	}
-	token, tokenPath, err := loadToken(home, o.tokenFile)
+	home, token, tokenPath, err := openHome(o, cfg, getenv)
 	if err != nil {
 		return err
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: o.logLevel, ReplaceAttr: redactToken(token)}))
-	ln, err := listen(o.addr, o.allowRemote)
+	ln, hosts, anyHost, err := listenAs(o)
 	if err != nil {
 		return err
 	}
 	defer ln.Close()
-	hosts, anyHost, err := allowedHosts(o.addr, o.allowRemote)
-	if err != nil {
-		return err
-	}
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -223,36 +212,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Re
 	defer stopBudget()
 	go svc.workspaces.WatchBudget(budgetCtx, func(ids []string) { stopWriters(budgetCtx, svc.executor, logger, ids) })
 	defer svc.leaveCluster()
-	deps := httpapi.Deps{
-		Logger:       logger.With("component", "http"),
-		Token:        token,
-		Logins:       uiauth.New(uiauth.Options{}),
-		Env:          svc.env,
-		Jobs:         svc.executor,
-		Pipeline:     svc.pipeline,
-		Agents:       svc.sessions,
-		Hooks:        svc.hooks,
-		Skills:       skills.New(home),
-		Containment:  svc.executor,
-		Sandbox:      sandboxReport{svc.sandbox, svc.policy},
-		Workspaces:   svc.workspaces,
-		Gatherer:     reg,
-		Registerer:   reg,
-		Spec:         contract.OpenAPI,
-		UI:           web.FS(),
-		MCP:          svc.mcp,
-		MaxBodyBytes: cfg.HTTP.MaxBodyBytes,
-		BodyTimeout:  ms(cfg.HTTP.BodyTimeoutMs),
-		Hosts:        hosts,
-		AnyHost:      anyHost,
-	}
-	if svc.node != nil {
-		deps.Cluster, deps.JobRouter, deps.ReplicaID = svc.node, svc.node, svc.node.ReplicaID()
-		if deps.PeerKey, err = cfg.Cluster.peerKey(); err != nil {
-			return err
-		}
-	}
-	handler, err := httpapi.NewServer(deps)
+	handler, err := newHandler(svc, cfg, home, token, hosts, anyHost, logger, reg)
 	if err != nil {
 		return err
 	}
@@ -292,6 +252,70 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Re
 	}
 	logger.Info("shutting down", "budget", budget)
 	return shutdown(srv, svc, budget, cancelRequests, stopLeases)
+}
+
+// openHome resolves the home (docs/design.md#invariants, invariant 10),
+// makes it safe to use, and reads or makes the token.
+func openHome(o options, cfg config, getenv func(string) string) (home, token, tokenPath string, err error) {
+	if home, err = resolveHome(o, cfg, getenv); err != nil {
+		return "", "", "", err
+	}
+	if err := ensureHome(home); err != nil {
+		return "", "", "", err
+	}
+	if token, tokenPath, err = loadToken(home, o.tokenFile); err != nil {
+		return "", "", "", err
+	}
+	return home, token, tokenPath, nil
+}
+
+// listenAs listens where o says, and returns the Host values requests may
+// carry there (any, with anyHost).
+func listenAs(o options) (ln net.Listener, hosts []string, anyHost bool, err error) {
+	if ln, err = listen(o.addr, o.allowRemote); err != nil {
+		return nil, nil, false, err
+	}
+	if hosts, anyHost, err = allowedHosts(o.addr, o.allowRemote); err != nil {
+		ln.Close()
+		return nil, nil, false, err
+	}
+	return ln, hosts, anyHost, nil
+}
+
+// newHandler builds the HTTP handler over svc: the routes, the UI, the
+// metrics of reg and, in cluster mode, forwarding to the other replicas.
+func newHandler(svc *services, cfg config, home, token string, hosts []string, anyHost bool, logger *slog.Logger, reg *prometheus.Registry) (http.Handler, error) {
+	deps := httpapi.Deps{
+		Logger:       logger.With("component", "http"),
+		Token:        token,
+		Logins:       uiauth.New(uiauth.Options{}),
+		Env:          svc.env,
+		Jobs:         svc.executor,
+		Pipeline:     svc.pipeline,
+		Agents:       svc.sessions,
+		Hooks:        svc.hooks,
+		Skills:       skills.New(home),
+		Containment:  svc.executor,
+		Sandbox:      sandboxReport{svc.sandbox, svc.policy},
+		Workspaces:   svc.workspaces,
+		Gatherer:     reg,
+		Registerer:   reg,
+		Spec:         contract.OpenAPI,
+		UI:           web.FS(),
+		MCP:          svc.mcp,
+		MaxBodyBytes: cfg.HTTP.MaxBodyBytes,
+		BodyTimeout:  ms(cfg.HTTP.BodyTimeoutMs),
+		Hosts:        hosts,
+		AnyHost:      anyHost,
+	}
+	if svc.node != nil {
+		deps.Cluster, deps.JobRouter, deps.ReplicaID = svc.node, svc.node, svc.node.ReplicaID()
+		var err error
+		if deps.PeerKey, err = cfg.Cluster.peerKey(); err != nil {
+			return nil, err
+		}
+	}
+	return httpapi.NewServer(deps)
 }
 
 // services are the domain services one dshd runs, wired together.
@@ -387,34 +411,9 @@ func newServices(ctx context.Context, cfg config, home, token, tokenPath string,
 	if err != nil {
 		return nil, fmt.Errorf("working directory: %w", err)
 	}
-	policy := cfg.sandboxPolicy()
-	pinned, err := cfg.proxyHosts()
+	sbx, policy, err := newSandbox(ctx, cfg, home, tokenPath, logger, reg)
 	if err != nil {
 		return nil, err
-	}
-	proxy, err := netallow.New(netallow.Config{Hosts: pinned, MaxConns: cfg.Sandbox.ProxyMaxConnections, Registerer: reg, Log: logger})
-	if err != nil {
-		return nil, fmt.Errorf("network proxy: %w", err)
-	}
-	sbx := sandbox.NewHost(ctx, sandbox.Config{
-		Proxy:             proxy,
-		Mechanism:         sandbox.Mechanism(cfg.Sandbox.Mechanism),
-		Bwrap:             cfg.Sandbox.Bwrap,
-		Home:              home,
-		TokenFile:         tokenPath,
-		WritableRoots:     cfg.Sandbox.WritableRoots,
-		Protected:         cfg.Sandbox.ProtectedPaths,
-		Hidden:            cfg.Sandbox.HiddenPaths,
-		GitScanMaxEntries: cfg.Sandbox.GitScanMaxEntries,
-		NoSeccomp:         cfg.Sandbox.Seccomp != nil && !*cfg.Sandbox.Seccomp,
-	})
-	if err := sbx.Check(policy); err != nil {
-		return nil, fmt.Errorf("sandbox default: %w", err)
-	}
-	if sup := sbx.Support(); sup.Mechanism == "" || sup.Reason != "" {
-		logger.Warn("sandbox: some policies cannot be enforced here; requests for them are refused", "mechanism", sup.Mechanism, "reason", sup.Reason)
-	} else {
-		logger.Info("sandbox", "mechanism", sup.Mechanism, "fallback_reason", sbx.FellBack())
 	}
 	executor, err := newExecutor(cfg, home, cwd, token, sbx, policy, logger, reg)
 	if err != nil {
@@ -436,33 +435,7 @@ func newServices(ctx context.Context, cfg config, home, token, tokenPath string,
 			node.Close()
 		}
 	}()
-	var sessions *agents.Store
-	var newAgentID func() string // the default
-	var journal agents.Journal   // none: transcripts are files in home
-	var replica string
-	if cfg.Cluster != nil {
-		// Agent ids name this replica, their home, where their commands
-		// run, so any replica routes an agent's calls here. Headers and
-		// transcripts are in the cluster's shared store.
-		replica = cfg.Cluster.ReplicaID
-		src, prefix := ids.NewSource(nil), status.AgentIDPrefix(replica)
-		newAgentID = func() string { return src.New(prefix) }
-		if journal, err = node.Journal(ctx); err != nil {
-			return nil, err
-		}
-	}
-	sessions, err = agents.Open(ctx, agents.Options{
-		Journal:     journal,
-		Home:        replica,
-		NewID:       newAgentID,
-		Dir:         filepath.Join(home, "sessions"),
-		KeptResults: filepath.Join(home, "kept-results"),
-		DefaultCwd:  cwd,
-		MaxDepth:    cfg.Agents.MaxDepth,
-		Sync:        agents.SyncPolicy(cfg.Agents.TranscriptSync),
-		Logger:      logger.With("component", "agents"),
-		Registerer:  reg,
-	})
+	sessions, err := openSessions(ctx, cfg, home, cwd, node, logger, reg)
 	if err != nil {
 		return nil, err
 	}
@@ -471,23 +444,11 @@ func newServices(ctx context.Context, cfg config, home, token, tokenPath string,
 		sessions.Close()
 		return nil, err
 	}
-	var wsOff string
-	if cfg.Cluster != nil {
-		// A snapshot lives on the replica that holds its layers; agents
-		// move between replicas' stores, their layers do not.
-		// Every request for an agent is answered by its home, so the
-		// replica named here is the agent's home.
-		wsOff = fmt.Sprintf("cluster mode: snapshot workspaces are kept on one host and are not supported across replicas; refused by replica %q, the home of the agent (use workspace: shared)", cfg.Cluster.ReplicaID)
-	}
-	workspaces, err := workspace.Open(filepath.Join(home, "workspaces"), wsOff, logger.With("component", "workspaces"))
+	workspaces, err := openWorkspaces(cfg, home, logger)
 	if err != nil {
 		sessions.Close()
 		return nil, err
 	}
-	workspaces.SetMaxBytes(cfg.Workspaces.MaxBytes)
-	workspaces.SetMaxLayers(cfg.Workspaces.MaxLayers)
-	workspaces.SetHome(home)
-	workspaces.Recover()
 	// A crash between a fork's record and its child's header leaves a
 	// workspace no agent stands on.
 	workspaces.Reconcile(func(id string) bool {
@@ -507,9 +468,6 @@ func newServices(ctx context.Context, cfg config, home, token, tokenPath string,
 		}
 		return n
 	})
-	if ok, why := workspaces.Available(); !ok {
-		logger.Info("workspaces: snapshot forks are unavailable; requests for them are refused", "reason", why)
-	}
 	pipeline := pipe.New(pipe.Options{
 		Logger: logger.With("component", "run"),
 		Env:    env,
@@ -546,6 +504,105 @@ func newServices(ctx context.Context, cfg config, home, token, tokenPath string,
 			SessionIDPrefix: mcpSessionPrefix(cfg),
 		}),
 	}, nil
+}
+
+// newSandbox builds the sandbox host (its network proxy included) and
+// checks that the configured default policy can be enforced here, which it
+// returns.
+func newSandbox(ctx context.Context, cfg config, home, tokenPath string, logger *slog.Logger, reg prometheus.Registerer) (*sandbox.Host, sandbox.Policy, error) {
+	policy := cfg.sandboxPolicy()
+	pinned, err := cfg.proxyHosts()
+	if err != nil {
+		return nil, sandbox.Policy{}, err
+	}
+	proxy, err := netallow.New(netallow.Config{Hosts: pinned, MaxConns: cfg.Sandbox.ProxyMaxConnections, Registerer: reg, Log: logger})
+	if err != nil {
+		return nil, sandbox.Policy{}, fmt.Errorf("network proxy: %w", err)
+	}
+	sbx := sandbox.NewHost(ctx, sandbox.Config{
+		Proxy:             proxy,
+		Mechanism:         sandbox.Mechanism(cfg.Sandbox.Mechanism),
+		Bwrap:             cfg.Sandbox.Bwrap,
+		Home:              home,
+		TokenFile:         tokenPath,
+		WritableRoots:     cfg.Sandbox.WritableRoots,
+		Protected:         cfg.Sandbox.ProtectedPaths,
+		Hidden:            cfg.Sandbox.HiddenPaths,
+		GitScanMaxEntries: cfg.Sandbox.GitScanMaxEntries,
+		NoSeccomp:         cfg.Sandbox.Seccomp != nil && !*cfg.Sandbox.Seccomp,
+	})
+	if err := sbx.Check(policy); err != nil {
+		return nil, sandbox.Policy{}, fmt.Errorf("sandbox default: %w", err)
+	}
+	if sup := sbx.Support(); sup.Mechanism == "" || sup.Reason != "" {
+		logger.Warn("sandbox: some policies cannot be enforced here; requests for them are refused", "mechanism", sup.Mechanism, "reason", sup.Reason)
+	} else {
+		logger.Info("sandbox", "mechanism", sup.Mechanism, "fallback_reason", sbx.FellBack())
+	}
+	return sbx, policy, nil
+}
+
+// openSessions opens the agent store: transcripts as files under home, or
+// in cluster mode in the cluster's shared journal, with agent ids that name
+// this replica.
+func openSessions(ctx context.Context, cfg config, home, cwd string, node *cluster.Node, logger *slog.Logger, reg prometheus.Registerer) (*agents.Store, error) {
+	var err error
+	var newAgentID func() string // the default
+	var journal agents.Journal   // none: transcripts are files in home
+	var replica string
+	if cfg.Cluster != nil {
+		// Agent ids name this replica, their home, where their commands
+		// run, so any replica routes an agent's calls here. Headers and
+		// transcripts are in the cluster's shared store.
+		replica = cfg.Cluster.ReplicaID
+		src, prefix := ids.NewSource(nil), status.AgentIDPrefix(replica)
+		newAgentID = func() string { return src.New(prefix) }
+		if journal, err = node.Journal(ctx); err != nil {
+			return nil, err
+		}
+	}
+	sessions, err := agents.Open(ctx, agents.Options{
+		Journal:     journal,
+		Home:        replica,
+		NewID:       newAgentID,
+		Dir:         filepath.Join(home, "sessions"),
+		KeptResults: filepath.Join(home, "kept-results"),
+		DefaultCwd:  cwd,
+		MaxDepth:    cfg.Agents.MaxDepth,
+		Sync:        agents.SyncPolicy(cfg.Agents.TranscriptSync),
+		Logger:      logger.With("component", "agents"),
+		Registerer:  reg,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return sessions, nil
+}
+
+// openWorkspaces opens the snapshot workspaces under home (off in cluster
+// mode) with the configured disk budget, and says when the host cannot
+// give them.
+func openWorkspaces(cfg config, home string, logger *slog.Logger) (*workspace.Manager, error) {
+	var wsOff string
+	if cfg.Cluster != nil {
+		// A snapshot lives on the replica that holds its layers; agents
+		// move between replicas' stores, their layers do not.
+		// Every request for an agent is answered by its home, so the
+		// replica named here is the agent's home.
+		wsOff = fmt.Sprintf("cluster mode: snapshot workspaces are kept on one host and are not supported across replicas; refused by replica %q, the home of the agent (use workspace: shared)", cfg.Cluster.ReplicaID)
+	}
+	workspaces, err := workspace.Open(filepath.Join(home, "workspaces"), wsOff, logger.With("component", "workspaces"))
+	if err != nil {
+		return nil, err
+	}
+	workspaces.SetMaxBytes(cfg.Workspaces.MaxBytes)
+	workspaces.SetMaxLayers(cfg.Workspaces.MaxLayers)
+	workspaces.SetHome(home)
+	workspaces.Recover()
+	if ok, why := workspaces.Available(); !ok {
+		logger.Info("workspaces: snapshot forks are unavailable; requests for them are refused", "reason", why)
+	}
+	return workspaces, nil
 }
 
 // mcpSessionPrefix is the MCP session id prefix: this replica's in cluster

@@ -123,6 +123,28 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	if !opts.Sync.Valid() {
 		return nil, fmt.Errorf("open agent store: sync policy %q is not %s or %s", opts.Sync, SyncCommit, SyncNone)
 	}
+	s, err := newStore(opts)
+	if err != nil {
+		return nil, err
+	}
+	if s.journal != nil {
+		if s.home == "" {
+			return nil, errors.New("open agent store: Home is required with a Journal")
+		}
+		if err := s.openJournal(ctx); err != nil {
+			return nil, err
+		}
+		return s, nil
+	}
+	if err := s.openDir(ctx); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// newStore is the Store of opts, with the defaults of what opts leaves
+// out; it reads nothing yet.
+func newStore(opts Options) (*Store, error) {
 	var dir string
 	if opts.Dir != "" {
 		var err error
@@ -165,32 +187,31 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 			return nil, fmt.Errorf("open agent store: default cwd: %w", err)
 		}
 	}
-	if s.journal != nil {
-		if s.home == "" {
-			return nil, errors.New("open agent store: Home is required with a Journal")
-		}
-		if err := s.openJournal(ctx); err != nil {
-			return nil, err
-		}
-		return s, nil
-	}
+	return s, nil
+}
+
+// openDir makes the store's directory (0700, never a link) and indexes the
+// transcripts in it, removing the temporary files of interrupted creations
+// and skipping the files whose header is invalid.
+func (s *Store) openDir(ctx context.Context) error {
+	dir := s.dir
 	if err := os.MkdirAll(dir, dirMode); err != nil {
-		return nil, fmt.Errorf("open agent store: %w", err)
+		return fmt.Errorf("open agent store: %w", err)
 	}
 	// Transcripts are written by name inside dir: a link in its place would
 	// send them anywhere.
 	if fi, err := os.Lstat(dir); err != nil {
-		return nil, fmt.Errorf("open agent store: %w", err)
+		return fmt.Errorf("open agent store: %w", err)
 	} else if !fi.IsDir() {
-		return nil, fmt.Errorf("open agent store: %s is a symbolic link or not a directory", dir)
+		return fmt.Errorf("open agent store: %s is a symbolic link or not a directory", dir)
 	}
 	des, err := os.ReadDir(dir)
 	if err != nil {
-		return nil, fmt.Errorf("open agent store: %w", err)
+		return fmt.Errorf("open agent store: %w", err)
 	}
 	for _, de := range des {
 		if err := ctx.Err(); err != nil {
-			return nil, fmt.Errorf("open agent store: %w", err)
+			return fmt.Errorf("open agent store: %w", err)
 		}
 		name := de.Name()
 		if strings.HasPrefix(name, ".") && strings.HasSuffix(name, tmpSuffix) {
@@ -216,7 +237,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	for _, e := range s.agents {
 		e.agent.RootID = s.rootOf(e.agent.ID, e.agent.ParentID)
 	}
-	return s, nil
+	return nil
 }
 
 // rootOf walks parent links from an agent whose parent is parentID. It needs

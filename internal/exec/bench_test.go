@@ -165,10 +165,10 @@ func BenchmarkForkBombPeak(b *testing.B) {
 		seen := 0
 		for done := false; !done; {
 			select {
-			case <-j.proc.done:
+			case <-j.proc.Done():
 				done = true
 			case <-time.After(time.Millisecond):
-				seen = max(seen, len(j.proc.cg.Procs()))
+				seen = max(seen, len(j.proc.Group().Procs()))
 			}
 		}
 		s, _ = j.Wait(ctx)

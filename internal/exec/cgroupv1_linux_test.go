@@ -38,7 +38,7 @@ func v1Executor(t *testing.T, mod func(*Options)) *Executor {
 
 // v1Dir is where job id's group is in v1 hierarchy n.
 func v1Dir(e *Executor, n cgroup1.Name, id string) string {
-	return filepath.Join(e.run.cont.v1.Dir(n), id)
+	return filepath.Join(e.run.V1Dir(n), id)
 }
 
 // bomb is a fork bomb that sleeps at its root, so only a limit ends it.
@@ -58,7 +58,7 @@ func TestCgroupV1ForkBomb(t *testing.T) {
 	seen := 0
 	for {
 		select {
-		case <-j.proc.done:
+		case <-j.proc.Done():
 		default:
 			if b, err := os.ReadFile(tasks); err == nil {
 				seen = max(seen, len(strings.Fields(string(b))))
@@ -82,7 +82,7 @@ func TestCgroupV1ForkBomb(t *testing.T) {
 	// Removed with its cgroup2 group once the job's last process is gone
 	// (by the janitor's next round, run here at once).
 	for _, n := range []cgroup1.Name{cgroup1.Pids, cgroup1.Memory} {
-		waitPathGone(t, v1Dir(e, n, j.ID()), func() { e.run.sweepLingering(false) })
+		waitPathGone(t, v1Dir(e, n, j.ID()), func() { e.run.SweepLingering(false) })
 	}
 }
 
@@ -112,7 +112,7 @@ func TestCgroupV1Memory(t *testing.T) {
 // job holding 64 MiB of tmpfs pages reports a peak above that.
 func TestCgroupV1Usage(t *testing.T) {
 	e := v1Executor(t, nil)
-	if !e.run.cont.v1.Has("cpu") {
+	if !e.run.V1Has("cpu") {
 		testenv.Need(t, "no cgroup v1 cpu controller here")
 	}
 	s := mustRun(t, e, Spec{Command: `end=$((SECONDS+2)); while [ $SECONDS -lt $end ]; do :; done`, Limits: Limits{CPU: 4}})
@@ -151,9 +151,9 @@ func TestCgroupV1Off(t *testing.T) {
 	seen := 0
 	for {
 		select {
-		case <-j.proc.done:
+		case <-j.proc.Done():
 		default:
-			seen = max(seen, len(j.proc.cg.Procs()))
+			seen = max(seen, len(j.proc.Group().Procs()))
 			time.Sleep(time.Millisecond)
 			continue
 		}
@@ -172,7 +172,7 @@ func TestCgroupV1Off(t *testing.T) {
 func TestCgroupV1RecoverLeftovers(t *testing.T) {
 	home := t.TempDir()
 	v1Executor(t, func(o *Options) { o.Home = t.TempDir() }) // skips off hybrid hosts
-	v1, err := cgroup.OpenV1(cgroupName(home), []string{"pids", "memory"})
+	v1, err := cgroup.OpenV1(CgroupName(home), []string{"pids", "memory"})
 	if err != nil || v1 == nil {
 		t.Fatalf("OpenV1: %v", err)
 	}

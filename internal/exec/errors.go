@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/dshd/dshd/internal/proc"
 )
 
 var (
@@ -19,7 +21,7 @@ var (
 
 	// ErrInvalidCwd is returned by Executor.Start and Executor.RunProcess
 	// when the working directory does not exist or is not a directory.
-	ErrInvalidCwd = errors.New("invalid cwd")
+	ErrInvalidCwd = proc.ErrInvalidCwd
 
 	// ErrManagedKeyInEnv is returned by Executor.Start when the explicit
 	// environment names a variable in the managed namespace (DSH_*): only
@@ -37,7 +39,7 @@ var (
 	// command with its whole environment exceed what the kernel's execve
 	// accepts (MaxArgBytes per string; the argument space, usually 2 MiB,
 	// for all of them). Nothing is spawned.
-	ErrTooLarge = errors.New("arguments too large")
+	ErrTooLarge = proc.ErrTooLarge
 
 	// ErrTimeoutTooLong is returned by Executor.Reserve for a foreground
 	// job whose timeout exceeds Options.MaxTimeout. dshd never shortens a
@@ -46,7 +48,7 @@ var (
 
 	// ErrClosed is returned by Executor.Start and Executor.RunProcess after
 	// Executor.Close has been called.
-	ErrClosed = errors.New("executor closed")
+	ErrClosed = proc.ErrClosed
 
 	// ErrIdempotencyKeyReused is returned by Executor.Reserve when the
 	// idempotency key was used, within its window, for a different request.
@@ -81,7 +83,7 @@ var (
 	// did not take the bytes before the deadline (it is not reading, and
 	// the pipe or terminal buffer is full). The error says how many of the
 	// bytes were taken; those cannot be taken back.
-	ErrInputBlocked = errors.New("job input blocked: the program is not reading")
+	ErrInputBlocked = proc.ErrInputBlocked
 
 	// ErrSignalNotAllowed is returned by Executor.Signal for a signal
 	// outside AllowedSignals.
@@ -89,7 +91,7 @@ var (
 
 	// ErrInvalidOptions is returned by New when Options are inconsistent
 	// (an unknown inherit policy, a malformed Set name, a relative Home).
-	ErrInvalidOptions = errors.New("invalid executor options")
+	ErrInvalidOptions = proc.ErrInvalidOptions
 )
 
 // TooManyJobsError reports a refused start and when trying again makes sense.

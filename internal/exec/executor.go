@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/dshd/dshd/internal/ids"
+	"github.com/dshd/dshd/internal/proc"
 	"github.com/dshd/dshd/internal/sandbox"
 	"github.com/dshd/dshd/internal/shellenv"
 )
@@ -122,7 +123,9 @@ type Executor struct {
 	log     *slog.Logger
 	opts    Options
 	now     func() time.Time
-	run     *runner
+	run     *proc.Runner
+	base    *baseEnv // the fixed part of every environment (all but the request's env and the overlay)
+	ttyBase *baseEnv // base for terminal jobs: TERM from Options.Term, no NO_COLOR
 	ids     *ids.Source
 	jobsDir string
 	m       *metrics
@@ -140,7 +143,7 @@ type Executor struct {
 
 	stopJanitor chan struct{}
 	janitorDone chan struct{}
-	adoptDone   chan struct{} // closed when watchAdopted returns; nil if it never ran
+	adoptDone   chan struct{} // closed when the runner's WatchAdopted returns; nil if it never ran
 	closeOnce   sync.Once
 
 	idemMu  sync.Mutex // guards idemLog; taken before mu, never while holding it
@@ -192,21 +195,30 @@ func New(opts Options) (*Executor, error) {
 			return nil, err
 		}
 	}
-	if e.run, err = newRunner(log, opts, m); err != nil {
+	if e.run, err = proc.NewRunner(proc.Config{
+		Logger:      log,
+		Grace:       opts.Grace,
+		Containment: opts.Containment,
+		Home:        opts.Home,
+		NoCgroupV1:  opts.NoCgroupV1,
+		Spawned:     func(d time.Duration) { m.spawn.Observe(d.Seconds()) },
+	}); err != nil {
 		return nil, err
 	}
+	e.base = newBaseEnv(opts.Policy, opts.Environ, TerminalEnv())
+	e.ttyBase = newBaseEnv(opts.Policy, opts.Environ, TTYEnv(opts.Term))
 	if err := e.recoverLost(); err != nil {
 		return nil, fmt.Errorf("recover jobs of a previous run: %w", err)
 	}
 	// After recovery: the spares must not be taken for leftovers.
-	e.run.cont.spares = newSpares(e.run.cont.mgr, func() string { return e.ids.New(e.opts.IDPrefix) }, log)
+	e.run.StartSpares(func() string { return e.ids.New(e.opts.IDPrefix) })
 	if err := e.openIdem(); err != nil {
 		return nil, fmt.Errorf("load idempotency keys: %w", err)
 	}
 	go e.janitor()
-	if e.run.cont.info.Subreaper && e.indexDir() != "" {
+	if e.run.Subreaper() && e.indexDir() != "" {
 		e.adoptDone = make(chan struct{})
-		go e.watchAdopted(e.stopJanitor, e.adoptDone)
+		go e.run.WatchAdopted(filepath.Join(e.indexDir(), proc.AdoptedFile), e.stopJanitor, e.adoptDone)
 	}
 	return e, nil
 }
@@ -450,9 +462,7 @@ func (j *Job) awaitStart(ctx context.Context) (*Job, error) {
 			return nil, ctx.Err()
 		}
 	}
-	j.proc.mu.Lock()
-	err := j.proc.startErr
-	j.proc.mu.Unlock()
+	err := j.proc.StartErr()
 	if err != nil {
 		return nil, fmt.Errorf("start job %s: %w", j.id, err)
 	}
@@ -559,7 +569,7 @@ func (e *Executor) register(j *Job) ([]*Job, error) {
 		return removed, &TooManyJobsError{Limit: "agent", Max: e.opts.MaxBackgroundPerAgent, RetryAfter: retryAfter}
 	}
 	if j.id == "" {
-		if id, g := e.run.cont.spares.take(e.lastID); g != nil {
+		if id, g := e.run.TakeSpare(e.lastID); g != nil {
 			j.id, j.spare = id, g
 		} else {
 			j.id = e.ids.New(e.opts.IDPrefix)
@@ -591,7 +601,7 @@ func (e *Executor) unregister(j *Job) {
 		j.spare = nil
 		defer func() {
 			_ = g.Remove()
-			e.run.cont.spares.refill()
+			e.run.RefillSpares()
 		}()
 	}
 	delete(e.reserved, j.id)
@@ -625,7 +635,7 @@ func (e *Executor) releaseLocked(j *Job) {
 // it stays listed and cancellable) until the last of them is gone
 // (remainderGone).
 func (e *Executor) jobFinished(j *Job, state State) {
-	held := j.proc.lingering()
+	held := j.proc.Lingering()
 	if !held {
 		e.indexRemove(j)
 	}
@@ -755,7 +765,7 @@ func (e *Executor) prune() {
 	e.idemPruneLocked(now)
 	e.mu.Unlock()
 	e.removeJobs(removed)
-	e.run.sweepLingering(false)
+	e.run.SweepLingering(false)
 }
 
 func (e *Executor) janitor() {
@@ -818,27 +828,27 @@ func (e *Executor) Cancel(ctx context.Context, id string) (Snapshot, error) {
 	if err != nil {
 		return Snapshot{}, err
 	}
-	j.proc.stop(StateCancelled)
+	j.proc.Stop(proc.StopCancel)
 	snap, err := j.Wait(ctx)
-	if err != nil || !j.proc.stopRemainder() {
+	if err != nil || !j.proc.StopRemainder() {
 		return snap, err
 	}
 	// The leader had exited, leaving processes behind: they go through the
 	// kill path, and the job's slot is freed as soon as they are gone.
-	if !j.proc.waitKilled(ctx.Done()) {
+	if !j.proc.WaitKilled(ctx.Done()) {
 		return j.Snapshot(), ctx.Err()
 	}
 	// A SIGKILL at the grace's end takes a moment to empty the group.
-	tick := time.NewTicker(groupPollInterval)
+	tick := time.NewTicker(proc.GroupPollInterval)
 	defer tick.Stop()
-	for deadline := time.Now().Add(forceKillWait); j.proc.jobAlive() && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(proc.ForceKillWait); j.proc.JobAlive() && time.Now().Before(deadline); {
 		select {
 		case <-ctx.Done():
 			return j.Snapshot(), ctx.Err()
 		case <-tick.C:
 		}
 	}
-	e.run.sweepLingering(false)
+	e.run.SweepLingering(false)
 	return j.Snapshot(), nil
 }
 
@@ -851,7 +861,7 @@ func (e *Executor) Cancel(ctx context.Context, id string) (Snapshot, error) {
 // Close always ends with every group killed: if ctx ends before the kill
 // paths have run their course (a grace longer than the caller's budget),
 // every remaining group is sent SIGKILL at once and Close waits, at most
-// forceKillWait, for the leaders to be reaped; it then returns an error
+// proc.ForceKillWait, for the leaders to be reaped; it then returns an error
 // wrapping ctx's that says so.
 func (e *Executor) Close(ctx context.Context) error {
 	e.mu.Lock()
@@ -859,7 +869,7 @@ func (e *Executor) Close(ctx context.Context) error {
 	e.mu.Unlock()
 	e.closeOnce.Do(func() { close(e.stopJanitor) })
 
-	cutShort := e.run.stopAll(ctx)
+	cutShort := e.run.StopAll(ctx)
 	<-e.janitorDone
 
 	e.mu.Lock()
@@ -868,14 +878,14 @@ func (e *Executor) Close(ctx context.Context) error {
 		js = append(js, j)
 	}
 	e.mu.Unlock()
-	if err := e.run.close(ctx); err != nil {
+	if err := e.run.Close(ctx); err != nil {
 		return errors.Join(cutShort, fmt.Errorf("close executor: %w", err))
 	}
 	if e.adoptDone != nil {
 		// Every adopted process was killed: the record has nothing left
 		// for a next start.
 		<-e.adoptDone
-		if err := writeAdopted(filepath.Join(e.indexDir(), adoptedFile), nil); err != nil {
+		if err := proc.ForgetAdopted(filepath.Join(e.indexDir(), proc.AdoptedFile)); err != nil {
 			e.log.Warn("remove the record of adopted processes", "err", err)
 		}
 	}

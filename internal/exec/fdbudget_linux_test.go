@@ -71,7 +71,7 @@ func TestCloseClosesEndedJobsPipes(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, p := range append(made, waiting...) {
-				for _, f := range []*os.File{p.outR, p.outW, p.errR, p.errW} {
+				for _, f := range p {
 					if !closed(f) {
 						t.Errorf("%s is open after Close", f.Name())
 					}

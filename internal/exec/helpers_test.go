@@ -8,6 +8,8 @@ import (
 	osexec "os/exec"
 	"testing"
 	"time"
+
+	"github.com/dshd/dshd/internal/proc"
 )
 
 const testDeadline = 10 * time.Second
@@ -91,13 +93,13 @@ func readAll(tb testing.TB, j *Job, s Stream) []byte {
 }
 
 // runChild runs cmd to its end as the executor runs its own children:
-// registered with the process's reaper (reap_linux.go), which, once a job
+// registered with the process's reaper (internal/proc's reap_linux.go), which, once a job
 // has made the process a subreaper, reaps every zombie child it does not
 // know, and so could reap cmd before cmd.Wait does (which then fails with
 // ECHILD).
 func runChild(tb testing.TB, cmd *osexec.Cmd) error {
 	tb.Helper()
-	registered := reaperOf.spawning()
+	registered := proc.RegisterChild()
 	err := cmd.Start()
 	pid := 0
 	if err == nil {
@@ -107,6 +109,6 @@ func runChild(tb testing.TB, cmd *osexec.Cmd) error {
 	if err != nil {
 		return err
 	}
-	defer reaperOf.reaped(pid)
+	defer proc.ChildReaped(pid)
 	return cmd.Wait()
 }

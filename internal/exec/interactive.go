@@ -7,6 +7,8 @@ import (
 	"slices"
 	"syscall"
 	"time"
+
+	"github.com/dshd/dshd/internal/proc"
 )
 
 // Terminal sizes Spec and Resize accept, in character cells.
@@ -104,7 +106,7 @@ func (e *Executor) WriteInput(ctx context.Context, id string, data []byte, close
 	}
 	deadline := inputDeadline(ctx)
 	if len(data) > 0 || !closeInput {
-		n, werr := j.proc.writeInput(data, deadline)
+		n, werr := j.proc.WriteInput(data, deadline)
 		j.recordInput(data[:n], false)
 		if werr != nil {
 			if errors.Is(werr, ErrInputBlocked) {
@@ -114,7 +116,7 @@ func (e *Executor) WriteInput(ctx context.Context, id string, data []byte, close
 		}
 	}
 	if closeInput {
-		if err := j.proc.closeInput(deadline); err != nil {
+		if err := j.proc.CloseInput(deadline); err != nil {
 			return j.Snapshot(), j.inputError("close input of", err)
 		}
 		j.recordInput(nil, true)
@@ -125,11 +127,11 @@ func (e *Executor) WriteInput(ctx context.Context, id string, data []byte, close
 // inputError wraps an error of the proc's input in the exported sentinels.
 func (j *Job) inputError(op string, err error) error {
 	switch {
-	case errors.Is(err, errInputNotOpen) && op == "resize":
+	case errors.Is(err, proc.ErrNoInput) && op == "resize":
 		return fmt.Errorf("resize job %s: %w", j.id, ErrNotTerminal)
-	case errors.Is(err, errInputNotOpen):
+	case errors.Is(err, proc.ErrNoInput):
 		return fmt.Errorf("%s job %s: %w (a job takes input when started with tty or openStdin, until its input is closed)", op, j.id, ErrInputNotOpen)
-	case errors.Is(err, errInputEnded):
+	case errors.Is(err, proc.ErrEnded):
 		return fmt.Errorf("%s job %s: %w", op, j.id, ErrJobEnded)
 	}
 	return fmt.Errorf("%s job %s: %w", op, j.id, err)
@@ -181,7 +183,7 @@ func (e *Executor) Resize(id string, cols, rows int) (Snapshot, error) {
 	}
 	// proc.resize says which comes first: a job that has ended is not
 	// running, terminal or not.
-	if err := j.proc.resize(winsize{cols: uint16(cols), rows: uint16(rows)}); err != nil {
+	if err := j.proc.Resize(proc.Winsize{Cols: uint16(cols), Rows: uint16(rows)}); err != nil {
 		return j.Snapshot(), j.inputError("resize", err)
 	}
 	j.mu.Lock()
@@ -207,7 +209,7 @@ func (e *Executor) Signal(id, name string) (Snapshot, error) {
 	if err != nil {
 		return Snapshot{}, err
 	}
-	if err := j.proc.signalGroupNow(sig); err != nil {
+	if err := j.proc.SignalGroupNow(sig); err != nil {
 		return j.Snapshot(), j.inputError("signal", err)
 	}
 	return j.Snapshot(), nil

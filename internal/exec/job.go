@@ -10,6 +10,7 @@ import (
 
 	"github.com/dshd/dshd/internal/cgroup"
 	"github.com/dshd/dshd/internal/netallow"
+	"github.com/dshd/dshd/internal/proc"
 	"github.com/dshd/dshd/internal/sandbox"
 	"github.com/dshd/dshd/internal/shellenv"
 )
@@ -129,8 +130,8 @@ type Remainder struct {
 // Job is one recorded execution. Its methods are safe for concurrent use.
 type Job struct {
 	e          *Executor
-	proc       *proc
-	spare      *cgroup.Group // the group made ahead for this job until it starts (spares_linux.go); guarded by e.mu
+	proc       *proc.Process
+	spare      *cgroup.Group // the group made ahead for this job until it starts (proc.Runner.TakeSpare); guarded by e.mu
 	id         string
 	command    string
 	agentID    string
@@ -189,14 +190,14 @@ func (j *Job) countsAgainstAgent() bool {
 
 // Done returns a channel closed when the job is finished: its leader exited
 // and its output is drained.
-func (j *Job) Done() <-chan struct{} { return j.proc.done }
+func (j *Job) Done() <-chan struct{} { return j.proc.Done() }
 
 // DoneAt is when Done was closed while a benchmark times stages (package
 // stages); zero otherwise, or before Done is closed.
 func (j *Job) DoneAt() time.Time {
 	select {
-	case <-j.proc.done:
-		return j.proc.doneAt
+	case <-j.proc.Done():
+		return j.proc.DoneAt()
 	default:
 		return time.Time{}
 	}
@@ -213,7 +214,7 @@ func (j *Job) Snapshot() Snapshot {
 		Cwd:         j.cwd,
 		State:       j.state,
 		Background:  j.background,
-		PID:         j.proc.pidNow(),
+		PID:         j.proc.PID(),
 		ExitCode:    j.exitCode,
 		Signal:      j.signal,
 		Stdout:      j.stdout.output(),
@@ -235,9 +236,7 @@ func (j *Job) Snapshot() Snapshot {
 	}
 	if j.openInput {
 		in := j.input
-		j.proc.mu.Lock()
-		in.Open = !j.proc.exited && !j.proc.inClosed
-		j.proc.mu.Unlock()
+		in.Open = j.proc.InputOpen()
 		s.Input = &in
 	}
 	if j.exitCode != nil {
@@ -248,7 +247,7 @@ func (j *Job) Snapshot() Snapshot {
 		end := j.endedAt
 		s.EndedAt = &end
 		s.Duration = end.Sub(j.startedAt)
-		if n := j.proc.remainder(); n > 0 {
+		if n := j.proc.Remainder(); n > 0 {
 			s.Remaining = &Remainder{Processes: n, Since: end}
 		}
 	} else if !j.startedAt.IsZero() {
@@ -262,7 +261,7 @@ func (j *Job) Snapshot() Snapshot {
 // affect the job.
 func (j *Job) Wait(ctx context.Context) (Snapshot, error) {
 	select {
-	case <-j.proc.done:
+	case <-j.proc.Done():
 		return j.Snapshot(), nil
 	case <-ctx.Done():
 		return j.Snapshot(), ctx.Err()
@@ -339,7 +338,7 @@ func (j *Job) OutputChanged() <-chan struct{} {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.state != StateRunning {
-		return j.proc.done
+		return j.proc.Done()
 	}
 	if j.changed == nil {
 		j.changed = make(chan struct{})
@@ -411,16 +410,16 @@ func (j *Job) finish(ws syscall.WaitStatus, waitErr error) {
 		j.timer.Stop()
 	}
 	state := StateExited
-	if r, ok := j.proc.stopReason(); ok {
-		state = r
+	if r, ok := j.proc.StopReason(); ok {
+		state = State(r)
 	}
-	usage, killedBy := j.proc.outcome()
+	usage, killedBy := j.proc.Outcome()
 	j.mu.Lock()
 	j.state = state
 	j.endedAt = j.e.now()
 	j.usage, j.killedBy = usage, killedBy
 	if waitErr == nil {
-		j.exitCode, j.signal = exitOf(ws)
+		j.exitCode, j.signal = proc.ExitOf(ws)
 	}
 	j.stdout.eof = true
 	j.stderr.eof = true
@@ -491,9 +490,9 @@ func (j *Job) Network() *netallow.Record {
 }
 
 // winsize is the size the job's terminal starts with; nil without one.
-func (j *Job) winsize() *winsize {
+func (j *Job) winsize() *proc.Winsize {
 	if j.terminal == nil {
 		return nil
 	}
-	return &winsize{cols: uint16(j.terminal.Cols), rows: uint16(j.terminal.Rows)}
+	return &proc.Winsize{Cols: uint16(j.terminal.Cols), Rows: uint16(j.terminal.Rows)}
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dshd/dshd/internal/proc"
 	"github.com/dshd/dshd/internal/proctest"
 	"github.com/dshd/dshd/internal/testenv"
 )
@@ -69,7 +70,7 @@ func TestRecoverLostKillsGroup(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, ok := readStat(leader.Process.Pid)
+	st, ok := proc.ReadStat(leader.Process.Pid)
 	if !ok {
 		t.Fatal("no stat for the leader")
 	}
@@ -77,7 +78,7 @@ func TestRecoverLostKillsGroup(t *testing.T) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	b, _ := json.Marshal(indexEntry{ID: "job_group", Command: "sleep 300 & wait", PID: leader.Process.Pid, LeaderStart: st.start})
+	b, _ := json.Marshal(indexEntry{ID: "job_group", Command: "sleep 300 & wait", PID: leader.Process.Pid, LeaderStart: st.Start()})
 	if err := os.WriteFile(filepath.Join(dir, "job_group.json"), b, 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +107,7 @@ func TestCgroupJobEnds(t *testing.T) {
 			t.Fatal(err)
 		}
 		select {
-		case <-j.proc.done:
+		case <-j.proc.Done():
 		case <-time.After(10 * time.Second):
 			t.Fatalf("limits %+v: the job of `true` did not end within 10s", lim)
 		}
@@ -130,7 +131,7 @@ func TestCgroupGroupsRemoved(t *testing.T) {
 		_ = e.Close(testCtx(t))
 		testenv.Need(t, "no cgroup v2 subtree here: %s", e.Containment().Reason)
 	}
-	dir := e.run.cont.mgr.Dir()
+	dir := e.Containment().CgroupDir
 	const n = 16
 	jobs := make([]*Job, 0, n)
 	for i := range n {

@@ -85,7 +85,7 @@ func TestSnapshotLimitsAndEnforcement(t *testing.T) {
 		s := mustRun(t, e, Spec{Command: "true", Limits: Limits{Pids: 64, MemoryBytes: 1 << 30, CPU: 1}})
 		has := func(c string) bool { return slices.Contains(info.Controllers, c) }
 		want := LimitEnforcement{Pids: EnforcedWatcher, MemoryBytes: EnforcedWatcher, CPU: EnforcedNone}
-		if e.run.cont.canFreeze {
+		if e.run.CanFreeze() {
 			want.CPU = EnforcedWatcher // frozen past its share
 		}
 		if has("pids") {
@@ -103,37 +103,6 @@ func TestSnapshotLimitsAndEnforcement(t *testing.T) {
 	})
 }
 
-// TestCPUThrottleGivesTheShare drives the throttle with a job that uses
-// every CPU it is given (n CPUs at once while thawed) and checks what it
-// got over 20 s of simulated time is its share, give or take a tick's
-// worth.
-func TestCPUThrottleGivesTheShare(t *testing.T) {
-	for _, tt := range []struct {
-		share float64
-		cpus  int
-	}{{0.1, 1}, {0.5, 1}, {0.5, 2}, {1.5, 2}, {2, 1}} {
-		t.Run(fmt.Sprintf("share %v on %d busy CPUs", tt.share, tt.cpus), func(t *testing.T) {
-			now := time.Unix(1000, 0)
-			c := newCPUThrottle(tt.share, now)
-			var used time.Duration
-			frozen := false
-			const total = 20 * time.Second
-			for elapsed := time.Duration(0); elapsed < total; elapsed += LimitWatchInterval {
-				if !frozen {
-					used += time.Duration(tt.cpus) * LimitWatchInterval
-				}
-				now = now.Add(LimitWatchInterval)
-				frozen = c.step(now, used)
-			}
-			want := time.Duration(min(tt.share, float64(tt.cpus)) * float64(total))
-			slack := time.Duration(tt.cpus)*LimitWatchInterval + c.burst
-			if used < want-slack || used > want+slack {
-				t.Errorf("used %v of CPU in %v, want %v ± %v", used, total, want, slack)
-			}
-		})
-	}
-}
-
 // TestCPULimitByFreezing: in cgroup mode without the cpu controller, a
 // busy job limited to a tenth of a CPU gets about that, and one frozen
 // when it is cancelled still sees its SIGTERM at once.
@@ -147,7 +116,7 @@ func TestCPULimitByFreezing(t *testing.T) {
 	if info.Mode != ContainmentCgroup {
 		testenv.Need(t, "no cgroup v2 subtree here: %s", info.Reason)
 	}
-	if slices.Contains(info.Controllers, "cpu") || !e.run.cont.canFreeze {
+	if slices.Contains(info.Controllers, "cpu") || !e.run.CanFreeze() {
 		testenv.Need(t, "the cpu controller is delegated (or cgroup.freeze is missing): cpu.max, not the watcher, limits CPU here, so the watcher goes untested")
 	}
 	busy := `end=$((SECONDS+2)); while [ $SECONDS -lt $end ]; do :; done; echo done`
@@ -160,7 +129,7 @@ func TestCPULimitByFreezing(t *testing.T) {
 	// saw in this run (the interval on a quiet machine, more under load),
 	// so the bound neither flakes nor loosens with the load; and 20 ms for
 	// the freeze to take hold.
-	gap := e.run.cont.watch.longestGap()
+	gap := e.run.LongestWatchGap()
 	bound := time.Duration(0.1*float64(s.Duration)) + 10*time.Millisecond + gap + 20*time.Millisecond
 	if s.Usage.CPUTime > bound {
 		t.Errorf("a job limited to 0.1 CPU used %v in %v, want at most %v (longest watch gap %v)", s.Usage.CPUTime, s.Duration, bound, gap)

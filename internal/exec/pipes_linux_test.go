@@ -8,22 +8,22 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/dshd/dshd/internal/proc"
 )
 
 // readyPairs returns the output pipes ready in e's runner, once the filler
-// has made pipesWanted of them.
-func readyPairs(t *testing.T, e *Executor) []outPipes {
+// has made proc.PipesWanted of them.
+func readyPairs(t *testing.T, e *Executor) [][4]*os.File {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		e.run.pipes.ahead.mu.Lock()
-		ready := append([]outPipes(nil), e.run.pipes.ahead.ready...)
-		e.run.pipes.ahead.mu.Unlock()
-		if len(ready) == pipesWanted {
+		ready := e.run.ReadyPipes()
+		if len(ready) == proc.PipesWanted {
 			return ready
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%d output pipe pairs ready, want %d", len(ready), pipesWanted)
+			t.Fatalf("%d output pipe pairs ready, want %d", len(ready), proc.PipesWanted)
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
@@ -49,7 +49,7 @@ func TestOutputPipesMadeAhead(t *testing.T) {
 	// More commands at once than pairs ready: the first take the pairs
 	// ready, oldest first, the rest what the filler made meanwhile or
 	// their own.
-	const n = pipesWanted + 3
+	const n = proc.PipesWanted + 3
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
@@ -66,14 +66,14 @@ func TestOutputPipesMadeAhead(t *testing.T) {
 	now := readyPairs(t, e)
 	for _, p := range made {
 		for _, q := range now {
-			if p.outR == q.outR {
+			if p[0] == q[0] {
 				t.Fatal("a pair made before the commands is still ready: none took it")
 			}
 		}
 		// Taken by a command, which has ended: all four ends closed (our
 		// read ends just after the command's end is signalled).
 		deadline := time.Now().Add(5 * time.Second)
-		for _, f := range []*os.File{p.outR, p.outW, p.errR, p.errW} {
+		for _, f := range p {
 			for !closed(f) && time.Now().Before(deadline) {
 				time.Sleep(time.Millisecond)
 			}
@@ -89,7 +89,7 @@ func TestOutputPipesMadeAhead(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, p := range now {
-		for _, f := range []*os.File{p.outR, p.outW, p.errR, p.errW} {
+		for _, f := range p {
 			if !closed(f) {
 				t.Errorf("%s of a ready pair is open after Close", f.Name())
 			}

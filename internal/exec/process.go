@@ -7,6 +7,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dshd/dshd/internal/proc"
 	"github.com/dshd/dshd/internal/sandbox"
 )
 
@@ -67,26 +68,26 @@ func (e *Executor) RunProcess(ctx context.Context, p ProcessSpec) (ProcessResult
 	if timeout == 0 {
 		timeout = e.opts.DefaultTimeout
 	}
-	pr := e.run.newProc()
+	pr := e.run.NewProcess()
 	var (
 		stdout, stderr limitedBuffer
 		ws             syscall.WaitStatus
 		waitErr        error
 	)
-	timer := time.AfterFunc(timeout, func() { pr.stop(StateTimedOut) })
+	timer := time.AfterFunc(timeout, func() { pr.Stop(proc.StopTimeout) })
 	defer timer.Stop()
 	start := time.Now()
-	err := e.run.launch(pr, &spawnSpec{
-		command:  p.Command,
-		dir:      e.ResolveCwd(p.Cwd),
-		env:      e.run.base.with(p.ExtraEnv, nil),
-		stdin:    p.Stdin,
-		hasStdin: len(p.Stdin) > 0,
-		stdout:   stdout.write,
-		stderr:   stderr.write,
-		onExit:   func(s syscall.WaitStatus, err error) { ws, waitErr = s, err },
-		contain:  e.run.cont.forJob(e.ids.New("proc_"), e.opts.Limits),
-		sandbox:  viewOnly(p.View),
+	err := e.run.Launch(pr, &proc.Spec{
+		Command:  p.Command,
+		Dir:      e.ResolveCwd(p.Cwd),
+		Env:      e.base.with(p.ExtraEnv, nil),
+		Stdin:    p.Stdin,
+		HasStdin: len(p.Stdin) > 0,
+		Stdout:   stdout.write,
+		Stderr:   stderr.write,
+		OnExit:   func(s syscall.WaitStatus, err error) { ws, waitErr = s, err },
+		Contain:  e.run.ForJob(e.ids.New("proc_"), e.opts.Limits),
+		Sandbox:  viewOnly(p.View),
 	})
 	if err != nil {
 		if errors.Is(err, ErrClosed) {
@@ -96,24 +97,24 @@ func (e *Executor) RunProcess(ctx context.Context, p ProcessSpec) (ProcessResult
 	}
 	var ctxErr error
 	select {
-	case <-pr.done:
+	case <-pr.Done():
 	case <-ctx.Done():
 		ctxErr = ctx.Err()
-		pr.stop(StateCancelled)
-		<-pr.done
+		pr.Stop(proc.StopCancel)
+		<-pr.Done()
 	}
 	res := ProcessResult{
 		Stdout:   stdout.buf,
 		Stderr:   stderr.buf,
 		Duration: time.Since(start),
 	}
-	if r, ok := pr.stopReason(); ok && r == StateTimedOut {
+	if r, ok := pr.StopReason(); ok && r == proc.StopTimeout {
 		res.TimedOut = true
 	}
 	if waitErr != nil {
 		return res, fmt.Errorf("run process: wait: %w", waitErr)
 	}
-	res.ExitCode, res.Signal = exitOf(ws)
+	res.ExitCode, res.Signal = proc.ExitOf(ws)
 	return res, ctxErr
 }
 

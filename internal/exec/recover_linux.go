@@ -9,12 +9,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/go-json-experiment/json/jsontext"
 
-	"github.com/dshd/dshd/internal/cgroup"
+	"github.com/dshd/dshd/internal/proc"
 )
 
 // The running index: an append-only log, <home>/jobs/running/index.log,
@@ -107,9 +106,9 @@ func (e *Executor) indexAdd(j *Job, pid int) {
 		ID: j.id, AgentID: j.agentID, Command: j.command, Cwd: j.cwd, Background: j.background,
 		CreatedAt: j.createdAt, StartedAt: j.startedAt, PID: pid,
 	}
-	ent.LeaderStart = j.proc.leaderStart()
-	if j.proc.cg != nil {
-		ent.Cgroup = j.proc.cg.Path()
+	ent.LeaderStart = j.proc.LeaderStart()
+	if g := j.proc.Group(); g != nil {
+		ent.Cgroup = g.Path()
 	}
 	b, err := ent.appendJSON(make([]byte, 0, 256))
 	if err == nil {
@@ -283,8 +282,9 @@ func readIndexLog(path string) ([]indexEntry, error) {
 // process an earlier run left: the groups under dshd's cgroup subtree, the
 // process groups of indexed jobs whose leader still has the recorded
 // start time, and the processes it had adopted (group mode; see
-// watchAdopted) that still have theirs. It records the indexed jobs as StateLost, so they stay
-// answerable until retention drops them, and empties the index.
+// proc.Runner.WatchAdopted) that still have theirs. It records the indexed
+// jobs as StateLost, so they stay answerable until retention drops them,
+// and empties the index.
 func (e *Executor) recoverLost() error {
 	dir := e.indexDir()
 	if dir == "" {
@@ -293,9 +293,45 @@ func (e *Executor) recoverLost() error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	des, err := os.ReadDir(dir)
+	ents, err := e.takeRunningIndex(dir)
 	if err != nil {
 		return err
+	}
+
+	// Kill everything first (one pass over /proc, cgroup.kill per group),
+	// count and clean up after: the leftovers must stop at once.
+	killed := make(map[int]struct{})
+	left := e.run.KillLeftovers(killed)
+	procs := proc.ScanProcs()
+	for _, ent := range ents {
+		proc.KillGroup(ent.PID, ent.LeaderStart, procs, killed)
+	}
+	if err := proc.KillRecordedAdopted(dir, procs, killed); err != nil {
+		e.log.Warn("stop processes adopted by a previous run", "err", err)
+	}
+	left.RemoveLater()
+	if len(ents) == 0 && len(killed) == 0 {
+		return nil
+	}
+	now := e.now()
+	e.mu.Lock()
+	for _, ent := range ents {
+		j := lostJob(e, ent, now)
+		e.jobs[j.id] = j
+		e.finished = append(e.finished, finishedJob{job: j, at: now})
+	}
+	e.mu.Unlock()
+	e.log.Warn("stopped what a previous run left", "lost_jobs", len(ents), "processes", len(killed))
+	return nil
+}
+
+// takeRunningIndex reads the running index in dir, the log and the
+// entries of one file each (one cut short by a crash gives its id alone),
+// and removes them.
+func (e *Executor) takeRunningIndex(dir string) ([]indexEntry, error) {
+	des, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
 	}
 	logPath := filepath.Join(dir, indexLogName)
 	ents, err := readIndexLog(logPath)
@@ -322,105 +358,12 @@ func (e *Executor) recoverLost() error {
 			e.log.Warn("remove index entry", "path", path, "err", err)
 		}
 	}
-
-	// Kill everything first (one pass over /proc, cgroup.kill per group),
-	// count and clean up after: the leftovers must stop at once.
-	killed := make(map[int]struct{})
-	var gs []*cgroup.Group
-	if e.run.cont.mgr != nil {
-		if gs, err = e.run.cont.mgr.Leftovers(); err != nil {
-			e.log.Warn("list leftover cgroups", "err", err)
-		}
-		for _, g := range gs {
-			for _, pid := range g.Procs() {
-				killed[pid] = struct{}{}
-			}
-			if err := g.Kill(); err != nil {
-				e.log.Warn("kill leftover cgroup", "cgroup", g.Path(), "err", err)
-			}
-		}
-	}
-	// The v1 groups of the lost jobs (hybrid hosts): their processes are
-	// in the cgroup2 groups killed above too; any that are not die here.
-	var v1s []*cgroup.V1Group
-	if e.run.cont.v1 != nil {
-		v1s = e.run.cont.v1.Leftovers()
-		for _, g := range v1s {
-			for _, pid := range g.Procs() {
-				if syscall.Kill(pid, syscall.SIGKILL) == nil {
-					killed[pid] = struct{}{}
-				}
-			}
-		}
-	}
-	procs := scanProcs()
-	for _, ent := range ents {
-		killIndexed(ent, procs, killed)
-	}
-	if err := killRecordedAdopted(dir, procs, killed); err != nil {
-		e.log.Warn("stop processes adopted by a previous run", "err", err)
-	}
-	if len(gs) > 0 || len(v1s) > 0 {
-		// Removing a group waits for its processes to be gone; nothing
-		// new is placed in these groups, so that need not hold up the start.
-		go func() {
-			for _, g := range gs {
-				g.WaitEmpty(10 * time.Second)
-				if err := g.Remove(); err != nil {
-					e.log.Warn("remove leftover cgroup", "err", err)
-				}
-			}
-			for _, g := range v1s {
-				for deadline := time.Now().Add(10 * time.Second); len(g.Procs()) > 0 && time.Now().Before(deadline); {
-					time.Sleep(5 * time.Millisecond)
-				}
-				if err := g.Remove(); err != nil {
-					e.log.Warn("remove leftover cgroup v1 groups", "err", err)
-				}
-			}
-		}()
-	}
-	if len(ents) == 0 && len(killed) == 0 {
-		return nil
-	}
-	now := e.now()
-	e.mu.Lock()
-	for _, ent := range ents {
-		j := lostJob(e, ent, now)
-		e.jobs[j.id] = j
-		e.finished = append(e.finished, finishedJob{job: j, at: now})
-	}
-	e.mu.Unlock()
-	e.log.Warn("stopped what a previous run left", "lost_jobs", len(ents), "processes", len(killed))
-	return nil
-}
-
-// killIndexed SIGKILLs the process group of ent if its leader is the process
-// that was indexed, and adds the group's members (from procs) to killed. A
-// leader that exited leaves a group dshd can no longer prove is the job's:
-// it is left alone (in cgroup mode the job's group caught it).
-func killIndexed(ent indexEntry, procs []procStat, killed map[int]struct{}) {
-	if ent.PID <= 0 || ent.LeaderStart == 0 {
-		return
-	}
-	st, ok := readStat(ent.PID)
-	if !ok || st.start != ent.LeaderStart || st.pgid != ent.PID {
-		return
-	}
-	_ = syscall.Kill(-ent.PID, syscall.SIGKILL)
-	for _, p := range procs {
-		if p.pgid == ent.PID && p.state != 'Z' {
-			killed[p.pid] = struct{}{}
-		}
-	}
+	return ents, nil
 }
 
 // lostJob is the record of a job that an earlier run left running.
 func lostJob(e *Executor, ent indexEntry, now time.Time) *Job {
-	p := newProc(0)
-	p.pid = ent.PID
-	p.exited = true
-	close(p.done)
+	p := proc.Ended(ent.PID)
 	j := &Job{
 		e: e, proc: p, id: ent.ID, command: ent.Command, agentID: ent.AgentID, cwd: ent.Cwd,
 		background: ent.Background, createdAt: ent.CreatedAt,

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dshd/dshd/internal/proc"
 	"github.com/dshd/dshd/internal/proctest"
 )
 
@@ -34,11 +35,11 @@ func TestRecoverLost(t *testing.T) {
 	}
 	ours, recycled := spawn(), spawn()
 	start := func(pid int) uint64 {
-		st, ok := readStat(pid)
+		st, ok := proc.ReadStat(pid)
 		if !ok {
 			t.Fatalf("no stat for %d", pid)
 		}
-		return st.start
+		return st.Start()
 	}
 	dir := filepath.Join(home, "jobs", "running")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -110,8 +111,8 @@ func TestIndexFollowsRunningJobs(t *testing.T) {
 		t.Fatalf("running job not indexed: %v %+v", err, ents)
 	}
 	ent := ents[0]
-	st, ok := readStat(ent.PID)
-	if ent.ID != j.ID() || ent.AgentID != "agt_x" || ent.PID != j.Snapshot().PID || !ok || st.start != ent.LeaderStart {
+	st, ok := proc.ReadStat(ent.PID)
+	if ent.ID != j.ID() || ent.AgentID != "agt_x" || ent.PID != j.Snapshot().PID || !ok || st.Start() != ent.LeaderStart {
 		t.Errorf("index entry = %+v; leader stat %+v", ent, st)
 	}
 	if (e.Containment().Mode == ContainmentCgroup) != (ent.Cgroup != "") {
@@ -201,17 +202,17 @@ func TestAdoptedRecordedForRecovery(t *testing.T) {
 	}
 	pid := proctest.ReadPID(t, pidFile)
 	t.Cleanup(func() { proctest.KillIfAlive(pid) })
-	st, ok := readStat(pid)
-	if !ok || st.ppid != os.Getpid() {
+	st, ok := proc.ReadStat(pid)
+	if !ok || st.PPID() != os.Getpid() {
 		t.Fatalf("the setsid'd process %d is not adopted (stat %+v)", pid, st)
 	}
 
-	path := filepath.Join(home, "jobs", "running", adoptedFile)
+	path := filepath.Join(home, "jobs", "running", proc.AdoptedFile)
 	deadline := time.Now().Add(proctest.Deadline)
 	for {
-		var refs []procRef
+		var refs []adoptedRef
 		b, _ := os.ReadFile(path)
-		if json.Unmarshal(b, &refs) == nil && slices.Contains(refs, procRef{PID: pid, Start: st.start}) {
+		if json.Unmarshal(b, &refs) == nil && slices.Contains(refs, adoptedRef{PID: pid, Start: st.Start()}) {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -225,8 +226,8 @@ func TestAdoptedRecordedForRecovery(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = other.Process.Kill(); _ = other.Wait() })
-	ost, _ := readStat(other.Process.Pid)
-	b, _ := json.Marshal([]procRef{{PID: pid, Start: st.start}, {PID: other.Process.Pid, Start: ost.start + 1}})
+	ost, _ := proc.ReadStat(other.Process.Pid)
+	b, _ := json.Marshal([]adoptedRef{{PID: pid, Start: st.Start()}, {PID: other.Process.Pid, Start: ost.Start() + 1}})
 	if err := os.WriteFile(path, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -236,4 +237,11 @@ func TestAdoptedRecordedForRecovery(t *testing.T) {
 	if proctest.Gone(other.Process.Pid) {
 		t.Error("a process whose pid matched but start time did not was killed")
 	}
+}
+
+// adoptedRef is an entry of the running index's record of adopted
+// processes, as the runner writes it.
+type adoptedRef struct {
+	PID   int    `json:"pid"`
+	Start uint64 `json:"start"`
 }

@@ -10,16 +10,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dshd/dshd/internal/proc"
 	"github.com/dshd/dshd/internal/testenv"
 )
 
 // sleepers returns the pids of processes running `sleep arg`.
 func sleepers(arg string) []int {
 	var pids []int
-	for _, st := range scanProcs() {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", st.pid))
-		if err == nil && string(b) == "sleep\x00"+arg+"\x00" && st.state != 'Z' {
-			pids = append(pids, st.pid)
+	for _, st := range proc.ScanProcs() {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", st.PID()))
+		if err == nil && string(b) == "sleep\x00"+arg+"\x00" && st.State() != 'Z' {
+			pids = append(pids, st.PID())
 		}
 	}
 	return pids

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dshd/dshd/internal/proc"
 	"github.com/dshd/dshd/internal/sandbox"
 	"github.com/dshd/dshd/internal/shellenv"
 	"github.com/dshd/dshd/internal/stages"
@@ -87,7 +88,7 @@ func (e *Executor) Reserve(ctx context.Context, s Spec) (*Reservation, error) {
 	}
 	j := &Job{
 		e:          e,
-		proc:       e.run.newProc(),
+		proc:       e.run.NewProcess(),
 		id:         s.ID,
 		command:    s.Command,
 		agentID:    s.AgentID,
@@ -99,7 +100,7 @@ func (e *Executor) Reserve(ctx context.Context, s Spec) (*Reservation, error) {
 		idemFP:     s.IdempotencyFingerprint,
 		sandbox:    policy,
 		limits:     limits,
-		enforce:    e.run.cont.enforcement(limits),
+		enforce:    e.run.Enforcement(limits),
 		roots:      roots,
 		view:       s.View,
 		createdAt:  e.now(),
@@ -180,7 +181,7 @@ func (r *Reservation) Release() {
 	}
 	r.once.Do(func() {
 		r.e.unregister(r.j)
-		r.j.proc.failed(errReleased)
+		r.j.proc.Failed(errReleased)
 		if r.j.started != nil {
 			close(r.j.started)
 		}
@@ -205,97 +206,50 @@ func (r *Reservation) Start(managed shellenv.Overlay) (*Job, error) {
 	return job, err
 }
 
+// start is Start's work, in its stages (stages): the managed values
+// checked and the idempotency key made durable, the environment built,
+// the job moved from reserved to running with its output's capture, then
+// the launch.
 func (r *Reservation) start(managed shellenv.Overlay) (*Job, error) {
 	e, j := r.e, r.j
 	t := stages.Start()
-	fail := func(err error) (*Job, error) {
-		if j.timer != nil {
-			j.timer.Stop()
-		}
-		e.unregister(j)
-		j.proc.mu.Lock()
-		spawnFailed := j.proc.startErr != nil // launch already closed done
-		j.proc.mu.Unlock()
-		if !spawnFailed {
-			j.proc.failed(err)
-		}
-		j.mu.Lock()
-		net := j.net
-		j.mu.Unlock()
-		if net != nil {
-			// The sandbox was built and its proxy served, but the job
-			// did not start: nothing will finish it.
-			net.Close()
-		}
-		if j.started != nil {
-			close(j.started)
-		}
-		return nil, fmt.Errorf("start job %s: %w", j.id, err)
-	}
 	if err := validateManaged(managed); err != nil {
-		return fail(err)
+		return r.fail(err)
 	}
 	if j.idemKey != "" {
 		// Durable before the command runs: no crash makes the key run twice.
 		if err := e.idemPut(j); err != nil {
-			return fail(err)
+			return r.fail(err)
 		}
 	}
 	j.managed = managed
-	base := e.run.base
-	if j.terminal != nil {
-		base = e.run.ttyBase
-	}
-	env := base.with(r.env, managed.AppendEnv(nil))
-	if j.sandbox.Network == sandbox.NetworkAllowlist {
-		env = withProxyEnv(env)
-	}
-	if err := checkArgSize(j.command, env); err != nil {
-		return fail(err)
+	env, err := r.environ(managed)
+	if err != nil {
+		return r.fail(err)
 	}
 	stages.Done(stages.Env, t)
 
 	e.mu.Lock()
 	delete(e.reserved, j.id)
 	e.jobs[j.id] = j
-	contain := e.run.cont.forJob(j.id, j.limits)
-	contain.spare, j.spare = j.spare, nil // the spawn's from here on
+	contain := e.run.ForJob(j.id, j.limits).WithSpare(j.spare)
+	j.spare = nil // the spawn's from here on
 	e.mu.Unlock()
 
-	j.stdout.init(e.opts.CaptureBytes, e.opts.SpoolMaxBytes, e.jobsDir, j.id, ".stdout")
-	j.stderr.init(e.opts.CaptureBytes, e.opts.SpoolMaxBytes, e.jobsDir, j.id, ".stderr")
-	reserve := func(n int64) int64 { return e.reserveSpool(j, n) }
-	release := func(n int64) { e.releaseSpool(j, n) }
-	j.stdout.reserve, j.stdout.release = reserve, release
-	j.stderr.reserve, j.stderr.release = reserve, release
+	e.initCapture(j)
 	if j.timeout > 0 {
 		// Armed before the spawn so that finish can read j.timer without a
 		// race; a timeout firing before the spawn completes kills right after.
-		j.timer = time.AfterFunc(j.timeout, func() { j.proc.stop(StateTimedOut) })
+		j.timer = time.AfterFunc(j.timeout, func() { j.proc.Stop(proc.StopTimeout) })
 	}
 
 	j.mu.Lock()
 	j.startedAt = e.now() // before the spawn: the job may end before start returns
 	j.mu.Unlock()
-	err := e.run.launch(j.proc, &spawnSpec{
-		command:     j.command,
-		dir:         j.cwd,
-		env:         env,
-		stdin:       r.stdin,
-		hasStdin:    r.hasStdin,
-		openStdin:   r.openIn,
-		tty:         j.winsize(),
-		stdout:      j.sink(&j.stdout, "stdout"),
-		stderr:      j.sink(&j.stderr, "stderr"),
-		onExit:      j.finish,
-		contain:     contain,
-		onStart:     func(pid int) { e.indexAdd(j, pid) },
-		onRemainder: func() { e.remainderGone(j) },
-		sandbox:     j.sandboxed(),
-	})
-	e.run.cont.spares.refill()
+	err = r.launch(env, contain)
+	e.run.RefillSpares()
 	if err != nil {
-		return fail(err)
+		return r.fail(err)
 	}
 	e.m.started.Inc()
 	e.m.running.Inc()
@@ -303,7 +257,85 @@ func (r *Reservation) start(managed shellenv.Overlay) (*Job, error) {
 		close(j.started)
 	}
 	if e.log.Enabled(context.Background(), slog.LevelDebug) {
-		e.log.Debug("job started", "job_id", j.id, "pid", j.proc.pidNow(), "background", j.background, "agent_id", j.agentID)
+		e.log.Debug("job started", "job_id", j.id, "pid", j.proc.PID(), "background", j.background, "agent_id", j.agentID)
 	}
 	return j, nil
+}
+
+// fail undoes a start that failed with err: the job never ran, its slot
+// and key are given back, and what waits for its start is told.
+func (r *Reservation) fail(err error) (*Job, error) {
+	e, j := r.e, r.j
+	if j.timer != nil {
+		j.timer.Stop()
+	}
+	e.unregister(j)
+	spawnFailed := j.proc.StartErr() != nil // launch already closed done
+	if !spawnFailed {
+		j.proc.Failed(err)
+	}
+	j.mu.Lock()
+	net := j.net
+	j.mu.Unlock()
+	if net != nil {
+		// The sandbox was built and its proxy served, but the job
+		// did not start: nothing will finish it.
+		net.Close()
+	}
+	if j.started != nil {
+		close(j.started)
+	}
+	return nil, fmt.Errorf("start job %s: %w", j.id, err)
+}
+
+// environ is the job's environment (docs/design.md#child-environment): the
+// executor's fixed part (its terminal one for a terminal job), the
+// request's env, the overlay last; with the proxy's variables under an
+// allowlist. It fails with ErrTooLarge past the kernel's argument space.
+func (r *Reservation) environ(managed shellenv.Overlay) ([]string, error) {
+	e, j := r.e, r.j
+	base := e.base
+	if j.terminal != nil {
+		base = e.ttyBase
+	}
+	env := base.with(r.env, managed.AppendEnv(nil))
+	if j.sandbox.Network == sandbox.NetworkAllowlist {
+		env = withProxyEnv(env)
+	}
+	if err := proc.CheckArgSize(j.command, env); err != nil {
+		return nil, err
+	}
+	return env, nil
+}
+
+// initCapture readies the capture of j's two streams, their spools
+// counted against the executor's budget.
+func (e *Executor) initCapture(j *Job) {
+	j.stdout.init(e.opts.CaptureBytes, e.opts.SpoolMaxBytes, e.jobsDir, j.id, ".stdout")
+	j.stderr.init(e.opts.CaptureBytes, e.opts.SpoolMaxBytes, e.jobsDir, j.id, ".stderr")
+	reserve := func(n int64) int64 { return e.reserveSpool(j, n) }
+	release := func(n int64) { e.releaseSpool(j, n) }
+	j.stdout.reserve, j.stdout.release = reserve, release
+	j.stderr.reserve, j.stderr.release = reserve, release
+}
+
+// launch hands the job's process to the runner.
+func (r *Reservation) launch(env []string, contain proc.ContainSpec) error {
+	e, j := r.e, r.j
+	return e.run.Launch(j.proc, &proc.Spec{
+		Command:     j.command,
+		Dir:         j.cwd,
+		Env:         env,
+		Stdin:       r.stdin,
+		HasStdin:    r.hasStdin,
+		OpenStdin:   r.openIn,
+		TTY:         j.winsize(),
+		Stdout:      j.sink(&j.stdout, "stdout"),
+		Stderr:      j.sink(&j.stderr, "stderr"),
+		OnExit:      j.finish,
+		Contain:     contain,
+		OnStart:     func(pid int) { e.indexAdd(j, pid) },
+		OnRemainder: func() { e.remainderGone(j) },
+		Sandbox:     j.sandboxed(),
+	})
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dshd/dshd/internal/proc"
 	"github.com/dshd/dshd/internal/shellenv"
 	"github.com/dshd/dshd/internal/testenv"
 )
@@ -69,13 +70,13 @@ func TestSparesAreJobGroups(t *testing.T) {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		groups = groupsIn(t, e)
-		if len(groups) == sparesWanted && !slices.Contains(groups, ids[len(ids)-1]) || time.Now().After(deadline) {
+		if len(groups) == proc.SparesWanted && !slices.Contains(groups, ids[len(ids)-1]) || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	if len(groups) != sparesWanted {
-		t.Fatalf("subtree holds %v, want %d spares", groups, sparesWanted)
+	if len(groups) != proc.SparesWanted {
+		t.Fatalf("subtree holds %v, want %d spares", groups, proc.SparesWanted)
 	}
 	for _, g := range groups {
 		if !strings.HasPrefix(g, "job_") || g <= ids[len(ids)-1] {
@@ -107,13 +108,7 @@ func TestSparesAreJobGroups(t *testing.T) {
 func TestStaleSparesPassedOver(t *testing.T) {
 	t.Parallel()
 	e := warmSpares(t)
-	e.run.cont.spares.ahead.mu.Lock()
-	var stale []string
-	for i := range e.run.cont.spares.ahead.ready {
-		e.run.cont.spares.ahead.ready[i].made = time.Now().Add(-spareMaxAge)
-		stale = append(stale, e.run.cont.spares.ahead.ready[i].id)
-	}
-	e.run.cont.spares.ahead.mu.Unlock()
+	stale := e.run.AgeSpares()
 	j := mustStart(t, e, Spec{Command: ownCgroup})
 	<-j.Done()
 	if slices.Contains(stale, j.ID()) {
@@ -150,7 +145,7 @@ func TestSpareOfUnstartedJobRemoved(t *testing.T) {
 
 	// A start that fails at the spawn (its directory went away after the
 	// reservation): the spare it took goes with it.
-	waitSpares(t, e, sparesWanted)
+	waitSpares(t, e, proc.SparesWanted)
 	cwd := t.TempDir()
 	r, err = e.Reserve(testCtx(t), Spec{Command: "true", Cwd: cwd})
 	if err != nil {
@@ -178,18 +173,15 @@ func warmSpares(t *testing.T) *Executor {
 	e := sparesExecutor(t)
 	j := mustStart(t, e, Spec{Command: "true"})
 	<-j.Done()
-	waitSpares(t, e, sparesWanted)
+	waitSpares(t, e, proc.SparesWanted)
 	return e
 }
 
 // waitSpares waits until n spares are ready.
 func waitSpares(t *testing.T, e *Executor, n int) {
 	t.Helper()
-	s := e.run.cont.spares
 	for deadline := time.Now().Add(5 * time.Second); ; {
-		s.ahead.mu.Lock()
-		ready := len(s.ahead.ready)
-		s.ahead.mu.Unlock()
+		ready := e.run.ReadySpares()
 		if ready >= n {
 			return
 		}
@@ -217,7 +209,7 @@ func gone(path string) bool {
 // back to group mode with "wait for probe: no child processes". Here a
 // goroutine runs reaper passes back to back while executors start.
 func TestProbeNotReapedBySubreaper(t *testing.T) {
-	if err := startSubreaper(); err != nil {
+	if err := proc.StartSubreaper(); err != nil {
 		testenv.Need(t, "cannot become a child subreaper: %v", err)
 	}
 	stop := make(chan struct{})
@@ -229,7 +221,7 @@ func TestProbeNotReapedBySubreaper(t *testing.T) {
 			case <-stop:
 				return
 			default:
-				reaperOf.reapAdopted()
+				proc.ReapAdopted()
 			}
 		}
 	}()

@@ -3,6 +3,8 @@ package exec
 import (
 	"strings"
 	"testing"
+
+	"github.com/dshd/dshd/internal/proc"
 )
 
 // TestLeaderStartFromClock: the start time the spawn takes from the clock
@@ -10,7 +12,7 @@ import (
 // compares to tell the leader from a process that got its pid later.
 func TestLeaderStartFromClock(t *testing.T) {
 	t.Parallel()
-	if clockTicks() == 0 {
+	if proc.ClockTicks() == 0 {
 		t.Fatal("no AT_CLKTCK in /proc/self/auxv")
 	}
 	e := newTestExecutor(t, nil)
@@ -20,19 +22,17 @@ func TestLeaderStartFromClock(t *testing.T) {
 		j := mustStart(t, e, Spec{Command: "cat /proc/$$/stat"})
 		<-j.Done()
 		out := j.Snapshot().Stdout.Text
-		st, ok := parseStat(j.Snapshot().PID, strings.TrimSpace(out))
+		st, ok := proc.ParseStat(j.Snapshot().PID, strings.TrimSpace(out))
 		if !ok {
 			t.Fatalf("job printed %q, not its stat line", out)
 		}
-		j.proc.mu.Lock()
-		clock := j.proc.startedAt
-		j.proc.mu.Unlock()
+		clock := j.proc.ClockStart()
 		if clock == 0 {
 			continue // a tick boundary fell inside the spawn: /proc is read instead
 		}
 		known++
-		if clock != st.start {
-			t.Errorf("start time from the clock %d, /proc says %d", clock, st.start)
+		if clock != st.Start() {
+			t.Errorf("start time from the clock %d, /proc says %d", clock, st.Start())
 		}
 	}
 	// How many spawns fall within one tick depends on the machine's load

@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/dshd/dshd/internal/proc"
 )
 
 func osThreads(tb testing.TB) int {
@@ -35,12 +37,12 @@ func TestNoThreadPerJob(t *testing.T) {
 	e := newTestExecutor(t, func(o *Options) { o.MaxRunning = jobs + 10 })
 	var parked atomic.Int64
 	allParked := make(chan struct{})
-	parkedHook = func() {
+	proc.SetParkedHook(func() {
 		if parked.Add(1) == jobs {
 			close(allParked)
 		}
-	}
-	defer func() { parkedHook = nil }()
+	})
+	defer proc.SetParkedHook(nil)
 	before := osThreads(t)
 	var js []*Job
 	for range jobs {
@@ -59,7 +61,7 @@ func TestNoThreadPerJob(t *testing.T) {
 	}
 	during := osThreads(t)
 	for _, j := range js {
-		j.proc.stop(StateCancelled)
+		j.proc.Stop(proc.StopCancel)
 	}
 	for _, j := range js {
 		if s, err := j.Wait(testCtx(t)); err != nil || s.State != StateCancelled {

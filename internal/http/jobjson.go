@@ -38,148 +38,172 @@ func (a jobAnswer) write(w http.ResponseWriter) error {
 	return err
 }
 
-// appendJob appends j as encoding/json encodes it. It reports false, having
+// appendJob appends j as encoding/json encodes it: its fields in the order
+// of their names, the optional ones only when set. It reports false, having
 // appended part of it, when it leaves j to encoding/json: a time that
 // encoding/json refuses.
 func appendJob(b []byte, j *api.Job) ([]byte, bool) {
-	ok := true
-	str := func(s string) { b = appendString(b, s) }
-	when := func(t time.Time) {
-		if y := t.Year(); y < 0 || y > 9999 {
-			ok = false // encoding/json's error, left to it
-			return
-		}
-		b = append(t.AppendFormat(append(b, '"'), time.RFC3339Nano), '"')
-	}
-	i64 := func(p *int64) {
-		if p == nil {
-			b = append(b, "null"...)
-			return
-		}
-		b = strconv.AppendInt(b, *p, 10)
-	}
-	// marshal appends what appendJob leaves to encoding/json: the parts
-	// of a job that few answers have.
-	marshal := func(v any) {
-		m, err := json.Marshal(v)
-		if err != nil {
-			ok = false
-			return
-		}
-		b = append(b, m...)
-	}
-
-	b = append(b, `{"agentId":`...)
-	if j.AgentId == nil {
-		b = append(b, "null"...)
-	} else {
-		str(*j.AgentId)
-	}
-	b = strconv.AppendBool(append(b, `,"background":`...), j.Background)
-	b = append(b, `,"command":`...)
-	str(j.Command)
-	b = append(b, `,"createdAt":`...)
-	when(j.CreatedAt)
-	b = append(b, `,"cwd":`...)
-	str(j.Cwd)
-	b = append(b, `,"durationMs":`...)
-	i64(j.DurationMs)
-	b = append(b, `,"endedAt":`...)
+	e := jobEncoder{b: b, ok: true}
+	e.key(`{"agentId":`)
+	e.nullStr(j.AgentId)
+	e.b = strconv.AppendBool(append(e.b, `,"background":`...), j.Background)
+	e.key(`,"command":`)
+	e.str(j.Command)
+	e.key(`,"createdAt":`)
+	e.when(j.CreatedAt)
+	e.key(`,"cwd":`)
+	e.str(j.Cwd)
+	e.key(`,"durationMs":`)
+	e.i64(j.DurationMs)
+	e.key(`,"endedAt":`)
 	if j.EndedAt == nil {
-		b = append(b, "null"...)
+		e.key("null")
 	} else {
-		when(*j.EndedAt)
+		e.when(*j.EndedAt)
 	}
-	b = append(b, `,"exitCode":`...)
+	e.key(`,"exitCode":`)
 	if j.ExitCode == nil {
-		b = append(b, "null"...)
+		e.key("null")
 	} else {
-		b = strconv.AppendInt(b, int64(*j.ExitCode), 10)
+		e.b = strconv.AppendInt(e.b, int64(*j.ExitCode), 10)
 	}
-	b = append(b, `,"id":`...)
-	str(j.Id)
-	if j.Input != nil {
-		b = append(b, `,"input":`...)
-		marshal(j.Input)
+	e.key(`,"id":`)
+	e.str(j.Id)
+	e.optional(`,"input":`, j.Input != nil, j.Input)
+	e.optional(`,"killedBy":`, j.KilledBy != nil, j.KilledBy)
+	e.optional(`,"limits":`, j.Limits != nil, j.Limits)
+	e.key(`,"managedEnv":`)
+	e.managedEnv(j.ManagedEnv)
+	e.optional(`,"network":`, j.Network != nil, j.Network)
+	e.b = strconv.AppendInt(append(e.b, `,"pid":`...), int64(j.Pid), 10)
+	e.optional(`,"remaining":`, j.Remaining != nil, j.Remaining)
+	if j.Sandbox != nil {
+		e.key(`,"sandbox":`)
+		e.sandbox(j.Sandbox)
 	}
-	if j.KilledBy != nil {
-		b = append(b, `,"killedBy":`...)
-		marshal(j.KilledBy)
+	e.key(`,"signal":`)
+	e.nullStr(j.Signal)
+	e.key(`,"startedAt":`)
+	e.when(j.StartedAt)
+	e.key(`,"state":`)
+	e.str(string(j.State))
+	e.b = appendOutput(append(e.b, `,"stderr":`...), &j.Stderr)
+	e.b = appendOutput(append(e.b, `,"stdout":`...), &j.Stdout)
+	e.optional(`,"terminal":`, j.Terminal != nil, j.Terminal)
+	e.key(`,"timeoutMs":`)
+	e.i64(j.TimeoutMs)
+	if j.Usage != nil {
+		e.usage(j.Usage)
 	}
-	if j.Limits != nil {
-		b = append(b, `,"limits":`...)
-		marshal(j.Limits)
+	return append(e.b, '}'), e.ok
+}
+
+// jobEncoder is appendJob's buffer, and whether it can do without
+// encoding/json so far.
+type jobEncoder struct {
+	b  []byte
+	ok bool
+}
+
+// key appends k as it is: a field's key with its punctuation, or a literal.
+func (e *jobEncoder) key(k string) { e.b = append(e.b, k...) }
+
+func (e *jobEncoder) str(s string) { e.b = appendString(e.b, s) }
+
+// nullStr appends *p, or null.
+func (e *jobEncoder) nullStr(p *string) {
+	if p == nil {
+		e.key("null")
+		return
 	}
-	b = append(b, `,"managedEnv":`...)
-	if j.ManagedEnv == nil {
-		b = append(b, "null"...)
-	} else {
-		keys := make([]string, 0, len(j.ManagedEnv))
-		for k := range j.ManagedEnv {
-			keys = append(keys, k)
+	e.str(*p)
+}
+
+// when appends t as encoding/json does, or leaves it to encoding/json (ok
+// false) for a year it refuses.
+func (e *jobEncoder) when(t time.Time) {
+	if y := t.Year(); y < 0 || y > 9999 {
+		e.ok = false // encoding/json's error, left to it
+		return
+	}
+	e.b = append(t.AppendFormat(append(e.b, '"'), time.RFC3339Nano), '"')
+}
+
+// i64 appends *p, or null.
+func (e *jobEncoder) i64(p *int64) {
+	if p == nil {
+		e.key("null")
+		return
+	}
+	e.b = strconv.AppendInt(e.b, *p, 10)
+}
+
+// marshal appends what appendJob leaves to encoding/json: the parts of a
+// job that few answers have.
+func (e *jobEncoder) marshal(v any) {
+	m, err := json.Marshal(v)
+	if err != nil {
+		e.ok = false
+		return
+	}
+	e.b = append(e.b, m...)
+}
+
+// optional appends key and v (by encoding/json) when set.
+func (e *jobEncoder) optional(key string, set bool, v any) {
+	if set {
+		e.key(key)
+		e.marshal(v)
+	}
+}
+
+// managedEnv appends the managed snapshot, its keys sorted, or null.
+func (e *jobEncoder) managedEnv(m map[string]string) {
+	if m == nil {
+		e.key("null")
+		return
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	e.b = append(e.b, '{')
+	for i, k := range keys {
+		if i > 0 {
+			e.b = append(e.b, ',')
 		}
-		slices.Sort(keys)
-		b = append(b, '{')
-		for i, k := range keys {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			str(k)
-			b = append(b, ':')
-			str(j.ManagedEnv[k])
-		}
-		b = append(b, '}')
+		e.str(k)
+		e.b = append(e.b, ':')
+		e.str(m[k])
 	}
-	if j.Network != nil {
-		b = append(b, `,"network":`...)
-		marshal(j.Network)
+	e.b = append(e.b, '}')
+}
+
+// sandbox appends the job's policy: by hand without an allowlist, else by
+// encoding/json.
+func (e *jobEncoder) sandbox(s *api.SandboxPolicy) {
+	if s.Allow != nil {
+		e.marshal(s)
+		return
 	}
-	b = strconv.AppendInt(append(b, `,"pid":`...), int64(j.Pid), 10)
-	if j.Remaining != nil {
-		b = append(b, `,"remaining":`...)
-		marshal(j.Remaining)
+	e.key(`{"network":`)
+	e.str(string(s.Network))
+	e.key(`,"policy":`)
+	e.str(string(s.Policy))
+	e.b = append(e.b, '}')
+}
+
+// usage appends the usage field.
+func (e *jobEncoder) usage(u *api.JobUsage) {
+	e.b = strconv.AppendInt(append(e.b, `,"usage":{"cpuMs":`...), u.CpuMs, 10)
+	if u.PeakMemoryBytes != nil {
+		e.b = strconv.AppendInt(append(e.b, `,"peakMemoryBytes":`...), *u.PeakMemoryBytes, 10)
 	}
-	if s := j.Sandbox; s != nil {
-		b = append(b, `,"sandbox":`...)
-		if s.Allow != nil {
-			marshal(s)
-		} else {
-			b = append(b, `{"network":`...)
-			str(string(s.Network))
-			b = append(b, `,"policy":`...)
-			str(string(s.Policy))
-			b = append(b, '}')
-		}
+	if u.PeakPids != nil {
+		e.b = strconv.AppendInt(append(e.b, `,"peakPids":`...), *u.PeakPids, 10)
 	}
-	b = append(b, `,"signal":`...)
-	if j.Signal == nil {
-		b = append(b, "null"...)
-	} else {
-		str(*j.Signal)
-	}
-	b = append(b, `,"startedAt":`...)
-	when(j.StartedAt)
-	b = append(b, `,"state":`...)
-	str(string(j.State))
-	b = appendOutput(append(b, `,"stderr":`...), &j.Stderr)
-	b = appendOutput(append(b, `,"stdout":`...), &j.Stdout)
-	if j.Terminal != nil {
-		b = append(b, `,"terminal":`...)
-		marshal(j.Terminal)
-	}
-	b = append(b, `,"timeoutMs":`...)
-	i64(j.TimeoutMs)
-	if u := j.Usage; u != nil {
-		b = strconv.AppendInt(append(b, `,"usage":{"cpuMs":`...), u.CpuMs, 10)
-		if u.PeakMemoryBytes != nil {
-			b = strconv.AppendInt(append(b, `,"peakMemoryBytes":`...), *u.PeakMemoryBytes, 10)
-		}
-		if u.PeakPids != nil {
-			b = strconv.AppendInt(append(b, `,"peakPids":`...), *u.PeakPids, 10)
-		}
-		b = append(b, '}')
-	}
-	return append(b, '}'), ok
+	e.b = append(e.b, '}')
 }
 
 func appendOutput(b []byte, o *api.Output) []byte {

@@ -224,6 +224,37 @@ func NewServer(d Deps) (http.Handler, error) {
 	if d.Token == "" {
 		return nil, errors.New("http: empty token")
 	}
+	s := newServer(d)
+	doc, err := loadContract(d.Spec)
+	if err != nil {
+		return nil, err
+	}
+	r := chi.NewRouter()
+	s.router = r
+	if err := s.useMiddleware(r, d, doc); err != nil {
+		return nil, err
+	}
+	r.NotFound(func(w http.ResponseWriter, r *http.Request) { s.writeError(w, r, errNotFound) })
+	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) { s.writeError(w, r, errMethodNotAllowed) })
+	if err := s.mountOutsideContract(r, d); err != nil {
+		return nil, err
+	}
+	strict := api.NewStrictHandlerWithOptions(s, []api.StrictMiddlewareFunc{keepAccept}, api.StrictHTTPServerOptions{
+		RequestErrorHandlerFunc: func(w http.ResponseWriter, r *http.Request, err error) {
+			s.writeError(w, r, fmt.Errorf("%w: %v", errBadRequest, err))
+		},
+		ResponseErrorHandlerFunc: s.writeError,
+	})
+	return api.HandlerWithOptions(strict, api.ChiServerOptions{
+		BaseRouter: r,
+		ErrorHandlerFunc: func(w http.ResponseWriter, r *http.Request, err error) {
+			s.writeError(w, r, fmt.Errorf("%w: %v", errBadRequest, err))
+		},
+	}), nil
+}
+
+// newServer is the Server of d, with the defaults of what d leaves out.
+func newServer(d Deps) *Server {
 	s := &Server{
 		logger:      d.Logger,
 		token:       []byte(d.Token),
@@ -264,8 +295,13 @@ func NewServer(d Deps) (http.Handler, error) {
 	if s.keepAlive <= 0 {
 		s.keepAlive = 15 * time.Second
 	}
+	return s
+}
 
-	doc, err := openapi3.NewLoader().LoadFromData(d.Spec)
+// loadContract loads and validates the contract, as the request validator
+// uses it.
+func loadContract(spec []byte) (*openapi3.T, error) {
+	doc, err := openapi3.NewLoader().LoadFromData(spec)
 	if err != nil {
 		return nil, fmt.Errorf("load contract: %w", err)
 	}
@@ -278,9 +314,14 @@ func NewServer(d Deps) (http.Handler, error) {
 		return nil, err
 	}
 	leaveSecurityToAuthenticate(doc)
+	return doc, nil
+}
 
-	r := chi.NewRouter()
-	s.router = r
+// useMiddleware puts every request through the middleware, in order: stage
+// timing, deadlines and framing, request ids and metrics, the Host check,
+// the security headers, authentication, forwarding to another replica
+// (cluster mode), the body limit, and validation against doc.
+func (s *Server) useMiddleware(r *chi.Mux, d Deps, doc *openapi3.T) error {
 	validator, err := newContractValidator(doc, r, &openapi3filter.Options{
 		// None is called (leaveSecurityToAuthenticate); the validator
 		// wants one all the same.
@@ -290,7 +331,7 @@ func NewServer(d Deps) (http.Handler, error) {
 		return (isUI(r.URL.Path) && r.Method != http.MethodPost && r.Method != http.MethodDelete) || r.URL.Path == mcpPath
 	}, s.writeError)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	mws := []func(http.Handler) http.Handler{timeStages, s.bodyDeadline, s.closeChunked, s.requestID, s.observe, s.checkHost, s.secureHeaders, s.authenticate}
 	if d.JobRouter != nil {
@@ -304,12 +345,16 @@ func NewServer(d Deps) (http.Handler, error) {
 		}
 	}
 	r.Use(append(mws, s.limitBody, validator.handler)...)
-	r.NotFound(func(w http.ResponseWriter, r *http.Request) { s.writeError(w, r, errNotFound) })
-	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) { s.writeError(w, r, errMethodNotAllowed) })
+	return nil
+}
 
+// mountOutsideContract mounts the routes the generated handler does not
+// serve: the contract itself, the metrics, the UI's files and sign-in, and
+// the MCP endpoint.
+func (s *Server) mountOutsideContract(r chi.Router, d Deps) error {
 	specJSON, err := yamlToJSON(d.Spec)
 	if err != nil {
-		return nil, fmt.Errorf("contract as JSON: %w", err)
+		return fmt.Errorf("contract as JSON: %w", err)
 	}
 	r.Get("/openapi.json", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
@@ -341,7 +386,6 @@ func NewServer(d Deps) (http.Handler, error) {
 			files.ServeHTTP(w, r)
 		})
 	}
-
 	if d.MCP != nil {
 		r.HandleFunc(mcpPath, func(w http.ResponseWriter, r *http.Request) {
 			if err := d.MCP.ServeMCP(w, r); err != nil {
@@ -349,19 +393,7 @@ func NewServer(d Deps) (http.Handler, error) {
 			}
 		})
 	}
-
-	strict := api.NewStrictHandlerWithOptions(s, []api.StrictMiddlewareFunc{keepAccept}, api.StrictHTTPServerOptions{
-		RequestErrorHandlerFunc: func(w http.ResponseWriter, r *http.Request, err error) {
-			s.writeError(w, r, fmt.Errorf("%w: %v", errBadRequest, err))
-		},
-		ResponseErrorHandlerFunc: s.writeError,
-	})
-	return api.HandlerWithOptions(strict, api.ChiServerOptions{
-		BaseRouter: r,
-		ErrorHandlerFunc: func(w http.ResponseWriter, r *http.Request, err error) {
-			s.writeError(w, r, fmt.Errorf("%w: %v", errBadRequest, err))
-		},
-	}), nil
+	return nil
 }
 
 // hasUIFile reports whether name is a file of the UI, or a directory with an

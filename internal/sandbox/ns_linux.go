@@ -193,8 +193,63 @@ func (pl *plan) enter() (ln net.Listener, err error) {
 	return ln, pl.build(&ln)
 }
 
-// build is enter's work; *ln gets the proxy's listener.
+// build is enter's work, in the order the view must be built: the
+// namespaces (*ln gets the proxy's listener), the agent's view, the trees
+// to keep taken before anything hides them, the read-only base, the trees
+// grafted back, the home and the token hidden, the hidden paths covered,
+// and the privileges dropped last.
 func (pl *plan) build(ln *net.Listener) error {
+	if err := pl.unshare(ln); err != nil {
+		return err
+	}
+	if pl.view != nil {
+		if err := pl.view.attach(); err != nil {
+			return err
+		}
+		if pl.viewOnly {
+			return nil
+		}
+	}
+	var gs grafts
+	defer func() { gs.close() }() // the trees taken by then
+	if err := pl.takeTrees(&gs); err != nil {
+		return err
+	}
+	if pl.readOnlyRoot {
+		if err := readOnlyBase(); err != nil {
+			return err
+		}
+	}
+	// The home's tmpfs goes on last but skills: the writable roots first.
+	for i := range gs {
+		if g := &gs[i]; g.at != pl.skills {
+			if err := g.attach(); err != nil {
+				return err
+			}
+		}
+	}
+	for _, r := range pl.protected {
+		if err := gs.take(r, r, true); err != nil {
+			return err
+		}
+		if err := gs[len(gs)-1].attach(); err != nil {
+			return err
+		}
+	}
+	if err := pl.hideHome(gs); err != nil {
+		return err
+	}
+	if err := pl.hidePaths(); err != nil {
+		return err
+	}
+	return dropPrivileges()
+}
+
+// unshare gives the thread a mount namespace of its own, slave to the
+// host's so nothing mounted in it reaches the host, and the network
+// namespace of the plan: one made ahead or now, its loopback up, and the
+// proxy's listener in it (*ln).
+func (pl *plan) unshare(ln *net.Listener) error {
 	flags := unix.CLONE_NEWNS | unix.CLONE_FS
 	// A fresh network namespace made ahead (netpool_linux.go), or one
 	// made now.
@@ -221,79 +276,75 @@ func (pl *plan) build(ln *net.Listener) error {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_SLAVE, ""); err != nil {
 		return fmt.Errorf("make / a slave: %w", err)
 	}
-	if pl.view != nil {
-		if err := pl.view.attach(); err != nil {
-			return err
-		}
-		if pl.viewOnly {
-			return nil
+	return nil
+}
+
+// grafts are the trees taken to be grafted back.
+type grafts []graft
+
+// take clones the mount tree at path, to be attached at at.
+func (gs *grafts) take(path, at string, readOnly bool) error {
+	fd, err := unix.OpenTree(unix.AT_FDCWD, path, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
+	if err != nil {
+		return fmt.Errorf("open_tree %s: %w", path, err)
+	}
+	*gs = append(*gs, graft{fd: fd, at: at, readOnly: readOnly})
+	return nil
+}
+
+// close closes the trees not attached.
+func (gs grafts) close() {
+	for _, g := range gs {
+		if g.fd >= 0 {
+			unix.Close(g.fd)
 		}
 	}
-	var grafts []graft
-	defer func() {
-		for _, g := range grafts {
-			if g.fd >= 0 {
-				unix.Close(g.fd)
-			}
-		}
-	}()
-	take := func(path, at string, readOnly bool) error {
-		fd, err := unix.OpenTree(unix.AT_FDCWD, path, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
-		if err != nil {
-			return fmt.Errorf("open_tree %s: %w", path, err)
-		}
-		grafts = append(grafts, graft{fd: fd, at: at, readOnly: readOnly})
-		return nil
-	}
+}
+
+// takeTrees takes, before anything hides their places, the trees the view
+// shows again: under a read-only root the writable roots, the visible
+// paths and the device nodes; and the skills.
+func (pl *plan) takeTrees(gs *grafts) error {
 	if pl.readOnlyRoot {
 		for _, r := range pl.writable {
-			if err := take(r, r, false); err != nil {
+			if err := gs.take(r, r, false); err != nil {
 				return err
 			}
 		}
 		for _, r := range pl.visible {
-			if err := take(r, r, true); err != nil {
+			if err := gs.take(r, r, true); err != nil {
 				return err
 			}
 		}
 		for _, n := range devNodes {
-			if err := take("/dev/"+n, "/dev/"+n, false); err != nil {
+			if err := gs.take("/dev/"+n, "/dev/"+n, false); err != nil {
 				return err
 			}
 		}
 	}
 	if pl.skills != "" {
-		if err := take(pl.skills, pl.skills, true); err != nil {
+		if err := gs.take(pl.skills, pl.skills, true); err != nil {
 			return err
 		}
 	}
-	if pl.readOnlyRoot {
-		if err := setReadOnly(unix.AT_FDCWD, "/", 0); err != nil {
-			return err
-		}
-		if err := unix.Mount("tmpfs", "/tmp", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777"); err != nil {
-			return fmt.Errorf("tmpfs /tmp: %w", err)
-		}
-		if err := minimalDev(); err != nil {
-			return err
-		}
+	return nil
+}
+
+// readOnlyBase makes the whole file system read-only, with a private /tmp
+// and a minimal /dev.
+func readOnlyBase() error {
+	if err := setReadOnly(unix.AT_FDCWD, "/", 0); err != nil {
+		return err
 	}
-	// The home's tmpfs goes on last but skills: the writable roots first.
-	for i := range grafts {
-		if g := &grafts[i]; g.at != pl.skills {
-			if err := g.attach(); err != nil {
-				return err
-			}
-		}
+	if err := unix.Mount("tmpfs", "/tmp", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777"); err != nil {
+		return fmt.Errorf("tmpfs /tmp: %w", err)
 	}
-	for _, r := range pl.protected {
-		if err := take(r, r, true); err != nil {
-			return err
-		}
-		if err := grafts[len(grafts)-1].attach(); err != nil {
-			return err
-		}
-	}
+	return minimalDev()
+}
+
+// hideHome hides the dshd home under a read-only tmpfs, with the skills of
+// gs grafted back into it, and covers the token file.
+func (pl *plan) hideHome(gs grafts) error {
 	if pl.home != "" && !exists(pl.home) && pl.skills != "" {
 		// Hidden already (under the private /tmp): still show skills.
 		_ = os.MkdirAll(pl.home, 0o755)
@@ -302,8 +353,8 @@ func (pl *plan) build(ln *net.Listener) error {
 		if err := unix.Mount("tmpfs", pl.home, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755"); err != nil {
 			return fmt.Errorf("tmpfs over the home: %w", err)
 		}
-		for i := range grafts {
-			if g := &grafts[i]; g.at == pl.skills && g.fd >= 0 {
+		for i := range gs {
+			if g := &gs[i]; g.at == pl.skills && g.fd >= 0 {
 				if err := g.attach(); err != nil {
 					return err
 				}
@@ -318,6 +369,12 @@ func (pl *plan) build(ln *net.Listener) error {
 			return fmt.Errorf("cover the token file: %w", err)
 		}
 	}
+	return nil
+}
+
+// hidePaths covers the hidden paths present in the view: a directory with
+// an empty read-only tmpfs, anything else with /dev/null.
+func (pl *plan) hidePaths() error {
 	for _, p := range pl.hidden {
 		fi, err := os.Stat(p)
 		switch {
@@ -333,7 +390,7 @@ func (pl *plan) build(ln *net.Listener) error {
 			}
 		}
 	}
-	return dropPrivileges()
+	return nil
 }
 
 // attach mounts a clone of the view at its target.

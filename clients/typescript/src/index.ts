@@ -7,11 +7,12 @@
 // a job's raw output as bytes), and problems as typed errors.
 import createClient, { type Client, type Middleware } from "openapi-fetch";
 import type { components, paths } from "./schema.js";
+import { must, ProblemError, type Problem } from "./problem.js";
 
 export type { components, paths };
 export { listTools, type ToolFormat, type ToolFormats } from "./tools.js";
+export { must, ProblemError, type Problem } from "./problem.js";
 export type Schemas = components["schemas"];
-export type Problem = Schemas["Problem"];
 export type Job = Schemas["Job"];
 export type Agent = Schemas["Agent"];
 /** A contributor, told apart by `kind` (builtin, static, template, webhook). */
@@ -23,30 +24,6 @@ export type TranscriptEvent = Schemas["TranscriptEvent"];
 export type TranscriptHeader = Transcript["header"];
 /** One line of the transcript as stored: the header first, then events. */
 export type TranscriptLine = TranscriptHeader | TranscriptEvent;
-
-/** An error answer of dshd: RFC 9457 problem details with a `code`. */
-export class ProblemError extends Error {
-  readonly status: number;
-  readonly code: string;
-  readonly problem: Problem;
-  constructor(problem: Problem) {
-    super(`${problem.status} ${problem.code}: ${problem.detail ?? problem.title}`);
-    this.name = "ProblemError";
-    this.status = problem.status;
-    this.code = problem.code;
-    this.problem = problem;
-  }
-}
-
-/** Returns data, or throws the problem openapi-fetch returned as error. */
-export function must<T>(r: { data?: T; error?: unknown; response: Response }): T {
-  if (r.error !== undefined || !r.response.ok) {
-    const e = r.error as Partial<Problem> | undefined;
-    if (e && typeof e === "object" && typeof e.code === "string") throw new ProblemError(e as Problem);
-    throw new ProblemError({ type: "about:blank", title: r.response.statusText, status: r.response.status, code: "unexpected_response" });
-  }
-  return r.data as T;
-}
 
 /** The typed openapi-fetch client, with the bearer token on every request. */
 export type DshdFetch = Client<paths>;

@@ -2,7 +2,7 @@
 // say "one of these arrays", so listTools ties each format to its own type.
 import type { Client } from "openapi-fetch";
 import type { components, paths } from "./schema.js";
-import { must } from "./index.js";
+import { must } from "./problem.js";
 
 type Schemas = components["schemas"];
 

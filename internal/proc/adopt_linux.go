@@ -1,4 +1,4 @@
-package exec
+package proc
 
 import (
 	"encoding/json"
@@ -22,9 +22,9 @@ import (
 // the next start stops those that still run with the recorded start time,
 // with everything below them.
 
-// adoptedFile is the record of adopted processes in the running index; its
+// AdoptedFile is the record of adopted processes in the running index; its
 // name has no .json suffix, so it is never read as a job.
-const adoptedFile = "adopted"
+const AdoptedFile = "adopted"
 
 // adoptPoll is how often the adopted processes are listed. Adoption sends
 // no signal: a process adopted less than this before a crash is missed.
@@ -42,13 +42,12 @@ type procRef struct {
 // the job that caused it.
 const adoptQuiet = 2 * time.Second
 
-// watchAdopted keeps the adopted file up to date until stop is closed, and
+// WatchAdopted keeps the adopted file up to date until stop is closed, and
 // closes done when it returns. It lists dshd's children while any process
 // of the runner runs or lingers, for adoptQuiet after, and while any
 // adopted process is left; an idle server reads nothing.
-func (e *Executor) watchAdopted(stop <-chan struct{}, done chan<- struct{}) {
+func (r *Runner) WatchAdopted(path string, stop <-chan struct{}, done chan<- struct{}) {
 	defer close(done)
-	path := filepath.Join(e.indexDir(), adoptedFile)
 	t := time.NewTicker(adoptPoll)
 	defer t.Stop()
 	var (
@@ -63,7 +62,7 @@ func (e *Executor) watchAdopted(stop <-chan struct{}, done chan<- struct{}) {
 			return
 		case now = <-t.C:
 		}
-		busy, n := e.run.activity()
+		busy, n := r.Activity()
 		if busy || n != launches {
 			launches, lastActive = n, now
 		}
@@ -75,7 +74,7 @@ func (e *Executor) watchAdopted(stop <-chan struct{}, done chan<- struct{}) {
 			continue
 		}
 		if err := writeAdopted(path, cur); err != nil {
-			e.log.Warn("record adopted processes", "err", err)
+			r.log.Warn("record adopted processes", "err", err)
 			continue
 		}
 		last = cur
@@ -111,7 +110,7 @@ func childrenOf(pid int) []int {
 		return out
 	}
 	var out []int
-	for _, st := range scanProcs() {
+	for _, st := range ScanProcs() {
 		if st.ppid == pid {
 			out = append(out, st.pid)
 		}
@@ -164,11 +163,11 @@ func writeAdopted(path string, refs []procRef) error {
 	return os.Rename(tmp, path)
 }
 
-// killRecordedAdopted SIGKILLs the processes an earlier run recorded as
+// KillRecordedAdopted SIGKILLs the processes an earlier run recorded as
 // adopted that still run with the recorded start time, and everything
 // below them (from procs), adds them to killed, and removes the record.
-func killRecordedAdopted(dir string, procs []procStat, killed map[int]struct{}) error {
-	path := filepath.Join(dir, adoptedFile)
+func KillRecordedAdopted(dir string, procs []Stat, killed map[int]struct{}) error {
+	path := filepath.Join(dir, AdoptedFile)
 	b, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
@@ -182,11 +181,11 @@ func killRecordedAdopted(dir string, procs []procStat, killed map[int]struct{}) 
 		_ = os.Remove(path)
 		return err // cut short by the crash: nothing to trust in it
 	}
-	children := make(map[int][]procStat)
+	children := make(map[int][]Stat)
 	for _, st := range procs {
 		children[st.ppid] = append(children[st.ppid], st)
 	}
-	var queue []procStat
+	var queue []Stat
 	for _, ref := range refs {
 		if st, ok := readStat(ref.PID); ok && ref.Start != 0 && st.start == ref.Start && st.state != 'Z' {
 			queue = append(queue, st)
@@ -202,3 +201,8 @@ func killRecordedAdopted(dir string, procs []procStat, killed map[int]struct{}) 
 	}
 	return os.Remove(path)
 }
+
+// ForgetAdopted removes the record of adopted processes at path: at
+// shutdown every adopted process was killed, and a next start has nothing
+// to stop.
+func ForgetAdopted(path string) error { return writeAdopted(path, nil) }

@@ -1,4 +1,4 @@
-package exec
+package proc
 
 import (
 	"context"
@@ -165,16 +165,17 @@ func CgroupName(home string) string { return cgroupName(home) }
 var anonGroups atomic.Int64
 
 // Containment reports how jobs are contained.
-func (e *Executor) Containment() ContainmentInfo {
-	info := e.run.cont.info
-	info.Limits = e.run.cont.enforcement(Limits{Pids: 1, MemoryBytes: 1, CPU: 1})
+func (r *Runner) Containment() ContainmentInfo {
+	c := r.cont
+	info := c.info
+	info.Limits = c.enforcement(Limits{Pids: 1, MemoryBytes: 1, CPU: 1})
 	info.Controllers = append([]string(nil), info.Controllers...)
 	info.V1Controllers = append([]string(nil), info.V1Controllers...)
 	return info
 }
 
-// containSpec is the containment of one spawn.
-type containSpec struct {
+// ContainSpec is the containment of one spawn.
+type ContainSpec struct {
 	c      *container
 	mgr    *cgroup.Manager // create a cgroup named name; nil in group mode
 	name   string
@@ -185,12 +186,12 @@ type containSpec struct {
 
 // forJob returns the containment of the job or process named name, with
 // limits lim.
-func (c *container) forJob(name string, lim Limits) containSpec {
-	return containSpec{c: c, mgr: c.mgr, name: name, track: c.info.Subreaper, limits: lim}
+func (c *container) forJob(name string, lim Limits) ContainSpec {
+	return ContainSpec{c: c, mgr: c.mgr, name: name, track: c.info.Subreaper, limits: lim}
 }
 
 // group creates the spawn's cgroup; nil in group mode.
-func (s containSpec) group() (*cgroup.Group, error) {
+func (s ContainSpec) group() (*cgroup.Group, error) {
 	if s.mgr == nil {
 		return nil, nil
 	}
@@ -235,7 +236,7 @@ func (c *container) close() {
 // its process group, and the members of its cgroup or, in group mode, the
 // descendants traced from the leader, that are outside the group. SIGKILL
 // ends with cgroup.kill, which nothing in the group escapes.
-func (p *proc) signalJob(sig syscall.Signal) {
+func (p *Process) signalJob(sig syscall.Signal) {
 	switch {
 	case p.tree != nil:
 		// Trace before any signal: once a parent dies its children are
@@ -259,7 +260,7 @@ func (p *proc) signalJob(sig syscall.Signal) {
 // the processes started outside the group in between. A pid is signalled
 // only while it has the start time it was listed with.
 func signalOnce(pgid int, sig syscall.Signal, members func() []int) {
-	before := make(map[int]procStat)
+	before := make(map[int]Stat)
 	for _, pid := range members() {
 		if st, ok := readStat(pid); ok {
 			before[pid] = st
@@ -284,8 +285,8 @@ func signalOnce(pgid int, sig syscall.Signal, members func() []int) {
 	}
 }
 
-// jobAlive reports whether any process of p is left.
-func (p *proc) jobAlive() bool {
+// JobAlive reports whether any process of p is left.
+func (p *Process) JobAlive() bool {
 	if p.cg != nil {
 		return p.cg.Populated()
 	}
@@ -301,7 +302,7 @@ func removeGroup(g *cgroup.Group) {
 
 // releaseGroup records the usage of p's cgroup and removes it, once empty.
 // It reports false if the group is still populated.
-func (p *proc) releaseGroup() bool { return p.releaseEmpty(false) }
+func (p *Process) releaseGroup() bool { return p.releaseEmpty(false) }
 
 // releaseLater is releaseEmpty(true) for the waiter, which has just seen
 // the group empty: it records the group's usage and returns the group to
@@ -309,7 +310,7 @@ func (p *proc) releaseGroup() bool { return p.releaseEmpty(false) }
 // the kernel may refuse for a moment after the last exit, is not between
 // the job's end and its response. An empty group holds nothing: a crash
 // before the removal leaves one that the next start removes (Leftovers).
-func (p *proc) releaseLater() *cgroup.Group {
+func (p *Process) releaseLater() *cgroup.Group {
 	if p.cg == nil {
 		return nil
 	}
@@ -329,7 +330,7 @@ func (p *proc) releaseLater() *cgroup.Group {
 
 // releaseEmpty is releaseGroup; empty says the caller has just seen the
 // group empty, which spares reading it again.
-func (p *proc) releaseEmpty(empty bool) bool {
+func (p *Process) releaseEmpty(empty bool) bool {
 	if p.cg == nil {
 		return true
 	}
@@ -355,15 +356,15 @@ func (p *proc) releaseEmpty(empty bool) bool {
 // or, in group mode, of its process group and its traced descendants
 // outside it. procs is a scan of /proc shared by the counts of one sweep,
 // taken on first use; nil to scan alone.
-func (p *proc) countRemaining(procs *[]procStat) int {
+func (p *Process) countRemaining(procs *[]Stat) int {
 	if p.cg != nil {
 		return len(p.cg.Procs())
 	}
 	if procs == nil {
-		procs = new([]procStat)
+		procs = new([]Stat)
 	}
 	if *procs == nil {
-		*procs = scanProcs()
+		*procs = ScanProcs()
 	}
 	n := 0
 	for _, st := range *procs {
@@ -406,8 +407,8 @@ func newTree(leader int, start uint64) *tree {
 
 // trace adds every live descendant of a known process. Caller holds t.mu.
 func (t *tree) trace() {
-	children := make(map[int][]procStat)
-	for _, st := range scanProcs() {
+	children := make(map[int][]Stat)
+	for _, st := range ScanProcs() {
 		children[st.ppid] = append(children[st.ppid], st)
 	}
 	var queue []int
@@ -460,18 +461,36 @@ func (t *tree) alive() bool {
 	return false
 }
 
-// procStat is what dshd reads from /proc/<pid>/stat.
-type procStat struct {
+// Stat is what dshd reads from /proc/<pid>/stat.
+type Stat struct {
 	pid, ppid, pgid int
 	state           byte
 	start           uint64
 }
 
+// PID is the process's id.
+func (s Stat) PID() int { return s.pid }
+
+// PPID is its parent's.
+func (s Stat) PPID() int { return s.ppid }
+
+// PGID is its process group's.
+func (s Stat) PGID() int { return s.pgid }
+
+// State is its state letter ('R', 'S', 'Z', …).
+func (s Stat) State() byte { return s.state }
+
+// Start is its start time in clock ticks since boot (field 22).
+func (s Stat) Start() uint64 { return s.start }
+
+// ReadStat reads /proc/<pid>/stat; false if the process is gone.
+func ReadStat(pid int) (Stat, bool) { return readStat(pid) }
+
 // readStat reads /proc/<pid>/stat.
-func readStat(pid int) (procStat, bool) {
+func readStat(pid int) (Stat, bool) {
 	b, err := cgroup.ReadSmall("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
-		return procStat{}, false
+		return Stat{}, false
 	}
 	return parseStat(pid, string(b))
 }
@@ -479,35 +498,35 @@ func readStat(pid int) (procStat, bool) {
 // parseStat parses "pid (comm) state ppid pgrp session tty tpgid flags
 // minflt cminflt majflt cmajflt utime stime cutime cstime priority nice
 // num_threads itrealvalue starttime ..."; comm may hold spaces and ")".
-func parseStat(pid int, s string) (procStat, bool) {
+func parseStat(pid int, s string) (Stat, bool) {
 	i := strings.LastIndexByte(s, ')')
 	if i < 0 || i+2 >= len(s) {
-		return procStat{}, false
+		return Stat{}, false
 	}
 	f := strings.Fields(s[i+2:])
 	if len(f) < 20 {
-		return procStat{}, false
+		return Stat{}, false
 	}
-	st := procStat{pid: pid, state: f[0][0]}
+	st := Stat{pid: pid, state: f[0][0]}
 	var err1, err2, err3 error
 	st.ppid, err1 = strconv.Atoi(f[1])
 	st.pgid, err2 = strconv.Atoi(f[2])
 	st.start, err3 = strconv.ParseUint(f[19], 10, 64)
 	if err := errors.Join(err1, err2, err3); err != nil {
-		return procStat{}, false
+		return Stat{}, false
 	}
 	return st, true
 }
 
-// scanProcs reads the stat of every process.
-func scanProcs() []procStat {
+// ScanProcs reads the stat of every process.
+func ScanProcs() []Stat {
 	d, err := os.Open("/proc")
 	if err != nil {
 		return nil
 	}
 	defer d.Close()
 	names, _ := d.Readdirnames(-1)
-	out := make([]procStat, 0, len(names))
+	out := make([]Stat, 0, len(names))
 	for _, n := range names {
 		pid, err := strconv.Atoi(n)
 		if err != nil {
@@ -525,7 +544,7 @@ func scanProcs() []procStat {
 // them, and returns how many it signalled.
 func killAdopted() int {
 	self := os.Getpid()
-	all := scanProcs()
+	all := ScanProcs()
 	children := make(map[int][]int)
 	for _, st := range all {
 		children[st.ppid] = append(children[st.ppid], st.pid)
@@ -566,7 +585,7 @@ func removeGroups(gs []*cgroup.Group, d time.Duration) (procs int) {
 // killLingering SIGKILLs what is left of finished jobs and, in group mode,
 // every process dshd adopted; it waits (until ctx ends) for them to go,
 // and removes the cgroups and the subtree.
-func (r *runner) killLingering(ctx context.Context, ps []*proc) {
+func (r *Runner) killLingering(ctx context.Context, ps []*Process) {
 	for _, p := range ps {
 		p.signalJob(syscall.SIGKILL)
 	}
@@ -575,10 +594,10 @@ func (r *runner) killLingering(ctx context.Context, ps []*proc) {
 			r.log.Info("killed processes that had left their jobs", "count", n)
 		}
 	}
-	tick := time.NewTicker(groupPollInterval)
+	tick := time.NewTicker(GroupPollInterval)
 	defer tick.Stop()
 	for _, p := range ps {
-		for p.jobAlive() {
+		for p.JobAlive() {
 			select {
 			case <-ctx.Done():
 				return
@@ -588,4 +607,125 @@ func (r *runner) killLingering(ctx context.Context, ps []*proc) {
 		p.releaseGroup()
 	}
 	r.cont.close()
+}
+
+// ForJob returns the containment of the job or process named name, with
+// limits lim, for Spec.Contain.
+func (r *Runner) ForJob(name string, lim Limits) ContainSpec { return r.cont.forJob(name, lim) }
+
+// WithSpare returns s spawning into g, the group named s's name made ahead
+// (Runner.TakeSpare), instead of a group made for it.
+func (s ContainSpec) WithSpare(g *cgroup.Group) ContainSpec {
+	s.spare = g
+	return s
+}
+
+// Enforcement says how each limit of l is enforced on this host.
+func (r *Runner) Enforcement(l Limits) LimitEnforcement { return r.cont.enforcement(l) }
+
+// Subreaper reports whether dshd adopts the descendants that leave their
+// process group (group mode).
+func (r *Runner) Subreaper() bool { return r.cont.info.Subreaper }
+
+// StartSpares starts keeping a few empty job groups made ahead, each named
+// by newID (cgroup mode; nothing in group mode). Call it after the
+// leftovers of an earlier run are stopped, so that none is taken for one.
+func (r *Runner) StartSpares(newID func() string) {
+	r.cont.spares = newSpares(r.cont.mgr, newID, r.log)
+}
+
+// TakeSpare returns a group made ahead and the id it is named by, one made
+// after last (the id a job got before); "", nil if none is ready.
+func (r *Runner) TakeSpare(last string) (string, *cgroup.Group) { return r.cont.spares.take(last) }
+
+// RefillSpares makes groups ahead again, in the background, up to the
+// number kept.
+func (r *Runner) RefillSpares() { r.cont.spares.refill() }
+
+// Leftovers are the groups an earlier run of dshd left under this dshd's
+// subtree, killed by KillLeftovers.
+type Leftovers struct {
+	log *slog.Logger
+	gs  []*cgroup.Group   // cgroup v2; none in group mode
+	v1s []*cgroup.V1Group // the v1 groups of a hybrid host
+}
+
+// KillLeftovers kills every process in the groups an earlier run of dshd
+// left (cgroup.kill in cgroup v2; SIGKILL to each process of the v1 groups,
+// which the v2 groups hold too), adding their pids to killed.
+func (r *Runner) KillLeftovers(killed map[int]struct{}) *Leftovers {
+	l := &Leftovers{log: r.log}
+	if r.cont.mgr != nil {
+		var err error
+		if l.gs, err = r.cont.mgr.Leftovers(); err != nil {
+			r.log.Warn("list leftover cgroups", "err", err)
+		}
+		for _, g := range l.gs {
+			for _, pid := range g.Procs() {
+				killed[pid] = struct{}{}
+			}
+			if err := g.Kill(); err != nil {
+				r.log.Warn("kill leftover cgroup", "cgroup", g.Path(), "err", err)
+			}
+		}
+	}
+	// The v1 groups of the lost jobs (hybrid hosts): their processes are
+	// in the cgroup2 groups killed above too; any that are not die here.
+	if r.cont.v1 != nil {
+		l.v1s = r.cont.v1.Leftovers()
+		for _, g := range l.v1s {
+			for _, pid := range g.Procs() {
+				if syscall.Kill(pid, syscall.SIGKILL) == nil {
+					killed[pid] = struct{}{}
+				}
+			}
+		}
+	}
+	return l
+}
+
+// RemoveLater removes the groups once their processes are gone, in the
+// background: nothing new is placed in them, so that need not hold up the
+// start.
+func (l *Leftovers) RemoveLater() {
+	if len(l.gs) == 0 && len(l.v1s) == 0 {
+		return
+	}
+	go func() {
+		for _, g := range l.gs {
+			g.WaitEmpty(10 * time.Second)
+			if err := g.Remove(); err != nil {
+				l.log.Warn("remove leftover cgroup", "err", err)
+			}
+		}
+		for _, g := range l.v1s {
+			for deadline := time.Now().Add(10 * time.Second); len(g.Procs()) > 0 && time.Now().Before(deadline); {
+				time.Sleep(5 * time.Millisecond)
+			}
+			if err := g.Remove(); err != nil {
+				l.log.Warn("remove leftover cgroup v1 groups", "err", err)
+			}
+		}
+	}()
+}
+
+// KillGroup SIGKILLs the process group led by pid if its leader is still
+// the process that started at leaderStart (a recycled pid has another
+// start time), and adds the group's members (from procs, ScanProcs) to
+// killed. A leader that exited leaves a group dshd can no longer prove is
+// the one it started: it is left alone (in cgroup mode the group caught it).
+func KillGroup(pid int, leaderStart uint64, procs []Stat, killed map[int]struct{}) {
+	if pid <= 0 || leaderStart == 0 {
+		return
+	}
+	st, ok := readStat(pid)
+	if !ok || st.start != leaderStart || st.pgid != pid {
+		return
+	}
+	_ = syscall.Kill(-pid, syscall.SIGKILL)
+	for _, p := range procs {
+		if p.pgid == pid && p.state != 'Z' {
+			killed[p.pid] = struct{}{}
+		}
+	}
 }

@@ -1,4 +1,4 @@
-package exec
+package proc
 
 import (
 	"os"
@@ -51,4 +51,23 @@ func TestMarkCloexec(t *testing.T) {
 			}
 		})
 	}
+}
+
+// runChild runs cmd to its end registered with the process's reaper, as the
+// runner's own children are, so that a reaper pass (once a test has made
+// the process a subreaper) cannot reap it before cmd.Wait does.
+func runChild(tb testing.TB, cmd *osexec.Cmd) error {
+	tb.Helper()
+	registered := reaperOf.spawning()
+	err := cmd.Start()
+	pid := 0
+	if err == nil {
+		pid = cmd.Process.Pid
+	}
+	registered(pid)
+	if err != nil {
+		return err
+	}
+	defer reaperOf.reaped(pid)
+	return cmd.Wait()
 }

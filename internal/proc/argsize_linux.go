@@ -1,4 +1,4 @@
-package exec
+package proc
 
 import (
 	"fmt"
@@ -32,9 +32,9 @@ func argSpace() int {
 	return max(min(int(rl.Cur/4), stackLimitCap), minArgSpace)
 }
 
-// checkArgSize returns an error wrapping ErrTooLarge when bash -c command
+// CheckArgSize returns an error wrapping ErrTooLarge when bash -c command
 // with the environment env would exceed what execve accepts.
-func checkArgSize(command string, env []string) error {
+func CheckArgSize(command string, env []string) error {
 	if len(command) > MaxArgBytes {
 		return fmt.Errorf("%w: the command is %d bytes; at most %d are allowed", ErrTooLarge, len(command), MaxArgBytes)
 	}

@@ -1,4 +1,4 @@
-package exec
+package proc
 
 import (
 	"os"
@@ -83,7 +83,7 @@ func (r *reaper) reapAdopted() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	self := os.Getpid()
-	for _, st := range scanProcs() {
+	for _, st := range ScanProcs() {
 		if st.ppid != self || st.state != 'Z' || r.isLeader(st.pid) {
 			continue
 		}

@@ -1,6 +1,6 @@
 //go:build linux
 
-package exec
+package proc
 
 import (
 	"errors"
@@ -25,16 +25,16 @@ import (
 // the pipe buffer and is read well within this time.
 const drainTimeout = 50 * time.Millisecond
 
-// groupPollInterval is how often the kill path checks whether the group is
+// GroupPollInterval is how often the kill path checks whether the group is
 // empty after the leader exited, during the grace period. There is no way to
 // wait for processes that are not our children (grandchildren are reparented
 // to init or a subreaper), so we poll, bounded by the grace.
-const groupPollInterval = 10 * time.Millisecond
+const GroupPollInterval = 10 * time.Millisecond
 
-// proc is one process group led by `bash -c`. It owns the one goroutine
+// Process is one process group led by `bash -c`. It owns the one goroutine
 // that reaps the leader and the kill path shared by timeout, cancel and
 // shutdown.
-type proc struct {
+type Process struct {
 	grace  time.Duration
 	done   chan struct{} // closed after the leader is reaped, output drained and onExit ran
 	doneAt time.Time     // when done was closed, while stages are timed (zero otherwise); read after done
@@ -44,7 +44,7 @@ type proc struct {
 	startedAt  uint64 // the leader's start time (/proc stat field 22) if the spawn knew it; 0 if not
 	startErr   error  // set if the spawn failed
 	stopping   bool
-	reason     State // why stop was requested
+	reason     StopReason // why stop was requested
 	exited     bool
 	killDone   chan struct{} // non-nil once the kill path runs; closed when it ends
 	groupAlive bool          // members of the group outlived the leader
@@ -79,52 +79,52 @@ type proc struct {
 	inSem    chan struct{} // one writer at a time; nil without in
 }
 
-func newProc(grace time.Duration) *proc {
-	return &proc{grace: grace, done: make(chan struct{})}
+func newProc(grace time.Duration) *Process {
+	return &Process{grace: grace, done: make(chan struct{})}
 }
 
-// spawnSpec is what proc.start needs. stdout and stderr receive every chunk
+// Spec is what Runner.Launch needs. Stdout and Stderr receive every chunk
 // read from the child's streams, each from its own goroutine.
-type spawnSpec struct {
+type Spec struct {
 	bash     string
-	command  string
-	dir      string
-	env      []string
+	Command  string
+	Dir      string
+	Env      []string
 	devNull  *os.File
 	pipes    *readyPipes // output pipes made ahead; nil: none
-	stdin    []byte
-	hasStdin bool
-	// openStdin keeps the stdin pipe open after stdin is written, for
-	// writeInput; ignored with tty (a terminal's input is always open).
-	openStdin bool
-	// tty, if set, runs the command in a new pseudo-terminal of that size:
+	Stdin    []byte
+	HasStdin bool
+	// OpenStdin keeps the stdin pipe open after Stdin is written, for
+	// WriteInput; ignored with TTY (a terminal's input is always open).
+	OpenStdin bool
+	// TTY, if set, runs the command in a new pseudo-terminal of that size:
 	// its stdin, stdout and stderr are the terminal, which is the
 	// controlling terminal of the command's own session. Its output is one
 	// stream, fed to stdout; stderr gets nothing.
-	tty    *winsize
-	stdout func([]byte)
-	stderr func([]byte)
-	// onExit runs in the waiter goroutine after the streams are drained and
+	TTY    *Winsize
+	Stdout func([]byte)
+	Stderr func([]byte)
+	// OnExit runs in the waiter goroutine after the streams are drained and
 	// before done is closed.
-	onExit func(ws syscall.WaitStatus, err error)
-	// contain says where the process goes: its own cgroup, or its process
+	OnExit func(ws syscall.WaitStatus, err error)
+	// Contain says where the process goes: its own cgroup, or its process
 	// group traced through /proc (group mode).
-	contain containSpec
-	// onStart, if set, runs once the process is started, before its waiter
+	Contain ContainSpec
+	// OnStart, if set, runs once the process is started, before its waiter
 	// can run onExit.
-	onStart func(pid int)
-	// onRemainder, if set, runs once when the last process that outlived
+	OnStart func(pid int)
+	// OnRemainder, if set, runs once when the last process that outlived
 	// the leader is gone (never if none did, nor at shutdown).
-	onRemainder func()
-	// sandbox, if set, starts the command line (bash -c command) in the
+	OnRemainder func()
+	// Sandbox, if set, starts the command line (bash -c command) in the
 	// job's sandbox: it calls start once, with the program to start (bash
 	// itself on a confined thread, or bubblewrap with bash inside).
-	sandbox func(path string, args []string, start sandbox.StartFunc) error
+	Sandbox func(path string, args []string, start sandbox.StartFunc) error
 }
 
 // start spawns the process. On error nothing is left running, done is
 // closed and onExit is not called.
-func (p *proc) start(s *spawnSpec) error {
+func (p *Process) start(s *Spec) error {
 	err := p.spawn(s)
 	if err != nil {
 		p.mu.Lock()
@@ -136,15 +136,13 @@ func (p *proc) start(s *spawnSpec) error {
 	return err
 }
 
-func (p *proc) spawn(s *spawnSpec) error {
+// spawn runs the stages of one spawn, each timed (stages): the process's
+// groups, its streams, the fork, the record of the leader, then its input,
+// output and waiter.
+func (p *Process) spawn(s *Spec) error {
 	t := stages.Start()
-	cg, err := s.contain.group()
+	cg, v1g, err := s.Contain.groups(s.Sandbox != nil)
 	if err != nil {
-		return err
-	}
-	v1g, err := s.contain.v1Group(s.sandbox != nil)
-	if err != nil {
-		removeGroup(cg)
 		return err
 	}
 	t = stages.Done(stages.Contain, t)
@@ -155,53 +153,7 @@ func (p *proc) spawn(s *spawnSpec) error {
 		return err
 	}
 	t = stages.Done(stages.Streams, t)
-	// os.StartProcess rather than os/exec: the environment is already
-	// one entry per name (baseEnv.with), and the path absolute, so Cmd's
-	// copy of the environment into a map and its look-ups would be work
-	// per command for nothing; its descriptors are ours, so it would start
-	// no goroutine either.
-	// Own process group, so the whole tree is signalled as -pgid.
-	sys := &syscall.SysProcAttr{Setpgid: true}
-	if s.tty != nil {
-		// A session of its own (so also a process group led by the
-		// leader: -pgid still reaches the tree) whose controlling
-		// terminal is the new pty, child fd 0.
-		sys = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
-	}
-	var pidfd int
-	withPidfd(sys, &pidfd)
-	if cg != nil {
-		// Born in the job's cgroup (clone3 CLONE_INTO_CGROUP): no process
-		// of the job ever runs outside it.
-		sys.UseCgroupFD = true
-		sys.CgroupFD = cg.FD()
-	}
-	var leader *os.Process
-	var before, after uint64 // the clock around the fork (starttime_linux.go)
-	startCmd := s.contain.startInV1(&v1g, s.bash, func(path string, args []string, extra []*os.File) error {
-		files := append([]*os.File{st.childIn, st.childOut, st.childErr}, extra...)
-		var err error
-		before = bootTicks()
-		leader, err = os.StartProcess(path, args, &os.ProcAttr{Dir: s.dir, Env: s.env, Files: files, Sys: sys})
-		after = bootTicks()
-		return err
-	})
-	registered := reaperOf.spawning()
-	argv := s.contain.commandLine(s.command)
-	err = s.contain.runForV1(v1g, s.sandbox != nil, func() error {
-		if s.sandbox != nil {
-			return s.sandbox(s.bash, argv, startCmd)
-		}
-		return startCmd(s.bash, argv, nil)
-	})
-	if err == nil {
-		registered(leader.Pid)
-	} else {
-		registered(0)
-		if pidfd >= 0 {
-			syscall.Close(pidfd)
-		}
-	}
+	leader, pidfd, clock, err := fork(s, st, cg, &v1g)
 	// The child has its copies now (or never will): our copies of its ends
 	// must go, or we would never see EOF.
 	st.closeChildEnds(s.devNull)
@@ -209,39 +161,16 @@ func (p *proc) spawn(s *spawnSpec) error {
 		st.closeParentEnds()
 		removeGroup(cg)
 		removeV1(v1g)
-		return spawnError(err, s.dir, s.sandbox != nil)
+		return spawnError(err, s.Dir, s.Sandbox != nil)
 	}
 	if cg != nil {
 		cg.CloseFD()
 	}
 	t = stages.Done(stages.Spawn, t)
 
-	p.mu.Lock()
-	p.cg = cg
-	p.onRemainder = s.onRemainder
-	p.v1 = v1g
-	p.startedAt = startBetween(before, after)
-	if s.contain.track {
-		p.tree = newTree(leader.Pid, p.startedAt)
-	}
-	p.pid = leader.Pid
-	p.applyLimits(s.contain, p.pid)
-	stop := p.stopping
-	if stop {
-		p.killDone = make(chan struct{})
-	}
-	interactive := st.inW != nil && (s.tty != nil || s.openStdin)
-	if interactive {
-		p.in, p.inTTY = st.inW, s.tty != nil
-		p.inSem = make(chan struct{}, 1)
-	}
-	p.mu.Unlock()
-	if stop {
-		go p.kill()
-	}
-
-	if s.onStart != nil {
-		s.onStart(leader.Pid)
+	interactive := p.started(s, st, leader.Pid, cg, v1g, clock)
+	if s.OnStart != nil {
+		s.OnStart(leader.Pid)
 	}
 	t = stages.Done(stages.Index, t)
 	pid := leader.Pid
@@ -250,25 +179,131 @@ func (p *proc) spawn(s *spawnSpec) error {
 		// call: one descriptor per job is enough.
 		leader.Release()
 	}
+	p.feed(s, st, interactive)
+	readers := new(streamReaders)
+	readers.start(st.outR, s.Stdout)
+	if st.errR != nil {
+		readers.start(st.errR, s.Stderr)
+	}
+	go p.wait(s.Contain.c, leader, pid, pidfd, st, readers, s.OnExit, t)
+	return nil
+}
+
+// groups makes the spawn's cgroup (nil in group mode) and its v1 groups
+// (nil if none); on error neither is left.
+func (s ContainSpec) groups(sandboxed bool) (*cgroup.Group, *cgroup.V1Group, error) {
+	cg, err := s.group()
+	if err != nil {
+		return nil, nil, err
+	}
+	v1g, err := s.v1Group(sandboxed)
+	if err != nil {
+		removeGroup(cg)
+		return nil, nil, err
+	}
+	return cg, v1g, nil
+}
+
+// fork starts the leader of s with the child's ends of st, born in cg (nil:
+// its process group alone) and the v1 groups *v1g, through the sandbox if
+// s has one. It returns the leader, its pidfd (-1 without one) and its
+// start time read from the clock around the fork (0 if unknown). The
+// leader is registered with the reaper before any reaper pass can see it.
+func fork(s *Spec, st *streams, cg *cgroup.Group, v1g **cgroup.V1Group) (leader *os.Process, pidfd int, clock uint64, err error) {
+	// os.StartProcess rather than os/exec: the environment is already
+	// one entry per name, and the path absolute, so Cmd's copy of the
+	// environment into a map and its look-ups would be work per command
+	// for nothing; its descriptors are ours, so it would start no
+	// goroutine either.
+	// Own process group, so the whole tree is signalled as -pgid.
+	sys := &syscall.SysProcAttr{Setpgid: true}
+	if s.TTY != nil {
+		// A session of its own (so also a process group led by the
+		// leader: -pgid still reaches the tree) whose controlling
+		// terminal is the new pty, child fd 0.
+		sys = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+	}
+	withPidfd(sys, &pidfd)
+	if cg != nil {
+		// Born in the job's cgroup (clone3 CLONE_INTO_CGROUP): no process
+		// of the job ever runs outside it.
+		sys.UseCgroupFD = true
+		sys.CgroupFD = cg.FD()
+	}
+	var before, after uint64 // the clock around the fork (starttime_linux.go)
+	startCmd := s.Contain.startInV1(v1g, s.bash, func(path string, args []string, extra []*os.File) error {
+		files := append([]*os.File{st.childIn, st.childOut, st.childErr}, extra...)
+		var err error
+		before = bootTicks()
+		leader, err = os.StartProcess(path, args, &os.ProcAttr{Dir: s.Dir, Env: s.Env, Files: files, Sys: sys})
+		after = bootTicks()
+		return err
+	})
+	registered := reaperOf.spawning()
+	argv := s.Contain.commandLine(s.Command)
+	err = s.Contain.runForV1(*v1g, s.Sandbox != nil, func() error {
+		if s.Sandbox != nil {
+			return s.Sandbox(s.bash, argv, startCmd)
+		}
+		return startCmd(s.bash, argv, nil)
+	})
+	if err != nil {
+		registered(0)
+		if pidfd >= 0 {
+			syscall.Close(pidfd)
+		}
+		return nil, -1, 0, err
+	}
+	registered(leader.Pid)
+	return leader, pidfd, startBetween(before, after), nil
+}
+
+// started records the leader pid of p, spawned in cg and v1g with start
+// time clock: its limits applied, its descendants traced (group mode), its
+// input held (interactive, as returned), and its kill path started if Stop
+// came during the spawn.
+func (p *Process) started(s *Spec, st *streams, pid int, cg *cgroup.Group, v1g *cgroup.V1Group, clock uint64) (interactive bool) {
+	p.mu.Lock()
+	p.cg = cg
+	p.onRemainder = s.OnRemainder
+	p.v1 = v1g
+	p.startedAt = clock
+	if s.Contain.track {
+		p.tree = newTree(pid, p.startedAt)
+	}
+	p.pid = pid
+	p.applyLimits(s.Contain, p.pid)
+	stop := p.stopping
+	if stop {
+		p.killDone = make(chan struct{})
+	}
+	interactive = st.inW != nil && (s.TTY != nil || s.OpenStdin)
+	if interactive {
+		p.in, p.inTTY = st.inW, s.TTY != nil
+		p.inSem = make(chan struct{}, 1)
+	}
+	p.mu.Unlock()
+	if stop {
+		go p.kill()
+	}
+	return interactive
+}
+
+// feed writes s.Stdin to the child's input: held open for WriteInput
+// (interactive), or closed once written.
+func (p *Process) feed(s *Spec, st *streams, interactive bool) {
 	switch {
-	case interactive && len(s.stdin) > 0:
-		// The first bytes go in before any writeInput: it waits for the
+	case interactive && len(s.Stdin) > 0:
+		// The first bytes go in before any WriteInput: it waits for the
 		// semaphore this writer holds.
 		p.inSem <- struct{}{}
 		go func() {
 			defer func() { <-p.inSem }()
-			st.inW.Write(s.stdin)
+			st.inW.Write(s.Stdin)
 		}()
 	case !interactive && st.inW != nil:
-		go writeStdin(st.inW, s.stdin)
+		go writeStdin(st.inW, s.Stdin)
 	}
-	readers := new(streamReaders)
-	readers.start(st.outR, s.stdout)
-	if st.errR != nil {
-		readers.start(st.errR, s.stderr)
-	}
-	go p.wait(s.contain.c, leader, pid, pidfd, st, readers, s.onExit, t)
-	return nil
 }
 
 // streams are the descriptors of one spawn: the child's ends, handed to
@@ -285,9 +320,9 @@ type streams struct {
 // handed to the child as *os.File values; the child ends are blocking (as
 // children expect), our ends are in the runtime poller so reads honour
 // deadlines.
-func openStreams(s *spawnSpec) (*streams, error) {
-	if s.tty != nil {
-		master, slave, err := openPTY(*s.tty)
+func openStreams(s *Spec) (*streams, error) {
+	if s.TTY != nil {
+		master, slave, err := openPTY(*s.TTY)
 		if err != nil {
 			return nil, err
 		}
@@ -302,7 +337,7 @@ func openStreams(s *spawnSpec) (*streams, error) {
 		}
 	}
 	st.outR, st.childOut, st.errR, st.childErr = p.outR, p.outW, p.errR, p.errW
-	if s.hasStdin || s.openStdin {
+	if s.HasStdin || s.OpenStdin {
 		var err error
 		if st.childIn, st.inW, err = pipe(false); err != nil {
 			p.close()
@@ -339,7 +374,7 @@ func (st *streams) closeParentEnds() {
 
 // wait is the one goroutine that reaps the leader (waitLeader).
 // t is when the spawn returned (stages).
-func (p *proc) wait(c *container, leader *os.Process, pid, pidfd int, st *streams, readers *streamReaders, onExit func(syscall.WaitStatus, error), t time.Time) {
+func (p *Process) wait(c *container, leader *os.Process, pid, pidfd int, st *streams, readers *streamReaders, onExit func(syscall.WaitStatus, error), t time.Time) {
 	ws, ru, err := waitLeader(leader, pidfd)
 	t = stages.Done(stages.Wait, t)
 	reaperOf.reaped(pid)
@@ -350,7 +385,7 @@ func (p *proc) wait(c *container, leader *os.Process, pid, pidfd int, st *stream
 	// removal) may wait until the job's end is signalled; not once the
 	// container's close has begun, which waits for what was let wait.
 	later := c != nil && c.deferEnd()
-	alive := p.jobAlive()
+	alive := p.JobAlive()
 	remaining := 0
 	var empty *cgroup.Group // removed once the end is recorded
 	if alive {
@@ -416,10 +451,10 @@ func (p *proc) wait(c *container, leader *os.Process, pid, pidfd int, st *stream
 	}
 }
 
-// stop starts the kill path once: SIGTERM to the group, the grace, SIGKILL
+// Stop starts the kill path once: SIGTERM to the group, the grace, SIGKILL
 // to the group. reason is recorded for the job's final state. A stop before
 // the spawn completes takes effect right after it.
-func (p *proc) stop(reason State) {
+func (p *Process) Stop(reason StopReason) {
 	p.mu.Lock()
 	if p.exited || p.stopping {
 		p.mu.Unlock()
@@ -440,7 +475,7 @@ func (p *proc) stop(reason State) {
 	}
 }
 
-func (p *proc) kill() {
+func (p *Process) kill() {
 	defer close(p.killDone)
 	p.throttle(false) // a frozen job would not see its SIGTERM
 	p.signalJob(syscall.SIGTERM)
@@ -454,9 +489,9 @@ func (p *proc) kill() {
 	}
 	// The leader is gone; other members got the same SIGTERM and the rest of
 	// the grace to leave before they are killed.
-	tick := time.NewTicker(groupPollInterval)
+	tick := time.NewTicker(GroupPollInterval)
 	defer tick.Stop()
-	for p.jobAlive() {
+	for p.JobAlive() {
 		select {
 		case <-grace.C:
 			p.signalJob(syscall.SIGKILL)
@@ -469,11 +504,11 @@ func (p *proc) kill() {
 // kill9 SIGKILLs the job at once, whatever the kill path is doing, and
 // reports whether it had any process left to signal. The stop
 // reason stays what stop recorded (Close stops every proc first).
-func (p *proc) kill9() bool {
+func (p *Process) kill9() bool {
 	p.mu.Lock()
 	pid := p.pid
 	p.mu.Unlock()
-	if pid == 0 || !p.jobAlive() {
+	if pid == 0 || !p.JobAlive() {
 		return false
 	}
 	// The whole job, as the kill path's own SIGKILL: the group, and the
@@ -482,10 +517,10 @@ func (p *proc) kill9() bool {
 	return true
 }
 
-// leaderStart returns the leader's start time (clock ticks since boot, as
+// LeaderStart returns the leader's start time (clock ticks since boot, as
 // /proc/<pid>/stat gives it), read from /proc when the spawn did not
 // know it; 0 if the leader is gone.
-func (p *proc) leaderStart() uint64 {
+func (p *Process) LeaderStart() uint64 {
 	p.mu.Lock()
 	start, pid := p.startedAt, p.pid
 	p.mu.Unlock()
@@ -499,14 +534,14 @@ func (p *proc) leaderStart() uint64 {
 }
 
 // stopping reports the reason for a requested stop, if any.
-func (p *proc) stopReason() (State, bool) {
+func (p *Process) StopReason() (StopReason, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.reason, p.stopping
 }
 
-// waitKilled waits for done and for a running kill path to finish.
-func (p *proc) waitKilled(cancel <-chan struct{}) bool {
+// WaitKilled waits for done and for a running kill path to finish.
+func (p *Process) WaitKilled(cancel <-chan struct{}) bool {
 	select {
 	case <-p.done:
 	case <-cancel:
@@ -526,16 +561,16 @@ func (p *proc) waitKilled(cancel <-chan struct{}) bool {
 	}
 }
 
-// lingering reports whether processes of the job outlived the leader.
-func (p *proc) lingering() bool {
+// Lingering reports whether processes of the job outlived the leader.
+func (p *Process) Lingering() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.exited && p.groupAlive && p.pid != 0
 }
 
-// remainder returns how many processes of the job outlived the leader and
+// Remainder returns how many processes of the job outlived the leader and
 // are still there, as last counted; 0 once they are all gone.
-func (p *proc) remainder() int {
+func (p *Process) Remainder() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if !p.exited || !p.groupAlive {
@@ -546,7 +581,7 @@ func (p *proc) remainder() int {
 
 // recount reports whether the remainder is due for a count at now: at
 // every sweep in cgroup mode, every groupRecount in group mode.
-func (p *proc) recount(now time.Time) bool {
+func (p *Process) recount(now time.Time) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.cg == nil && now.Sub(p.countedAt) < groupRecount {
@@ -557,7 +592,7 @@ func (p *proc) recount(now time.Time) bool {
 }
 
 // setRemaining records a new count of the remainder.
-func (p *proc) setRemaining(n int) {
+func (p *Process) setRemaining(n int) {
 	p.mu.Lock()
 	p.remaining = n
 	p.mu.Unlock()
@@ -567,7 +602,7 @@ func (p *proc) setRemaining(n int) {
 // onRemainder, once.
 // The record says none is left only once onRemainder has released what
 // the job held: a caller that sees the remainder gone finds its slot free.
-func (p *proc) remainderGone() {
+func (p *Process) remainderGone() {
 	p.mu.Lock()
 	if !p.groupAlive || p.remainGone {
 		p.mu.Unlock()
@@ -584,10 +619,10 @@ func (p *proc) remainderGone() {
 	p.mu.Unlock()
 }
 
-// stopRemainder starts the kill path (SIGTERM, the grace, SIGKILL) for the
+// StopRemainder starts the kill path (SIGTERM, the grace, SIGKILL) for the
 // processes of a finished job that outlived its leader, once, and reports
 // whether there were any.
-func (p *proc) stopRemainder() bool {
+func (p *Process) StopRemainder() bool {
 	p.mu.Lock()
 	if !p.exited || !p.groupAlive || p.pid == 0 {
 		p.mu.Unlock()
@@ -726,7 +761,7 @@ func pipe(parentReads bool) (r, w *os.File, err error) {
 // under the host's /tmp, say, which the sandbox replaces with its own).
 func spawnError(err error, dir string, sandboxed bool) error {
 	if errors.Is(err, syscall.E2BIG) {
-		// checkArgSize predicts this; the kernel has the last word.
+		// CheckArgSize predicts this; the kernel has the last word.
 		return fmt.Errorf("%w: %w", ErrTooLarge, err)
 	}
 	var pe *fs.PathError
@@ -762,9 +797,9 @@ func groupExists(pgid int) bool {
 	return err == nil || errors.Is(err, syscall.EPERM)
 }
 
-// exitOf turns a wait status into the exit code or signal name reported by
+// ExitOf turns a wait status into the exit code or signal name reported by
 // jobs: a signal death has a name and a nil code.
-func exitOf(ws syscall.WaitStatus) (code *int, signal string) {
+func ExitOf(ws syscall.WaitStatus) (code *int, signal string) {
 	if ws.Signaled() {
 		return nil, signalName(ws.Signal())
 	}
@@ -836,10 +871,52 @@ func signalName(s syscall.Signal) string {
 }
 
 // pidNow returns the leader's pid, 0 before the spawn.
-func (p *proc) pidNow() int {
+func (p *Process) PID() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.pid
 }
 
 const sigKill = syscall.SIGKILL
+
+// Ended returns the record of a process that is not dshd's to run: one an
+// earlier run of dshd left running, with leader pid (0 if unknown). It is
+// done and exited from the start; nothing in it can be signalled.
+func Ended(pid int) *Process {
+	p := newProc(0)
+	p.pid = pid
+	p.exited = true
+	close(p.done)
+	return p
+}
+
+// Done is closed once the leader is reaped, its output drained and the
+// spec's OnExit has run, or once a spawn failed.
+func (p *Process) Done() <-chan struct{} { return p.done }
+
+// DoneAt is when Done was closed, while stages are timed (stages.Start);
+// the zero time otherwise. Read it after Done is closed.
+func (p *Process) DoneAt() time.Time { return p.doneAt }
+
+// StartErr is the error of a failed spawn (or of Failed); nil while the
+// process runs or after it ran.
+func (p *Process) StartErr() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.startErr
+}
+
+// InputOpen reports whether the process's input is still open: the leader
+// has not exited and CloseInput has not run.
+func (p *Process) InputOpen() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return !p.exited && !p.inClosed
+}
+
+// Group is the process's cgroup; nil in group mode or before the spawn.
+func (p *Process) Group() *cgroup.Group {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cg
+}

@@ -1,4 +1,4 @@
-package exec
+package proc
 
 import (
 	"os"
@@ -65,7 +65,7 @@ func (c *container) kernelKind(ctrl string) string {
 // v1Group creates the spawn's v1 groups for a job with a limit that a v1
 // controller enforces (a sandboxed one's in the memory hierarchy too, to
 // measure it: see startInV1); nil otherwise.
-func (s containSpec) v1Group(sandboxed bool) (*cgroup.V1Group, error) {
+func (s ContainSpec) v1Group(sandboxed bool) (*cgroup.V1Group, error) {
 	v1 := s.c.v1
 	if v1 == nil || s.mgr == nil {
 		return nil, nil
@@ -86,7 +86,7 @@ func (s containSpec) v1Group(sandboxed bool) (*cgroup.V1Group, error) {
 // for nothing inside it, so its rusage says nothing of the command, and
 // the memory group measures the job's peak (the namespaces mechanism
 // starts bash itself, whose rusage covers what it waited for).
-func (s containSpec) startInV1(g **cgroup.V1Group, bash string, start func(string, []string, []*os.File) error) func(string, []string, []*os.File) error {
+func (s ContainSpec) startInV1(g **cgroup.V1Group, bash string, start func(string, []string, []*os.File) error) func(string, []string, []*os.File) error {
 	return func(path string, args []string, extra []*os.File) error {
 		if *g == nil && path != bash && s.c.v1.Has("memory") && s.mgr != nil {
 			ng, err := s.c.v1.CreateMeasured(s.name, cgroupLimits(s.limits))
@@ -104,7 +104,7 @@ func (s containSpec) startInV1(g **cgroup.V1Group, bash string, start func(strin
 
 // runForV1 runs spawn on a goroutine of its own when the job has or may
 // get v1 groups, so a thread that could not leave them ends with it.
-func (s containSpec) runForV1(g *cgroup.V1Group, sandboxed bool, spawn func() error) error {
+func (s ContainSpec) runForV1(g *cgroup.V1Group, sandboxed bool, spawn func() error) error {
 	if g == nil && !(sandboxed && s.c.v1 != nil) {
 		return spawn()
 	}
@@ -120,11 +120,11 @@ func removeV1(g *cgroup.V1Group) {
 
 // releaseV1 merges what p's v1 groups measured into p.usage and removes
 // them; the job's processes are gone (its cgroup2 group is empty).
-func (p *proc) releaseV1() { p.measureV1(true) }
+func (p *Process) releaseV1() { p.measureV1(true) }
 
 // measureV1 merges what p's v1 groups measured so far into p.usage (the
 // kernel's figures where cgroup2 has none), and removes them if remove.
-func (p *proc) measureV1(remove bool) {
+func (p *Process) measureV1(remove bool) {
 	p.mu.Lock()
 	g := p.v1
 	if remove {
@@ -150,7 +150,7 @@ func (p *proc) measureV1(remove bool) {
 
 // measureLive merges what p's cgroup2 group measured so far into p.usage
 // while the group is not released yet.
-func (p *proc) measureLive() {
+func (p *Process) measureLive() {
 	p.mu.Lock()
 	g, released := p.cg, p.released
 	p.mu.Unlock()
@@ -176,7 +176,7 @@ func (p *proc) measureLive() {
 // job is then ended as a whole, as the watcher ends one past its limit:
 // the kernel kept it within the limit, dshd does not leave the rest
 // spinning against it.
-func (p *proc) kernelBreach() string {
+func (p *Process) kernelBreach() string {
 	p.mu.Lock()
 	g, v1 := p.cg, p.v1
 	p.mu.Unlock()

@@ -1,4 +1,4 @@
-package exec
+package proc
 
 import (
 	"os"
@@ -136,7 +136,7 @@ const cpuBurstPeriod = 100 * time.Millisecond
 // every watched job and runs only while there is one.
 type limitWatch struct {
 	mu      sync.Mutex
-	procs   map[*proc]*watched
+	procs   map[*Process]*watched
 	running bool
 	// maxGap is the longest time seen between two rounds (the interval,
 	// or more when the machine is loaded): a throttled job can overrun
@@ -160,11 +160,11 @@ type watched struct {
 	kernel bool
 }
 
-func (w *limitWatch) add(p *proc, l Limits, throttleCPU, kernel bool) {
+func (w *limitWatch) add(p *Process, l Limits, throttleCPU, kernel bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.procs == nil {
-		w.procs = make(map[*proc]*watched)
+		w.procs = make(map[*Process]*watched)
 	}
 	ws := &watched{l: l, kernel: kernel}
 	if throttleCPU {
@@ -177,7 +177,7 @@ func (w *limitWatch) add(p *proc, l Limits, throttleCPU, kernel bool) {
 	}
 }
 
-func (w *limitWatch) remove(p *proc) {
+func (w *limitWatch) remove(p *Process) {
 	w.mu.Lock()
 	delete(w.procs, p)
 	w.mu.Unlock()
@@ -197,7 +197,7 @@ func (w *limitWatch) loop() {
 			return
 		}
 		type item struct {
-			p *proc
+			p *Process
 			w *watched
 		}
 		items := make([]item, 0, len(w.procs))
@@ -260,7 +260,7 @@ func (c *cpuThrottle) step(now time.Time, used time.Duration) bool {
 // throttle freezes or thaws p's group; never freezes a job that is being
 // stopped or has exited, so the SIGTERM of the kill path is handled at
 // once. Under p.mu, so a stop cannot slip between the check and the write.
-func (p *proc) throttle(freeze bool) {
+func (p *Process) throttle(freeze bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.stopping || p.exited {
@@ -309,7 +309,7 @@ func rssBytes(pid int) int64 {
 	return n * pageSize
 }
 
-func (p *proc) isExited() bool {
+func (p *Process) isExited() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.exited
@@ -317,7 +317,7 @@ func (p *proc) isExited() bool {
 
 // limitKill kills the whole job at once for going past a limit: no grace,
 // a breach is not a request to finish.
-func (p *proc) limitKill(reason string) {
+func (p *Process) limitKill(reason string) {
 	p.mu.Lock()
 	if p.killedBy == "" {
 		p.killedBy = reason
@@ -330,7 +330,7 @@ func (p *proc) limitKill(reason string) {
 // cgroup whose controllers lack some limit is watched. (The cgroup's own
 // limits were set before the leader was born in it; in group mode the
 // memory limit is set by the command line itself, see commandLine.)
-func (p *proc) applyLimits(cs containSpec, pid int) {
+func (p *Process) applyLimits(cs ContainSpec, pid int) {
 	l := cs.limits
 	if l == (Limits{}) || cs.c == nil || p.cg == nil {
 		return
@@ -360,7 +360,7 @@ const rlimitShim = `ulimit -HSv "$1" 2>/dev/null; shift; exec -a bash "$BASH" -c
 // `bash -c command` in place (the same pid): the limit holds from the
 // command's first instruction. RLIMIT_AS counts whole pages, so the KiB
 // that ulimit takes lose nothing.
-func (s containSpec) commandLine(command string) []string {
+func (s ContainSpec) commandLine(command string) []string {
 	if s.mgr != nil || s.c == nil || s.limits.MemoryBytes <= 0 {
 		return []string{"bash", "-c", command}
 	}
@@ -370,18 +370,18 @@ func (s containSpec) commandLine(command string) []string {
 
 // stopForShutdown stops p through the kill path, recording the shutdown
 // as the reason.
-func (p *proc) stopForShutdown() {
+func (p *Process) stopForShutdown() {
 	p.mu.Lock()
 	if !p.exited && !p.stopping && p.killedBy == "" {
 		p.killedBy = KilledByShutdown
 	}
 	p.mu.Unlock()
-	p.stop(StateCancelled)
+	p.Stop(StopCancel)
 }
 
 // ended records, once the leader is reaped, what the job used and, for a
 // job the kernel OOM-killed, why it died.
-func (p *proc) ended(ru *syscall.Rusage) {
+func (p *Process) ended(ru *syscall.Rusage) {
 	// The groups may outlive the leader (bubblewrap's init is still
 	// leaving, or the job is still being killed): what they measured so
 	// far counts now, not only what the leader waited for.
@@ -395,20 +395,20 @@ func (p *proc) ended(ru *syscall.Rusage) {
 	}
 }
 
-// outcome returns what the job used and why it was killed ("" if it was
+// Outcome returns what the job used and why it was killed ("" if it was
 // not).
-func (p *proc) outcome() (Usage, string) {
+func (p *Process) Outcome() (Usage, string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.used, p.killedBy
 }
 
 // killedByFor maps a stop reason to Snapshot.KilledBy.
-func killedByFor(reason State) string {
+func killedByFor(reason StopReason) string {
 	switch reason {
-	case StateTimedOut:
+	case StopTimeout:
 		return KilledByTimeout
-	case StateCancelled:
+	case StopCancel:
 		return KilledByCancel
 	}
 	return ""

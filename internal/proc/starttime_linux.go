@@ -1,4 +1,4 @@
-package exec
+package proc
 
 import (
 	"encoding/binary"
