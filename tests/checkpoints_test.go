@@ -149,3 +149,79 @@ func TestCheckpointsThroughBash(t *testing.T) {
 		t.Errorf("the base directory changed: %v\n%s\nwas\n%s", err, out, baseState)
 	}
 }
+
+// TestCheckpointCrash: dshd SIGKILLs itself at each crash point of a
+// checkpoint and of a rewind; the next start on the same home shows the
+// agent's view as one of its checkpoints (for a checkpoint cut before its
+// record: the view after the call, its changes pending) and its list of
+// checkpoints agreeing with it, never a mixture; the agent then goes on
+// (another call checkpoints, a rewind works).
+func TestCheckpointCrash(t *testing.T) {
+	t.Parallel()
+	testenv.NeedRoot(t, "overlayfs mounts and mount namespaces need CAP_SYS_ADMIN")
+	for _, point := range []string{"workspace.checkpoint.layered", "workspace.checkpoint.saved", "workspace.rewind.layered", "workspace.rewind.saved"} {
+		t.Run(point, func(t *testing.T) {
+			t.Parallel()
+			repo := gitRepo(t)
+			home := filepath.Join(t.TempDir(), "home")
+			rewind := strings.HasPrefix(point, "workspace.rewind")
+			// Two calls checkpointed, on a server without the point.
+			s := startServer(t, withHome(home))
+			needSnapshots(t, s)
+			a := s.newAgent(t, "/agents", map[string]any{"cwd": repo, "workspace": "snapshot"})
+			s.toolCall(t, a.ID, "c_1", "echo one > f.txt")
+			afterOne := s.toolCall(t, a.ID, "m_1", manifest)
+			s.toolCall(t, a.ID, "c_2", "rm -r src && echo two > new.txt")
+			afterTwo := s.toolCall(t, a.ID, "m_2", manifest)
+			s.stop(t)
+
+			s = startServer(t, withHome(home), withEnv("DSHD_CRASH_AT="+point))
+			if rewind {
+				crashOn(t, s, "POST", "/agents/"+a.ID+"/rewind", map[string]any{"callId": "c_2", "to": "before"})
+			} else {
+				crashOn(t, s, "POST", "/agents/"+a.ID+"/tools/bash", map[string]any{"callId": "c_3", "arguments": map[string]any{"command": "echo three >> f.txt"}})
+			}
+			s = startServer(t, withHome(home))
+			var list checkpointList
+			if st := s.DoJSON(t, "GET", "/agents/"+a.ID+"/checkpoints", nil, &list); st != 200 {
+				t.Fatalf("checkpoints = %d", st)
+			}
+			var calls []string
+			for _, c := range list.Checkpoints {
+				calls = append(calls, c.CallID)
+			}
+			got := s.toolCall(t, a.ID, "m_after", manifest)
+			switch {
+			case rewind && got == afterOne:
+				if strings.Join(calls, ",") != "c_1" || !list.Undo {
+					t.Errorf("rewound view, checkpoints %v (undo %v)", calls, list.Undo)
+				}
+			case rewind && got == afterTwo:
+				if strings.Join(calls, ",") != "c_1,c_2" {
+					t.Errorf("view not rewound, checkpoints %v", calls)
+				}
+			case rewind:
+				t.Errorf("after a crash in a rewind the view is neither before nor after it:\n%s", got)
+			default:
+				// The call ran before the crash: its change is in the
+				// view, checkpointed or pending; before it, c_1 and c_2.
+				want := "c_1,c_2"
+				if point == "workspace.checkpoint.saved" {
+					want = "c_1,c_2,c_3"
+				}
+				if strings.Join(calls, ",") != want || !strings.Contains(s.toolCall(t, a.ID, "m_f", "cat f.txt"), "one\nthree") {
+					t.Errorf("after a crash in a checkpoint: checkpoints %v, pending %v", calls, list.Pending)
+				}
+			}
+			// It goes on: a call checkpoints, a rewind to c_2 works.
+			s.toolCall(t, a.ID, "c_4", "echo four > four.txt")
+			var rw map[string]any
+			if st := s.DoJSON(t, "POST", "/agents/"+a.ID+"/rewind", map[string]any{"callId": "c_1", "to": "after"}, &rw); st != 200 {
+				t.Fatalf("rewind after the restart = %d %v", st, rw)
+			}
+			if got := s.toolCall(t, a.ID, "m_end", manifest); got != afterOne {
+				t.Errorf("rewound to after c_1 after the restart:\n got %s\nwant %s", got, afterOne)
+			}
+		})
+	}
+}

@@ -254,12 +254,14 @@ class Client:
         return self._json("GET", "/agents")
 
     def create_agent(self, cwd: Optional[str] = None, sandbox: Optional[JSON] = None,
-                     limits: Optional[JSON] = None) -> JSON:
+                     limits: Optional[JSON] = None, workspace: Optional[str] = None) -> JSON:
         """POST /agents. sandbox: {policy?, network?}; limits: {pids?,
-        memoryBytes?, cpu?} (see the contract). The answer's sessionStart holds
-        what SessionStart hooks offered the model (additionalContext,
+        memoryBytes?, cpu?} (see the contract). workspace "snapshot" gives the
+        agent a copy-on-write view of cwd from its creation, with a checkpoint
+        after each tool call. The answer's sessionStart holds what
+        SessionStart hooks offered the model (additionalContext,
         systemMessages); the agent's next tool result carries it too."""
-        return self._json("POST", "/agents", _body(cwd=cwd, sandbox=sandbox, limits=limits))
+        return self._json("POST", "/agents", _body(cwd=cwd, sandbox=sandbox, limits=limits, workspace=workspace))
 
     def agent(self, agent_id: str) -> JSON:
         return self._json("GET", "/agents/" + self._q(agent_id))
@@ -268,18 +270,35 @@ class Client:
         return self._json("POST", f"/agents/{self._q(agent_id)}/resume")
 
     def fork_agent(self, agent_id: str, boundary: Optional[int] = None, sandbox: Optional[JSON] = None,
-                   limits: Optional[JSON] = None, workspace: Optional[str] = None) -> JSON:
+                   limits: Optional[JSON] = None, workspace: Optional[str] = None,
+                   from_call_id: Optional[str] = None) -> JSON:
         """POST /agents/{id}/fork. sandbox and limits may only tighten the
-        parent's; workspace is "shared" (default) or "snapshot"."""
+        parent's; workspace is "shared" (default) or "snapshot"; from_call_id
+        (with workspace "snapshot") starts from that tool call's checkpoint."""
         return self._json("POST", f"/agents/{self._q(agent_id)}/fork",
-                          _body(boundary=boundary, sandbox=sandbox, limits=limits, workspace=workspace))
+                          _body(boundary=boundary, sandbox=sandbox, limits=limits, workspace=workspace,
+                                fromCallId=from_call_id))
 
     def spawn_agent(self, agent_id: str, sandbox: Optional[JSON] = None, limits: Optional[JSON] = None,
-                    workspace: Optional[str] = None) -> JSON:
+                    workspace: Optional[str] = None, from_call_id: Optional[str] = None) -> JSON:
         """POST /agents/{id}/spawn. sandbox and limits may only tighten the
-        parent's; workspace is "shared" (default) or "snapshot"."""
+        parent's; workspace is "shared" (default) or "snapshot"; from_call_id
+        as for fork_agent."""
         return self._json("POST", f"/agents/{self._q(agent_id)}/spawn",
-                          _body(sandbox=sandbox, limits=limits, workspace=workspace))
+                          _body(sandbox=sandbox, limits=limits, workspace=workspace, fromCallId=from_call_id))
+
+    def checkpoints(self, agent_id: str, diff: bool = False) -> JSON:
+        """GET /agents/{id}/checkpoints: a snapshot agent's checkpoints,
+        oldest first, each with the changes its calls made."""
+        return self._json("GET", f"/agents/{self._q(agent_id)}/checkpoints",
+                          query={"diff": "true" if diff else None})
+
+    def rewind(self, agent_id: str, call_id: Optional[str] = None, to: Optional[str] = None,
+               undo: Optional[bool] = None) -> JSON:
+        """POST /agents/{id}/rewind: the agent's view as it was before (to
+        "before", the default) or after ("after") the tool call call_id; or
+        undo=True to undo the last rewind."""
+        return self._json("POST", f"/agents/{self._q(agent_id)}/rewind", _body(callId=call_id, to=to, undo=undo))
 
     def workspace_changes(self, agent_id: str, diff: bool = False) -> JSON:
         """GET /agents/{id}/workspace/changes: what a snapshot agent changed

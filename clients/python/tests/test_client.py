@@ -219,6 +219,29 @@ class Workspaces(unittest.TestCase):
             c.exec("true", agent_id=two["id"])
         self.assertEqual(dropped.exception.code, "workspace_dropped")
 
+    def test_checkpoints_rewind_fork_from(self):
+        c = server()
+        ws = (c.health().get("details") or {}).get("workspaces") or {}
+        if not ws.get("snapshot"):
+            self.skipTest("snapshot workspaces unavailable: " + ws.get("reason", "not reported"))
+        d = tempfile.mkdtemp()
+        with open(os.path.join(d, "f.txt"), "w") as f:
+            f.write("base\n")
+        a = c.create_agent(cwd=d, workspace="snapshot")
+        for i in (1, 2):
+            c.call_tool(a["id"], "bash", {"command": "echo %d > f.txt" % i}, call_id="call_%d" % i)
+        cps = c.checkpoints(a["id"], diff=True)["checkpoints"]
+        self.assertEqual([x["callId"] for x in cps], ["call_1", "call_2"])
+        self.assertIn("+2", cps[1]["changes"][0]["diff"])
+        c.rewind(a["id"], "call_2")
+        self.assertEqual(c.exec("cat f.txt", agent_id=a["id"])["stdout"]["text"], "1\n")
+        c.rewind(a["id"], undo=True)
+        self.assertEqual(c.exec("cat f.txt", agent_id=a["id"])["stdout"]["text"], "2\n")
+        child = c.fork_agent(a["id"], workspace="snapshot", from_call_id="call_1")
+        self.assertEqual(c.exec("cat f.txt", agent_id=child["id"])["stdout"]["text"], "1\n")
+        with open(os.path.join(d, "f.txt")) as f:
+            self.assertEqual(f.read(), "base\n")
+
 
 if __name__ == "__main__":
     unittest.main()
