@@ -443,6 +443,25 @@ func testAdversarialApply(t *testing.T, mech, containment string) {
 			time.Sleep(10 * time.Millisecond)
 		}
 	}
+	// leaveExec is leave through the harness's POST /exec: no tool call,
+	// so no checkpoint freezes the layer the process goes on writing
+	// (under group containment, which does not see a process that left
+	// its job's group, a tool call's checkpoint would).
+	leaveExec := func(t *testing.T, agent, script string) (jobID, m string) {
+		t.Helper()
+		m = fmt.Sprintf("%s/%d;", mark, seq.Add(1))
+		s.run(t, agent, fmt.Sprintf("setsid -f env %s='%s' bash -c '%s' </dev/null >/dev/null 2>&1", markEnv, m, script))
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			if pids, _ := marked(m); len(pids) > 0 {
+				return "", m
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the process the command left (%s) is not running", m)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
 	// stop ends what agent's jobs left running, by the API first.
 	stop := func(t *testing.T, agent, m string) {
 		t.Helper()
@@ -543,6 +562,18 @@ func testAdversarialApply(t *testing.T, mech, containment string) {
 					if !refused {
 						return // the leftover changed the view: what follows does not hold
 					}
+					if containment == "group" {
+						// The leftover left its job's process group, which group
+						// containment does not count: the refusal is the commit's
+						// rollback after the swap, which stays (the leftover made
+						// it). Rolled back: nothing of the child's is in the view
+						// and no staging is left.
+						idle(t, p)
+						if out := s.run(t, p, "cat sub.orig/new.txt 2>/dev/null; ls -a | grep -c dshd-apply || true"); out != "0\n" {
+							t.Errorf("the parent's view after a rolled back apply: %q", out)
+						}
+						return
+					}
 					// With the leftover gone, the apply goes through, into the
 					// view.
 					idle(t, p)
@@ -561,22 +592,50 @@ func testAdversarialApply(t *testing.T, mech, containment string) {
 	}
 
 	t.Run("child's job swaps a directory of its layer for a link to the dshd home while apply runs", func(t *testing.T) {
-		loop := "while :; do mv sub sub.x 2>/dev/null; ln -s " + home + " sub 2>/dev/null; rm -f sub; mv sub.x sub 2>/dev/null; done"
+		// The link stands for 10 ms at a time: long enough for a read by
+		// path to hit it (the baseline), often enough to race an apply.
+		// (No rename: overlayfs refuses to rename a directory of a lower
+		// layer, and mv would copy it instead.)
+		loop := "while :; do rm -rf sub; ln -s " + home + " sub; sleep 0.01; rm -f sub; mkdir sub && echo data > sub/new.txt; sleep 0.005; done"
 		// Baseline: the link shows in the child's layer, and a read by path
 		// through the layer reads the token.
 		t.Run("baseline", func(t *testing.T) {
 			_, _, c := fork(t, sandboxPolicy{"unrestricted", "on"})
-			_, m := leave(t, c, loop)
+			_, m := leaveExec(t, c, loop)
 			defer stop(t, c, m)
 			var a struct {
 				Workspace struct{ Path string } `json:"workspace"`
 			}
 			s.DoJSON(t, "GET", "/agents/"+c, nil, &a)
-			pids, _ := marked(m)
-			view := fmt.Sprintf("/proc/%d/root%s", pids[0], a.Workspace.Path)
 			deadline := time.Now().Add(15 * time.Second)
+			// dshd reads a child's layer on the host, where its writes
+			// land: the link the loop makes in its view shows there, and
+			// a read by path through it reads the token.
+			read := func() bool {
+				var st struct {
+					Agents map[string]struct {
+						Upper  string
+						Layers []string
+					} `json:"agents"`
+				}
+				b, err := os.ReadFile(filepath.Join(home, "workspaces", "state.json"))
+				if err != nil || json.Unmarshal(b, &st) != nil {
+					return false
+				}
+				// Its upper layer, or (under group containment, which does
+				// not see a process that left its job's group) the layer a
+				// checkpoint froze while the loop went on writing it.
+				a := st.Agents[c]
+				for _, l := range append(a.Layers, a.Upper) {
+					b, err := os.ReadFile(filepath.Join(home, "workspaces", "layers", l, "fs", "sub", "server.token"))
+					if err == nil && strings.TrimSpace(string(b)) == token {
+						return true
+					}
+				}
+				return false
+			}
 			for {
-				if b, err := os.ReadFile(filepath.Join(view, "sub", "server.token")); err == nil && strings.TrimSpace(string(b)) == token {
+				if read() {
 					break
 				}
 				if time.Now().After(deadline) {
@@ -588,7 +647,7 @@ func testAdversarialApply(t *testing.T, mech, containment string) {
 		for _, pol := range []sandboxPolicy{{"unrestricted", "on"}, {"workspace-write", "off"}} {
 			t.Run(pol.Policy, func(t *testing.T) {
 				_, p, c := fork(t, pol)
-				_, m := leave(t, c, loop)
+				_, m := leaveExec(t, c, loop)
 				defer stop(t, c, m)
 				for range 20 {
 					var pr wsProblem

@@ -423,10 +423,13 @@ func TestWorkspaceApplyRightAfterJob(t *testing.T) {
 // TestWorkspaceApplyGroupLeftover: with jobs contained by process group, a
 // parent's command leaves a process in a session of its own (setsid -f)
 // that waits for an apply's staging and swaps a directory the child wrote
-// into for a link outside. The apply must be refused while it runs, as it
-// is under cgroup containment; and whatever the apply answered, the
-// parent's view is left untouched or fully applied, with no staging in it
-// and no journal under the home, also after a restart.
+// into for a link outside. Group containment does not count a process that
+// left its job's group (docs/containment.md), so the apply is not refused
+// up front as under cgroup containment: it either wins the race (200) or
+// meets the swap in its commit and rolls back (409 workspace_busy).
+// Whatever it answered, nothing lands outside, and the parent's view is
+// left untouched or fully applied, with no staging in it and no journal
+// under the home, also after a restart.
 func TestWorkspaceApplyGroupLeftover(t *testing.T) {
 	t.Parallel()
 	testenv.NeedRoot(t, "overlayfs mounts and mount namespaces need CAP_SYS_ADMIN")
@@ -457,9 +460,10 @@ func TestWorkspaceApplyGroupLeftover(t *testing.T) {
 	}
 	var pr wsProblem
 	st := s.DoJSON(t, "POST", "/agents/"+c.ID+"/workspace/apply", map[string]any{}, &pr)
-	if st != 409 || pr.Code != "workspace_busy" {
-		t.Errorf("apply while the parent's leftover runs = %d %s %s, want 409 workspace_busy", st, pr.Code, pr.Detail)
+	if st != 200 && (st != 409 || pr.Code != "workspace_busy") {
+		t.Errorf("apply while the parent's leftover runs = %d %s %s, want 200 or a rolled back 409 workspace_busy", st, pr.Code, pr.Detail)
 	}
+	t.Logf("apply while the parent's leftover runs = %d %s", st, pr.Code)
 	killPIDs(survivorsNow(mark))
 	if ents, _ := os.ReadDir(outside); len(ents) > 0 {
 		t.Errorf("the apply wrote outside: %v", ents)
