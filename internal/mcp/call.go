@@ -34,6 +34,11 @@ const stopTimeout = 30 * time.Second
 // mode can only tighten.
 func (h *Handler) toolHandler(agent *sessionAgent, policy sandbox.Policy, name string) sdk.ToolHandler {
 	return func(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+		// The call has been accepted: its answer starts now, whatever the
+		// command prints and whether or not the client asked for progress.
+		if w := h.streamOf(req); w != nil {
+			defer w.open(h.keepAlive)()
+		}
 		agentID, err := agent.get(ctx, req.Session)
 		if err != nil {
 			if ctx.Err() != nil {

@@ -97,6 +97,10 @@ type Options struct {
 	// replica, so any replica routes a session's requests here); "" leaves
 	// the ids to the SDK.
 	SessionIDPrefix string
+	// KeepAlive is the time between two SSE comments on a tool call's
+	// stream while the call runs (default 15s); the stream itself is
+	// opened as the call starts (see stream.go).
+	KeepAlive time.Duration
 }
 
 // Handler serves the MCP endpoint. It is safe for concurrent use.
@@ -112,6 +116,10 @@ type Handler struct {
 	streamable    *sdk.StreamableHTTPHandler
 	progressEvery time.Duration
 	progressBytes int
+	keepAlive     time.Duration
+	// streams are the wires of the tools/call requests being served, by
+	// the key ServeMCP gives each in streamHeader.
+	streams sync.Map
 	// sessionIDPrefix: see Options.SessionIDPrefix.
 	sessionIDPrefix string
 	// sdkLog is the SDK's logger: what it logs of a client's mistakes at
@@ -145,6 +153,7 @@ func New(o Options) *Handler {
 		impl:            &sdk.Implementation{Name: "dshd", Title: "dshd shell", Version: o.Version},
 		progressEvery:   o.ProgressInterval,
 		progressBytes:   o.ProgressBytes,
+		keepAlive:       o.KeepAlive,
 		sessionIDPrefix: o.SessionIDPrefix,
 		ids:             newIDMap(),
 		maxSessions:     o.MaxSessions,
@@ -164,6 +173,9 @@ func New(o Options) *Handler {
 	}
 	if h.progressBytes <= 0 {
 		h.progressBytes = 16 << 10
+	}
+	if h.keepAlive <= 0 {
+		h.keepAlive = defaultKeepAlive
 	}
 	h.bare = sdk.NewServer(h.impl, h.serverOptions())
 	h.streamable = sdk.NewStreamableHTTPHandler(h.server, &sdk.StreamableHTTPOptions{
@@ -242,6 +254,10 @@ func (h *Handler) ServeMCP(w http.ResponseWriter, r *http.Request) error {
 	}
 	out.id = id
 	session := r.Header.Get("Mcp-Session-Id")
+	r.Header.Del(streamHeader) // only dshd sets it
+	if session != "" && id != nil && msgs[0].method == "tools/call" {
+		defer h.track(r, out)()
+	}
 	if initialize && session != "" && h.isLive(session) {
 		h.log.Debug("MCP initialize on an initialized session", "session_id", session)
 		writeRPCError(w, http.StatusBadRequest, id, codeInvalidRequest,

@@ -181,20 +181,32 @@ func writeRPCError(w http.ResponseWriter, status int, id json.RawMessage, code i
 }
 
 // wire is the ResponseWriter the SDK writes to: it swaps tokens back for
-// the client's ids and turns a text/plain error into a JSON-RPC one.
+// the client's ids and turns a text/plain error into a JSON-RPC one. The
+// SDK writes from its own goroutines and dshd writes the keep-alive
+// comments of a tool call's stream (see stream.go) from another: mu orders
+// them, and nothing is written once finish has run.
 type wire struct {
 	http.ResponseWriter
 	back   map[string][]byte
 	prefix string          // `"` and the prefix every token starts with
 	id     json.RawMessage // the request's id, for a converted error (nil: null)
 
-	held    []byte // a tail that may be the start of a token
-	errBody *bytes.Buffer
-	status  int
+	mu       sync.Mutex
+	held     []byte // a tail that may be the start of a token
+	errBody  *bytes.Buffer
+	status   int
+	finished bool          // ServeMCP has returned, or is about to
+	stopKeep chan struct{} // closed to end the keep-alive comments (nil: none)
 }
 
 func (w *wire) WriteHeader(status int) {
-	if w.status != 0 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.writeHeader(status)
+}
+
+func (w *wire) writeHeader(status int) {
+	if w.status != 0 || w.finished {
 		return
 	}
 	w.status = status
@@ -208,8 +220,13 @@ func (w *wire) WriteHeader(status int) {
 }
 
 func (w *wire) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.finished {
+		return 0, http.ErrHandlerTimeout
+	}
 	if w.status == 0 {
-		w.WriteHeader(http.StatusOK)
+		w.writeHeader(http.StatusOK)
 	}
 	if w.errBody != nil {
 		return w.errBody.Write(p)
@@ -238,6 +255,15 @@ func (w *wire) Write(p []byte) (int, error) {
 
 // Flush sends what was held back: the SDK flushes after whole messages.
 func (w *wire) Flush() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.flush()
+}
+
+func (w *wire) flush() {
+	if w.finished {
+		return
+	}
 	if len(w.held) > 0 {
 		_, _ = w.ResponseWriter.Write(w.held)
 		w.held = nil
@@ -249,8 +275,19 @@ func (w *wire) Flush() {
 
 func (w *wire) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// finish writes what remains: the held tail, or the converted error.
+// finish writes what remains: the held tail, or the converted error. No
+// write follows it.
 func (w *wire) finish() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.finished {
+		return
+	}
+	defer func() { w.finished = true }()
+	if w.stopKeep != nil {
+		close(w.stopKeep)
+		w.stopKeep = nil
+	}
 	if w.errBody != nil {
 		code := codeInvalidRequest
 		switch {
