@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/dshd/dshd/internal/proctest"
 )
 
 // rawMCP is an MCP session driven with plain HTTP requests, so a test
@@ -157,4 +159,90 @@ func TestMCPSilentCommand(t *testing.T) {
 		t.Error("no keep-alive comment while the command was silent")
 	}
 	t.Logf("%d keep-alive comments", keepAlives)
+}
+
+// TestMCPDeleteEndsCalls: DELETE /mcp while a call runs `sleep 30` is
+// answered long before the command would have ended, the call's job is
+// cancelled through the kill path with nothing left running, and the
+// transcript records its result and why it stopped.
+func TestMCPDeleteEndsCalls(t *testing.T) {
+	t.Parallel()
+	s := startServer(t)
+	m := openRawMCP(t, s)
+	const length = 30 * time.Second // the command's own length
+	resp, err := http.DefaultClient.Do(m.request(bashBody(2, "sleep 30")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	lines := sseLines(resp)
+	j := m.firstJob()
+	if j.State != "running" || j.PID == 0 {
+		t.Fatalf("the call's job = %+v, want running", j)
+	}
+	t.Cleanup(func() { proctest.KillIfAlive(j.PID) })
+	var started struct {
+		StartedAt time.Time `json:"startedAt"`
+	}
+	s.DoJSON(t, "GET", "/jobs/"+j.ID, nil, &started)
+
+	del, err := http.NewRequest("DELETE", s.URL+"/mcp", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	del.Header.Set("Authorization", "Bearer "+s.Token)
+	del.Header.Set("Mcp-Session-Id", m.session)
+	dresp, err := http.DefaultClient.Do(del)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dresp.Body.Close()
+	answered := time.Since(started.StartedAt)
+	if dresp.StatusCode != http.StatusNoContent {
+		t.Fatalf("DELETE /mcp = %d, want 204", dresp.StatusCode)
+	}
+	if answered >= length {
+		t.Errorf("DELETE answered %s after the command started, not before its own end (%s)", answered, length)
+	}
+	t.Logf("DELETE answered %s after the command started", answered)
+	for line := range lines {
+		if strings.HasPrefix(line, "data: ") {
+			t.Errorf("the ended session's call answered: %s", line)
+		}
+	}
+	if got := s.waitJob(t, j.ID); got.State != "cancelled" {
+		t.Errorf("the call's job is %s, want cancelled", got.State)
+	}
+	proctest.WaitGone(t, j.PID)
+	if res, data := m.result(); res.Stopped != "session_ended" || !strings.Contains(res.Text, "killed by signal") {
+		t.Errorf("tool/result = %s, want the stopped job's, stopped session_ended", data)
+	}
+}
+
+// mcpToolResult is the data of a tool/result event.
+type mcpToolResult struct {
+	Text    string `json:"text"`
+	Stopped string `json:"stopped"`
+}
+
+// result waits for the agent's one tool/result and returns it.
+func (m *rawMCP) result() (mcpToolResult, json.RawMessage) {
+	m.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if results := m.s.transcript(m.t, m.agentID, "tool/result"); len(results) > 0 {
+			if len(results) != 1 {
+				m.t.Fatalf("%d tool/result events, want the call's", len(results))
+			}
+			var res mcpToolResult
+			if err := json.Unmarshal(results[0].Data, &res); err != nil {
+				m.t.Fatal(err)
+			}
+			return res, results[0].Data
+		}
+		if time.Now().After(deadline) {
+			m.t.Fatal("no tool/result within 30s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }

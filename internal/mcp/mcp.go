@@ -21,6 +21,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -42,6 +43,9 @@ const (
 	AgentHeader = "Dsh-Agent-Id"
 	AgentQuery  = "agentId"
 )
+
+// errSessionEnded ends the calls of a session the client ended.
+var errSessionEnded = errors.New("the MCP session ended (DELETE /mcp)")
 
 // ErrAgentConflict is returned by ServeMCP when the header and the query
 // parameter name different agents (HTTP 400).
@@ -133,6 +137,19 @@ type Handler struct {
 	mu             sync.Mutex
 	live           map[string]bool // open sessions, by id
 	opening        int             // initialize requests being served
+	// calls are the running tool calls of each session, by session id,
+	// each with what stops it; ended marks a session DELETE ended.
+	calls map[string]*sessionCalls
+	// pending counts the pipeline calls still running, some of them for
+	// handlers that have returned (see toolHandler).
+	pending sync.WaitGroup
+}
+
+// sessionCalls are the running tool calls of one session.
+type sessionCalls struct {
+	ended bool
+	next  int
+	stop  map[int]context.CancelCauseFunc
 }
 
 // sessionVersions are the protocol versions that have sessions (2025-11-25
@@ -160,6 +177,7 @@ func New(o Options) *Handler {
 		allowedRoots:    allowedRoots(o.AllowedRoots),
 		sessionTimeout:  o.SessionTimeout,
 		live:            map[string]bool{},
+		calls:           map[string]*sessionCalls{},
 	}
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
@@ -232,6 +250,9 @@ func (h *Handler) server(r *http.Request) *sdk.Server {
 // answered by the transport, as the MCP specification says.
 func (h *Handler) ServeMCP(w http.ResponseWriter, r *http.Request) error {
 	out := &wire{ResponseWriter: w, prefix: `"` + h.ids.prefix}
+	if r.Method == http.MethodDelete {
+		h.endCalls(r)
+	}
 	if r.Method != http.MethodPost {
 		defer out.finish()
 		h.streamable.ServeHTTP(out, r)
@@ -337,9 +358,78 @@ func (h *Handler) opened(id string, server *sdk.Server) {
 		_ = ss.Wait()
 		h.mu.Lock()
 		delete(h.live, id)
+		delete(h.calls, id)
 		h.mu.Unlock()
 		h.log.Debug("MCP session ended", "session_id", id)
 	}()
+}
+
+// enter registers a running tool call of session, stopped by stop when the
+// session ends; false: the session has ended, and the call must not start.
+func (h *Handler) enter(session string, stop context.CancelCauseFunc) (leave func(), ok bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	sc := h.calls[session]
+	if sc == nil {
+		sc = &sessionCalls{stop: map[int]context.CancelCauseFunc{}}
+		h.calls[session] = sc
+	}
+	if sc.ended {
+		return nil, false
+	}
+	n := sc.next
+	sc.next++
+	sc.stop[n] = stop
+	return func() {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		delete(sc.stop, n)
+	}, true
+}
+
+// endCalls stops the running tool calls of the session a DELETE request
+// ends, as a client's cancellation would, before the SDK closes the
+// session (which waits for its handlers); a call that arrives later does
+// not start. A request the SDK will refuse (no session, an unknown one, an
+// unsupported protocol version) stops nothing.
+func (h *Handler) endCalls(r *http.Request) {
+	session := r.Header.Get("Mcp-Session-Id")
+	if v := r.Header.Get("Mcp-Protocol-Version"); v != "" && !slices.Contains(sessionVersions, v) && v < "2026-07-28" {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if session == "" || !h.live[session] {
+		return
+	}
+	sc := h.calls[session]
+	if sc == nil {
+		sc = &sessionCalls{stop: map[int]context.CancelCauseFunc{}}
+		h.calls[session] = sc
+	}
+	sc.ended = true
+	for _, stop := range sc.stop {
+		stop(errSessionEnded)
+	}
+	h.log.Debug("MCP session ended by its client", "session_id", session, "calls_stopped", len(sc.stop))
+}
+
+// Wait waits, until ctx is done, for the tool calls still running whose
+// handlers have returned (their session ended): each records its result
+// once its job has stopped. The server calls it as it shuts down, after
+// the jobs were stopped and before the agent store closes.
+func (h *Handler) Wait(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() {
+		h.pending.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("wait for the MCP calls still running: %w", ctx.Err())
+	}
 }
 
 func (h *Handler) isLive(id string) bool {

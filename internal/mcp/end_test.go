@@ -1,0 +1,120 @@
+package mcp
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dshd/dshd/internal/agents"
+	"github.com/dshd/dshd/internal/exec"
+	"github.com/dshd/dshd/internal/proctest"
+	"github.com/dshd/dshd/internal/run"
+)
+
+// runningJob waits for the one running job of the world's calls.
+func (w *world) runningJob(t *testing.T) exec.Snapshot {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if js := w.jobs.Jobs("", exec.StateRunning); len(js) == 1 {
+			return js[0]
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no running job within 10s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// waitResult waits for the agent's last transcript event to be a
+// tool/result and returns its data.
+func (w *world) waitResult(t *testing.T, agentID string) map[string]any {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		events, err := w.agents.Events(context.Background(), agentID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if last := events[len(events)-1]; last.Type == agents.EventToolResult {
+			var data map[string]any
+			if err := json.Unmarshal(last.Data, &data); err != nil {
+				t.Fatal(err)
+			}
+			return data
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no tool/result within 10s; last event %s", events[len(events)-1].Type)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// stoppedJob waits for the job to end and checks that it was cancelled
+// and that its processes are gone.
+func (w *world) stoppedJob(t *testing.T, j exec.Snapshot, pids ...int) {
+	t.Helper()
+	job, err := w.jobs.Job(j.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if snap, err := job.Wait(ctx); err != nil || snap.State != exec.StateCancelled {
+		t.Fatalf("job = %s, %v, want cancelled", snap.State, err)
+	}
+	for _, pid := range append(pids, j.PID) {
+		proctest.WaitGone(t, pid)
+	}
+}
+
+// TestDeleteEndsCalls: DELETE /mcp while a call runs is answered without
+// waiting for the command: the call's job is stopped through the kill
+// path, every process gone, the call's stream ends without an answer, and
+// the transcript records the result with why it stopped. The session's
+// later requests are 404.
+func TestDeleteEndsCalls(t *testing.T) {
+	w := newWorld(t, Options{})
+	session := w.open(t)
+	pidFile := filepath.Join(t.TempDir(), "child")
+	const length = 30 * time.Second // the command's own length
+	r := startCall(t, w.url, session, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"bash","arguments":{"command":"sleep 30 & echo $! > `+pidFile+`; wait"}}}`)
+	j := w.runningJob(t)
+	child := proctest.ReadPID(t, pidFile)
+	t.Cleanup(func() { proctest.KillIfAlive(child) })
+
+	resp, _ := send(t, raw("DELETE", w.url, session, "", ""))
+	answered := time.Since(j.StartedAt)
+	if resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("DELETE = %d, want 204", resp.StatusCode)
+	}
+	if answered >= length {
+		t.Errorf("DELETE answered %s after the command started, not before its own end (%s)", answered, length)
+	}
+	for {
+		line, ok := r.next()
+		if !ok {
+			break
+		}
+		if strings.HasPrefix(line, "data: ") {
+			t.Errorf("the ended session's call answered: %s", line)
+		}
+	}
+	w.stoppedJob(t, j, child)
+	agentID := j.AgentID
+	if data := w.waitResult(t, agentID); data["stopped"] != run.StopSessionEnded || !strings.Contains(data["text"].(string), "killed by signal") {
+		t.Errorf("tool/result = %v, want the stopped job's, stopped %s", data, run.StopSessionEnded)
+	}
+	if resp, ans := post(t, w.url, session, `{"jsonrpc":"2.0","id":3,"method":"tools/list"}`); resp.StatusCode != 404 || len(ans) != 1 || ans[0].Error == nil {
+		t.Errorf("tools/list after DELETE = %d %+v, want 404", resp.StatusCode, ans)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := w.h.Wait(ctx); err != nil {
+		t.Error(err)
+	}
+}
