@@ -246,3 +246,35 @@ func (m *rawMCP) result() (mcpToolResult, json.RawMessage) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestMCPCancelledGetsNoResponse: a request the client cancels gets no
+// JSON-RPC response, as MCP says; its job is stopped, nothing is left
+// running, and the transcript records the result, stopped as cancelled.
+func TestMCPCancelledGetsNoResponse(t *testing.T) {
+	t.Parallel()
+	s := startServer(t)
+	m := openRawMCP(t, s)
+	resp, err := http.DefaultClient.Do(m.request(bashBody(2, "sleep 30")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	lines := sseLines(resp)
+	j := m.firstJob()
+	t.Cleanup(func() { proctest.KillIfAlive(j.PID) })
+	if st := m.notify(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2,"reason":"the user pressed Esc"}}`); st != 202 {
+		t.Fatalf("notifications/cancelled = %d", st)
+	}
+	for line := range lines {
+		if strings.HasPrefix(line, "data: ") {
+			t.Errorf("the cancelled request was answered: %s", line)
+		}
+	}
+	if got := s.waitJob(t, j.ID); got.State != "cancelled" {
+		t.Errorf("the call's job is %s, want cancelled", got.State)
+	}
+	proctest.WaitGone(t, j.PID)
+	if res, data := m.result(); res.Stopped != "cancelled" || !strings.Contains(res.Text, "killed by signal") {
+		t.Errorf("tool/result = %s, want the stopped job's, stopped cancelled", data)
+	}
+}

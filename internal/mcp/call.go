@@ -30,9 +30,10 @@ const stopTimeout = 30 * time.Second
 // PostToolUse hooks, recorded in the transcript with why it was stopped.
 // Before a job exists the call itself is cancelled; a job that starts
 // after that (the cancellation raced its start) is stopped at once, and
-// the call records how it ended. When the session ends (DELETE /mcp) the
-// handler returns at once, as no answer can reach the client, so that the
-// session closes without waiting; the call ends and is recorded on its own.
+// the call records how it ended. When the client cancels or the session
+// ends (DELETE /mcp) the handler returns at once, as no answer goes to the
+// client, so that the session can close without waiting; the call ends
+// and is recorded on its own.
 // policy is the agent's sandbox policy, which a client's declared sandbox
 // mode can only tighten.
 func (h *Handler) toolHandler(agent *sessionAgent, policy sandbox.Policy, name string) sdk.ToolHandler {
@@ -139,11 +140,10 @@ func (h *Handler) toolHandler(agent *sessionAgent, policy sandbox.Policy, name s
 		select {
 		case o = <-done:
 		case <-ctx.Done():
-			if errors.Is(context.Cause(ctx), errSessionEnded) {
-				// No stream is left to answer on: let the session close now.
-				return nil, errSessionEnded
-			}
-			o = <-done
+			// No answer reaches the client: a cancelled request gets none
+			// (see wire.go), an ended session has no stream left. Return
+			// now, so the session can close without waiting.
+			return nil, context.Cause(ctx)
 		}
 		res, err := o.res, o.err
 		switch {

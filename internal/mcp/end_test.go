@@ -118,3 +118,37 @@ func TestDeleteEndsCalls(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestCancelledGetsNoAnswer: a request the client cancels gets no answer
+// (its stream ends without one), whatever its id; its job is stopped and
+// the transcript records the result, stopped as cancelled.
+func TestCancelledGetsNoAnswer(t *testing.T) {
+	w := newWorld(t, Options{})
+	session := w.open(t)
+	for _, id := range []string{"2", `"two"`, "9007199254740993"} {
+		t.Run(id, func(t *testing.T) {
+			r := startCall(t, w.url, session, `{"jsonrpc":"2.0","id":`+id+`,"method":"tools/call","params":{"name":"bash","arguments":{"command":"sleep 30"}}}`)
+			j := w.runningJob(t)
+			if resp, _ := post(t, w.url, session, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":`+id+`,"reason":"test"}}`); resp.StatusCode != 202 {
+				t.Fatalf("notifications/cancelled = %d", resp.StatusCode)
+			}
+			for {
+				line, ok := r.next()
+				if !ok {
+					break
+				}
+				if strings.HasPrefix(line, "data: ") {
+					t.Errorf("the cancelled request was answered: %s", line)
+				}
+			}
+			w.stoppedJob(t, j)
+			if data := w.waitResult(t, j.AgentID); data["stopped"] != run.StopCancelled || !strings.Contains(data["text"].(string), "killed by signal") {
+				t.Errorf("tool/result = %v, want the stopped job's, stopped %s", data, run.StopCancelled)
+			}
+		})
+	}
+	// The session goes on.
+	if resp, ans := post(t, w.url, session, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"bash","arguments":{"command":"echo after"}}}`); resp.StatusCode != 200 || len(ans) != 1 || !strings.Contains(string(ans[0].Result), "after") {
+		t.Errorf("a call after the cancelled ones = %d %+v", resp.StatusCode, ans)
+	}
+}

@@ -124,6 +124,9 @@ type Handler struct {
 	// streams are the wires of the tools/call requests being served, by
 	// the key ServeMCP gives each in streamHeader.
 	streams sync.Map
+	// requests are the wires of the requests being served, by session id,
+	// "\x00" and the request's id as the client sent it (see cancelled).
+	requests sync.Map
 	// sessionIDPrefix: see Options.SessionIDPrefix.
 	sessionIDPrefix string
 	// sdkLog is the SDK's logger: what it logs of a client's mistakes at
@@ -276,8 +279,15 @@ func (h *Handler) ServeMCP(w http.ResponseWriter, r *http.Request) error {
 	out.id = id
 	session := r.Header.Get("Mcp-Session-Id")
 	r.Header.Del(streamHeader) // only dshd sets it
-	if session != "" && id != nil && msgs[0].method == "tools/call" {
-		defer h.track(r, out)()
+	if session != "" && id != nil && msgs[0].method != "" {
+		defer h.inFlight(session, id, out)()
+		if msgs[0].method == "tools/call" {
+			defer h.track(r, out)()
+		}
+	}
+	if session != "" {
+		// Before the SDK sees a cancellation: the answer it causes is dropped.
+		h.cancelled(session, msgs)
 	}
 	if initialize && session != "" && h.isLive(session) {
 		h.log.Debug("MCP initialize on an initialized session", "session_id", session)

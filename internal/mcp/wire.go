@@ -191,6 +191,9 @@ type wire struct {
 	prefix string          // `"` and the prefix every token starts with
 	id     json.RawMessage // the request's id, for a converted error (nil: null)
 
+	// cancelled: the client cancelled the request; its answer is not sent.
+	cancelled atomic.Bool
+
 	mu       sync.Mutex
 	held     []byte // a tail that may be the start of a token
 	errBody  *bytes.Buffer
@@ -224,6 +227,9 @@ func (w *wire) Write(p []byte) (int, error) {
 	defer w.mu.Unlock()
 	if w.finished {
 		return 0, http.ErrHandlerTimeout
+	}
+	if w.cancelled.Load() && isResponse(p) {
+		return len(p), nil // as if sent: the client wants none (see cancelled)
 	}
 	if w.status == 0 {
 		w.writeHeader(http.StatusOK)
@@ -302,6 +308,58 @@ func (w *wire) finish() {
 	if len(w.held) > 0 {
 		_, _ = w.ResponseWriter.Write(w.held)
 	}
+}
+
+// Cancelled requests. MCP says the receiver of notifications/cancelled
+// should not answer the request it names, and clients that forgot the
+// request report an answer to it as an error (the TypeScript SDK: "Received
+// a response for an unknown message ID"). The SDK answers every request, so
+// ServeMCP marks the wire of a request its client cancels before the SDK
+// sees the cancellation, and the wire drops the answer. The call still ends
+// as a stopped call does, recorded in the transcript.
+
+// inFlight registers out as the wire of the request id of session, for a
+// cancellation to find; the returned function forgets it.
+func (h *Handler) inFlight(session string, id json.RawMessage, out *wire) (forget func()) {
+	key := session + "\x00" + string(id)
+	h.requests.Store(key, out)
+	return func() { h.requests.CompareAndDelete(key, out) }
+}
+
+// cancelled marks the wires of the requests msgs cancel.
+func (h *Handler) cancelled(session string, msgs []*message) {
+	for _, msg := range msgs {
+		if msg.method != "notifications/cancelled" {
+			continue
+		}
+		var p struct {
+			RequestID json.RawMessage `json:"requestId"`
+		}
+		if json.Unmarshal(msg.fields["params"], &p) != nil || p.RequestID == nil {
+			continue
+		}
+		if w, ok := h.requests.Load(session + "\x00" + string(bytes.TrimSpace(p.RequestID))); ok {
+			w.(*wire).cancelled.Store(true)
+		}
+	}
+}
+
+// isResponse reports whether p, an SSE event or a JSON body as the SDK
+// writes them, is a JSON-RPC response (not a notification or request).
+func isResponse(p []byte) bool {
+	data := p
+	if i := bytes.Index(p, []byte("data: ")); i >= 0 && !bytes.HasPrefix(bytes.TrimSpace(p), []byte("{")) {
+		data = p[i+len("data: "):]
+		if j := bytes.IndexByte(data, '\n'); j >= 0 {
+			data = data[:j]
+		}
+	}
+	var m struct {
+		Method *string         `json:"method"`
+		Result json.RawMessage `json:"result"`
+		Error  json.RawMessage `json:"error"`
+	}
+	return json.Unmarshal(data, &m) == nil && m.Method == nil && (m.Result != nil || m.Error != nil)
 }
 
 // demote is the SDK's log handler: the SDK logs a client's protocol

@@ -129,8 +129,7 @@ func TestCancelByUnusualID(t *testing.T) {
 	defer cancel()
 	call := raw("POST", w.url, session, `{"jsonrpc":"2.0","id":9007199254740993,"method":"tools/call","params":{"name":"bash","arguments":{"command":"sleep 30"}}}`, "application/json")
 	go func() {
-		// A cancelled request gets no answer: the stream stays open until
-		// the test ends.
+		// A cancelled request gets no answer (TestCancelledGetsNoAnswer).
 		if resp, err := http.DefaultClient.Do(call.WithContext(ctx)); err == nil {
 			_, _ = io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
