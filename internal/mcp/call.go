@@ -48,6 +48,7 @@ func (h *Handler) toolHandler(agent *sessionAgent, policy sandbox.Policy, name s
 		// The call has been accepted: its answer starts now, whatever the
 		// command prints and whether or not the client asked for progress.
 		if w := h.streamOf(req); w != nil {
+			defer w.handled.Store(true)
 			defer w.open(h.keepAlive)()
 		}
 		agentID, err := agent.get(ctx, req.Session)

@@ -3,7 +3,9 @@ package mcp
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -151,4 +153,54 @@ func TestCancelledGetsNoAnswer(t *testing.T) {
 	if resp, ans := post(t, w.url, session, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"bash","arguments":{"command":"echo after"}}}`); resp.StatusCode != 200 || len(ans) != 1 || !strings.Contains(string(ans[0].Result), "after") {
 		t.Errorf("a call after the cancelled ones = %d %+v", resp.StatusCode, ans)
 	}
+}
+
+// TestDisconnectIsNotCancel: a client that drops its connection during a
+// call without cancelling it does not stop the call (MCP: disconnection is
+// not cancellation): the command runs to its end and the transcript records
+// its result, not stopped; the server logs that the client left.
+func TestDisconnectIsNotCancel(t *testing.T) {
+	logs := &logBuffer{}
+	w := newWorld(t, Options{Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))})
+	session := w.open(t)
+	release := filepath.Join(t.TempDir(), "release")
+	ctx, drop := context.WithCancel(context.Background())
+	req := raw("POST", w.url, session, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"bash","arguments":{"command":"`+waitFile(release)+`"}}}`, "application/json")
+	resp, err := http.DefaultClient.Do(req.WithContext(ctx))
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := w.runningJob(t)
+	drop() // the connection closes, with no cancellation sent
+	resp.Body.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(logs.String(), "MCP client left during a tool call") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the server did not notice the client leave within 10s; logs:\n%s", logs)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if snap := mustJob(t, w, j.ID).Snapshot(); snap.State != exec.StateRunning {
+		t.Fatalf("job = %s once the client left, want running", snap.State)
+	}
+	if err := os.WriteFile(release, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if snap, err := mustJob(t, w, j.ID).Wait(wctx); err != nil || snap.State != exec.StateExited || *snap.ExitCode != 0 {
+		t.Fatalf("job = %+v, %v; want exited 0", snap, err)
+	}
+	if data := w.waitResult(t, j.AgentID); data["text"] != "done" || data["stopped"] != nil {
+		t.Errorf("tool/result = %v, want done, not stopped", data)
+	}
+}
+
+func mustJob(t *testing.T, w *world, id string) *exec.Job {
+	t.Helper()
+	j, err := w.jobs.Job(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j
 }

@@ -307,6 +307,11 @@ func (h *Handler) ServeMCP(w http.ResponseWriter, r *http.Request) error {
 	if !initialize || session != "" {
 		defer out.finish()
 		h.streamable.ServeHTTP(out, r)
+		if r.Context().Err() != nil && len(msgs) == 1 && msgs[0].method == "tools/call" && !out.handled.Load() {
+			// Disconnection is not cancellation (MCP): the call runs on.
+			h.log.Info("MCP client left during a tool call without cancelling it: the call runs to its end or its timeout, "+
+				"its result recorded in the transcript", "session_id", session)
+		}
 		return nil
 	}
 	if !h.reserve() {

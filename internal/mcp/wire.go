@@ -193,6 +193,8 @@ type wire struct {
 
 	// cancelled: the client cancelled the request; its answer is not sent.
 	cancelled atomic.Bool
+	// handled: the tool call's handler has returned (tools/call only).
+	handled atomic.Bool
 
 	mu       sync.Mutex
 	held     []byte // a tail that may be the start of a token
