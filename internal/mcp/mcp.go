@@ -253,10 +253,13 @@ func (h *Handler) server(r *http.Request) *sdk.Server {
 // answered by the transport, as the MCP specification says.
 func (h *Handler) ServeMCP(w http.ResponseWriter, r *http.Request) error {
 	out := &wire{ResponseWriter: w, prefix: `"` + h.ids.prefix}
-	if r.Method == http.MethodDelete {
-		h.endCalls(r)
-	}
 	if r.Method != http.MethodPost {
+		if h.refuseVersion(w, r, nil) {
+			return nil
+		}
+		if r.Method == http.MethodDelete {
+			h.endCalls(r)
+		}
 		defer out.finish()
 		h.streamable.ServeHTTP(out, r)
 		return nil
@@ -278,6 +281,15 @@ func (h *Handler) ServeMCP(w http.ResponseWriter, r *http.Request) error {
 	}
 	out.id = id
 	session := r.Header.Get("Mcp-Session-Id")
+	if h.refuseVersion(w, r, msgs) {
+		return nil
+	}
+	if session == "" && needsSession(msgs) {
+		h.log.Debug("MCP request without a session")
+		writeRPCError(w, http.StatusBadRequest, id, codeInvalidRequest,
+			"Bad Request: an Mcp-Session-Id header is required: send initialize first, then the session id it answers with on every request")
+		return nil
+	}
 	r.Header.Del(streamHeader) // only dshd sets it
 	if session != "" && id != nil && msgs[0].method != "" {
 		defer h.inFlight(session, id, out)()
@@ -379,6 +391,46 @@ func (h *Handler) opened(id string, server *sdk.Server) {
 	}()
 }
 
+// refuseVersion answers a request whose MCP-Protocol-Version header names a
+// version the server does not speak with a JSON-RPC error (-32022, HTTP
+// 400) listing the ones it does, and reports whether it did. A
+// server/discover probe is left to the SDK, which answers it as MCP says.
+func (h *Handler) refuseVersion(w http.ResponseWriter, r *http.Request, msgs []*message) bool {
+	v := r.Header.Get("Mcp-Protocol-Version")
+	if v == "" || slices.Contains(sessionVersions, v) {
+		return false
+	}
+	var id json.RawMessage
+	if len(msgs) == 1 {
+		if msgs[0].method == "server/discover" {
+			return false
+		}
+		id = msgs[0].id
+	}
+	h.log.Debug("MCP request with an unsupported protocol version", "version", v)
+	writeRPCError(w, http.StatusBadRequest, id, codeUnsupportedVersion,
+		fmt.Sprintf("unsupported MCP-Protocol-Version %q: this server speaks %s", v, strings.Join(sessionVersions, ", ")),
+		sdk.UnsupportedProtocolVersionData{Supported: sessionVersions, Requested: v})
+	return true
+}
+
+// needsSession reports whether msgs, sent without a session, hold a request
+// that only a session may send: anything but initialize, ping and a
+// server/discover probe. (Notifications are accepted and go nowhere.)
+func needsSession(msgs []*message) bool {
+	for _, m := range msgs {
+		if m.id == nil || m.method == "" {
+			continue
+		}
+		switch m.method {
+		case "initialize", "ping", "server/discover":
+		default:
+			return true
+		}
+	}
+	return false
+}
+
 // enter registers a running tool call of session, stopped by stop when the
 // session ends; false: the session has ended, and the call must not start.
 func (h *Handler) enter(session string, stop context.CancelCauseFunc) (leave func(), ok bool) {
@@ -405,13 +457,10 @@ func (h *Handler) enter(session string, stop context.CancelCauseFunc) (leave fun
 // endCalls stops the running tool calls of the session a DELETE request
 // ends, as a client's cancellation would, before the SDK closes the
 // session (which waits for its handlers); a call that arrives later does
-// not start. A request the SDK will refuse (no session, an unknown one, an
-// unsupported protocol version) stops nothing.
+// not start. A request the SDK will refuse (no session, an unknown one)
+// stops nothing.
 func (h *Handler) endCalls(r *http.Request) {
 	session := r.Header.Get("Mcp-Session-Id")
-	if v := r.Header.Get("Mcp-Protocol-Version"); v != "" && !slices.Contains(sessionVersions, v) && v < "2026-07-28" {
-		return
-	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if session == "" || !h.live[session] {

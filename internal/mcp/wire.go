@@ -31,6 +31,10 @@ const (
 	codeInternalError   = -32603
 	codeSessionNotFound = -32001 // the code MCP's reference SDKs use with a 404
 	codeTooManySessions = -32002
+	// codeUnsupportedVersion answers an MCP-Protocol-Version header the
+	// server does not speak, with the versions it does as data (MCP's code
+	// for it, which the SDK answers for the versions after 2025-11-25).
+	codeUnsupportedVersion = -32022
 )
 
 // idMap swaps ids the SDK would change for tokens, per request.
@@ -154,30 +158,34 @@ func (m *idMap) swap(session string, msgs []*message, batch bool) (body []byte, 
 	return body, back, done
 }
 
-// rpcError is a JSON-RPC error response with the id as raw bytes.
-func rpcError(id json.RawMessage, code int, msg string) []byte {
+// rpcError is a JSON-RPC error response with the id as raw bytes, and
+// data when given.
+func rpcError(id json.RawMessage, code int, msg string, data ...any) []byte {
 	if id == nil {
 		id = json.RawMessage("null")
+	}
+	type rpcErr struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+		Data    any    `json:"data,omitempty"`
+	}
+	e := rpcErr{Code: code, Message: msg}
+	if len(data) > 0 {
+		e.Data = data[0]
 	}
 	b, _ := json.Marshal(struct {
 		JSONRPC string          `json:"jsonrpc"`
 		ID      json.RawMessage `json:"id"`
-		Error   struct {
-			Code    int    `json:"code"`
-			Message string `json:"message"`
-		} `json:"error"`
-	}{JSONRPC: "2.0", ID: id, Error: struct {
-		Code    int    `json:"code"`
-		Message string `json:"message"`
-	}{code, msg}})
+		Error   rpcErr          `json:"error"`
+	}{JSONRPC: "2.0", ID: id, Error: e})
 	return b
 }
 
 // writeRPCError answers a request with a JSON-RPC error.
-func writeRPCError(w http.ResponseWriter, status int, id json.RawMessage, code int, msg string) {
+func writeRPCError(w http.ResponseWriter, status int, id json.RawMessage, code int, msg string, data ...any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	_, _ = w.Write(rpcError(id, code, msg))
+	_, _ = w.Write(rpcError(id, code, msg, data...))
 }
 
 // wire is the ResponseWriter the SDK writes to: it swaps tokens back for
