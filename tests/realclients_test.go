@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -80,14 +81,17 @@ func checkModelGotSID(t *testing.T, s *testServer, ms *modelServer, out string) 
 	}
 }
 
-// TestRealClientsOverMCP runs Claude Code and Codex, the npm packages
-// pinned in tests/realclients, headless against dshd's /mcp and a scripted
-// model server on loopback (Claude Code on the Anthropic Messages API
-// through ANTHROPIC_BASE_URL, Codex on the Responses API through a model
-// provider's base_url), each configured with the snippet the
+// TestRealClientsOverMCP runs Claude Code, Codex and Gemini CLI, the npm
+// packages pinned in tests/realclients, headless against dshd's /mcp and a
+// scripted model server on loopback (Claude Code on the Anthropic Messages
+// API through ANTHROPIC_BASE_URL, Codex on the Responses API through a model
+// provider's base_url, Gemini CLI on the Gemini API through
+// GOOGLE_GEMINI_BASE_URL), each configured with the snippet the
 // documentation gives for it, pasted as it is but for the server's address.
 // The model asks for `echo SID=$DSH_SESSION_ID` through dshd's bash and must
-// get back the id of the agent dshd made for the client's session.
+// get back the id of the agent dshd made for the client's session; Claude
+// Code and Gemini CLI also after 75 s of silence, past the 60 s they wait
+// for an answer's headers.
 func TestRealClientsOverMCP(t *testing.T) {
 	t.Parallel()
 	doc := mcpDoc(t)
@@ -129,6 +133,57 @@ func TestRealClientsOverMCP(t *testing.T) {
 	t.Run("claude-code-silent", func(t *testing.T) {
 		t.Parallel()
 		claude(t, "sleep 75; "+command, 200*time.Second)
+	})
+
+	// gemini runs Gemini CLI with the documented settings.json entry; the
+	// model asks for command through dshd's bash.
+	gemini := func(t *testing.T, command string, bound time.Duration) {
+		needTool(t, "node")
+		gemini := realClient(t, "@google/gemini-cli/bundle/gemini.js")
+		snippet := fencedBlock(t, "docs/mcp.md", doc, "Add dshd to **Gemini CLI**", "json")
+		if !strings.Contains(snippet, docURL) || !strings.Contains(snippet, "$DSHD_TOKEN") || !strings.Contains(snippet, `"trust": true`) {
+			t.Fatalf("the Gemini CLI snippet no longer names %s with $DSHD_TOKEN, trusted:\n%s", docURL, snippet)
+		}
+		s := startServer(t)
+		ms := startModelServer(t, command)
+		home := t.TempDir()
+		work := filepath.Join(home, "work")
+		if err := os.MkdirAll(filepath.Join(home, ".gemini"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Mkdir(work, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		// The snippet as it is, beside the scripted model's API key auth
+		// (with GOOGLE_GEMINI_BASE_URL alone Gemini CLI picks a gateway auth
+		// that headless mode refuses).
+		var settings map[string]any
+		if err := json.Unmarshal([]byte(strings.Replace(snippet, docURL, s.URL+"/mcp", 1)), &settings); err != nil {
+			t.Fatalf("the Gemini CLI snippet is not JSON: %v\n%s", err, snippet)
+		}
+		settings["security"] = map[string]any{"auth": map[string]any{"selectedType": "gemini-api-key"}}
+		b, err := json.MarshalIndent(settings, "", "  ")
+		if err != nil {
+			t.Fatal(err)
+		}
+		writeFile(t, filepath.Join(home, ".gemini", "settings.json"), string(b))
+		start := time.Now()
+		out := runBounded(t, bound, work, append([]string{
+			"HOME=" + home, "DSHD_TOKEN=" + s.Token,
+			"GEMINI_API_KEY=test", "GOOGLE_GEMINI_BASE_URL=" + ms.URL, "GEMINI_CLI_NO_RELAUNCH=true",
+		}, quietEnv...), "node", gemini, "-p", "Print your session id with the dshd bash tool.",
+			"--skip-trust", "--model", "gemini-2.5-pro", "--output-format", "text")
+		t.Logf("gemini -p: %v", time.Since(start))
+		checkModelGotSID(t, s, ms, out)
+	}
+	t.Run("gemini-cli", func(t *testing.T) {
+		t.Parallel()
+		gemini(t, command, 120*time.Second)
+	})
+	// Gemini CLI gives up on an answer's headers after about 60 s.
+	t.Run("gemini-cli-silent", func(t *testing.T) {
+		t.Parallel()
+		gemini(t, "sleep 75; "+command, 200*time.Second)
 	})
 
 	t.Run("codex", func(t *testing.T) {
