@@ -75,23 +75,21 @@ func (w *wire) open(every time.Duration) (stop func()) {
 	}
 	halt := make(chan struct{})
 	w.stopKeep = halt
-	go func() {
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-halt:
-				return
-			case <-t.C:
+	// A timer, not a goroutine: most calls end before the first comment.
+	var t *time.Timer
+	t = time.AfterFunc(every, func() {
+		if w.keepAlive(halt) {
+			w.mu.Lock()
+			if w.stopKeep == halt {
+				t.Reset(every)
 			}
-			if !w.keepAlive(halt) {
-				return
-			}
+			w.mu.Unlock()
 		}
-	}()
+	})
 	return func() {
 		w.mu.Lock()
 		defer w.mu.Unlock()
+		t.Stop()
 		if w.stopKeep == halt {
 			close(halt)
 			w.stopKeep = nil
