@@ -479,8 +479,8 @@ func (h *Handler) endCalls(r *http.Request) {
 }
 
 // Wait waits, until ctx is done, for the tool calls still running whose
-// handlers have returned (their session ended): each records its result
-// once its job has stopped. The server calls it as it shuts down, after
+// handlers have returned (the client cancelled them or ended their
+// session): each records its result once its job has stopped. The server calls it as it shuts down, after
 // the jobs were stopped and before the agent store closes.
 func (h *Handler) Wait(ctx context.Context) error {
 	done := make(chan struct{})

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -36,6 +37,9 @@ const (
 	// for it, which the SDK answers for the versions after 2025-11-25).
 	codeUnsupportedVersion = -32022
 )
+
+// errRequestOver is what a write after ServeMCP has returned gets.
+var errRequestOver = errors.New("mcp: the request's answer is over")
 
 // idMap swaps ids the SDK would change for tokens, per request.
 type idMap struct {
@@ -236,7 +240,7 @@ func (w *wire) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.finished {
-		return 0, http.ErrHandlerTimeout
+		return 0, errRequestOver
 	}
 	if w.cancelled.Load() && isResponse(p) {
 		return len(p), nil // as if sent: the client wants none (see cancelled)
