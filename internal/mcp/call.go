@@ -47,9 +47,10 @@ func (h *Handler) toolHandler(agent *sessionAgent, policy sandbox.Policy, name s
 		defer leave()
 		// The call has been accepted: its answer starts now, whatever the
 		// command prints and whether or not the client asked for progress.
-		if w := h.streamOf(req); w != nil {
-			defer w.handled.Store(true)
-			defer w.open(h.keepAlive)()
+		stream := h.streamOf(req)
+		if stream != nil {
+			defer stream.handled.Store(true)
+			defer stream.open(h.keepAlive)()
 		}
 		agentID, err := agent.get(ctx, req.Session)
 		if err != nil {
@@ -141,9 +142,14 @@ func (h *Handler) toolHandler(agent *sessionAgent, policy sandbox.Policy, name s
 		select {
 		case o = <-done:
 		case <-ctx.Done():
-			// No answer reaches the client: a cancelled request gets none
-			// (see wire.go), an ended session has no stream left. Return
-			// now, so the session can close without waiting.
+			// No answer goes to the client: a cancelled request gets none
+			// (see wire.go), nor does a call of an ended session, whose
+			// stream ends (the SDK may not know yet that the session is
+			// closing). Return now, so the session can close without
+			// waiting.
+			if stream != nil {
+				stream.cancelled.Store(true)
+			}
 			return nil, context.Cause(ctx)
 		}
 		res, err := o.res, o.err
