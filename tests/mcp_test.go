@@ -413,6 +413,15 @@ func TestMCP(t *testing.T) {
 	if counts["tool/call"] != 9 || counts["tool/result"] != 9 || counts["session/resume"] != 1 {
 		t.Errorf("a's transcript counts = %v, want 9 calls, 9 results and 1 resume", counts)
 	}
+	// The cancelled request got no answer: an answer to it is what the
+	// client reports ("Received a response for an unknown message ID").
+	var reported struct {
+		Errors []string `json:"errors"`
+	}
+	c.do(map[string]any{"op": "errors"}, &reported)
+	if len(reported.Errors) != 0 {
+		t.Errorf("the client reported %q", reported.Errors)
+	}
 	for _, sess := range []string{"a", "b", "c"} {
 		var closed map[string]any
 		c.do(map[string]any{"op": "close", "session": sess}, &closed)

@@ -16,8 +16,9 @@ import (
 )
 
 // modelServer is a scripted model on 127.0.0.1 that speaks the OpenAI
-// Responses API (POST …/responses) and the Anthropic Messages API (POST
-// …/messages), each with and without streaming. To a request that offers a
+// Responses API (POST …/responses), the Anthropic Messages API (POST
+// …/messages) and the Gemini API (POST …/models/{model}:generateContent
+// and :streamGenerateContent), each with and without streaming. To a request that offers a
 // bash tool (named bash, or ending in "bash" as MCP clients prefix it) and
 // carries no result of its call yet, it answers with one call of that tool
 // running command (first loading it with ToolSearch where Claude Code
@@ -83,6 +84,12 @@ func (ms *modelServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, map[string]any{"input_tokens": 100})
 	case r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/messages"):
 		ms.messages(w, body)
+	case r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, ":countTokens"):
+		writeJSON(w, map[string]any{"totalTokens": 100})
+	case r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, ":generateContent"):
+		ms.gemini(w, body, r.URL.Path, false)
+	case r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, ":streamGenerateContent"):
+		ms.gemini(w, body, r.URL.Path, true)
 	default:
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusNotFound)
@@ -96,7 +103,8 @@ func (ms *modelServer) pickTool(names []string) string {
 	ms.tools = append(ms.tools, names)
 	ms.mu.Unlock()
 	for _, n := range names {
-		if n == "bash" || strings.HasSuffix(n, "__bash") || strings.HasSuffix(n, ".bash") {
+		if n == "bash" || strings.HasSuffix(n, "__bash") || strings.HasSuffix(n, ".bash") ||
+			(strings.HasPrefix(n, "mcp_") && strings.HasSuffix(n, "_bash")) {
 			return n
 		}
 	}
@@ -288,6 +296,69 @@ func (ms *modelServer) messages(w http.ResponseWriter, body []byte) {
 	sse.event("message_delta", map[string]any{"type": "message_delta",
 		"delta": map[string]any{"stop_reason": stop, "stop_sequence": nil}, "usage": map[string]any{"output_tokens": 5}})
 	sse.event("message_stop", map[string]any{"type": "message_stop"})
+}
+
+// --- Gemini API ---
+
+func (ms *modelServer) gemini(w http.ResponseWriter, body []byte, path string, stream bool) {
+	var req struct {
+		Contents []struct {
+			Role  string `json:"role"`
+			Parts []struct {
+				FunctionResponse *struct {
+					Name     string          `json:"name"`
+					Response json.RawMessage `json:"response"`
+				} `json:"functionResponse"`
+			} `json:"parts"`
+		} `json:"contents"`
+		Tools []struct {
+			FunctionDeclarations []struct {
+				Name string `json:"name"`
+			} `json:"functionDeclarations"`
+		} `json:"tools"`
+	}
+	if err := json.Unmarshal(body, &req); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	var names []string
+	for _, t := range req.Tools {
+		for _, d := range t.FunctionDeclarations {
+			names = append(names, d.Name)
+		}
+	}
+	tool := ms.pickTool(names)
+	answered := false
+	for _, c := range req.Contents {
+		for _, p := range c.Parts {
+			// Gemini has no call ids: a result of the bash tool is ours.
+			if fr := p.FunctionResponse; fr != nil && fr.Name == tool {
+				ms.record(string(fr.Response))
+				answered = true
+			}
+		}
+	}
+	part := map[string]any{"text": "done"}
+	if !answered && tool != "" {
+		part = map[string]any{"functionCall": map[string]any{"name": tool, "args": map[string]any{"command": ms.command}}}
+	}
+	model := strings.TrimSuffix(path[strings.LastIndex(path, "/")+1:], ":generateContent")
+	resp := map[string]any{
+		"candidates": []any{map[string]any{"index": 0, "finishReason": "STOP",
+			"content": map[string]any{"role": "model", "parts": []any{part}}}},
+		"usageMetadata": map[string]any{"promptTokenCount": 10, "candidatesTokenCount": 5, "totalTokenCount": 15},
+		"modelVersion":  strings.TrimSuffix(model, ":streamGenerateContent"),
+	}
+	if !stream {
+		writeJSON(w, resp)
+		return
+	}
+	sse := newSSE(w)
+	b, _ := json.Marshal(resp)
+	fmt.Fprintf(sse.w, "data: %s\r\n\r\n", b)
+	if sse.f != nil {
+		sse.f.Flush()
+	}
 }
 
 // deferredBashRE finds an MCP client's deferred bash tool named in a request.

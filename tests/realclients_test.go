@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -80,22 +81,26 @@ func checkModelGotSID(t *testing.T, s *testServer, ms *modelServer, out string) 
 	}
 }
 
-// TestRealClientsOverMCP runs Claude Code and Codex, the npm packages
-// pinned in tests/realclients, headless against dshd's /mcp and a scripted
-// model server on loopback (Claude Code on the Anthropic Messages API
-// through ANTHROPIC_BASE_URL, Codex on the Responses API through a model
-// provider's base_url), each configured with the snippet the
+// TestRealClientsOverMCP runs Claude Code, Codex and Gemini CLI, the npm
+// packages pinned in tests/realclients, headless against dshd's /mcp and a
+// scripted model server on loopback (Claude Code on the Anthropic Messages
+// API through ANTHROPIC_BASE_URL, Codex on the Responses API through a model
+// provider's base_url, Gemini CLI on the Gemini API through
+// GOOGLE_GEMINI_BASE_URL), each configured with the snippet the
 // documentation gives for it, pasted as it is but for the server's address.
 // The model asks for `echo SID=$DSH_SESSION_ID` through dshd's bash and must
-// get back the id of the agent dshd made for the client's session.
+// get back the id of the agent dshd made for the client's session; Claude
+// Code and Gemini CLI also after 75 s of silence (Claude Code gives up on
+// an answer whose headers take 60 s).
 func TestRealClientsOverMCP(t *testing.T) {
 	t.Parallel()
 	doc := mcpDoc(t)
 	const docURL = "http://127.0.0.1:7433/mcp"
 	const command = "echo SID=$DSH_SESSION_ID"
 
-	t.Run("claude-code", func(t *testing.T) {
-		t.Parallel()
+	// claude runs Claude Code with the documented .mcp.json; the model asks
+	// for command through dshd's bash.
+	claude := func(t *testing.T, command string, bound time.Duration) {
 		claude := realClient(t, "@anthropic-ai/claude-code-linux-x64/claude")
 		snippet := fencedBlock(t, "docs/mcp.md", doc, "Add dshd to **Claude Code**", "json")
 		if !strings.Contains(snippet, docURL) || !strings.Contains(snippet, "${DSHD_TOKEN}") {
@@ -110,7 +115,7 @@ func TestRealClientsOverMCP(t *testing.T) {
 		}
 		writeFile(t, filepath.Join(project, ".mcp.json"), strings.Replace(snippet, docURL, s.URL+"/mcp", 1))
 		start := time.Now()
-		out := runBounded(t, 120*time.Second, project, append([]string{
+		out := runBounded(t, bound, project, append([]string{
 			"HOME=" + home, "DSHD_TOKEN=" + s.Token,
 			"ANTHROPIC_BASE_URL=" + ms.URL, "ANTHROPIC_API_KEY=sk-ant-test",
 		}, quietEnv...), claude, "-p", "Print your session id with the dshd bash tool.",
@@ -118,6 +123,70 @@ func TestRealClientsOverMCP(t *testing.T) {
 			"--allowedTools", "mcp__dshd__bash", "--model", "claude-sonnet-4-5", "--max-turns", "4")
 		t.Logf("claude -p: %v", time.Since(start))
 		checkModelGotSID(t, s, ms, out)
+	}
+	t.Run("claude-code", func(t *testing.T) {
+		t.Parallel()
+		claude(t, command, 120*time.Second)
+	})
+	// A command silent for longer than the 60 s Claude Code waits for an
+	// answer's headers keeps its result: dshd answers as the call starts.
+	t.Run("claude-code-silent", func(t *testing.T) {
+		t.Parallel()
+		claude(t, "sleep 75; "+command, 200*time.Second)
+	})
+
+	// gemini runs Gemini CLI with the documented settings.json entry; the
+	// model asks for command through dshd's bash.
+	gemini := func(t *testing.T, command string, bound time.Duration) {
+		needTool(t, "node")
+		gemini := realClient(t, "@google/gemini-cli/bundle/gemini.js")
+		snippet := fencedBlock(t, "docs/mcp.md", doc, "Add dshd to **Gemini CLI**", "json")
+		if !strings.Contains(snippet, docURL) || !strings.Contains(snippet, "$DSHD_TOKEN") || !strings.Contains(snippet, `"trust": true`) {
+			t.Fatalf("the Gemini CLI snippet no longer names %s with $DSHD_TOKEN, trusted:\n%s", docURL, snippet)
+		}
+		s := startServer(t)
+		ms := startModelServer(t, command)
+		home := t.TempDir()
+		work := filepath.Join(home, "work")
+		if err := os.MkdirAll(filepath.Join(home, ".gemini"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Mkdir(work, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		// The snippet as it is, beside the scripted model's API key auth
+		// (with GOOGLE_GEMINI_BASE_URL alone Gemini CLI picks a gateway auth
+		// that headless mode refuses).
+		var settings map[string]any
+		if err := json.Unmarshal([]byte(strings.Replace(snippet, docURL, s.URL+"/mcp", 1)), &settings); err != nil {
+			t.Fatalf("the Gemini CLI snippet is not JSON: %v\n%s", err, snippet)
+		}
+		settings["security"] = map[string]any{"auth": map[string]any{"selectedType": "gemini-api-key"}}
+		b, err := json.MarshalIndent(settings, "", "  ")
+		if err != nil {
+			t.Fatal(err)
+		}
+		writeFile(t, filepath.Join(home, ".gemini", "settings.json"), string(b))
+		start := time.Now()
+		out := runBounded(t, bound, work, append([]string{
+			"HOME=" + home, "DSHD_TOKEN=" + s.Token,
+			"GEMINI_API_KEY=test", "GOOGLE_GEMINI_BASE_URL=" + ms.URL, "GEMINI_CLI_NO_RELAUNCH=true",
+		}, quietEnv...), "node", gemini, "-p", "Print your session id with the dshd bash tool.",
+			"--skip-trust", "--model", "gemini-2.5-pro", "--output-format", "text")
+		t.Logf("gemini -p: %v", time.Since(start))
+		checkModelGotSID(t, s, ms, out)
+	}
+	t.Run("gemini-cli", func(t *testing.T) {
+		t.Parallel()
+		gemini(t, command, 120*time.Second)
+	})
+	// Gemini CLI reads the keep-alive comments of a silent command's
+	// stream and its result. (Here, under Node 20, Gemini CLI 0.61.0 also
+	// waits past 60 s for headers, so unlike Claude Code's this case does
+	// not fail on a stream that opens only with its result.)
+	t.Run("gemini-cli-silent", func(t *testing.T) {
+		t.Parallel()
+		gemini(t, "sleep 75; "+command, 200*time.Second)
 	})
 
 	t.Run("codex", func(t *testing.T) {

@@ -178,6 +178,10 @@ func TestTypeScriptClientPackage(t *testing.T) {
 	if !strings.Contains(out, `'bash'`) {
 		t.Fatalf("listTools did not list bash:\n%s", out)
 	}
+	// The README says what the refused registration answers.
+	if !regexp.MustCompile(`(?m)^422 invalid_declaration$`).MatchString(out) || !strings.Contains(example, "422 invalid_declaration") {
+		t.Fatalf("the README's refused registration did not answer 422 invalid_declaration as its comment says:\n%s", out)
+	}
 }
 
 // writeFile writes text to path or fails the test.

@@ -676,8 +676,9 @@ func newHTTPServer(handler http.Handler, cfg config, logger *slog.Logger, reqCtx
 // Requests in flight may be waiting on jobs, so the jobs are stopped
 // (through the kill path) while HTTP drains; their waiters then answer with
 // the cancelled jobs. Then cancelRequests ends the requests still open
-// (long-polls, streams); once HTTP has drained, stopLeases ends the plugin
-// leases and the agent store is closed.
+// (long-polls, streams); once HTTP has drained and the MCP calls no request
+// waits for have recorded their results, stopLeases ends the plugin leases
+// and the agent store is closed.
 func shutdown(srv *http.Server, svc *services, budget time.Duration, cancelRequests, stopLeases func()) error {
 	ctx, stop := context.WithTimeout(context.Background(), budget)
 	defer stop()
@@ -690,6 +691,10 @@ func shutdown(srv *http.Server, svc *services, budget time.Duration, cancelReque
 	cancelRequests()
 	if err := <-httpDone; err != nil {
 		errs = append(errs, fmt.Errorf("http shutdown: %w", err))
+	}
+	// MCP calls whose session ended record their stopped jobs' results.
+	if err := svc.mcp.Wait(ctx); err != nil {
+		errs = append(errs, err)
 	}
 	stopLeases()
 	svc.leaveCluster()

@@ -27,28 +27,46 @@ const stopTimeout = 30 * time.Second
 // does not reach directly: when the client cancels (or the session ends),
 // a started foreground job is stopped through the executor's kill path,
 // and the call then ends the way any stopped job ends — rendered, with
-// PostToolUse hooks, recorded in the transcript. Before a job exists the
-// call itself is cancelled; a job that starts after that (the cancellation
-// raced its start) is stopped at once, and the call records how it ended.
+// PostToolUse hooks, recorded in the transcript with why it was stopped.
+// Before a job exists the call itself is cancelled; a job that starts
+// after that (the cancellation raced its start) is stopped at once, and
+// the call records how it ended. When the client cancels or the session
+// ends (DELETE /mcp) the handler returns at once, as no answer goes to the
+// client, so that the session can close without waiting; the call ends
+// and is recorded on its own.
 // policy is the agent's sandbox policy, which a client's declared sandbox
 // mode can only tighten.
 func (h *Handler) toolHandler(agent *sessionAgent, policy sandbox.Policy, name string) sdk.ToolHandler {
 	return func(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+		ctx, end := context.WithCancelCause(ctx)
+		defer end(nil)
+		leave, ok := h.enter(req.Session.ID(), end)
+		if !ok {
+			return nil, errSessionEnded
+		}
+		defer leave()
+		// The call has been accepted: its answer starts now, whatever the
+		// command prints and whether or not the client asked for progress.
+		stream := h.streamOf(req)
+		if stream != nil {
+			defer stream.handled.Store(true)
+			defer stream.open(h.keepAlive)()
+		}
 		agentID, err := agent.get(ctx, req.Session)
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil, ctx.Err()
+				return nil, context.Cause(ctx)
 			}
 			h.log.Error("make the agent of an MCP session", "err", err)
 			return errorResult("internal error: this session's agent could not be made; the server log has the cause"), nil
 		}
 		callCtx, cancelCall := context.WithCancel(context.WithoutCancel(ctx))
-		defer cancelCall()
 
 		var (
 			mu       sync.Mutex
 			job      *exec.Job
 			canceled bool
+			stopped  string // why the call was stopped, for its result
 			progress *progress
 		)
 		stop := func(j *exec.Job) {
@@ -59,15 +77,20 @@ func (h *Handler) toolHandler(agent *sessionAgent, policy sandbox.Policy, name s
 			}
 		}
 		unwatch := context.AfterFunc(ctx, func() {
+			why := run.StopCancelled
+			if errors.Is(context.Cause(ctx), errSessionEnded) {
+				why = run.StopSessionEnded
+			}
 			mu.Lock()
 			canceled = true
+			stopped = why
 			j := job
 			mu.Unlock()
 			if j == nil {
 				cancelCall()
 				return
 			}
-			h.log.Debug("MCP call cancelled: stopping its job", "agent_id", agentID, "job_id", j.ID())
+			h.log.Debug("MCP call stopped: stopping its job", "agent_id", agentID, "job_id", j.ID(), "why", why)
 			stop(j)
 		})
 		defer unwatch()
@@ -87,16 +110,49 @@ func (h *Handler) toolHandler(agent *sessionAgent, policy sandbox.Policy, name s
 			}
 		}
 
-		opts := run.CallOptions{Started: started}
+		opts := run.CallOptions{Started: started, Stopped: func() string {
+			mu.Lock()
+			defer mu.Unlock()
+			return stopped
+		}}
 		if declared, ok := declaredPolicy(req.Params.Meta); ok {
 			// The call runs under the tighter of the agent's policy and the
 			// one its client declares: never looser than the agent's.
 			opts.Sandbox = tighter(policy, declared)
 		}
-		res, err := h.pipeline.CallWith(callCtx, agentID, name, "", req.Params.Arguments, opts)
-		if progress != nil {
-			progress.stop() // no notification may follow the result
+		type outcome struct {
+			res run.CallResult
+			err error
 		}
+		done := make(chan outcome, 1)
+		h.pending.Add(1)
+		go func() {
+			defer h.pending.Done()
+			defer cancelCall()
+			res, err := h.pipeline.CallWith(callCtx, agentID, name, "", req.Params.Arguments, opts)
+			if progress != nil {
+				progress.stop() // no notification may follow the result
+			}
+			if err != nil && ctx.Err() == nil && !errors.Is(err, shellenv.ErrResolution) && !errors.Is(err, agents.ErrNotFound) {
+				h.log.Error("MCP tool call failed", "agent_id", agentID, "tool", name, "err", err)
+			}
+			done <- outcome{res, err}
+		}()
+		var o outcome
+		select {
+		case o = <-done:
+		case <-ctx.Done():
+			// No answer goes to the client: a cancelled request gets none
+			// (see wire.go), nor does a call of an ended session, whose
+			// stream ends (the SDK may not know yet that the session is
+			// closing). Return now, so the session can close without
+			// waiting.
+			if stream != nil {
+				stream.cancelled.Store(true)
+			}
+			return nil, context.Cause(ctx)
+		}
+		res, err := o.res, o.err
 		switch {
 		case errors.Is(err, shellenv.ErrResolution):
 			// The harness operator can act on it: tell the model, who can say so.
@@ -106,9 +162,8 @@ func (h *Handler) toolHandler(agent *sessionAgent, policy sandbox.Policy, name s
 			return errorResult("this session's agent " + agentID + " no longer exists; start a new session"), nil
 		case err != nil:
 			if ctx.Err() != nil {
-				return nil, ctx.Err()
+				return nil, context.Cause(ctx)
 			}
-			h.log.Error("MCP tool call failed", "agent_id", agentID, "tool", name, "err", err)
 			return errorResult("internal error; the server log has the cause"), nil
 		}
 		return &sdk.CallToolResult{

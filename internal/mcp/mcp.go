@@ -21,6 +21,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -42,6 +43,9 @@ const (
 	AgentHeader = "Dsh-Agent-Id"
 	AgentQuery  = "agentId"
 )
+
+// errSessionEnded ends the calls of a session the client ended.
+var errSessionEnded = errors.New("the MCP session ended (DELETE /mcp)")
 
 // ErrAgentConflict is returned by ServeMCP when the header and the query
 // parameter name different agents (HTTP 400).
@@ -97,6 +101,10 @@ type Options struct {
 	// replica, so any replica routes a session's requests here); "" leaves
 	// the ids to the SDK.
 	SessionIDPrefix string
+	// KeepAlive is the time between two SSE comments on a tool call's
+	// stream while the call runs (default 15s); the stream itself is
+	// opened as the call starts (see stream.go).
+	KeepAlive time.Duration
 }
 
 // Handler serves the MCP endpoint. It is safe for concurrent use.
@@ -112,6 +120,13 @@ type Handler struct {
 	streamable    *sdk.StreamableHTTPHandler
 	progressEvery time.Duration
 	progressBytes int
+	keepAlive     time.Duration
+	// streams are the wires of the tools/call requests being served, by
+	// the key ServeMCP gives each in streamHeader.
+	streams sync.Map
+	// requests are the wires of the requests being served, by session id,
+	// "\x00" and the request's id as the client sent it (see cancelled).
+	requests sync.Map
 	// sessionIDPrefix: see Options.SessionIDPrefix.
 	sessionIDPrefix string
 	// sdkLog is the SDK's logger: what it logs of a client's mistakes at
@@ -125,6 +140,19 @@ type Handler struct {
 	mu             sync.Mutex
 	live           map[string]bool // open sessions, by id
 	opening        int             // initialize requests being served
+	// calls are the running tool calls of each session, by session id,
+	// each with what stops it; ended marks a session DELETE ended.
+	calls map[string]*sessionCalls
+	// pending counts the pipeline calls still running, some of them for
+	// handlers that have returned (see toolHandler).
+	pending sync.WaitGroup
+}
+
+// sessionCalls are the running tool calls of one session.
+type sessionCalls struct {
+	ended bool
+	next  int
+	stop  map[int]context.CancelCauseFunc
 }
 
 // sessionVersions are the protocol versions that have sessions (2025-11-25
@@ -145,12 +173,14 @@ func New(o Options) *Handler {
 		impl:            &sdk.Implementation{Name: "dshd", Title: "dshd shell", Version: o.Version},
 		progressEvery:   o.ProgressInterval,
 		progressBytes:   o.ProgressBytes,
+		keepAlive:       o.KeepAlive,
 		sessionIDPrefix: o.SessionIDPrefix,
 		ids:             newIDMap(),
 		maxSessions:     o.MaxSessions,
 		allowedRoots:    allowedRoots(o.AllowedRoots),
 		sessionTimeout:  o.SessionTimeout,
 		live:            map[string]bool{},
+		calls:           map[string]*sessionCalls{},
 	}
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
@@ -164,6 +194,9 @@ func New(o Options) *Handler {
 	}
 	if h.progressBytes <= 0 {
 		h.progressBytes = 16 << 10
+	}
+	if h.keepAlive <= 0 {
+		h.keepAlive = defaultKeepAlive
 	}
 	h.bare = sdk.NewServer(h.impl, h.serverOptions())
 	h.streamable = sdk.NewStreamableHTTPHandler(h.server, &sdk.StreamableHTTPOptions{
@@ -221,6 +254,12 @@ func (h *Handler) server(r *http.Request) *sdk.Server {
 func (h *Handler) ServeMCP(w http.ResponseWriter, r *http.Request) error {
 	out := &wire{ResponseWriter: w, prefix: `"` + h.ids.prefix}
 	if r.Method != http.MethodPost {
+		if h.refuseVersion(w, r, nil) {
+			return nil
+		}
+		if r.Method == http.MethodDelete {
+			h.endCalls(r)
+		}
 		defer out.finish()
 		h.streamable.ServeHTTP(out, r)
 		return nil
@@ -242,6 +281,26 @@ func (h *Handler) ServeMCP(w http.ResponseWriter, r *http.Request) error {
 	}
 	out.id = id
 	session := r.Header.Get("Mcp-Session-Id")
+	if h.refuseVersion(w, r, msgs) {
+		return nil
+	}
+	if session == "" && needsSession(msgs) {
+		h.log.Debug("MCP request without a session")
+		writeRPCError(w, http.StatusBadRequest, id, codeInvalidRequest,
+			"Bad Request: an Mcp-Session-Id header is required: send initialize first, then the session id it answers with on every request")
+		return nil
+	}
+	r.Header.Del(streamHeader) // only dshd sets it
+	if session != "" && id != nil && msgs[0].method != "" {
+		defer h.inFlight(session, id, out)()
+		if msgs[0].method == "tools/call" {
+			defer h.track(r, out)()
+		}
+	}
+	if session != "" {
+		// Before the SDK sees a cancellation: the answer it causes is dropped.
+		h.cancelled(session, msgs)
+	}
 	if initialize && session != "" && h.isLive(session) {
 		h.log.Debug("MCP initialize on an initialized session", "session_id", session)
 		writeRPCError(w, http.StatusBadRequest, id, codeInvalidRequest,
@@ -260,6 +319,11 @@ func (h *Handler) ServeMCP(w http.ResponseWriter, r *http.Request) error {
 	if !initialize || session != "" {
 		defer out.finish()
 		h.streamable.ServeHTTP(out, r)
+		if r.Context().Err() != nil && len(msgs) == 1 && msgs[0].method == "tools/call" && !out.handled.Load() {
+			// Disconnection is not cancellation (MCP): the call runs on.
+			h.log.Info("MCP client left during a tool call without cancelling it: the call runs to its end or its timeout, "+
+				"its result recorded in the transcript", "session_id", session)
+		}
 		return nil
 	}
 	if !h.reserve() {
@@ -321,9 +385,115 @@ func (h *Handler) opened(id string, server *sdk.Server) {
 		_ = ss.Wait()
 		h.mu.Lock()
 		delete(h.live, id)
+		delete(h.calls, id)
 		h.mu.Unlock()
 		h.log.Debug("MCP session ended", "session_id", id)
 	}()
+}
+
+// refuseVersion answers a request whose MCP-Protocol-Version header names a
+// version the server does not speak with a JSON-RPC error (-32022, HTTP
+// 400) listing the ones it does, and reports whether it did. A
+// server/discover probe is left to the SDK, which answers it as MCP says.
+func (h *Handler) refuseVersion(w http.ResponseWriter, r *http.Request, msgs []*message) bool {
+	v := r.Header.Get("Mcp-Protocol-Version")
+	if v == "" || slices.Contains(sessionVersions, v) {
+		return false
+	}
+	var id json.RawMessage
+	if len(msgs) == 1 {
+		if msgs[0].method == "server/discover" {
+			return false
+		}
+		id = msgs[0].id
+	}
+	h.log.Debug("MCP request with an unsupported protocol version", "version", v)
+	writeRPCError(w, http.StatusBadRequest, id, codeUnsupportedVersion,
+		fmt.Sprintf("unsupported MCP-Protocol-Version %q: this server speaks %s", v, strings.Join(sessionVersions, ", ")),
+		sdk.UnsupportedProtocolVersionData{Supported: sessionVersions, Requested: v})
+	return true
+}
+
+// needsSession reports whether msgs, sent without a session, hold a request
+// that only a session may send: anything but initialize, ping and a
+// server/discover probe. (Notifications are accepted and go nowhere.)
+func needsSession(msgs []*message) bool {
+	for _, m := range msgs {
+		if m.id == nil || m.method == "" {
+			continue
+		}
+		switch m.method {
+		case "initialize", "ping", "server/discover":
+		default:
+			return true
+		}
+	}
+	return false
+}
+
+// enter registers a running tool call of session, stopped by stop when the
+// session ends; false: the session has ended, and the call must not start.
+func (h *Handler) enter(session string, stop context.CancelCauseFunc) (leave func(), ok bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	sc := h.calls[session]
+	if sc == nil {
+		sc = &sessionCalls{stop: map[int]context.CancelCauseFunc{}}
+		h.calls[session] = sc
+	}
+	if sc.ended {
+		return nil, false
+	}
+	n := sc.next
+	sc.next++
+	sc.stop[n] = stop
+	return func() {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		delete(sc.stop, n)
+	}, true
+}
+
+// endCalls stops the running tool calls of the session a DELETE request
+// ends, as a client's cancellation would, before the SDK closes the
+// session (which waits for its handlers); a call that arrives later does
+// not start. A request the SDK will refuse (no session, an unknown one)
+// stops nothing.
+func (h *Handler) endCalls(r *http.Request) {
+	session := r.Header.Get("Mcp-Session-Id")
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if session == "" || !h.live[session] {
+		return
+	}
+	sc := h.calls[session]
+	if sc == nil {
+		sc = &sessionCalls{stop: map[int]context.CancelCauseFunc{}}
+		h.calls[session] = sc
+	}
+	sc.ended = true
+	for _, stop := range sc.stop {
+		stop(errSessionEnded)
+	}
+	h.log.Debug("MCP session ended by its client", "session_id", session, "calls_stopped", len(sc.stop))
+}
+
+// Wait waits, until ctx is done, for the tool calls still running whose
+// handlers have returned (the client cancelled them or ended their
+// session): each records its result once its job has stopped. The server calls it as it shuts down, after
+// the jobs were stopped and before the agent store closes.
+func (h *Handler) Wait(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() {
+		h.pending.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("wait for the MCP calls still running: %w", ctx.Err())
+	}
 }
 
 func (h *Handler) isLive(id string) bool {

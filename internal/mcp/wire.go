@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -31,7 +32,14 @@ const (
 	codeInternalError   = -32603
 	codeSessionNotFound = -32001 // the code MCP's reference SDKs use with a 404
 	codeTooManySessions = -32002
+	// codeUnsupportedVersion answers an MCP-Protocol-Version header the
+	// server does not speak, with the versions it does as data (MCP's code
+	// for it, which the SDK answers for the versions after 2025-11-25).
+	codeUnsupportedVersion = -32022
 )
+
+// errRequestOver is what a write after ServeMCP has returned gets.
+var errRequestOver = errors.New("mcp: the request's answer is over")
 
 // idMap swaps ids the SDK would change for tokens, per request.
 type idMap struct {
@@ -154,47 +162,68 @@ func (m *idMap) swap(session string, msgs []*message, batch bool) (body []byte, 
 	return body, back, done
 }
 
-// rpcError is a JSON-RPC error response with the id as raw bytes.
-func rpcError(id json.RawMessage, code int, msg string) []byte {
+// rpcError is a JSON-RPC error response with the id as raw bytes, and
+// data when given.
+func rpcError(id json.RawMessage, code int, msg string, data ...any) []byte {
 	if id == nil {
 		id = json.RawMessage("null")
+	}
+	type rpcErr struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+		Data    any    `json:"data,omitempty"`
+	}
+	e := rpcErr{Code: code, Message: msg}
+	if len(data) > 0 {
+		e.Data = data[0]
 	}
 	b, _ := json.Marshal(struct {
 		JSONRPC string          `json:"jsonrpc"`
 		ID      json.RawMessage `json:"id"`
-		Error   struct {
-			Code    int    `json:"code"`
-			Message string `json:"message"`
-		} `json:"error"`
-	}{JSONRPC: "2.0", ID: id, Error: struct {
-		Code    int    `json:"code"`
-		Message string `json:"message"`
-	}{code, msg}})
+		Error   rpcErr          `json:"error"`
+	}{JSONRPC: "2.0", ID: id, Error: e})
 	return b
 }
 
 // writeRPCError answers a request with a JSON-RPC error.
-func writeRPCError(w http.ResponseWriter, status int, id json.RawMessage, code int, msg string) {
+func writeRPCError(w http.ResponseWriter, status int, id json.RawMessage, code int, msg string, data ...any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	_, _ = w.Write(rpcError(id, code, msg))
+	_, _ = w.Write(rpcError(id, code, msg, data...))
 }
 
 // wire is the ResponseWriter the SDK writes to: it swaps tokens back for
-// the client's ids and turns a text/plain error into a JSON-RPC one.
+// the client's ids and turns a text/plain error into a JSON-RPC one. The
+// SDK writes from its own goroutines and dshd writes the keep-alive
+// comments of a tool call's stream (see stream.go) from another: mu orders
+// them, and nothing is written once finish has run.
 type wire struct {
 	http.ResponseWriter
 	back   map[string][]byte
 	prefix string          // `"` and the prefix every token starts with
 	id     json.RawMessage // the request's id, for a converted error (nil: null)
 
-	held    []byte // a tail that may be the start of a token
-	errBody *bytes.Buffer
-	status  int
+	// cancelled: the client cancelled the request; its answer is not sent.
+	cancelled atomic.Bool
+	// handled: the tool call's handler has returned (tools/call only).
+	handled atomic.Bool
+
+	mu       sync.Mutex
+	held     []byte // a tail that may be the start of a token
+	errBody  *bytes.Buffer
+	status   int
+	finished bool          // ServeMCP has returned, or is about to
+	stopKeep chan struct{} // closed to end the keep-alive comments (nil: none)
 }
 
 func (w *wire) WriteHeader(status int) {
-	if w.status != 0 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.writeHeader(status)
+}
+
+func (w *wire) writeHeader(status int) {
+	if w.status != 0 || w.finished {
 		return
 	}
 	w.status = status
@@ -208,8 +237,16 @@ func (w *wire) WriteHeader(status int) {
 }
 
 func (w *wire) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.finished {
+		return 0, errRequestOver
+	}
+	if w.cancelled.Load() && isResponse(p) {
+		return len(p), nil // as if sent: the client wants none (see cancelled)
+	}
 	if w.status == 0 {
-		w.WriteHeader(http.StatusOK)
+		w.writeHeader(http.StatusOK)
 	}
 	if w.errBody != nil {
 		return w.errBody.Write(p)
@@ -238,6 +275,15 @@ func (w *wire) Write(p []byte) (int, error) {
 
 // Flush sends what was held back: the SDK flushes after whole messages.
 func (w *wire) Flush() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.flush()
+}
+
+func (w *wire) flush() {
+	if w.finished {
+		return
+	}
 	if len(w.held) > 0 {
 		_, _ = w.ResponseWriter.Write(w.held)
 		w.held = nil
@@ -249,8 +295,19 @@ func (w *wire) Flush() {
 
 func (w *wire) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// finish writes what remains: the held tail, or the converted error.
+// finish writes what remains: the held tail, or the converted error. No
+// write follows it.
 func (w *wire) finish() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.finished {
+		return
+	}
+	defer func() { w.finished = true }()
+	if w.stopKeep != nil {
+		close(w.stopKeep)
+		w.stopKeep = nil
+	}
 	if w.errBody != nil {
 		code := codeInvalidRequest
 		switch {
@@ -265,6 +322,58 @@ func (w *wire) finish() {
 	if len(w.held) > 0 {
 		_, _ = w.ResponseWriter.Write(w.held)
 	}
+}
+
+// Cancelled requests. MCP says the receiver of notifications/cancelled
+// should not answer the request it names, and clients that forgot the
+// request report an answer to it as an error (the TypeScript SDK: "Received
+// a response for an unknown message ID"). The SDK answers every request, so
+// ServeMCP marks the wire of a request its client cancels before the SDK
+// sees the cancellation, and the wire drops the answer. The call still ends
+// as a stopped call does, recorded in the transcript.
+
+// inFlight registers out as the wire of the request id of session, for a
+// cancellation to find; the returned function forgets it.
+func (h *Handler) inFlight(session string, id json.RawMessage, out *wire) (forget func()) {
+	key := session + "\x00" + string(id)
+	h.requests.Store(key, out)
+	return func() { h.requests.CompareAndDelete(key, out) }
+}
+
+// cancelled marks the wires of the requests msgs cancel.
+func (h *Handler) cancelled(session string, msgs []*message) {
+	for _, msg := range msgs {
+		if msg.method != "notifications/cancelled" {
+			continue
+		}
+		var p struct {
+			RequestID json.RawMessage `json:"requestId"`
+		}
+		if json.Unmarshal(msg.fields["params"], &p) != nil || p.RequestID == nil {
+			continue
+		}
+		if w, ok := h.requests.Load(session + "\x00" + string(bytes.TrimSpace(p.RequestID))); ok {
+			w.(*wire).cancelled.Store(true)
+		}
+	}
+}
+
+// isResponse reports whether p, an SSE event or a JSON body as the SDK
+// writes them, is a JSON-RPC response (not a notification or request).
+func isResponse(p []byte) bool {
+	data := p
+	if i := bytes.Index(p, []byte("data: ")); i >= 0 && !bytes.HasPrefix(bytes.TrimSpace(p), []byte("{")) {
+		data = p[i+len("data: "):]
+		if j := bytes.IndexByte(data, '\n'); j >= 0 {
+			data = data[:j]
+		}
+	}
+	var m struct {
+		Method *string         `json:"method"`
+		Result json.RawMessage `json:"result"`
+		Error  json.RawMessage `json:"error"`
+	}
+	return json.Unmarshal(data, &m) == nil && m.Method == nil && (m.Result != nil || m.Error != nil)
 }
 
 // demote is the SDK's log handler: the SDK logs a client's protocol

@@ -129,8 +129,7 @@ func TestCancelByUnusualID(t *testing.T) {
 	defer cancel()
 	call := raw("POST", w.url, session, `{"jsonrpc":"2.0","id":9007199254740993,"method":"tools/call","params":{"name":"bash","arguments":{"command":"sleep 30"}}}`, "application/json")
 	go func() {
-		// A cancelled request gets no answer: the stream stays open until
-		// the test ends.
+		// A cancelled request gets no answer (TestCancelledGetsNoAnswer).
 		if resp, err := http.DefaultClient.Do(call.WithContext(ctx)); err == nil {
 			_, _ = io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
@@ -182,6 +181,22 @@ func TestTransportErrorsAreJSONRPC(t *testing.T) {
 		}, 415, -32600, "3"},
 		{"GET without session", func() *http.Request { return raw("GET", w.url, "", "", "") }, 400, -32600, "null"},
 		{"second initialize", func() *http.Request { return raw("POST", w.url, session, initBody("99.5"), "application/json") }, 400, -32600, "99.5"},
+		{"request without session", func() *http.Request {
+			return raw("POST", w.url, "", `{"jsonrpc":"2.0","id":8,"method":"tools/list"}`, "application/json")
+		}, 400, -32600, "8"},
+		{"call without session", func() *http.Request {
+			return raw("POST", w.url, "", `{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"bash","arguments":{"command":"true"}}}`, "application/json")
+		}, 400, -32600, "9"},
+		{"older protocol version", func() *http.Request {
+			return withVersion(raw("POST", w.url, session, `{"jsonrpc":"2.0","id":10,"method":"tools/list"}`, "application/json"), "2024-11-05")
+		}, 400, -32022, "10"},
+		{"newer protocol version", func() *http.Request {
+			return withVersion(raw("POST", w.url, session, `{"jsonrpc":"2.0","id":11,"method":"tools/list"}`, "application/json"), "2099-01-01")
+		}, 400, -32022, "11"},
+		{"initialize with an unknown protocol version header", func() *http.Request {
+			return withVersion(raw("POST", w.url, "", initBody("12"), "application/json"), "2025-01-01")
+		}, 400, -32022, "12"},
+		{"GET with an unknown protocol version", func() *http.Request { return withVersion(raw("GET", w.url, session, "", ""), "2025-01-01") }, 400, -32022, "null"},
 	}
 	for _, c := range cases {
 		resp, ans := send(t, c.req())
@@ -204,6 +219,11 @@ func TestTransportErrorsAreJSONRPC(t *testing.T) {
 	if resp, ans := post(t, w.url, session, `{"jsonrpc":"2.0","id":5,"method":"tools/list"}`); resp.StatusCode != 200 || len(ans) != 1 || ans[0].Error != nil {
 		t.Errorf("tools/list after the second initialize: %d %+v", resp.StatusCode, ans)
 	}
+}
+
+func withVersion(r *http.Request, v string) *http.Request {
+	r.Header.Set("MCP-Protocol-Version", v)
+	return r
 }
 
 func raw(method, url, session, body, ct string) *http.Request {

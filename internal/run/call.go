@@ -100,7 +100,21 @@ type CallOptions struct {
 	// agent's (sandbox.ErrLooser). An MCP client's declared sandbox mode
 	// tightens a call this way.
 	Sandbox sandbox.Policy
+	// Stopped, when set, is asked as the call's result is recorded why the
+	// caller stopped the call ("" if it did not); the answer is recorded
+	// as the result's stopped (StopCancelled, StopSessionEnded).
+	Stopped func() string
 }
+
+// Why a caller stopped a call, as its tool/result records it.
+const (
+	// StopCancelled: the client cancelled the request (MCP
+	// notifications/cancelled).
+	StopCancelled = "cancelled"
+	// StopSessionEnded: the MCP session ended while the call ran
+	// (DELETE /mcp).
+	StopSessionEnded = "session_ended"
+)
 
 // callWith runs a call for CallWith.
 func (s *Service) callWith(ctx context.Context, agentID, name, callID string, args json.RawMessage, o CallOptions) (CallResult, error) {
@@ -159,6 +173,9 @@ func (s *Service) callWith(ctx context.Context, agentID, name, callID string, ar
 	result := resultEvent{
 		CallID: res.CallID, IsError: res.IsError, Text: res.Text, JobID: res.JobID, ExitCode: res.ExitCode, Sandbox: res.Sandbox, Network: toNetworkEvent(res.Network),
 		AdditionalContext: res.AdditionalContext, SystemMessages: res.SystemMessages,
+	}
+	if o.Stopped != nil {
+		result.Stopped = o.Stopped()
 	}
 	ev, rerr := s.agents.Append(context.WithoutCancel(ctx), agentID, agents.EventToolResult, result)
 	if rerr != nil {
@@ -226,6 +243,8 @@ type resultEvent struct {
 	// CallResult).
 	AdditionalContext []string `json:"additionalContext,omitempty"`
 	SystemMessages    []string `json:"systemMessages,omitempty"`
+	// Stopped says why the caller stopped the call (CallOptions.Stopped).
+	Stopped string `json:"stopped,omitempty"`
 }
 
 // networkEvent is a netallow.Record in a transcript (the contract's

@@ -13,6 +13,8 @@
 //       → {"result":{content,isError},"progress":[{progress,total,message}]}
 //         or, when cancelled once a progress message contained cancelOn,
 //         {"cancelled":true,"reason":"…","progress":[…]}
+//   {"op":"errors"} → {"errors":["…"]}: what the clients reported through
+//       onerror (an answer to a request they cancelled, for one)
 //   {"op":"close","session":"a"} → {}
 // A failed command answers {"error":"…"}.
 import { createInterface } from 'node:readline';
@@ -21,6 +23,7 @@ import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/
 import { ListRootsRequestSchema } from '@modelcontextprotocol/sdk/types.js';
 
 const sessions = new Map();
+const reported = [];
 
 async function connect(cmd) {
   let agentId = '';
@@ -47,6 +50,7 @@ async function connect(cmd) {
     }));
   }
   await client.connect(transport);
+  client.onerror = (err) => reported.push(String(err?.message ?? err));
   sessions.set(cmd.session, { client, transport });
   const info = client.getServerVersion();
   return {
@@ -94,6 +98,8 @@ async function run(cmd) {
       return session(cmd).client.listTools();
     case 'call':
       return call(cmd);
+    case 'errors':
+      return { errors: reported };
     case 'close': {
       const s = session(cmd);
       await s.transport.terminateSession();

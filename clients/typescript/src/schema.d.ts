@@ -2096,6 +2096,11 @@ export interface components {
                 network?: components["schemas"]["NetworkRecord"];
                 additionalContext?: string[];
                 systemMessages?: string[];
+                /**
+                 * @description Why the call was stopped before its job ended by itself, when its caller stopped it: `cancelled`, the MCP client cancelled the request (notifications/cancelled); `session_ended`, the MCP session ended while the call ran (DELETE /mcp). The job went through the kill path; `text` is its result as stopped.
+                 * @enum {string}
+                 */
+                stopped?: "cancelled" | "session_ended";
             };
         };
         /** @description A hook about to run. */

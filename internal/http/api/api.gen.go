@@ -782,6 +782,24 @@ func (e ToolCallEventType) Valid() bool {
 	}
 }
 
+// Defines values for ToolResultEventDataStopped.
+const (
+	ToolResultEventDataStoppedCancelled    ToolResultEventDataStopped = "cancelled"
+	ToolResultEventDataStoppedSessionEnded ToolResultEventDataStopped = "session_ended"
+)
+
+// Valid indicates whether the value is a known member of the ToolResultEventDataStopped enum.
+func (e ToolResultEventDataStopped) Valid() bool {
+	switch e {
+	case ToolResultEventDataStoppedCancelled:
+		return true
+	case ToolResultEventDataStoppedSessionEnded:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ToolResultEventType.
 const (
 	Toolresult ToolResultEventType = "tool/result"
@@ -2437,14 +2455,20 @@ type ToolResultEvent struct {
 		Network *NetworkRecord `json:"network,omitempty"`
 
 		// Sandbox The sandbox policy in effect.
-		Sandbox        *SandboxPolicy `json:"sandbox,omitempty"`
-		SystemMessages *[]string      `json:"systemMessages,omitempty"`
-		Text           string         `json:"text"`
+		Sandbox *SandboxPolicy `json:"sandbox,omitempty"`
+
+		// Stopped Why the call was stopped before its job ended by itself, when its caller stopped it: `cancelled`, the MCP client cancelled the request (notifications/cancelled); `session_ended`, the MCP session ended while the call ran (DELETE /mcp). The job went through the kill path; `text` is its result as stopped.
+		Stopped        *ToolResultEventDataStopped `json:"stopped,omitempty"`
+		SystemMessages *[]string                   `json:"systemMessages,omitempty"`
+		Text           string                      `json:"text"`
 	} `json:"data"`
 	Seq  int64               `json:"seq"`
 	Time time.Time           `json:"time"`
 	Type ToolResultEventType `json:"type"`
 }
+
+// ToolResultEventDataStopped Why the call was stopped before its job ended by itself, when its caller stopped it: `cancelled`, the MCP client cancelled the request (notifications/cancelled); `session_ended`, the MCP session ended while the call ran (DELETE /mcp). The job went through the kill path; `text` is its result as stopped.
+type ToolResultEventDataStopped string
 
 // ToolResultEventType defines model for ToolResultEvent.Type.
 type ToolResultEventType string
