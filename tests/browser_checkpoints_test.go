@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -21,8 +23,11 @@ import (
 // stays text). Asking to rewind and then keeping the view sends nothing; a
 // rewind to before the second call, confirmed in the page, leaves one entry
 // and the agent's next command sees the old file; Undo brings the three
-// back; a call made meanwhile appears without a reload. axe-core finds
-// nothing at 1280 and 390 px, and the page never scrolls sideways.
+// back; a call made meanwhile appears without a reload. While a background
+// job of the view runs, a call's changes are listed as pending and a rewind
+// is refused with the server's reason; the next call after the job makes
+// one entry naming both calls. axe-core finds nothing at 1280 and 390 px,
+// and the page never scrolls sideways.
 func TestBrowserWorkspaceCheckpoints(t *testing.T) {
 	t.Parallel()
 	testenv.NeedRoot(t, "snapshot workspaces are overlayfs mounts in mount namespaces, which need CAP_SYS_ADMIN")
@@ -168,6 +173,7 @@ func TestBrowserWorkspaceCheckpoints(t *testing.T) {
 	b.waitText(testID("checkpoints-hint"), "1 checkpoint,")
 	checkTimeline(1)
 	b.do("Undo is offered", chromedp.WaitVisible(chromedp.CSS(testID("checkpoints-undo"))))
+	b.waitText(testID("checkpoints-undo"), "Undo the last rewind")
 	if got := b.eval(`document.activeElement?.dataset.testid ?? ''`); got != "checkpoints-undo" {
 		t.Errorf("after the rewind the focus is on %q, want the Undo button", got)
 	}
@@ -183,6 +189,8 @@ func TestBrowserWorkspaceCheckpoints(t *testing.T) {
 	b.waitText(testID("checkpoints-hint"), "3 checkpoints")
 	checkTimeline(3)
 	b.waitText(`#transcript-body tr[data-event-type="workspace/rewind"]:last-child`, "last rewind of the workspace was undone")
+	// A second undo would set the view back to the rewound one: the button says so.
+	b.waitText(testID("checkpoints-undo"), "Redo the rewind")
 	// The entries drawn again after the undo open their diff from what was
 	// fetched before: a checkpoint never changes once made.
 	b.do("ask for notes.md's diff again", chromedp.Click(chromedp.CSS(testID("checkpoint-diff-button-call_edit-notes.md"))))
@@ -208,6 +216,64 @@ func TestBrowserWorkspaceCheckpoints(t *testing.T) {
 		out, _ := json.Marshal(after)
 		t.Errorf("GET checkpoints after the live call = %d %s", st, out)
 	}
+
+	// While a background job of the view runs, a call's changes wait
+	// (pending) and a rewind is refused: the page says why and keeps the
+	// timeline. Once the job is gone, the next call makes one checkpoint
+	// holding both calls' changes.
+	var bg struct {
+		JobID   string `json:"jobId"`
+		IsError bool   `json:"isError"`
+	}
+	if st := srv.DoJSON(t, "POST", "/agents/"+a.ID+"/tools/bash", map[string]any{
+		"callId": "call_bg", "arguments": map[string]any{"command": "exec sleep 120", "run_in_background": true},
+	}, &bg); st != 200 || bg.JobID == "" || bg.IsError {
+		t.Fatalf("background call = %d %+v", st, bg)
+	}
+	srv.toolCall(t, a.ID, "call_pending", "echo waits > pending.txt")
+	b.waitText(testID("checkpoints-pending"), "call_pending")
+	b.waitText(testID("checkpoints-pending"), "into the next checkpoint")
+	b.do("ask to rewind to before call_live", chromedp.Click(chromedp.CSS(testID("rewind-before-call_live"))))
+	b.do("confirm the refused rewind", chromedp.Click(chromedp.CSS(testID("rewind-confirm-call_live"))))
+	b.waitText("#checkpoints-error", "workspace_busy")
+	b.do("the buttons come back", chromedp.WaitVisible(chromedp.CSS(testID("rewind-before-call_live"))))
+	if got := b.eval(`document.activeElement?.dataset.testid ?? ''`); got != "rewind-before-call_live" {
+		t.Errorf("after the refused rewind the focus is on %q, want the button that asked", got)
+	}
+	if n := len(timeline()); n != 4 {
+		t.Errorf("after the refused rewind the timeline has %d entries, want 4", n)
+	}
+	if n := b.checkConsole(regexp.MustCompile(`status of 409`)); n != 1 {
+		t.Errorf("%d refused requests in the console, want the one rewind", n)
+	}
+	if st := srv.DoJSON(t, "DELETE", "/jobs/"+bg.JobID, nil, nil); st/100 != 2 {
+		t.Fatalf("cancel the background job = %d", st)
+	}
+	var ended struct{ State string }
+	if st := srv.DoJSON(t, "GET", "/jobs/"+bg.JobID+"?waitMs=60000", nil, &ended); st != 200 || ended.State == "running" {
+		t.Fatalf("the background job after its cancel = %d %q", st, ended.State)
+	}
+	srv.toolCall(t, a.ID, "call_after", "echo after > after.txt")
+	b.waitText(testID("checkpoints-hint"), "5 checkpoints")
+	var spans checkpointList
+	if st := srv.DoJSON(t, "GET", "/agents/"+a.ID+"/checkpoints", nil, &spans); st != 200 || len(spans.Checkpoints) != 5 || len(spans.Pending) != 0 {
+		t.Fatalf("GET checkpoints after the job = %d %+v", st, spans)
+	}
+	last := spans.Checkpoints[4]
+	if last.CallID != "call_after" || !slices.Contains(last.CallIDs, "call_pending") ||
+		strings.Join(changeList(last.Changes), ", ") != "added after.txt, added pending.txt" {
+		t.Fatalf("the checkpoint after the job: %+v", last)
+	}
+	e := timeline()[4]
+	if e.Call != "call_after" || strings.Join(e.Changes, ", ") != "added after.txt, added pending.txt" ||
+		!strings.Contains(e.Text, "calls "+strings.Join(last.CallIDs, ", ")) {
+		t.Errorf("the timeline's entry after the job: %+v, want calls %v", e, last.CallIDs)
+	}
+	b.do("nothing pending", chromedp.WaitNotVisible(chromedp.CSS(testID("checkpoints-pending"))))
+	if got := b.eval(`String(document.getElementById('checkpoints-error').hidden)`); got != "true" {
+		t.Errorf("the refusal still shows once a new checkpoint is listed (hidden = %s)", got)
+	}
+	b.screenshot("checkpoints-span")
 
 	b.do("phone viewport", chromedp.EmulateViewport(phoneWidth, phoneHeight))
 	b.waitText(diff, "+<i>TWO</i>")

@@ -193,6 +193,7 @@ export function createAgentsView() {
       const rows = events.map((ev) => {
         const tr = eventRow(ev, transcript);
         tbody.append(tr);
+        if (ev.type === 'workspace/rewind') cps.noteRewind(ev.data ?? {});
         return tr;
       });
       markCheckpoints(rows);

@@ -9,7 +9,7 @@
 // and the focus stay put.
 
 import { APIError, isQuiet, path, request, requestJSON } from './api.js';
-import { badge, diffLines, formatBytes, h, setMessage, timeElement } from './dom.js';
+import { badge, diffLines, formatBytes, h, setMessage, setText, timeElement } from './dom.js';
 
 /**
  * Creates the Checkpoints section. onMarks(map) gets, after each change of
@@ -33,6 +33,8 @@ export function createCheckpointsPanel({ onMarks = () => {}, onRewound = () => {
   let diffs = new Map(); // checkpoint key → path → change with its diff
   let controller = null;
   let busy = false; // a rewind or an undo is on its way
+  let lastRewind = null; // the data of the agent's last workspace/rewind event
+  let focusUndo = false; // a rewind was made: the next drawing focuses Undo
 
   undo.addEventListener('click', () => rewind({ undo: true }));
 
@@ -43,6 +45,7 @@ export function createCheckpointsPanel({ onMarks = () => {}, onRewound = () => {
 
   function clear() {
     abort();
+    focusUndo = false;
     entries = [];
     timeline.replaceChildren();
     timeline.hidden = true;
@@ -63,6 +66,7 @@ export function createCheckpointsPanel({ onMarks = () => {}, onRewound = () => {
     if (current?.id !== id) {
       clear();
       diffs = new Map();
+      noteRewind(null);
     }
     const own = w?.mode === 'snapshot' && !w.dropped;
     current = { id, key, own, text: current?.id === id ? current.text : '' };
@@ -81,6 +85,13 @@ export function createCheckpointsPanel({ onMarks = () => {}, onRewound = () => {
     panel.hidden = true;
   }
 
+  // An undo after an undo sets the view back to the rewound one: the
+  // button says which it does, after the transcript's last rewind event.
+  function noteRewind(d) {
+    lastRewind = d;
+    setText(undo, lastRewind?.undo ? 'Redo the rewind' : 'Undo the last rewind');
+  }
+
   /** Fetches the list again (only an agent with a view of its own has one); draws it when it changed. */
   async function load() {
     if (!current?.own) return;
@@ -95,7 +106,10 @@ export function createCheckpointsPanel({ onMarks = () => {}, onRewound = () => {
       if (c.signal.aborted || current?.id !== id || text === current.text) return;
       current.text = text;
       // What the last rewind said is stale once the list changed otherwise.
-      if (!busy) setMessage(status, '');
+      if (!busy) {
+        setMessage(status, '');
+        setMessage(error, '');
+      }
       render(JSON.parse(text));
     } catch (err) {
       if (isQuiet(err) || c.signal.aborted || current?.id !== id) return;
@@ -137,8 +151,15 @@ export function createCheckpointsPanel({ onMarks = () => {}, onRewound = () => {
     ]));
     pending.hidden = waiting.length === 0;
     undo.hidden = !out?.undo;
-    // Focus that was on something now gone goes to the section's heading.
-    if (hadFocus && !panel.contains(document.activeElement)) heading.focus();
+    // After a rewind the focus goes to Undo (whichever load draws the list
+    // first since: another may have replaced the rewind's own); focus that
+    // was on something now gone goes to the section's heading.
+    if (focusUndo) {
+      focusUndo = false;
+      (undo.hidden ? heading : undo).focus();
+    } else if (hadFocus && !panel.contains(document.activeElement)) {
+      heading.focus();
+    }
 
     const marks = new Map();
     cps.forEach((cp, i) => {
@@ -282,6 +303,7 @@ export function createCheckpointsPanel({ onMarks = () => {}, onRewound = () => {
   async function rewind(body) {
     if (!current || busy) return false;
     const { id } = current;
+    const redo = Boolean(body.undo && lastRewind?.undo);
     busy = true;
     undo.setAttribute('aria-disabled', 'true');
     setMessage(error, '');
@@ -291,16 +313,15 @@ export function createCheckpointsPanel({ onMarks = () => {}, onRewound = () => {
       const left = out?.checkpoints ?? 0;
       const count = `${left} ${left === 1 ? 'checkpoint' : 'checkpoints'}`;
       setMessage(status, body.undo
-        ? `Undid the last rewind: ${count} now.`
+        ? `${redo ? 'Redid the rewind' : 'Undid the last rewind'}: ${count} now.`
         : `Rewound the view to ${body.to} call ${body.callId}: ${count} left.`);
       current.text = '';
+      focusUndo = true;
       await load();
       onRewound();
-      if (!undo.hidden) undo.focus();
-      else heading.focus();
       return true;
     } catch (err) {
-      if (!isQuiet(err)) setMessage(error, `Could not ${body.undo ? 'undo the last rewind' : `rewind to ${body.to} call ${body.callId}`}: ${err.message}`);
+      if (!isQuiet(err)) setMessage(error, `Could not ${body.undo ? (redo ? 'redo the rewind' : 'undo the last rewind') : `rewind to ${body.to} call ${body.callId}`}: ${err.message}`);
       return false;
     } finally {
       busy = false;
@@ -308,7 +329,7 @@ export function createCheckpointsPanel({ onMarks = () => {}, onRewound = () => {
     }
   }
 
-  return { show, load, abort };
+  return { show, load, abort, noteRewind };
 }
 
 // A checkpoint's identity: its calls and its transcript seq (what a
