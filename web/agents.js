@@ -3,10 +3,13 @@
 // so new agents and new events show up without a refresh. #/agents?agent=ID
 // selects an agent. The selected agent's workspace shows above its
 // transcript: its mode, and for a snapshot the changes since its fork, each
-// text file's diff on request.
+// text file's diff on request; then its checkpoints (web/checkpoints.js), a
+// timeline of the calls that changed the snapshot, each call's result in the
+// transcript marked with its checkpoint's number.
 
 import { isQuiet, path, request, requestJSON } from './api.js';
-import { agentLabel, badge, formatBytes, h, setMessage, setText, timeElement, viewLink } from './dom.js';
+import { createCheckpointsPanel } from './checkpoints.js';
+import { agentLabel, badge, diffLines, formatBytes, h, setMessage, setText, timeElement, viewLink } from './dom.js';
 import { hookBadge, hookDetails, parseTranscript } from './events.js';
 
 const POLL_MS = 2000;
@@ -32,6 +35,17 @@ export function createAgentsView() {
   let transcriptController = null;
   let hookCommands = null; // hook name → command, from GET /hooks
   const ws = createWorkspacePanel();
+  let marks = new Map(); // call id → number of its checkpoint
+  const cps = createCheckpointsPanel({
+    onMarks: (m) => {
+      marks = m;
+      markCheckpoints(tbody.rows);
+    },
+    onRewound: () => {
+      ws.refresh();
+      poll();
+    },
+  });
 
   document.addEventListener('visibilitychange', () => {
     if (active && !document.hidden) poll();
@@ -55,7 +69,10 @@ export function createAgentsView() {
         agentsById = new Map((Array.isArray(agents) ? agents : []).map((a) => [a.id, a]));
         renderTree(Array.isArray(agents) ? agents : []);
       }
-      if (selectedId) ws.show(selectedId, agentsById.get(selectedId));
+      if (selectedId) {
+        ws.show(selectedId, agentsById.get(selectedId));
+        cps.show(selectedId, agentsById.get(selectedId));
+      }
       setMessage(error, '');
       setText(updated, `Updated ${new Date().toLocaleTimeString()}`);
       if (selectedId) await loadTranscript(selectedId);
@@ -140,6 +157,7 @@ export function createAgentsView() {
       button.setAttribute('aria-pressed', String(on));
     }
     ws.show(id, agentsById.get(id));
+    cps.show(id, agentsById.get(id));
     loadTranscript(id);
   }
 
@@ -161,7 +179,8 @@ export function createAgentsView() {
       if (controller.signal.aborted || id !== selectedId) return;
       if (transcript && transcript.id === id && text === transcript.text) return;
       let events;
-      if (transcript && transcript.id === id && text.startsWith(transcript.text) && transcript.text.endsWith('\n')) {
+      const appended = transcript && transcript.id === id && text.startsWith(transcript.text) && transcript.text.endsWith('\n');
+      if (appended) {
         events = parseTranscript(text.slice(transcript.text.length));
       } else {
         transcript = { id, text: '', denied: new Set(), hooks: hookCommands ?? new Map(), running: new Map(), count: 0 };
@@ -170,7 +189,16 @@ export function createAgentsView() {
       }
       transcript.text = text;
       transcript.count += events.length;
-      for (const ev of events) tbody.append(eventRow(ev, transcript));
+      // One by one: a hook's result takes its start's row out of the table.
+      const rows = events.map((ev) => {
+        const tr = eventRow(ev, transcript);
+        tbody.append(tr);
+        if (ev.type === 'workspace/rewind') cps.noteRewind(ev.data ?? {});
+        return tr;
+      });
+      markCheckpoints(rows);
+      // New calls may have made (or left pending) a checkpoint.
+      if (appended) cps.load();
       const n = transcript.count;
       const agent = agentsById.get(id);
       setText(caption, `Transcript of ${id}${agent ? ` (${agentLabel(agent)})` : ''}: ${n} ${n === 1 ? 'line' : 'lines'}`);
@@ -195,6 +223,7 @@ export function createAgentsView() {
         selectedId = agent;
         lastAgents = ''; // re-render the tree with the selection
         ws.show(agent, agentsById.get(agent));
+        cps.show(agent, agentsById.get(agent));
         loadTranscript(agent);
       }
       poll();
@@ -204,8 +233,27 @@ export function createAgentsView() {
       clearTimeout(timer);
       transcriptController?.abort();
       ws.abort();
+      cps.abort();
     },
   };
+
+  // Marks the results of the calls that made a checkpoint with its number
+  // (rows: the transcript's rows to look at), and unmarks the others.
+  function markCheckpoints(rows) {
+    for (const tr of rows) {
+      if (tr.dataset.eventType !== 'tool/result') continue;
+      const n = marks.get(tr.dataset.callId);
+      const old = tr.querySelector('.checkpoint-mark');
+      if (old && old.dataset.n === String(n)) continue;
+      old?.remove();
+      if (n) {
+        tr.querySelector('.call-id')?.append(h('span', {
+          class: 'checkpoint-mark', 'data-n': String(n),
+          title: `What this call changed is checkpoint ${n}, under Checkpoints`,
+        }, ` · checkpoint ${n}`));
+      }
+    }
+  }
 }
 
 // A snapshot agent's mark in the tree: "snapshot", or "dropped" once its
@@ -236,7 +284,7 @@ function createWorkspacePanel() {
   const caption = $('workspace-changes-caption');
   const tbody = $('workspace-changes-body');
 
-  let current = null; // {id, key: the agent's workspace as JSON}
+  let current = null; // {id, key: the agent's workspace as JSON, parentId}
   let diffs = null; // path → change with its diff, from ?diff=true
   let controller = null;
 
@@ -268,6 +316,7 @@ function createWorkspacePanel() {
       return;
     }
     const w = agent.workspace ?? { mode: 'shared' };
+    current.parentId = w.parentId ?? null;
     const items = [['Mode', badge(w.mode, `workspace-${w.mode}`)]];
     if (w.mode === 'snapshot') {
       items.push(['Directory', h('span', { class: 'path' }, w.path ?? agent.cwd)]);
@@ -305,9 +354,10 @@ function createWorkspacePanel() {
       const changes = Array.isArray(out?.changes) ? out.changes : [];
       tbody.replaceChildren(...changes.map((ch, i) => changeRow(id, ch, i)));
       const n = changes.length;
-      setText(caption, `Changes in ${out?.path ?? ''} since the fork: ${n} ${n === 1 ? 'path' : 'paths'}`);
+      const since = current.parentId ? 'the fork' : 'the snapshot was made';
+      setText(caption, `Changes in ${out?.path ?? ''} since ${since}: ${n} ${n === 1 ? 'path' : 'paths'}`);
       wrap.hidden = n === 0;
-      setMessage(hint, n === 0 ? 'No changes since the fork.' : '');
+      setMessage(hint, n === 0 ? `No changes since ${since}.` : '');
     } catch (err) {
       if (isQuiet(err) || c.signal.aborted) return;
       wrap.hidden = true;
@@ -375,19 +425,12 @@ function createWorkspacePanel() {
     button.firstChild.textContent = 'Hide diff';
   }
 
-  return { show, abort };
-}
+  // Lists a live snapshot's changes again (after a rewind, say).
+  function reload() {
+    if (current && !refresh.hidden) loadChanges(current.id);
+  }
 
-// The lines of a unified diff, added and removed ones marked (as text).
-function diffLines(diff) {
-  return diff.split(/(?<=\n)/).map((line) => {
-    let kind = null;
-    if (line.startsWith('+++') || line.startsWith('---')) kind = 'diff-file';
-    else if (line.startsWith('@@')) kind = 'diff-hunk';
-    else if (line.startsWith('+')) kind = 'diff-add';
-    else if (line.startsWith('-')) kind = 'diff-del';
-    return kind ? h('span', { class: kind }, line) : line;
-  });
+  return { show, abort, refresh: reload };
 }
 
 // eventRow renders one transcript event. ctx.denied collects the call ids a
@@ -463,6 +506,11 @@ function eventRow(ev, ctx) {
     }
     case 'session/resume':
       details = [h('span', {}, 'The session was resumed.')];
+      break;
+    case 'workspace/rewind':
+      details = [h('span', {}, d.undo
+        ? 'The last rewind of the workspace was undone.'
+        : `The workspace was set back to ${d.to ?? 'before'} call ${d.callId ?? '?'}.`)];
       break;
     default:
       details = [h('code', { class: 'details' }, clip(JSON.stringify(d)))];

@@ -137,3 +137,15 @@ export function formatBytes(n) {
   } while (v >= 1024 && i < units.length - 1);
   return `${v.toFixed(v < 10 ? 1 : 0)} ${units[i]}`;
 }
+
+/** The lines of a unified diff, added and removed ones marked (as text). */
+export function diffLines(diff) {
+  return diff.split(/(?<=\n)/).map((line) => {
+    let kind = null;
+    if (line.startsWith('+++') || line.startsWith('---')) kind = 'diff-file';
+    else if (line.startsWith('@@')) kind = 'diff-hunk';
+    else if (line.startsWith('+')) kind = 'diff-add';
+    else if (line.startsWith('-')) kind = 'diff-del';
+    return kind ? h('span', { class: kind }, line) : line;
+  });
+}
