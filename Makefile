@@ -138,6 +138,7 @@ mutate:
 	    sandbox) ex='-E (^|/)(ns_linux|bwrap|seccomp|host)\.go$$' ;; \
 	    exec) ex='-E (^|/)[^e/][^/]*\.go$$ -E (^|/)e[^n/][^/]*\.go$$' ;; \
 	    run) ex='-E (^|/)(call|service|stdin)\.go$$' ;; \
+	    netallow) ex='-E (^|/)netallowtest/' ;; \
 	    *) ex='' ;; \
 	  esac; \
 	  echo "== internal/$$p"; $(GREMLINS) unleash --workers 1 --timeout-coefficient 10 $$ex ./internal/$$p || exit 1; \
