@@ -125,17 +125,20 @@ run:
 
 # Mutation testing (gremlins, pinned) of the security-critical code: the
 # sandbox's policy rules, plan and .git search, the job environment's
-# managed/ambient/token rules, the registry, and the child-bounds rule. Each
-# mutant reruns its package's tests, so this is slow (tens of minutes) and
-# not part of `make test`. Survivors are listed in docs/testing.md; MUTATE_PKGS runs a subset.
+# managed/ambient/token rules, the registry, the child-bounds rule, the
+# network allowlist (entries, matcher, address rules, the proxy's
+# decisions) and the UI's login codes and sessions. Each mutant reruns its
+# package's tests, so this is slow (tens of minutes) and not part of
+# `make test`. Survivors are listed in docs/testing.md; MUTATE_PKGS runs a subset.
 GREMLINS = $(GO) run github.com/go-gremlins/gremlins/cmd/gremlins@v0.6.0
-MUTATE_PKGS ?= sandbox exec run shellenv
+MUTATE_PKGS ?= sandbox exec run shellenv netallow uiauth
 mutate:
 	@for p in $(MUTATE_PKGS); do \
 	  case $$p in \
 	    sandbox) ex='-E (^|/)(ns_linux|bwrap|seccomp|host)\.go$$' ;; \
 	    exec) ex='-E (^|/)[^e/][^/]*\.go$$ -E (^|/)e[^n/][^/]*\.go$$' ;; \
 	    run) ex='-E (^|/)(call|service|stdin)\.go$$' ;; \
+	    netallow) ex='-E (^|/)netallowtest/' ;; \
 	    *) ex='' ;; \
 	  esac; \
 	  echo "== internal/$$p"; $(GREMLINS) unleash --workers 1 --timeout-coefficient 10 $$ex ./internal/$$p || exit 1; \

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/synadia-io/orbit.go/jetstreamext"
@@ -121,30 +120,26 @@ func (n *Node) Journal(ctx context.Context) (agents.Journal, error) {
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.ConnectTimeout)
 	defer cancel()
 	j := &journal{js: n.js, online: n.Online}
-	var err error
-	for attempt := 0; attempt < 20; attempt++ {
-		j.stream, err = n.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-			Name:        AgentsStream,
-			Description: "dshd agents: dshd.transcript.<id> holds an agent's transcript lines, header first; dshd.agent.<id> its header, once it exists",
-			Subjects:    []string{TranscriptSubjectPrefix + "*", HeaderSubjectPrefix + "*"},
-			Storage:     jetstream.FileStorage,
-			Replicas:    n.cfg.StoreReplicas,
-			// Transcripts are append-only: nothing deletes a line.
-			DenyDelete: true,
-			DenyPurge:  true,
-			// Batched reads of transcript lines (see above).
-			AllowDirect: true,
-		})
-		if err == nil {
-			return j, nil
-		}
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("cluster: agents store: %w", err)
-		case <-time.After(100 * time.Millisecond):
-		}
+	cfg := jetstream.StreamConfig{
+		Name:        AgentsStream,
+		Description: "dshd agents: dshd.transcript.<id> holds an agent's transcript lines, header first; dshd.agent.<id> its header, once it exists",
+		Subjects:    []string{TranscriptSubjectPrefix + "*", HeaderSubjectPrefix + "*"},
+		Storage:     jetstream.FileStorage,
+		Replicas:    n.cfg.StoreReplicas,
+		// Transcripts are append-only: nothing deletes a line.
+		DenyDelete: true,
+		DenyPurge:  true,
+		// Batched reads of transcript lines (see above).
+		AllowDirect: true,
 	}
-	return nil, fmt.Errorf("cluster: agents store: %w", err)
+	var err error
+	j.stream, err = createWithRetry(ctx, "agents store", func(ctx context.Context) (jetstream.Stream, error) {
+		return n.js.CreateOrUpdateStream(ctx, cfg)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return j, nil
 }
 
 func transcriptSubject(id string) string { return TranscriptSubjectPrefix + id }

@@ -203,56 +203,36 @@ func (n *Node) setup(ctx context.Context) error {
 	n.js = js
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.ConnectTimeout)
 	defer cancel()
-	// Several replicas may start at once: creating a bucket with the same
-	// configuration is idempotent, so a retry after a collision succeeds.
-	var lastErr error
-	for attempt := 0; attempt < 20; attempt++ {
-		n.registry, lastErr = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-			Bucket:         RegistryBucket,
-			Description:    "dshd registry: durable contributors (c.<name>) and plugins with their contributors (p.<id>)",
-			History:        1,
-			Storage:        jetstream.FileStorage,
-			Replicas:       n.cfg.StoreReplicas,
-			LimitMarkerTTL: markerTTL,
-		})
-		if lastErr == nil {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("cluster: registry bucket: %w", lastErr)
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-	if lastErr != nil {
-		return fmt.Errorf("cluster: registry bucket: %w", lastErr)
+	n.registry, err = n.createKV(ctx, "registry bucket", jetstream.KeyValueConfig{
+		Bucket:         RegistryBucket,
+		Description:    "dshd registry: durable contributors (c.<name>) and plugins with their contributors (p.<id>)",
+		History:        1,
+		Storage:        jetstream.FileStorage,
+		Replicas:       n.cfg.StoreReplicas,
+		LimitMarkerTTL: markerTTL,
+	})
+	if err != nil {
+		return err
 	}
 	n.regStrm, err = js.Stream(ctx, "KV_"+RegistryBucket)
 	if err != nil {
 		return fmt.Errorf("cluster: registry stream: %w", err)
 	}
-	for attempt := 0; attempt < 20; attempt++ {
-		n.replicas, lastErr = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-			Bucket:      ReplicasBucket,
-			Description: "dshd replica heartbeats, one key per replica id",
-			History:     1,
-			TTL:         HeartbeatTTL,
-			Storage:     jetstream.MemoryStorage,
-			Replicas:    n.cfg.StoreReplicas,
-		})
-		if lastErr == nil {
-			if err := n.membersBucket(ctx); err != nil {
-				return err
-			}
-			return n.idempotencyBucket(ctx)
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("cluster: replicas bucket: %w", lastErr)
-		case <-time.After(100 * time.Millisecond):
-		}
+	n.replicas, err = n.createKV(ctx, "replicas bucket", jetstream.KeyValueConfig{
+		Bucket:      ReplicasBucket,
+		Description: "dshd replica heartbeats, one key per replica id",
+		History:     1,
+		TTL:         HeartbeatTTL,
+		Storage:     jetstream.MemoryStorage,
+		Replicas:    n.cfg.StoreReplicas,
+	})
+	if err != nil {
+		return err
 	}
-	return fmt.Errorf("cluster: replicas bucket: %w", lastErr)
+	if err := n.membersBucket(ctx); err != nil {
+		return err
+	}
+	return n.idempotencyBucket(ctx)
 }
 
 // ReplicaID returns this replica's id.

@@ -29,25 +29,15 @@ func (n *Node) idempotencyBucket(ctx context.Context) error {
 		window = DefaultIdempotencyWindow
 	}
 	var err error
-	for attempt := 0; attempt < 20; attempt++ {
-		n.idem, err = n.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-			Bucket:      IdempotencyBucket,
-			Description: "dshd Idempotency-Key claims of requests without an agent: key hash → replica id",
-			History:     1,
-			TTL:         window,
-			Storage:     jetstream.FileStorage,
-			Replicas:    n.cfg.StoreReplicas,
-		})
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("cluster: idempotency bucket: %w", err)
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-	return fmt.Errorf("cluster: idempotency bucket: %w", err)
+	n.idem, err = n.createKV(ctx, "idempotency bucket", jetstream.KeyValueConfig{
+		Bucket:      IdempotencyBucket,
+		Description: "dshd Idempotency-Key claims of requests without an agent: key hash → replica id",
+		History:     1,
+		TTL:         window,
+		Storage:     jetstream.FileStorage,
+		Replicas:    n.cfg.StoreReplicas,
+	})
+	return err
 }
 
 // ClaimKey claims an Idempotency-Key of a request that names no agent,

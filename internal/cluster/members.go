@@ -20,24 +20,14 @@ const memberLookupTimeout = time.Second
 
 func (n *Node) membersBucket(ctx context.Context) error {
 	var err error
-	for attempt := 0; attempt < 20; attempt++ {
-		n.members, err = n.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-			Bucket:      MembersBucket,
-			Description: "dshd replica ids that ever joined the cluster",
-			History:     1,
-			Storage:     jetstream.FileStorage,
-			Replicas:    n.cfg.StoreReplicas,
-		})
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("cluster: members bucket: %w", err)
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-	return fmt.Errorf("cluster: members bucket: %w", err)
+	n.members, err = n.createKV(ctx, "members bucket", jetstream.KeyValueConfig{
+		Bucket:      MembersBucket,
+		Description: "dshd replica ids that ever joined the cluster",
+		History:     1,
+		Storage:     jetstream.FileStorage,
+		Replicas:    n.cfg.StoreReplicas,
+	})
+	return err
 }
 
 // join records this replica in MembersBucket.

@@ -19,7 +19,10 @@ import (
 // TestCancelKillsNestedCgroup: cancel ends with cgroup.kill, which reaches
 // what no listing does. The job moves a process that left its group into a
 // cgroup nested in the job's own: neither the process group nor the job's
-// cgroup.procs name it, only the kill of the whole subtree reaches it.
+// cgroup.procs name it, only the kill of the whole subtree reaches it. The
+// cancel comes only once the process leads a group of its own (setsid has
+// run): before, the SIGTERM to the job's group reached it, and the test
+// passed with the kill path's cgroup.kill taken out.
 func TestCancelKillsNestedCgroup(t *testing.T) {
 	e := newTestExecutor(t, func(o *Options) { o.Containment = ContainmentAuto; o.Grace = 200 * time.Millisecond })
 	if e.Containment().Mode != ContainmentCgroup {
@@ -41,6 +44,16 @@ echo $pid; wait`
 		t.Fatalf("job printed %q, not a pid; stderr %q", pid, j.Snapshot().Stderr.Text)
 	}
 	t.Cleanup(func() { _ = syscall.Kill(n, syscall.SIGKILL) })
+	for deadline := time.Now().Add(testDeadline); ; time.Sleep(time.Millisecond) {
+		if st, ok := proc.ReadStat(n); !ok {
+			t.Fatalf("process %d ended before the cancel", n)
+		} else if st.PGID() == n {
+			break // out of the job's process group, its session its own
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d never left the job's process group", n)
+		}
+	}
 	if _, err := e.Cancel(testCtx(t), j.ID()); err != nil {
 		t.Fatal(err)
 	}

@@ -87,34 +87,10 @@ type storedPlugin struct {
 	Contributors []stateContributor `json:"contributors"`
 }
 
-func toStateContributor(c Contributor) stateContributor {
-	sc := stateContributor{
-		Name: c.Name, CreatedAt: c.CreatedAt,
-		Resolver: stateResolver{
-			Kind: c.Resolver.Kind, Values: c.Resolver.Values, URL: c.Resolver.URL,
-			TimeoutMs: c.Resolver.Timeout.Milliseconds(),
-		},
-	}
-	for _, k := range c.Keys {
-		sc.Keys = append(sc.Keys, stateKey(k))
-	}
-	return sc
-}
-
 // fromStateContributor compiles a stored contributor into an entry of
 // plugin (or durable when plugin is "").
 func fromStateContributor(sc stateContributor, plugin string, expires *time.Time) (*entry, error) {
-	spec := Spec{
-		Name: sc.Name, Plugin: plugin,
-		Resolver: ResolverSpec{
-			Kind: sc.Resolver.Kind, Values: sc.Resolver.Values, URL: sc.Resolver.URL,
-			Timeout: time.Duration(sc.Resolver.TimeoutMs) * time.Millisecond,
-		},
-	}
-	for _, k := range sc.Keys {
-		spec.Keys = append(spec.Keys, KeySpec(k))
-	}
-	cp, problems, _ := compileSpec(spec)
+	cp, problems, _ := compileSpec(sc.spec(plugin))
 	if len(problems) > 0 {
 		return nil, &DeclarationError{Problems: problems}
 	}

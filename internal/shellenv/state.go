@@ -41,6 +41,38 @@ type stateResolver struct {
 	TimeoutMs int64             `json:"timeoutMs,omitempty"`
 }
 
+// toStateContributor is c as the contributors file and the shared
+// registry store it.
+func toStateContributor(c Contributor) stateContributor {
+	sc := stateContributor{
+		Name: c.Name, CreatedAt: c.CreatedAt,
+		Resolver: stateResolver{
+			Kind: c.Resolver.Kind, Values: c.Resolver.Values, URL: c.Resolver.URL,
+			TimeoutMs: c.Resolver.Timeout.Milliseconds(),
+		},
+	}
+	for _, k := range c.Keys {
+		sc.Keys = append(sc.Keys, stateKey(k))
+	}
+	return sc
+}
+
+// spec is the declaration sc stores, under plugin ("" for a durable
+// contributor), to be compiled again.
+func (sc stateContributor) spec(plugin string) Spec {
+	s := Spec{
+		Name: sc.Name, Plugin: plugin,
+		Resolver: ResolverSpec{
+			Kind: sc.Resolver.Kind, Values: sc.Resolver.Values, URL: sc.Resolver.URL,
+			Timeout: time.Duration(sc.Resolver.TimeoutMs) * time.Millisecond,
+		},
+	}
+	for _, k := range sc.Keys {
+		s.Keys = append(s.Keys, KeySpec(k))
+	}
+	return s
+}
+
 // encodeState returns the durable contributors of s as file contents:
 // every contributor that is neither built-in nor under a plugin.
 func encodeState(s *snapshot) ([]byte, error) {
@@ -50,17 +82,7 @@ func encodeState(s *snapshot) ([]byte, error) {
 		if c.Builtin || c.Plugin != "" {
 			continue
 		}
-		sc := stateContributor{
-			Name: c.Name, CreatedAt: c.CreatedAt,
-			Resolver: stateResolver{
-				Kind: c.Resolver.Kind, Values: c.Resolver.Values, URL: c.Resolver.URL,
-				TimeoutMs: c.Resolver.Timeout.Milliseconds(),
-			},
-		}
-		for _, k := range c.Keys {
-			sc.Keys = append(sc.Keys, stateKey(k))
-		}
-		st.Contributors = append(st.Contributors, sc)
+		st.Contributors = append(st.Contributors, toStateContributor(c))
 	}
 	data, err := json.MarshalIndent(st, "", "  ")
 	if err != nil {
@@ -91,17 +113,7 @@ func loadState(path string) ([]*entry, error) {
 	names := map[string]bool{}
 	owners := map[string]string{}
 	for i, sc := range st.Contributors {
-		spec := Spec{
-			Name: sc.Name,
-			Resolver: ResolverSpec{
-				Kind: sc.Resolver.Kind, Values: sc.Resolver.Values, URL: sc.Resolver.URL,
-				Timeout: time.Duration(sc.Resolver.TimeoutMs) * time.Millisecond,
-			},
-		}
-		for _, k := range sc.Keys {
-			spec.Keys = append(spec.Keys, KeySpec(k))
-		}
-		cp, problems, onlyReserved := compileSpec(spec)
+		cp, problems, onlyReserved := compileSpec(sc.spec(""))
 		if len(problems) > 0 {
 			de := &DeclarationError{Problems: problems}
 			if onlyReserved {

@@ -76,3 +76,33 @@ func TestBoundsDropTheOldest(t *testing.T) {
 		t.Error("an ended session still checks")
 	}
 }
+
+// TestDefaultBounds: zero bounds mean the defaults, DefaultMaxCodes codes
+// and DefaultMaxSessions sessions live at once, not none.
+func TestDefaultBounds(t *testing.T) {
+	now := time.Date(2025, 4, 1, 12, 0, 0, 0, time.UTC)
+	s := New(Options{Now: func() time.Time { return now }})
+	codes := make([]Code, DefaultMaxCodes+1)
+	for i := range codes {
+		codes[i], _ = s.NewCode()
+		now = now.Add(time.Millisecond)
+	}
+	if _, err := s.Redeem(codes[0].Code); !errors.Is(err, ErrInvalidCode) {
+		t.Errorf("code 1 of %d: %v, want it dropped past the default bound", len(codes), err)
+	}
+	if _, err := s.Redeem(codes[1].Code); err != nil {
+		t.Errorf("code 2 of %d: %v, want it live within the default bound", len(codes), err)
+	}
+	s = New(Options{Now: func() time.Time { return now }}) // no session from the redeem above
+	sessions := make([]Session, DefaultMaxSessions+1)
+	for i := range sessions {
+		sessions[i], _ = s.NewSession()
+		now = now.Add(time.Millisecond)
+	}
+	if s.Check(sessions[0].ID, sessions[0].Key) == nil {
+		t.Errorf("session 1 of %d still checks past the default bound", len(sessions))
+	}
+	if err := s.Check(sessions[1].ID, sessions[1].Key); err != nil {
+		t.Errorf("session 2 of %d: %v, want it live within the default bound", len(sessions), err)
+	}
+}
