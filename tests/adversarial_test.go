@@ -746,6 +746,8 @@ func testAdversarialFiles(t *testing.T, mech string) {
 			{"archive with ../", "PUT", a + "", tarDotdot, 422, "invalid_archive", "pwned-tar2"},
 			{"GET the token through the planted link", "GET", f + "toklink", nil, 403, "path_hidden", ""},
 			{"GET the token", "GET", f + token, nil, 403, "path_hidden", ""},
+			{"GET dshd's environment", "GET", f + "/proc/self/environ", nil, 403, "path_hidden", ""},
+			{"GET dshd's environment by pid", "GET", f + fmt.Sprintf("/proc/%d/environ", s.cmd.Process.Pid), nil, 403, "path_hidden", ""},
 			{"archive of the home", "GET", a + s.Home, nil, 403, "path_hidden", ""},
 			{"PUT into the home", "PUT", f + s.Home + "/hooks.yaml", []byte("x"), 403, "path_hidden", ""},
 		}

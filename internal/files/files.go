@@ -106,9 +106,15 @@ func (s *Scope) Abs(p string) (string, error) {
 	return path.Clean(p), nil
 }
 
-// hidden reports whether abs is the home, the token, a hidden path or below
-// one of them.
+// hidden reports whether abs is /proc, the home, the token, a hidden path
+// or below one of them.
 func (s *Scope) hidden(abs string) bool {
+	// dshd's /proc is not the agent's: a confined command has a /proc
+	// of its own, and dshd's environment, memory and descriptors are
+	// there.
+	if within(abs, "/proc") {
+		return true
+	}
 	if s.Home != "" && within(abs, s.Home) {
 		return true
 	}
