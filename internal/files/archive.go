@@ -162,6 +162,8 @@ func (s *Scope) TarIn(p string, r io.Reader, parents bool, spool string) (Unpack
 		mtime time.Time
 	}
 	var dirModes []dirMode
+	last := &lastDir{fd: -1}
+	defer last.close()
 	tr = tar.NewReader(tmp)
 	for {
 		hdr, err := tr.Next()
@@ -178,7 +180,7 @@ func (s *Scope) TarIn(p string, r io.Reader, parents bool, spool string) (Unpack
 			}
 			continue
 		}
-		if err := unpack(dir, name, hdr, tr, &out); err != nil {
+		if err := unpack(dir, last, name, hdr, tr, &out); err != nil {
 			return out, mapErr("unpack", path.Join(abs, name), err)
 		}
 		if hdr.Typeflag == tar.TypeDir {
@@ -252,13 +254,36 @@ func checkEntry(hdr *tar.Header, protect bool) error {
 	return nil
 }
 
-// unpack writes one checked entry below dir.
-func unpack(dir int, name string, hdr *tar.Header, r io.Reader, out *Unpacked) error {
-	pdir, err := dirs(dir, path.Dir(name), true)
-	if err != nil {
-		return err
+// lastDir keeps the directory the last entry went into open: the entries
+// of one directory come one after the other.
+type lastDir struct {
+	rel string
+	fd  int
+}
+
+func (l *lastDir) close() {
+	if l.fd >= 0 {
+		unix.Close(l.fd)
+		l.fd = -1
 	}
-	defer unix.Close(pdir)
+}
+
+// unpack writes one checked entry below dir.
+func unpack(dir int, last *lastDir, name string, hdr *tar.Header, r io.Reader, out *Unpacked) error {
+	if hdr.Typeflag == tar.TypeSymlink || hdr.Typeflag == tar.TypeDir {
+		// A link or a directory may replace what the kept descriptor's
+		// path named: resolve again after it.
+		defer last.close()
+	}
+	if last.fd < 0 || last.rel != path.Dir(name) {
+		last.close()
+		fd, err := dirs(dir, path.Dir(name), true)
+		if err != nil {
+			return err
+		}
+		last.rel, last.fd = path.Dir(name), fd
+	}
+	pdir := last.fd
 	base := path.Base(name)
 	mtime := hdr.ModTime
 	switch hdr.Typeflag {

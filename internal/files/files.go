@@ -83,6 +83,8 @@ type Scope struct {
 	// Home, Token and Hidden are never read nor written.
 	Home, Token string
 	Hidden      []string
+
+	hiddenReal []string // Hidden and their links' targets, made on first use
 }
 
 func (s *Scope) hasView() bool { return s.ViewFD >= 0 && s.ViewTarget != "" }
@@ -121,11 +123,19 @@ func (s *Scope) hidden(abs string) bool {
 	if s.Token != "" && (abs == s.Token || within(abs, s.Token)) {
 		return true
 	}
-	for _, h := range s.Hidden {
-		if within(abs, h) {
-			return true
+	if s.hiddenReal == nil {
+		// The hidden paths as configured and where their links lead, once
+		// per scope (a listing asks for every entry).
+		s.hiddenReal = []string{}
+		for _, h := range s.Hidden {
+			s.hiddenReal = append(s.hiddenReal, h)
+			if r, err := filepath.EvalSymlinks(h); err == nil && r != h {
+				s.hiddenReal = append(s.hiddenReal, r)
+			}
 		}
-		if r, err := filepath.EvalSymlinks(h); err == nil && within(abs, r) {
+	}
+	for _, h := range s.hiddenReal {
+		if within(abs, h) {
 			return true
 		}
 	}
