@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path"
+	"slices"
 	"strings"
 	"time"
 
@@ -244,6 +245,11 @@ func checkEntry(hdr *tar.Header, protect bool) error {
 		t := path.Clean(hdr.Linkname)
 		if path.IsAbs(t) || t == ".." || strings.HasPrefix(t, "../") || t == "." {
 			return bad("a hard link to a name outside")
+		}
+		// A second name for a file of .git would be a way to write it
+		// that the read-only .git does not cover.
+		if protect && slices.Contains(strings.Split(t, "/"), ".git") {
+			return fmt.Errorf("%w: entry %q: a hard link into a .git directory", ErrProtected, hdr.Name)
 		}
 	default:
 		return bad(fmt.Sprintf("type %q is not unpacked (only files, directories and links)", hdr.Typeflag))

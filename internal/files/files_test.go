@@ -160,6 +160,7 @@ func TestCheckEntry(t *testing.T) {
 		{tar.Header{Name: "x", Typeflag: tar.TypeFifo}, ErrInvalidArchive},
 		{tar.Header{Name: ".", Typeflag: tar.TypeReg}, ErrInvalidArchive},
 		{tar.Header{Name: "a/.git/config", Typeflag: tar.TypeReg}, ErrProtected},
+		{tar.Header{Name: "h", Linkname: ".git/config", Typeflag: tar.TypeLink}, ErrProtected},
 	} {
 		if err := checkEntry(&c.h, true); !errors.Is(err, c.err) {
 			t.Errorf("checkEntry(%q %c -> %q) = %v, want %v", c.h.Name, c.h.Typeflag, c.h.Linkname, err, c.err)
