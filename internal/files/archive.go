@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/dshd/dshd/internal/beneath"
 )
 
 // TarOut writes the target as a tar stream to w: a file as one entry of its
@@ -39,7 +41,7 @@ func (s *Scope) TarOut(w io.Writer, t *Target) error {
 			hdr.Typeflag, hdr.Name = tar.TypeDir, rel+"/"
 			return tw.WriteHeader(hdr)
 		case unix.S_IFLNK:
-			target, err := readlinkAt(dfd, base)
+			target, err := beneath.ReadlinkAt(dfd, base)
 			if err != nil {
 				return err
 			}
@@ -192,7 +194,7 @@ func (s *Scope) TarIn(p string, r io.Reader, parents bool, spool string) (Unpack
 	// Innermost first, so that a read-only directory is made so last.
 	for i := len(dirModes) - 1; i >= 0; i-- {
 		d := dirModes[i]
-		fd, err := openat2(dir, d.name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0, resolveBeneath)
+		fd, err := beneath.Openat2(dir, d.name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0, resolveBeneath)
 		if err != nil {
 			return out, mapErr("unpack", path.Join(abs, d.name), err)
 		}
@@ -296,7 +298,7 @@ func unpack(dir int, last *lastDir, name string, hdr *tar.Header, r io.Reader, o
 	case tar.TypeDir:
 		err := unix.Mkdirat(pdir, base, 0o755)
 		if errors.Is(err, unix.EEXIST) {
-			fd, oerr := openat2(pdir, base, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0, resolveBeneath)
+			fd, oerr := beneath.Openat2(pdir, base, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0, resolveBeneath)
 			if oerr != nil {
 				return oerr
 			}

@@ -8,7 +8,7 @@
 // workspace-write protects them.
 //
 // Every write is done by descriptor: each directory on the way is opened
-// with openat2(RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS) from the one before,
+// with beneath.Openat2(RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS) from the one before,
 // so a link, one there from the start or one a model's bash plants between
 // a check and the write, never leads a write out of its root; it is an
 // error (ErrThroughLink). Reads follow links, and then look at where the
@@ -23,11 +23,11 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/dshd/dshd/internal/beneath"
 	"github.com/dshd/dshd/internal/sandbox"
 )
 
@@ -164,30 +164,9 @@ func rel(p, dir string) string {
 // resolveBeneath resolves names below a directory descriptor, no link
 // followed; resolveView follows the links that stay below it.
 const (
-	resolveBeneath = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS
+	resolveBeneath = beneath.Resolve
 	resolveView    = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_MAGICLINKS
 )
-
-// openat2 is openat2(2), retrying the EAGAIN the kernel answers when a
-// rename raced the lookup.
-func openat2(dirfd int, name string, flags int, mode uint32, resolve uint64) (int, error) {
-	if name == "" {
-		name = "."
-	}
-	how := &unix.OpenHow{Flags: uint64(flags | unix.O_CLOEXEC), Mode: uint64(mode), Resolve: resolve}
-	for range 64 {
-		fd, err := unix.Openat2(dirfd, name, how)
-		if err != unix.EAGAIN && err != unix.EINTR {
-			return fd, err
-		}
-	}
-	return -1, unix.EAGAIN
-}
-
-// fdPath is the path the kernel gives the descriptor fd.
-func fdPath(fd int) (string, error) {
-	return os.Readlink("/proc/self/fd/" + strconv.Itoa(fd))
-}
 
 // mapErr turns an errno met on the way to abs into the package's errors.
 func mapErr(op, abs string, err error) error {
@@ -245,16 +224,16 @@ func (s *Scope) Open(p string) (*Target, error) {
 	var fd int
 	inView := s.hasView() && within(abs, s.ViewTarget)
 	if inView {
-		fd, err = openat2(s.ViewFD, rel(abs, s.ViewTarget), unix.O_PATH, 0, resolveView)
+		fd, err = beneath.Openat2(s.ViewFD, rel(abs, s.ViewTarget), unix.O_PATH, 0, resolveView)
 		if err != nil {
 			return nil, mapErr("read", abs, err)
 		}
 	} else {
-		fd, err = openat2(unix.AT_FDCWD, abs, unix.O_PATH, 0, unix.RESOLVE_NO_MAGICLINKS)
+		fd, err = beneath.Openat2(unix.AT_FDCWD, abs, unix.O_PATH, 0, unix.RESOLVE_NO_MAGICLINKS)
 		if err != nil {
 			return nil, mapErr("read", abs, err)
 		}
-		real, err := fdPath(fd)
+		real, err := beneath.FdPath(fd)
 		if err != nil {
 			unix.Close(fd)
 			return nil, err
@@ -280,7 +259,7 @@ func (s *Scope) Open(p string) (*Target, error) {
 		return nil, fmt.Errorf("read %s: %w", abs, ErrNotRegular)
 	}
 	// Reopen the very file the O_PATH descriptor holds, for reading.
-	rfd, err := unix.Open("/proc/self/fd/"+strconv.Itoa(fd), unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
+	rfd, err := unix.Open(beneath.FdName(fd), unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
 	unix.Close(fd)
 	if err != nil {
 		return nil, mapErr("read", abs, err)

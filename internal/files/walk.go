@@ -3,12 +3,12 @@ package files
 import (
 	"errors"
 	"io/fs"
-	"os"
 	"path"
-	"slices"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/dshd/dshd/internal/beneath"
 )
 
 // Entry is one entry of a directory listing.
@@ -48,7 +48,7 @@ func (s *Scope) List(t *Target, depth, max int) (entries []Entry, truncated bool
 		}
 		e := Entry{Path: rel, Type: typeOf(st.Mode), Size: st.Size, Mode: perm(st.Mode), MTime: time.Unix(st.Mtim.Unix())}
 		if e.Type == "symlink" {
-			e.Link, _ = readlinkAt(dfd, path.Base(rel))
+			e.Link, _ = beneath.ReadlinkAt(dfd, path.Base(rel))
 		}
 		entries = append(entries, e)
 		return nil
@@ -66,7 +66,7 @@ func (s *Scope) List(t *Target, depth, max int) (entries []Entry, truncated bool
 func (s *Scope) walk(t *Target, depth int, fn func(rel string, dfd int, st *unix.Stat_t) error) error {
 	real := ""
 	if !t.view {
-		r, err := fdPath(int(t.File.Fd()))
+		r, err := beneath.FdPath(int(t.File.Fd()))
 		if err != nil {
 			return err
 		}
@@ -81,7 +81,7 @@ func (s *Scope) walk(t *Target, depth int, fn func(rel string, dfd int, st *unix
 }
 
 func (s *Scope) walkAt(dfd int, real, prefix string, level, depth int, fn func(rel string, dfd int, st *unix.Stat_t) error) error {
-	names, err := readNames(dfd)
+	names, err := beneath.Names(dfd)
 	if err != nil {
 		return err
 	}
@@ -117,35 +117,6 @@ func (s *Scope) walkAt(dfd int, real, prefix string, level, depth int, fn func(r
 		}
 	}
 	return nil
-}
-
-// readNames lists the directory dfd, sorted.
-func readNames(dfd int) ([]string, error) {
-	lfd, err := unix.Openat(dfd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, err
-	}
-	f := os.NewFile(uintptr(lfd), ".")
-	names, err := f.Readdirnames(-1)
-	f.Close()
-	if err != nil {
-		return nil, err
-	}
-	slices.Sort(names)
-	return names, nil
-}
-
-func readlinkAt(dfd int, name string) (string, error) {
-	for n := 256; ; n *= 2 {
-		buf := make([]byte, n)
-		k, err := unix.Readlinkat(dfd, name, buf)
-		if err != nil {
-			return "", &fs.PathError{Op: "readlink", Path: name, Err: err}
-		}
-		if k < n {
-			return string(buf[:k]), nil
-		}
-	}
 }
 
 func typeOf(m uint32) string {

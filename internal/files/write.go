@@ -13,6 +13,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/dshd/dshd/internal/beneath"
+
 	"github.com/dshd/dshd/internal/sandbox"
 )
 
@@ -92,13 +94,13 @@ func dirs(fd int, relp string, mkdir bool) (int, error) {
 		if part == "" || part == "." {
 			continue
 		}
-		next, err := openat2(cur, part, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0, resolveBeneath)
+		next, err := beneath.Openat2(cur, part, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0, resolveBeneath)
 		if errors.Is(err, unix.ENOENT) && mkdir {
 			if err := unix.Mkdirat(cur, part, 0o755); err != nil && !errors.Is(err, unix.EEXIST) {
 				unix.Close(cur)
 				return -1, err
 			}
-			next, err = openat2(cur, part, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0, resolveBeneath)
+			next, err = beneath.Openat2(cur, part, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0, resolveBeneath)
 		}
 		if errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ELOOP) {
 			// O_DIRECTORY|O_NOFOLLOW answers ENOTDIR for a link: tell a
@@ -254,7 +256,7 @@ func (s *Scope) Remove(p string, recursive bool) (string, error) {
 			return "", fmt.Errorf("remove %s: %w: it holds %s, read-only", pl.abs, ErrProtected, g)
 		}
 	}
-	return pl.abs, mapErrOrNil("remove", pl.abs, removeAllAt(pl.dir, pl.name))
+	return pl.abs, mapErrOrNil("remove", pl.abs, beneath.RemoveAllAt(pl.dir, pl.name))
 }
 
 func mapErrOrNil(op, abs string, err error) error {
@@ -272,7 +274,7 @@ func findGit(dfd int, name, shown string) (string, error) {
 		return "", err
 	}
 	defer unix.Close(sub)
-	names, err := readNames(sub)
+	names, err := beneath.Names(sub)
 	if err != nil {
 		return "", err
 	}
@@ -288,36 +290,4 @@ func findGit(dfd int, name, shown string) (string, error) {
 		}
 	}
 	return "", nil
-}
-
-// removeAllAt removes name in the directory dfd and everything below it,
-// by descriptor; a link is removed, never followed.
-func removeAllAt(dfd int, name string) error {
-	err := unix.Unlinkat(dfd, name, 0)
-	if err == nil || errors.Is(err, unix.ENOENT) {
-		return nil
-	}
-	if !errors.Is(err, unix.EISDIR) && !errors.Is(err, unix.EPERM) {
-		return err
-	}
-	sub, err := unix.Openat(dfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return err
-	}
-	names, err := readNames(sub)
-	if err == nil {
-		for _, n := range names {
-			if err = removeAllAt(sub, n); err != nil {
-				break
-			}
-		}
-	}
-	unix.Close(sub)
-	if err != nil {
-		return err
-	}
-	if err := unix.Unlinkat(dfd, name, unix.AT_REMOVEDIR); err != nil && !errors.Is(err, unix.ENOENT) {
-		return err
-	}
-	return nil
 }
