@@ -7,6 +7,7 @@ import (
 	"io"
 	"io/fs"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -70,11 +71,22 @@ func (s *Server) mountFiles(r chi.Router) {
 func (s *Server) fileRoute(h func(w http.ResponseWriter, r *http.Request, sc *files.Scope, p string) error) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		err := s.withScope(w, r, h)
-		if err != nil {
+		var body *bodyError
+		if errors.As(err, &body) {
+			// The request's body broke off: the client's doing.
 			var tooBig *http.MaxBytesError
-			if errors.As(err, &tooBig) {
+			switch {
+			case errors.As(err, &tooBig):
 				err = fmt.Errorf("%w: over %d bytes (files.maxUploadBytes)", errBodyTooLarge, tooBig.Limit)
+			case errors.Is(err, os.ErrDeadlineExceeded):
+				// The connection cannot be read any more: close it.
+				w.Header().Set("Connection", "close")
+				err = errBodyTimeout
+			default:
+				err = fmt.Errorf("%w: reading the body: %v", errBadRequest, body.err)
 			}
+		}
+		if err != nil {
 			s.writeError(w, r, err)
 		}
 	}
@@ -344,6 +356,15 @@ func (b *renewing) Read(p []byte) (int, error) {
 	if err == io.EOF {
 		// All in: nothing bounds the time the handler takes now.
 		_ = b.rc.SetReadDeadline(time.Time{})
+	} else if err != nil {
+		err = &bodyError{err}
 	}
 	return n, err
 }
+
+// bodyError is a failure to read the request's body (too large, too slow,
+// cut off), told apart from the file system's errors.
+type bodyError struct{ err error }
+
+func (e *bodyError) Error() string { return "request body: " + e.err.Error() }
+func (e *bodyError) Unwrap() error { return e.err }
