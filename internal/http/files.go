@@ -305,7 +305,11 @@ func (s *Server) getArchive(w http.ResponseWriter, r *http.Request, sc *files.Sc
 	if err := sc.TarOut(w, t); err != nil {
 		// The answer has begun: cut it, so that the client sees a broken
 		// stream rather than a short archive.
-		s.logger.ErrorContext(r.Context(), "archive stream failed", "path", r.URL.Path, "err", err)
+		if r.Context().Err() != nil {
+			s.logger.InfoContext(r.Context(), "client went away", "method", r.Method, "path", r.URL.Path, "err", err)
+		} else {
+			s.logger.ErrorContext(r.Context(), "archive stream failed", "path", r.URL.Path, "err", err)
+		}
 		panic(http.ErrAbortHandler)
 	}
 	return nil
