@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -716,4 +717,127 @@ func testAdversarialApply(t *testing.T, mech, containment string) {
 			return nil
 		})
 	})
+}
+
+// TestAdversarialFiles: the file routes under hostile paths, each beside a
+// baseline that proves the path really leads where the attack wants. The
+// model's own bash plants the links (a tool call, as a model would); the
+// harness routes are then aimed through them. Writes never follow a link,
+// whatever the policy; reads never reach the token.
+func TestAdversarialFiles(t *testing.T) {
+	t.Parallel()
+	testenv.NeedRoot(t, "both mechanisms need root")
+	for _, mech := range sandboxMechanisms {
+		t.Run(mech, func(t *testing.T) {
+			t.Parallel()
+			testAdversarialFiles(t, mech)
+		})
+	}
+}
+
+// fileAttack is one row of TestAdversarialFiles: a request and its refusal.
+type fileAttack struct {
+	name, method, path string
+	body               []byte
+	status             int
+	code               string
+	gone               string // a file outside that must not appear
+}
+
+func testAdversarialFiles(t *testing.T, mech string) {
+	s := startSandboxServer(t, mech)
+	base, err := os.MkdirTemp("/var/tmp", "dshd-adversarial-files-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(base) })
+	outside := filepath.Join(base, "outside")
+	token := filepath.Join(s.Home, "server.token")
+	mk := func(name, pol string) (ws, id string) {
+		ws = filepath.Join(base, name)
+		if err := os.MkdirAll(ws, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		id = s.newAgent(t, "/agents", map[string]any{"cwd": ws, "sandbox": map[string]any{"policy": pol}}).ID
+		// The model plants its links with its own bash.
+		if r := s.callTool(t, id, "bash", map[string]any{"command": "ln -s " + outside + " link && ln -s " + token + " toklink && echo planted"}); !strings.Contains(r.Text, "planted") {
+			t.Fatalf("planting the links: %q", r.Text)
+		}
+		return ws, id
+	}
+	if err := os.MkdirAll(outside, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_, confined := mk("confined", "workspace-write")
+	_, free := mk("free", "unrestricted")
+	bash := func(id, cmd string) string { return s.callTool(t, id, "bash", map[string]any{"command": cmd}).Text }
+	exists := func(p string) bool { _, err := os.Lstat(filepath.Join(outside, p)); return err == nil }
+	for _, v := range []string{"victim", "victim-bash"} {
+		if err := os.WriteFile(filepath.Join(outside, v), []byte("v"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Baselines: the links lead out, the model's unconfined bash gets there.
+	bash(free, "echo x > link/pwned-bash; echo x > ../outside/dotdot-bash; rm link/victim-bash")
+	if !exists("pwned-bash") || !exists("dotdot-bash") || exists("victim-bash") {
+		t.Fatal("baseline: the unconfined bash did not write and remove through the link and ../: the attack rows below prove nothing")
+	}
+	if got := bash(free, "cat toklink"); !strings.Contains(got, s.Token) {
+		t.Fatalf("baseline: the planted link does not lead to the token (the unconfined bash read %q)", got)
+	}
+	if st, _, _ := s.fileReq(t, "PUT", "/agents/"+free+"/files/"+outside+"/abs-free", []byte("x")); st != 200 || !exists("abs-free") {
+		t.Fatalf("baseline: an absolute PUT as the unrestricted agent = %d, wrote %v", st, exists("abs-free"))
+	}
+	tarThrough := tarOf(t, []tarEntry{{name: "link/pwned-tar", body: "x", mode: 0o644}})
+	tarDotdot := tarOf(t, []tarEntry{{name: "../outside/pwned-tar2", body: "x", mode: 0o644}})
+
+	for _, id := range []string{confined, free} {
+		who := map[string]string{confined: "confined", free: "unrestricted"}[id]
+		f, a := "/agents/"+id+"/files/", "/agents/"+id+"/archive/"
+		rows := []fileAttack{
+			{"PUT through the planted link", "PUT", f + "link/pwned", []byte("x"), 403, "path_through_link", "pwned"},
+			{"PUT through the link, parents made", "PUT", f + "link/d/pwned?parents=true", []byte("x"), 403, "path_through_link", "d"},
+			{"mkdir through the link", "POST", f + "link/mk?op=mkdir", nil, 403, "path_through_link", "mk"},
+			{"PUT ../", "PUT", f + "../outside/dotdot", []byte("x"), 422, "invalid_path", "dotdot"},
+			{"PUT ../ encoded", "PUT", f + "..%2Foutside%2Fdotdot", []byte("x"), 422, "invalid_path", "dotdot"},
+			{"archive through the link", "PUT", a + "", tarThrough, 403, "path_through_link", "pwned-tar"},
+			{"archive with ../", "PUT", a + "", tarDotdot, 422, "invalid_archive", "pwned-tar2"},
+			{"GET the token through the planted link", "GET", f + "toklink", nil, 403, "path_hidden", ""},
+			{"GET the token", "GET", f + token, nil, 403, "path_hidden", ""},
+			{"GET dshd's environment", "GET", f + "/proc/self/environ", nil, 403, "path_hidden", ""},
+			{"GET dshd's environment by pid", "GET", f + fmt.Sprintf("/proc/%d/environ", s.cmd.Process.Pid), nil, 403, "path_hidden", ""},
+			{"archive of the home", "GET", a + s.Home, nil, 403, "path_hidden", ""},
+			{"PUT into the home", "PUT", f + s.Home + "/hooks.yaml", []byte("x"), 403, "path_hidden", ""},
+		}
+		if id == confined {
+			rows = append(rows,
+				fileAttack{"PUT absolute outside the roots", "PUT", f + outside + "/abs", []byte("x"), 403, "path_not_writable", "abs"},
+				fileAttack{"PUT /etc", "PUT", f + "/etc/dshd-adversarial", []byte("x"), 403, "path_not_writable", ""},
+				fileAttack{"DELETE outside the roots", "DELETE", f + outside + "/victim", nil, 403, "path_not_writable", ""},
+			)
+		}
+		rows = append(rows, fileAttack{"DELETE through the link", "DELETE", f + "link/victim", nil, 403, "path_through_link", ""})
+		for _, r := range rows {
+			t.Run(who+"/"+r.name, func(t *testing.T) {
+				st, code, b := s.fileReq(t, r.method, r.path, r.body)
+				if st != r.status || code != r.code {
+					t.Errorf("%s %s = %d %q, want %d %q: %s", r.method, r.path, st, code, r.status, r.code, b)
+				}
+				if bytes.Contains(b, []byte(s.Token)) {
+					t.Errorf("the answer carries the token")
+				}
+				if r.gone != "" && exists(r.gone) {
+					t.Errorf("%s appeared outside", r.gone)
+				}
+			})
+		}
+	}
+	if !exists("victim") {
+		t.Error("victim was removed through the link")
+	}
+	if _, err := os.Lstat("/etc/dshd-adversarial"); err == nil {
+		os.Remove("/etc/dshd-adversarial")
+		t.Error("/etc/dshd-adversarial was written")
+	}
 }

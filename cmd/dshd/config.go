@@ -127,6 +127,11 @@ type config struct {
 		HeaderTimeoutMs int   `yaml:"headerTimeoutMs"`
 		BodyTimeoutMs   int   `yaml:"bodyTimeoutMs"`
 	} `yaml:"http"`
+	Files struct {
+		// MaxUploadBytes caps a body uploaded to the file routes (a file
+		// or a tar stream); 0 = the default, 1 GiB.
+		MaxUploadBytes int64 `yaml:"maxUploadBytes"`
+	} `yaml:"files"`
 	MCP struct {
 		// MaxSessions caps the open MCP sessions (0 = the default, 256).
 		MaxSessions int `yaml:"maxSessions"`
@@ -242,7 +247,7 @@ func (c *config) validate() error {
 		{"jobs.spoolMaxBytes", c.Jobs.SpoolMaxBytes}, {"jobs.spoolTotalBytes", c.Jobs.SpoolTotalBytes}, {"jobs.maxRunning", int64(c.Jobs.MaxRunning)},
 		{"jobs.maxBackgroundPerAgent", int64(c.Jobs.MaxBackgroundPerAgent)}, {"jobs.retentionSeconds", int64(c.Jobs.RetentionSeconds)},
 		{"jobs.retainMax", int64(c.Jobs.RetainMax)}, {"jobs.idempotencyWindowSeconds", int64(c.Jobs.IdempotencyWindowSeconds)}, {"agents.maxDepth", int64(c.Agents.MaxDepth)},
-		{"webhooks.timeoutMs", int64(c.Webhooks.TimeoutMs)}, {"http.maxBodyBytes", c.HTTP.MaxBodyBytes},
+		{"webhooks.timeoutMs", int64(c.Webhooks.TimeoutMs)}, {"http.maxBodyBytes", c.HTTP.MaxBodyBytes}, {"files.maxUploadBytes", c.Files.MaxUploadBytes},
 		{"http.headerTimeoutMs", int64(c.HTTP.HeaderTimeoutMs)}, {"http.bodyTimeoutMs", int64(c.HTTP.BodyTimeoutMs)},
 		{"mcp.maxSessions", int64(c.MCP.MaxSessions)}, {"mcp.idleTimeoutSeconds", int64(c.MCP.IdleTimeoutSeconds)},
 		{"workspaces.maxBytes", c.Workspaces.MaxBytes}, {"workspaces.maxLayers", int64(c.Workspaces.MaxLayers)},

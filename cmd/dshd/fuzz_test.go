@@ -1,6 +1,7 @@
 package main
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -52,6 +53,9 @@ func TestContractFuzz(t *testing.T) {
 	// The contract serves itself as a document (a string), not as the data
 	// its YAML would parse to.
 	openapi3filter.RegisterBodyDecoder("application/yaml", openapi3filter.PlainBodyDecoder)
+	// The file routes' bytes.
+	openapi3filter.RegisterBodyDecoder("application/x-tar", openapi3filter.PlainBodyDecoder)
+	openapi3filter.RegisterBodyDecoder("application/octet-stream", openapi3filter.PlainBodyDecoder)
 
 	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
@@ -117,6 +121,7 @@ type fuzzCase struct {
 	host     string
 	noAuth   bool
 	mutation string // "" for a valid request
+	raw      bool   // the body is bytes, not JSON (the file routes)
 	mustFail bool   // the mutation makes the request invalid for sure
 }
 
@@ -249,10 +254,16 @@ func (f *fuzzer) build(op operation, mutate bool) fuzzCase {
 	f.tool = pathVals["name"]
 	var body any
 	if rb := op.op.RequestBody; rb != nil && (rb.Value.Required || f.rng.IntN(2) == 0) {
-		mt := rb.Value.Content.Get("application/json")
-		body = f.value(mt.Schema, "", op, 0)
 		c.hasBody = true
-		c.header.Set("Content-Type", "application/json")
+		if mt := rb.Value.Content.Get("application/json"); mt != nil {
+			body = f.value(mt.Schema, "", op, 0)
+			c.header.Set("Content-Type", "application/json")
+		} else {
+			// The file routes take bytes (a file, a tar stream): any
+			// bytes are a valid body, so no body mutation applies.
+			c.raw = true
+			c.body = f.rawBody(rb.Value.Content)
+		}
 	}
 
 	if mutate {
@@ -279,6 +290,11 @@ func (f *fuzzer) build(op operation, mutate bool) fuzzCase {
 // paramValue is a valid value for a parameter: a known id for ids, else
 // one generated from its schema.
 func (f *fuzzer) paramValue(op operation, p *openapi3.Parameter) string {
+	if p.In == "path" && p.Name == "path" {
+		// A file route's path: relative names below the agents' cwd
+		// only (the server's default policy writes anywhere).
+		return f.pick([]string{"", "fz.txt", "fz/a.txt", "fz", "missing/x", ".git/x"})
+	}
 	if p.In == "path" && f.rng.IntN(5) > 0 {
 		switch {
 		case p.Name == "name" && strings.HasPrefix(op.path, "/contributors"):
@@ -511,10 +527,25 @@ func mapKeys[V any](m map[string]V) []string {
 	return keys
 }
 
+// rawBody is a body of bytes for one of the media types of content: a
+// small tar stream or a few bytes.
+func (f *fuzzer) rawBody(content openapi3.Content) []byte {
+	if content.Get("application/x-tar") == nil {
+		return []byte(f.pick([]string{"", "fuzz\n", "\x00\x01binary"}))
+	}
+	var b bytes.Buffer
+	tw := tar.NewWriter(&b)
+	name := f.pick([]string{"fz.txt", "fz/b.txt", "../out", "/abs"})
+	_ = tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: 3, Typeflag: tar.TypeReg})
+	_, _ = tw.Write([]byte("fz\n"))
+	_ = tw.Close()
+	return b.Bytes()
+}
+
 // mutate applies one mutation that makes the request invalid.
 func (f *fuzzer) mutate(op operation, c *fuzzCase, params openapi3.Parameters, pathVals map[string]string, body *any) {
 	var choices []string
-	if c.hasBody {
+	if c.hasBody && !c.raw {
 		choices = append(choices, "bad-utf8", "lone-surrogate", "second-value", "truncated", "wrong-content-type")
 		if op.path == "/exec" {
 			choices = append(choices, "nul")

@@ -263,6 +263,12 @@ func (s *Server) limitBody(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
+		if isFilesPath(r.URL.Path) && !takesNoBody(r.Method) {
+			// The file routes stream their bodies, bounded by
+			// files.maxUploadBytes (uploadBody).
+			next.ServeHTTP(w, r)
+			return
+		}
 		if takesNoBody(r.Method) {
 			// No operation reads a body with this method. Leave it unread
 			// and close the connection after the answer (bodyDeadline), so

@@ -12,6 +12,7 @@ import (
 	"github.com/dshd/dshd/internal/agents"
 	"github.com/dshd/dshd/internal/cluster/status"
 	"github.com/dshd/dshd/internal/exec"
+	"github.com/dshd/dshd/internal/files"
 	"github.com/dshd/dshd/internal/http/api"
 	"github.com/dshd/dshd/internal/limits"
 	"github.com/dshd/dshd/internal/mcp"
@@ -86,6 +87,18 @@ var errorCodes = []struct {
 	{tools.ErrInvalidArguments, http.StatusUnprocessableEntity, "invalid_arguments", "Invalid tool arguments"},
 	{tools.ErrUnknownFormat, http.StatusBadRequest, "invalid_format", "Unknown tool format"},
 	{mcp.ErrAgentConflict, http.StatusBadRequest, "bad_request", "Bad request"},
+	{files.ErrInvalidPath, http.StatusUnprocessableEntity, "invalid_path", "Invalid path"},
+	{files.ErrNotFound, http.StatusNotFound, "path_not_found", "No such file or directory"},
+	{files.ErrNotWritable, http.StatusForbidden, "path_not_writable", "Not writable under the agent's sandbox"},
+	{files.ErrProtected, http.StatusForbidden, "path_protected", "Protected path"},
+	{files.ErrHidden, http.StatusForbidden, "path_hidden", "Hidden path"},
+	{files.ErrThroughLink, http.StatusForbidden, "path_through_link", "The path goes through a symbolic link"},
+	{files.ErrNotDir, http.StatusConflict, "not_a_directory", "Not a directory"},
+	{files.ErrIsDir, http.StatusConflict, "is_a_directory", "Is a directory"},
+	{files.ErrNotEmpty, http.StatusConflict, "directory_not_empty", "Directory not empty"},
+	{files.ErrExists, http.StatusConflict, "path_exists", "Already exists"},
+	{files.ErrNotRegular, http.StatusUnprocessableEntity, "not_a_regular_file", "Neither a regular file nor a directory"},
+	{files.ErrInvalidArchive, http.StatusUnprocessableEntity, "invalid_archive", "Invalid archive"},
 	{syscall.ENOSPC, http.StatusInsufficientStorage, "insufficient_storage", "Not enough disk space"},
 	{syscall.EDQUOT, http.StatusInsufficientStorage, "insufficient_storage", "Not enough disk space"},
 	{errBadRequest, http.StatusBadRequest, "bad_request", "Bad request"},

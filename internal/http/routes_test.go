@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -23,6 +24,7 @@ import (
 	"github.com/dshd/dshd/internal/agents"
 	"github.com/dshd/dshd/internal/cluster/status"
 	"github.com/dshd/dshd/internal/exec"
+	"github.com/dshd/dshd/internal/files"
 	"github.com/dshd/dshd/internal/hooks"
 	"github.com/dshd/dshd/internal/limits"
 	"github.com/dshd/dshd/internal/mcp"
@@ -102,6 +104,10 @@ func (f *failing) Checkpoints(context.Context, string, bool) ([]run.CheckpointIn
 }
 func (f *failing) Rewind(context.Context, string, string, bool, bool) (int, error) { return 0, f.err }
 
+func (f *failing) FileScope(context.Context, string) (*files.Scope, func(), error) {
+	return nil, nil, f.err
+}
+
 func (f *failing) Get(context.Context, string) (agents.Agent, error) { return agents.Agent{}, f.err }
 func (f *failing) List(context.Context) ([]agents.Agent, error)      { return nil, f.err }
 func (f *failing) Transcript(context.Context, string) ([]byte, error) {
@@ -172,7 +178,7 @@ func newFailingServer(t *testing.T) (*httptest.Server, *failing) {
 	f := &failing{}
 	h, err := NewServer(Deps{
 		Logger: discardLogger(), Token: testToken, Spec: contract.OpenAPI,
-		Env: f, Jobs: f, Pipeline: f, Agents: f, Workspaces: f, Hooks: f, Skills: skillsFailing{f}, MCP: f, JobRouter: f, ReplicaID: "replica-test",
+		Env: f, Jobs: f, Pipeline: f, Agents: f, Workspaces: f, Hooks: f, Skills: skillsFailing{f}, MCP: f, JobRouter: f, ReplicaID: "replica-test", Files: f,
 		MaxBodyBytes: 4096,
 	})
 	if err != nil {
@@ -195,6 +201,15 @@ type route struct {
 var (
 	enospc = &fs.PathError{Op: "write", Path: "/home/x", Err: syscall.ENOSPC}
 	edquot = &fs.PathError{Op: "write", Path: "/home/x", Err: syscall.EDQUOT}
+)
+
+// What the file routes can answer: the agent, its view, and the path.
+var (
+	fileReadErrs = []error{agents.ErrNotFound, status.ErrAgentStoreUnavailable, workspace.ErrDropped, workspace.ErrUnavailable,
+		files.ErrInvalidPath, files.ErrNotFound, files.ErrHidden, files.ErrThroughLink, files.ErrNotDir, files.ErrNotRegular}
+	fileWriteErrs = []error{agents.ErrNotFound, status.ErrAgentStoreUnavailable, workspace.ErrDropped, workspace.ErrUnavailable,
+		files.ErrInvalidPath, files.ErrNotFound, files.ErrNotWritable, files.ErrProtected, files.ErrHidden, files.ErrThroughLink,
+		files.ErrNotDir, files.ErrIsDir, files.ErrNotEmpty, enospc}
 )
 
 // routes lists every operation of the contract. Routes answered without a
@@ -230,6 +245,12 @@ var routes = []route{
 	{"GET", "/agents/{id}/checkpoints", "/agents/agt_1/checkpoints", "", []error{agents.ErrNotFound, workspace.ErrNotFound, workspace.ErrDropped, workspace.ErrUnavailable, status.ErrAgentStoreUnavailable}},
 	{"POST", "/agents/{id}/rewind", "/agents/agt_1/rewind", `{"callId":"call_1"}`, []error{agents.ErrNotFound, workspace.ErrNotFound, workspace.ErrCheckpointNotFound, workspace.ErrDropped, workspace.ErrBusy, workspace.ErrInvalid, workspace.ErrUnavailable, enospc, status.ErrAgentStoreUnavailable}},
 	{"POST", "/agents/{id}/workspace/apply", "/agents/agt_1/workspace/apply", `{}`, []error{agents.ErrNotFound, workspace.ErrNotFound, workspace.ErrDropped, workspace.ErrBusy, &workspace.ConflictError{Paths: []string{"f"}}, workspace.ErrInvalid, workspace.ErrUnavailable, enospc, status.ErrAgentStoreUnavailable}},
+	{"GET", "/agents/{id}/files/{path}", "/agents/agt_1/files/src/main.go", "", fileReadErrs},
+	{"PUT", "/agents/{id}/files/{path}", "/agents/agt_1/files/src/main.go", "x", fileWriteErrs},
+	{"DELETE", "/agents/{id}/files/{path}", "/agents/agt_1/files/src", "", fileWriteErrs},
+	{"POST", "/agents/{id}/files/{path}", "/agents/agt_1/files/src?op=mkdir", "", append(slices.Clip(fileWriteErrs), files.ErrExists)},
+	{"GET", "/agents/{id}/archive/{path}", "/agents/agt_1/archive/src", "", fileReadErrs},
+	{"PUT", "/agents/{id}/archive/{path}", "/agents/agt_1/archive/src", "x", append(slices.Clip(fileWriteErrs), files.ErrInvalidArchive)},
 	{"GET", "/agents/{id}/transcript", "/agents/agt_1/transcript", "", []error{agents.ErrNotFound, status.ErrAgentStoreUnavailable}},
 	{"POST", "/agents/{id}/tools/{name}", "/agents/agt_1/tools/bash", `{"arguments":{"command":"true"}}`,
 		[]error{agents.ErrNotFound, tools.ErrUnknownTool, shellenv.ErrResolution, exec.ErrClosed, workspace.ErrDropped, workspace.ErrUnavailable, workspace.ErrOverBudget, enospc, status.ErrAgentHomeUnavailable, status.ErrAgentStoreUnavailable, agents.ErrConflict}},

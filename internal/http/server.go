@@ -175,6 +175,13 @@ type Deps struct {
 	MCP mcpEndpoint
 	// MaxBodyBytes caps request bodies (default 1 MiB).
 	MaxBodyBytes int64
+	// Files serves the file routes (/agents/{id}/files/…, /archive/…);
+	// nil serves none. MaxUploadBytes caps their uploads (default 1 GiB);
+	// Spool is the directory a tar stream is spooled to before it is
+	// unpacked ("" the system's temporary directory).
+	Files          fileService
+	MaxUploadBytes int64
+	Spool          string
 	// Hosts are the Host names and addresses requests may give besides
 	// localhost and loopback addresses (the address of a remote listener).
 	Hosts []string
@@ -206,6 +213,9 @@ type Server struct {
 	hosts       []string
 	anyHost     bool
 	maxBody     int64
+	files       fileService
+	maxUpload   int64
+	spool       string
 	bodyTimeout time.Duration
 	keepAlive   time.Duration
 	metrics     *httpMetrics
@@ -272,6 +282,9 @@ func newServer(d Deps) *Server {
 		spec:        d.Spec,
 		anyHost:     d.AnyHost,
 		maxBody:     d.MaxBodyBytes,
+		files:       d.Files,
+		maxUpload:   d.MaxUploadBytes,
+		spool:       d.Spool,
 		bodyTimeout: d.BodyTimeout,
 		keepAlive:   d.KeepAlive,
 		metrics:     newHTTPMetrics(d.Registerer),
@@ -285,6 +298,9 @@ func newServer(d Deps) *Server {
 	}
 	if s.maxBody <= 0 {
 		s.maxBody = 1 << 20
+	}
+	if s.maxUpload <= 0 {
+		s.maxUpload = DefaultMaxUploadBytes
 	}
 	for _, h := range d.Hosts {
 		s.hosts = append(s.hosts, normalizeHost(h))
@@ -328,7 +344,9 @@ func (s *Server) useMiddleware(r *chi.Mux, d Deps, doc *openapi3.T) error {
 		AuthenticationFunc: openapi3filter.NoopAuthenticationFunc,
 	}, func(r *http.Request) bool {
 		// The UI's files are not in the contract; its sign-in routes are.
-		return (isUI(r.URL.Path) && r.Method != http.MethodPost && r.Method != http.MethodDelete) || r.URL.Path == mcpPath
+		// The file routes check their own parameters (their {path} holds
+		// slashes, which the contract's router cannot match).
+		return (isUI(r.URL.Path) && r.Method != http.MethodPost && r.Method != http.MethodDelete) || r.URL.Path == mcpPath || isFilesPath(r.URL.Path)
 	}, s.writeError)
 	if err != nil {
 		return err
@@ -385,6 +403,9 @@ func (s *Server) mountOutsideContract(r chi.Router, d Deps) error {
 			}
 			files.ServeHTTP(w, r)
 		})
+	}
+	if d.Files != nil {
+		s.mountFiles(r)
 	}
 	if d.MCP != nil {
 		r.HandleFunc(mcpPath, func(w http.ResponseWriter, r *http.Request) {

@@ -449,3 +449,7 @@ func closeAll(fs []*os.File) {
 		f.Close()
 	}
 }
+
+// Config is the configuration the host was made with (its paths: the home,
+// the token, the writable, protected and hidden paths).
+func (h *Host) Config() Config { return h.cfg }

@@ -6,12 +6,13 @@ import (
 	"io/fs"
 	"os"
 	"path"
-	"slices"
 	"strings"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/dshd/dshd/internal/beneath"
 )
 
 // A tree is a directory that dshd reads or writes by descriptor, never by
@@ -25,9 +26,6 @@ type tree struct {
 	fd   int    // O_RDONLY|O_DIRECTORY
 	name string // for messages: what the tree is
 }
-
-// beneath is how every path below a tree is resolved.
-const beneath = unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS
 
 // openTree opens the directory dir (a path dshd chose itself, or one the
 // caller has checked) as a tree. The last component is not followed if it
@@ -60,17 +58,7 @@ func (t *tree) close() {
 // openat2 opens rel beneath dirfd without following any link, retrying
 // the EAGAIN the kernel answers when a rename raced the lookup.
 func openat2(dirfd int, rel string, flags int, mode uint32) (int, error) {
-	if rel == "" {
-		rel = "."
-	}
-	how := &unix.OpenHow{Flags: uint64(flags | unix.O_CLOEXEC), Mode: uint64(mode), Resolve: beneath}
-	for range 64 {
-		fd, err := unix.Openat2(dirfd, rel, how)
-		if err != unix.EAGAIN && err != unix.EINTR {
-			return fd, err
-		}
-	}
-	return -1, unix.EAGAIN
+	return beneath.Openat2(dirfd, rel, flags, mode, beneath.Resolve)
 }
 
 // open opens rel for reading (a regular file or a directory); a link is
@@ -186,18 +174,10 @@ func walkAt(dfd int, prefix string, fn func(rel string, fi fs.FileInfo) error) e
 }
 
 func readDirAt(dfd int) ([]fs.FileInfo, error) {
-	// A second descriptor for the listing: os.File takes ownership of it.
-	lfd, err := unix.Openat(dfd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	names, err := beneath.Names(dfd)
 	if err != nil {
 		return nil, err
 	}
-	f := os.NewFile(uintptr(lfd), ".")
-	names, err := f.Readdirnames(-1)
-	f.Close()
-	if err != nil {
-		return nil, err
-	}
-	slices.Sort(names)
 	out := make([]fs.FileInfo, 0, len(names))
 	for _, n := range names {
 		fi, err := statAt(dfd, n)
@@ -228,18 +208,7 @@ func fstatInfo(fd int, name string) (fs.FileInfo, error) {
 	return &statInfo{name: name, st: st}, nil
 }
 
-func readlinkAt(dfd int, name string) (string, error) {
-	for n := 256; ; n *= 2 {
-		buf := make([]byte, n)
-		k, err := unix.Readlinkat(dfd, name, buf)
-		if err != nil {
-			return "", &fs.PathError{Op: "readlink", Path: name, Err: err}
-		}
-		if k < n {
-			return string(buf[:k]), nil
-		}
-	}
-}
+func readlinkAt(dfd int, name string) (string, error) { return beneath.ReadlinkAt(dfd, name) }
 
 // statInfo is an fs.FileInfo from a stat done relative to a descriptor.
 type statInfo struct {
@@ -363,38 +332,8 @@ func (t *tree) realDirs(rel string) bool {
 // removeAllAt removes name in the directory dfd and everything below it,
 // by descriptor; a link is removed, never followed. A missing name is no
 // error.
-func removeAllAt(dfd int, name string) error {
-	err := unix.Unlinkat(dfd, name, 0)
-	if err == nil || errors.Is(err, unix.ENOENT) {
-		return nil
-	}
-	if !errors.Is(err, unix.EISDIR) && !errors.Is(err, unix.EPERM) {
-		return &fs.PathError{Op: "unlink", Path: name, Err: err}
-	}
-	sub, err := unix.Openat(dfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return &fs.PathError{Op: "open", Path: name, Err: err}
-	}
-	ents, err := readDirAt(sub)
-	if err == nil {
-		for _, e := range ents {
-			if err = removeAllAt(sub, e.Name()); err != nil {
-				break
-			}
-		}
-	}
-	unix.Close(sub)
-	if err != nil {
-		return err
-	}
-	if err := unix.Unlinkat(dfd, name, unix.AT_REMOVEDIR); err != nil && !errors.Is(err, unix.ENOENT) {
-		return &fs.PathError{Op: "rmdir", Path: name, Err: err}
-	}
-	return nil
-}
+func removeAllAt(dfd int, name string) error { return beneath.RemoveAllAt(dfd, name) }
 
 // fdPath is what the kernel says the descriptor fd is: the path of the
 // directory it opened, however it was reached.
-func fdPath(fd int) (string, error) {
-	return os.Readlink(fmt.Sprintf("/proc/self/fd/%d", fd))
-}
+func fdPath(fd int) (string, error) { return beneath.FdPath(fd) }

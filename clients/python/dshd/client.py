@@ -5,7 +5,7 @@ import http.client
 import json
 import urllib.parse
 from dataclasses import dataclass
-from typing import Any, Dict, Iterator, List, Optional, Union, cast
+from typing import Any, BinaryIO, Dict, Iterator, List, Optional, Union, cast
 
 from .contributors import Contributor, parse_contributor
 from .transcript import Transcript, parse_transcript
@@ -454,6 +454,91 @@ class Client:
             failures += 1
             if failures > max_reconnects:
                 raise Problem(0, "transport", f"output of {job_id}: gave up after {max_reconnects} reconnects")
+
+    # -- files ----------------------------------------------------------
+
+    def _stream(self, method: str, path: str, body: Union[bytes, BinaryIO, None] = None,
+                query: Optional[JSON] = None, headers: Optional[Dict[str, str]] = None,
+                out: Optional[BinaryIO] = None) -> bytes:
+        """Send bytes or a binary file (streamed) and return the answer's
+        bytes, or with ``out`` copy them into it and return b""."""
+        if query:
+            q = {k: ("true" if v is True else v) for k, v in query.items() if v is not None and v is not False}
+            if q:
+                path += "?" + urllib.parse.urlencode(q)
+        h = {"Authorization": "Bearer " + self.token}
+        h.update(headers or {})
+        conn = self._connect()
+        try:
+            conn.request(method, self._prefix + path, body=body, headers=h)
+            resp = conn.getresponse()
+            if resp.status >= 400:
+                raise _problem(resp, resp.read(), method, path)
+            if out is None:
+                return resp.read()
+            while True:
+                chunk = resp.read(1 << 20)
+                if not chunk:
+                    return b""
+                out.write(chunk)
+        except (OSError, http.client.HTTPException) as e:
+            raise Problem(0, "transport", f"{method} {path}: {e!r}") from None
+        finally:
+            conn.close()
+
+    def _file_path(self, agent_id: str, route: str, path: str) -> str:
+        # Slashes stay: {path} is a path, relative to the agent's cwd or absolute.
+        return f"/agents/{self._q(agent_id)}/{route}/" + urllib.parse.quote(path, safe="/")
+
+    def upload_file(self, agent_id: str, path: str, data: Union[bytes, BinaryIO], mode: Optional[int] = None,
+                    parents: bool = False) -> JSON:
+        """PUT /agents/{id}/files/{path}: write data (bytes, or a binary
+        file streamed from where it stands) to path, atomically; mode is
+        octal permission bits (0o755), parents makes the missing directories."""
+        q: JSON = {"mode": None if mode is None else format(mode, "o"), "parents": parents}
+        raw = self._stream("PUT", self._file_path(agent_id, "files", path), data, q,
+                           {"Content-Type": "application/octet-stream"})
+        return cast(JSON, json.loads(raw))
+
+    def download_file(self, agent_id: str, path: str, out: Optional[BinaryIO] = None,
+                      byte_range: Optional["tuple[int, int]"] = None) -> bytes:
+        """GET /agents/{id}/files/{path}: a file's bytes (into ``out`` when
+        given); byte_range=(first, last) asks for those bytes only."""
+        h = {"Accept": "application/octet-stream"}
+        if byte_range is not None:
+            h["Range"] = f"bytes={byte_range[0]}-{byte_range[1]}"
+        return self._stream("GET", self._file_path(agent_id, "files", path), headers=h, out=out)
+
+    def list_files(self, agent_id: str, path: str = "", depth: Optional[int] = None) -> JSON:
+        """GET /agents/{id}/files/{path} of a directory: its listing
+        (``entries``, ``truncated``), depth levels down (default 1)."""
+        return cast(JSON, json.loads(self._stream("GET", self._file_path(agent_id, "files", path), query={"depth": depth})))
+
+    def stat_file(self, agent_id: str, path: str) -> JSON:
+        """GET /agents/{id}/files/{path}?stat=true: what the path is."""
+        return cast(JSON, json.loads(self._stream("GET", self._file_path(agent_id, "files", path), query={"stat": True})))
+
+    def remove_file(self, agent_id: str, path: str, recursive: bool = False) -> None:
+        """DELETE /agents/{id}/files/{path}: a file, a link, an empty
+        directory, or with recursive a tree."""
+        self._stream("DELETE", self._file_path(agent_id, "files", path), query={"recursive": recursive})
+
+    def make_dir(self, agent_id: str, path: str, mode: Optional[int] = None, parents: bool = False) -> JSON:
+        """POST /agents/{id}/files/{path}?op=mkdir."""
+        q: JSON = {"op": "mkdir", "mode": None if mode is None else format(mode, "o"), "parents": parents}
+        return cast(JSON, json.loads(self._stream("POST", self._file_path(agent_id, "files", path), query=q)))
+
+    def upload_archive(self, agent_id: str, path: str, tar: Union[bytes, BinaryIO], parents: bool = False) -> JSON:
+        """PUT /agents/{id}/archive/{path}: unpack a tar stream (bytes or a
+        binary file) into the directory path."""
+        raw = self._stream("PUT", self._file_path(agent_id, "archive", path), tar, {"parents": parents},
+                           {"Content-Type": "application/x-tar"})
+        return cast(JSON, json.loads(raw))
+
+    def download_archive(self, agent_id: str, path: str = "", out: Optional[BinaryIO] = None) -> bytes:
+        """GET /agents/{id}/archive/{path}: the tree as a tar stream (into
+        ``out`` when given)."""
+        return self._stream("GET", self._file_path(agent_id, "archive", path), out=out)
 
     # -- configuration --------------------------------------------------
 

@@ -4,8 +4,10 @@ DSHD_URL and DSHD_TOKEN name the server (the Go test TestPythonClient starts
 one and runs these tests).
 """
 
+import io
 import os
 import sys
+import tarfile
 import tempfile
 import time
 import unittest
@@ -245,3 +247,46 @@ class Workspaces(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class Files(unittest.TestCase):
+    """The file routes: upload from bytes and from a file, download to one,
+    list, stat, mkdir, remove, tar in and out, a refusal with its code."""
+
+    def test_files(self):
+        c = server()
+        d = tempfile.mkdtemp()
+        a = c.create_agent(cwd=d, sandbox={"policy": "workspace-write"})["id"]
+        self.assertEqual(c.upload_file(a, "src/main.txt", b"hello\n", mode=0o640, parents=True)["mode"], "0640")
+        with tempfile.TemporaryFile() as f:
+            f.write(b"x" * 300000)
+            f.seek(0)
+            self.assertEqual(c.upload_file(a, "big.bin", f)["size"], 300000)
+        self.assertEqual(c.download_file(a, "src/main.txt"), b"hello\n")
+        self.assertEqual(c.download_file(a, "src/main.txt", byte_range=(1, 3)), b"ell")
+        out = io.BytesIO()
+        c.download_file(a, "big.bin", out=out)
+        self.assertEqual(out.getvalue(), b"x" * 300000)
+        self.assertEqual(c.exec("cat src/main.txt", agent_id=a)["stdout"]["text"], "hello\n")
+        listing = c.list_files(a, "", depth=2)
+        self.assertIn(("src/main.txt", "file"), [(e["path"], e["type"]) for e in listing["entries"]])
+        self.assertEqual(c.stat_file(a, "src")["type"], "directory")
+        self.assertEqual(c.make_dir(a, "made/deep", parents=True)["path"], os.path.join(d, "made/deep"))
+
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tf:
+            info = tarfile.TarInfo("pkg/run.sh")
+            info.mode, info.size = 0o755, 8
+            tf.addfile(info, io.BytesIO(b"echo ok\n"))
+        self.assertEqual(c.upload_archive(a, "unpacked", buf.getvalue(), parents=True)["entries"], 1)
+        with tarfile.open(fileobj=io.BytesIO(c.download_archive(a, "unpacked"))) as tf:
+            self.assertEqual({m.name: oct(m.mode) for m in tf.getmembers()}, {"pkg": "0o755", "pkg/run.sh": "0o755"})
+
+        with self.assertRaises(Problem) as refused:
+            c.upload_file(a, "/etc/dshd-python-client", b"x")
+        self.assertEqual((refused.exception.status, refused.exception.code), (403, "path_not_writable"))
+        with self.assertRaises(Problem) as full:
+            c.remove_file(a, "made")
+        self.assertEqual(full.exception.code, "directory_not_empty")
+        c.remove_file(a, "made", recursive=True)
+        self.assertFalse(os.path.exists(os.path.join(d, "made")))

@@ -464,6 +464,100 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/agents/{id}/files/{path}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+                /**
+                 * @description The file's path, relative to the agent's cwd, or absolute (`files//etc/hosts`, or
+                 *     `files/%2Fetc%2Fhosts`); it may hold slashes. Empty (`files/`) is the cwd. A `..`
+                 *     component or a NUL byte is 422 `invalid_path`.
+                 */
+                path: string;
+            };
+            cookie?: never;
+        };
+        /**
+         * Download a file's bytes (ranges too), list a directory, or stat a path.
+         * @description Read as the agent sees it: in its snapshot view when it has one, links followed but
+         *     never out of the view (403 `path_through_link`), and never into the dshd home, the token
+         *     or a hidden path, wherever a link leads (403 `path_hidden`). A regular file answers its
+         *     raw bytes (`application/octet-stream`; `Range` gives 206); a directory answers its
+         *     listing to `depth` levels (links listed, never followed; at most 10,000 entries, then
+         *     `truncated`); `stat=true` answers what the path is. A device, FIFO or socket is 422
+         *     `not_a_regular_file`. See docs/files.md.
+         */
+        get: operations["getAgentFile"];
+        /**
+         * Upload a file's bytes (atomic replace).
+         * @description The body is streamed to a new file beside the path, then renamed over it: a reader sees
+         *     the old file or the new one, whole. Only where the agent's sandbox lets it write: below
+         *     its cwd or a configured writable root under `workspace-write` (403 `path_not_writable`
+         *     elsewhere, and always under `read-only`), never into `.git` or a protected path (403
+         *     `path_protected`), the home or the token (403 `path_hidden`), nor through a symbolic
+         *     link on the way (403 `path_through_link`). A missing directory on the way is 404
+         *     `path_not_found` unless `parents=true`; a file on the way is 409 `not_a_directory`; a
+         *     directory at the path is 409 `is_a_directory`. The body is bounded by
+         *     `files.maxUploadBytes` (default 1 GiB; 413 `body_too_large`, nothing written).
+         */
+        put: operations["putAgentFile"];
+        /**
+         * Make a directory (`op=mkdir`).
+         * @description `op=mkdir` makes the directory (mode `mode`, default 0755); 409 `path_exists` when the
+         *     path exists, unless `parents=true`, which also makes the missing ones on the way. The
+         *     same write rules as PUT.
+         */
+        post: operations["postAgentFile"];
+        /**
+         * Remove a file, a link, or a directory.
+         * @description A link is removed, never what it points to. A directory must be empty (409
+         *     `directory_not_empty`) unless `recursive=true`; a recursive removal of a tree holding a
+         *     `.git` is 403 `path_protected` under `workspace-write`. The same write rules as PUT.
+         */
+        delete: operations["deleteAgentFile"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/agents/{id}/archive/{path}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+                /** @description As for the files route: relative to the cwd, or absolute; empty is the cwd. */
+                path: string;
+            };
+            cookie?: never;
+        };
+        /**
+         * Download a tree as a tar stream.
+         * @description Directories, regular files and symbolic links below the path (entries relative to it),
+         *     with their modes and times; links stored, never followed; other kinds and hidden paths
+         *     left out. A file is one entry of its base name. The same read rules as GET of a file.
+         *     A failure once the stream has begun cuts the connection.
+         */
+        get: operations["getAgentArchive"];
+        /**
+         * Unpack a tar stream into a directory.
+         * @description The stream is spooled, and every entry checked before anything is written: a `..`
+         *     component, an absolute name, a symbolic link that is absolute or leads out, a hard link
+         *     to a name outside, a device or a FIFO is 422 `invalid_archive`; a `.git` component
+         *     under `workspace-write` is 403 `path_protected`. Then each entry is written by
+         *     descriptor, no link on its way followed (403 `path_through_link`, the entries before it
+         *     in place). The same write rules as PUT; `parents=true` makes the directory.
+         */
+        put: operations["putAgentArchive"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/agents/{id}/transcript": {
         parameters: {
             query?: never;
@@ -873,6 +967,53 @@ export interface paths {
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
+        FileEntry: {
+            /** @description Relative to the directory listed. */
+            path: string;
+            /** @enum {string} */
+            type: "file" | "directory" | "symlink" | "other";
+            /** Format: int64 */
+            size: number;
+            /** @description Octal permission bits, setuid, setgid and sticky (`0644`). */
+            mode: string;
+            /** Format: date-time */
+            mtime: string;
+            /** @description A symbolic link's target, as written in it. */
+            link?: string;
+        };
+        FileListing: {
+            /** @description The directory's absolute path for the agent. */
+            path: string;
+            depth: number;
+            entries: components["schemas"]["FileEntry"][];
+            /** @description More than 10,000 entries: the listing stops there. */
+            truncated: boolean;
+        };
+        FileStat: {
+            path: string;
+            /** @enum {string} */
+            type: "file" | "directory";
+            /** Format: int64 */
+            size: number;
+            mode: string;
+            /** Format: date-time */
+            mtime: string;
+        };
+        FileWritten: {
+            path: string;
+            /** Format: int64 */
+            size: number;
+            mode: string;
+        };
+        FileMade: {
+            path: string;
+        };
+        ArchiveUnpacked: {
+            path: string;
+            entries: number;
+            /** Format: int64 */
+            bytes: number;
+        };
         LoginCode: {
             /** @description The UI's URL with the one-time code in its fragment (`/ui/#login=<code>`). */
             url: string;
@@ -2290,6 +2431,25 @@ export interface components {
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
+        /** @description The agent's sandbox refuses the path (`path_not_writable`: read-only, or outside every writable root; `path_protected`: a `.git` or a configured protected path; `path_hidden`: the dshd home, the token or a hidden path; `path_through_link`: a symbolic link on a write's way, or a read's link leading out of the view). */
+        R403Path: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                /**
+                 * @example {
+                 *       "type": "about:blank",
+                 *       "title": "Not writable under the agent's sandbox",
+                 *       "status": 403,
+                 *       "code": "path_not_writable",
+                 *       "detail": "write /etc/passwd: not writable under the agent's sandbox: outside the writable roots (/home/me/project)",
+                 *       "instance": "/agents/agt_01jq7d2k8m3n4p5q6r7s8t9v0w/files//etc/passwd"
+                 *     }
+                 */
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
         /** @description The addressed resource does not exist (`agent_not_found`, `job_not_found`, `contributor_not_found`, `plugin_not_found`, `tool_not_found`; `workspace_not_found`: the agent shares its workspace, it has no snapshot). */
         R404: {
             headers: {
@@ -3625,6 +3785,311 @@ export interface operations {
             };
             400: components["responses"]["R400"];
             401: components["responses"]["R401"];
+            404: components["responses"]["R404"];
+            408: components["responses"]["R408"];
+            409: components["responses"]["R409"];
+            413: components["responses"]["R413"];
+            421: components["responses"]["R421"];
+            422: components["responses"]["R422"];
+            503: components["responses"]["R503AgentStore"];
+            507: components["responses"]["R507"];
+            default: components["responses"]["Problem"];
+        };
+    };
+    getAgentFile: {
+        parameters: {
+            query?: {
+                /** @description Levels a listing goes down (default 1). */
+                depth?: number;
+                /** @description Answer what the path is (FileStat), not its contents. */
+                stat?: boolean;
+            };
+            header?: {
+                /** @description A byte range of a file (RFC 9110). */
+                Range?: string;
+            };
+            path: {
+                id: string;
+                /**
+                 * @description The file's path, relative to the agent's cwd, or absolute (`files//etc/hosts`, or
+                 *     `files/%2Fetc%2Fhosts`); it may hold slashes. Empty (`files/`) is the cwd. A `..`
+                 *     component or a NUL byte is 422 `invalid_path`.
+                 */
+                path: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The file's bytes, the directory's listing, or (stat) what the path is. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/octet-stream": string;
+                    /**
+                     * @example {
+                     *       "path": "/home/me/project",
+                     *       "depth": 1,
+                     *       "truncated": false,
+                     *       "entries": [
+                     *         {
+                     *           "path": "main.go",
+                     *           "type": "file",
+                     *           "size": 812,
+                     *           "mode": "0644",
+                     *           "mtime": "2026-12-06T23:00:00Z"
+                     *         },
+                     *         {
+                     *           "path": "docs",
+                     *           "type": "symlink",
+                     *           "size": 9,
+                     *           "mode": "0777",
+                     *           "mtime": "2026-12-06T23:00:00Z",
+                     *           "link": "../docs"
+                     *         }
+                     *       ]
+                     *     }
+                     */
+                    "application/json": components["schemas"]["FileListing"] | components["schemas"]["FileStat"];
+                };
+            };
+            /** @description The range asked for. */
+            206: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/octet-stream": string;
+                };
+            };
+            400: components["responses"]["R400"];
+            401: components["responses"]["R401"];
+            403: components["responses"]["R403Path"];
+            404: components["responses"]["R404"];
+            409: components["responses"]["R409"];
+            /** @description The range is outside the file. */
+            416: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            421: components["responses"]["R421"];
+            422: components["responses"]["R422"];
+            503: components["responses"]["R503AgentStore"];
+            default: components["responses"]["Problem"];
+        };
+    };
+    putAgentFile: {
+        parameters: {
+            query?: {
+                /** @description Octal permission bits (default: the replaced file's, or 0644). */
+                mode?: string;
+                /** @description Make the missing directories on the way (0755). */
+                parents?: boolean;
+            };
+            header?: never;
+            path: {
+                id: string;
+                /**
+                 * @description The file's path, relative to the agent's cwd, or absolute (`files//etc/hosts`, or
+                 *     `files/%2Fetc%2Fhosts`); it may hold slashes. Empty (`files/`) is the cwd. A `..`
+                 *     component or a NUL byte is 422 `invalid_path`.
+                 */
+                path: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/octet-stream": string;
+            };
+        };
+        responses: {
+            /** @description Written. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "path": "/home/me/project/main.go",
+                     *       "size": 812,
+                     *       "mode": "0644"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["FileWritten"];
+                };
+            };
+            400: components["responses"]["R400"];
+            401: components["responses"]["R401"];
+            403: components["responses"]["R403Path"];
+            404: components["responses"]["R404"];
+            408: components["responses"]["R408"];
+            409: components["responses"]["R409"];
+            413: components["responses"]["R413"];
+            421: components["responses"]["R421"];
+            422: components["responses"]["R422"];
+            503: components["responses"]["R503AgentStore"];
+            507: components["responses"]["R507"];
+            default: components["responses"]["Problem"];
+        };
+    };
+    postAgentFile: {
+        parameters: {
+            query: {
+                op: "mkdir";
+                mode?: string;
+                parents?: boolean;
+            };
+            header?: never;
+            path: {
+                id: string;
+                /**
+                 * @description The file's path, relative to the agent's cwd, or absolute (`files//etc/hosts`, or
+                 *     `files/%2Fetc%2Fhosts`); it may hold slashes. Empty (`files/`) is the cwd. A `..`
+                 *     component or a NUL byte is 422 `invalid_path`.
+                 */
+                path: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Made. */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["FileMade"];
+                };
+            };
+            400: components["responses"]["R400"];
+            401: components["responses"]["R401"];
+            403: components["responses"]["R403Path"];
+            404: components["responses"]["R404"];
+            409: components["responses"]["R409"];
+            421: components["responses"]["R421"];
+            422: components["responses"]["R422"];
+            503: components["responses"]["R503AgentStore"];
+            507: components["responses"]["R507"];
+            default: components["responses"]["Problem"];
+        };
+    };
+    deleteAgentFile: {
+        parameters: {
+            query?: {
+                /** @description Remove a directory and all it holds. */
+                recursive?: boolean;
+            };
+            header?: never;
+            path: {
+                id: string;
+                /**
+                 * @description The file's path, relative to the agent's cwd, or absolute (`files//etc/hosts`, or
+                 *     `files/%2Fetc%2Fhosts`); it may hold slashes. Empty (`files/`) is the cwd. A `..`
+                 *     component or a NUL byte is 422 `invalid_path`.
+                 */
+                path: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Removed. */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["R400"];
+            401: components["responses"]["R401"];
+            403: components["responses"]["R403Path"];
+            404: components["responses"]["R404"];
+            409: components["responses"]["R409"];
+            421: components["responses"]["R421"];
+            422: components["responses"]["R422"];
+            503: components["responses"]["R503AgentStore"];
+            507: components["responses"]["R507"];
+            default: components["responses"]["Problem"];
+        };
+    };
+    getAgentArchive: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+                /** @description As for the files route: relative to the cwd, or absolute; empty is the cwd. */
+                path: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The tar stream. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/x-tar": string;
+                };
+            };
+            400: components["responses"]["R400"];
+            401: components["responses"]["R401"];
+            403: components["responses"]["R403Path"];
+            404: components["responses"]["R404"];
+            409: components["responses"]["R409"];
+            421: components["responses"]["R421"];
+            422: components["responses"]["R422"];
+            503: components["responses"]["R503AgentStore"];
+            default: components["responses"]["Problem"];
+        };
+    };
+    putAgentArchive: {
+        parameters: {
+            query?: {
+                parents?: boolean;
+            };
+            header?: never;
+            path: {
+                id: string;
+                /** @description As for the files route: relative to the cwd, or absolute; empty is the cwd. */
+                path: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/x-tar": string;
+            };
+        };
+        responses: {
+            /** @description Unpacked. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "path": "/home/me/project",
+                     *       "entries": 10000,
+                     *       "bytes": 52428800
+                     *     }
+                     */
+                    "application/json": components["schemas"]["ArchiveUnpacked"];
+                };
+            };
+            400: components["responses"]["R400"];
+            401: components["responses"]["R401"];
+            403: components["responses"]["R403Path"];
             404: components["responses"]["R404"];
             408: components["responses"]["R408"];
             409: components["responses"]["R409"];

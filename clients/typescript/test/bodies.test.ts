@@ -5,7 +5,7 @@
 // the output's server-sent events.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { createDshdClient, must, ndjsonLines, type TranscriptLine } from "../src/index.js";
+import { createDshdClient, must, ndjsonLines, ProblemError, type TranscriptLine } from "../src/index.js";
 
 const c = createDshdClient(process.env.DSHD_URL!, process.env.DSHD_TOKEN!);
 
@@ -80,4 +80,34 @@ test("raw output as bytes, and the same bytes over SSE", async () => {
   assert.ok(exit, "no exit event");
   assert.deepEqual(Uint8Array.from(out), Uint8Array.of(0x61, 0xff, 0x00, 0x62, 0x0a));
   assert.deepEqual(Uint8Array.from(err), Uint8Array.of(0x65, 0xfe));
+});
+
+test("the file routes: bytes in and out, a listing, a refusal as a typed problem", async () => {
+  const { mkdtempSync, readFileSync } = await import("node:fs");
+  const { tmpdir } = await import("node:os");
+  const { join } = await import("node:path");
+  const dir = mkdtempSync(join(tmpdir(), "dshd-ts-files-"));
+  const agent = must(await c.api.POST("/agents", { body: { cwd: dir } }));
+  const bytes = new Uint8Array([0, 1, 2, 255, 10]);
+  const put = must(await c.api.PUT("/agents/{id}/files/{path}", {
+    params: { path: { id: agent.id, path: "sub/data.bin" }, query: { parents: true, mode: "0640" } },
+    body: bytes as unknown as string,
+    bodySerializer: (b: unknown) => b as BodyInit,
+    headers: { "Content-Type": "application/octet-stream" },
+  }));
+  assert.deepEqual([put.size, put.mode], [5, "0640"]);
+  assert.deepEqual(new Uint8Array(readFileSync(join(dir, "sub/data.bin"))), bytes);
+  const got = must(await c.api.GET("/agents/{id}/files/{path}", {
+    params: { path: { id: agent.id, path: "sub/data.bin" } },
+    headers: { Accept: "application/octet-stream" },
+    parseAs: "arrayBuffer",
+  }));
+  assert.deepEqual(new Uint8Array(got as ArrayBuffer), bytes);
+  const listing = must(await c.api.GET("/agents/{id}/files/{path}", {
+    params: { path: { id: agent.id, path: "sub" } },
+    parseAs: "json",
+  })) as unknown as { entries: { path: string; type: string }[] };
+  assert.deepEqual(listing.entries.map((e) => [e.path, e.type]), [["data.bin", "file"]]);
+  const r = await c.api.DELETE("/agents/{id}/files/{path}", { params: { path: { id: agent.id, path: "sub" } } });
+  assert.throws(() => must(r), (e: unknown) => e instanceof ProblemError && e.problem.code === "directory_not_empty");
 });

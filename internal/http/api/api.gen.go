@@ -179,6 +179,48 @@ func (e DeclarationKind) Valid() bool {
 	}
 }
 
+// Defines values for FileEntryType.
+const (
+	FileEntryTypeDirectory FileEntryType = "directory"
+	FileEntryTypeFile      FileEntryType = "file"
+	FileEntryTypeOther     FileEntryType = "other"
+	FileEntryTypeSymlink   FileEntryType = "symlink"
+)
+
+// Valid indicates whether the value is a known member of the FileEntryType enum.
+func (e FileEntryType) Valid() bool {
+	switch e {
+	case FileEntryTypeDirectory:
+		return true
+	case FileEntryTypeFile:
+		return true
+	case FileEntryTypeOther:
+		return true
+	case FileEntryTypeSymlink:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for FileStatType.
+const (
+	FileStatTypeDirectory FileStatType = "directory"
+	FileStatTypeFile      FileStatType = "file"
+)
+
+// Valid indicates whether the value is a known member of the FileStatType enum.
+func (e FileStatType) Valid() bool {
+	switch e {
+	case FileStatTypeDirectory:
+		return true
+	case FileStatTypeFile:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for HookDialect.
 const (
 	HookDialectClaudeCode HookDialect = "claude-code"
@@ -892,22 +934,22 @@ func (e WorkspaceChangeKind) Valid() bool {
 
 // Defines values for WorkspaceChangeType.
 const (
-	Dir     WorkspaceChangeType = "dir"
-	File    WorkspaceChangeType = "file"
-	Other   WorkspaceChangeType = "other"
-	Symlink WorkspaceChangeType = "symlink"
+	WorkspaceChangeTypeDir     WorkspaceChangeType = "dir"
+	WorkspaceChangeTypeFile    WorkspaceChangeType = "file"
+	WorkspaceChangeTypeOther   WorkspaceChangeType = "other"
+	WorkspaceChangeTypeSymlink WorkspaceChangeType = "symlink"
 )
 
 // Valid indicates whether the value is a known member of the WorkspaceChangeType enum.
 func (e WorkspaceChangeType) Valid() bool {
 	switch e {
-	case Dir:
+	case WorkspaceChangeTypeDir:
 		return true
-	case File:
+	case WorkspaceChangeTypeFile:
 		return true
-	case Other:
+	case WorkspaceChangeTypeOther:
 		return true
-	case Symlink:
+	case WorkspaceChangeTypeSymlink:
 		return true
 	default:
 		return false
@@ -1088,6 +1130,13 @@ type AnthropicTool struct {
 	// InputSchema The JSON Schema of a tool's arguments, always an object schema.
 	InputSchema JSONSchema `json:"input_schema"`
 	Name        string     `json:"name"`
+}
+
+// ArchiveUnpacked defines model for ArchiveUnpacked.
+type ArchiveUnpacked struct {
+	Bytes   int64  `json:"bytes"`
+	Entries int    `json:"entries"`
+	Path    string `json:"path"`
 }
 
 // Base64Chunk A chunk that is not valid UTF-8 (binary output, or text ending inside a character when the stream ends).
@@ -1405,6 +1454,60 @@ type ExecRequest struct {
 	// into the terminal first.
 	Tty     *bool  `json:"tty,omitempty"`
 	YieldMs *int64 `json:"yieldMs,omitempty"`
+}
+
+// FileEntry defines model for FileEntry.
+type FileEntry struct {
+	// Link A symbolic link's target, as written in it.
+	Link *string `json:"link,omitempty"`
+
+	// Mode Octal permission bits, setuid, setgid and sticky (`0644`).
+	Mode  string    `json:"mode"`
+	Mtime time.Time `json:"mtime"`
+
+	// Path Relative to the directory listed.
+	Path string        `json:"path"`
+	Size int64         `json:"size"`
+	Type FileEntryType `json:"type"`
+}
+
+// FileEntryType defines model for FileEntry.Type.
+type FileEntryType string
+
+// FileListing defines model for FileListing.
+type FileListing struct {
+	Depth   int         `json:"depth"`
+	Entries []FileEntry `json:"entries"`
+
+	// Path The directory's absolute path for the agent.
+	Path string `json:"path"`
+
+	// Truncated More than 10,000 entries: the listing stops there.
+	Truncated bool `json:"truncated"`
+}
+
+// FileMade defines model for FileMade.
+type FileMade struct {
+	Path string `json:"path"`
+}
+
+// FileStat defines model for FileStat.
+type FileStat struct {
+	Mode  string       `json:"mode"`
+	Mtime time.Time    `json:"mtime"`
+	Path  string       `json:"path"`
+	Size  int64        `json:"size"`
+	Type  FileStatType `json:"type"`
+}
+
+// FileStatType defines model for FileStat.Type.
+type FileStatType string
+
+// FileWritten defines model for FileWritten.
+type FileWritten struct {
+	Mode string `json:"mode"`
+	Path string `json:"path"`
+	Size int64  `json:"size"`
 }
 
 // ForkInput defines model for ForkInput.
@@ -2627,6 +2730,9 @@ type R400 = Problem
 
 // R401 defines model for R401.
 type R401 = Problem
+
+// R403Path defines model for R403Path.
+type R403Path = Problem
 
 // R404 defines model for R404.
 type R404 = Problem
@@ -5312,6 +5418,8 @@ type ProblemApplicationProblemPlusJSONResponse Problem
 type R400ApplicationProblemPlusJSONResponse Problem
 
 type R401ApplicationProblemPlusJSONResponse Problem
+
+type R403PathApplicationProblemPlusJSONResponse Problem
 
 type R404ApplicationProblemPlusJSONResponse Problem
 

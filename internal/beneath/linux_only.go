@@ -1,0 +1,7 @@
+//go:build !linux
+
+// Names are resolved with Linux's openat2. On any other system the build
+// stops at this import, whose path is the message.
+package beneath
+
+import _ "dshd/is-Linux-only"
