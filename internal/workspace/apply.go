@@ -114,14 +114,14 @@ func (m *Manager) Apply(agent, dir string) (Applied, error) {
 	defer v.close()
 	cs, err := v.changes()
 	if err != nil {
-		return Applied{}, fmt.Errorf("workspace changes of agent %s: %w", agent, err)
+		return Applied{}, changedUnder(agent, fmt.Errorf("workspace changes of agent %s: %w", agent, err))
 	}
 	res.Changes = cs
 	// What the agent made is read from its view (held still), what it
 	// saw at the fork from the view it was given.
 	todo, err := plan(cs, v.now, v.then, target)
 	if err != nil {
-		return Applied{}, err
+		return Applied{}, changedUnder(agent, err)
 	}
 	if len(todo) == 0 {
 		return res, nil
@@ -130,6 +130,21 @@ func (m *Manager) Apply(agent, dir string) (Applied, error) {
 		return Applied{}, fmt.Errorf("apply agent %s's changes to %s: %w", agent, res.Target, err)
 	}
 	return res, nil
+}
+
+// changedUnder is err, or ErrBusy when err is a path that vanished or
+// changed type while the apply read or wrote it: a process dshd does not
+// account for (group containment) changed the view or the target under it.
+func changedUnder(agent string, err error) error {
+	if errors.Is(err, ErrBusy) || errors.Is(err, ErrConflict) {
+		return err
+	}
+	for _, e := range []error{unix.ENOENT, unix.ELOOP, unix.ENOTDIR, unix.EISDIR, unix.EXDEV, errNotDir} {
+		if errors.Is(err, e) {
+			return fmt.Errorf("%w: agent %s's view or its target changed while the apply read it (%w); nothing was applied", ErrBusy, agent, err)
+		}
+	}
+	return err
 }
 
 // still returns ErrBusy when any of agents (or an agent sharing its view)
@@ -345,7 +360,7 @@ func (m *Manager) apply(j *journal, todo []step, upper, target *tree) error {
 	if err := stageAll(j, todo, upper, target); err != nil {
 		removeAllAt(target.fd, j.stage())
 		os.Remove(m.journalPath(j.ID))
-		return err
+		return changedUnder(j.Agent, err)
 	}
 	faults.Point("workspace.apply.staged")
 	// What was staged is on disk before the journal says it is to be
