@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"unicode/utf8"
@@ -65,10 +66,13 @@ func (r *Runner) Matching(in Input) []Handler {
 }
 
 func (r *Runner) match(in Input) []handler {
-	s := subject(in)
+	subjects := []string{subject(in)}
+	if in.Event != SessionStart {
+		subjects = append(subjects, in.MatcherAliases...)
+	}
 	var out []handler
 	for _, h := range r.handlers {
-		if h.Event == in.Event && h.match(s) {
+		if h.Event == in.Event && slices.ContainsFunc(subjects, h.match) {
 			out = append(out, h)
 		}
 	}
