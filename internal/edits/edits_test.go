@@ -155,9 +155,9 @@ var planCases = []struct {
 		want:  map[string]string{"empty": ""},
 	},
 	{
-		name:  "add of an existing file",
-		files: map[string]string{"dup.txt": "old\n"},
-		patch: patch("*** Add File: dup.txt", "+new"),
+		name:    "add of an existing file",
+		files:   map[string]string{"dup.txt": "old\n"},
+		patch:   patch("*** Add File: dup.txt", "+new"),
 		wantErr: fs.ErrExist, errHas: "add dup.txt",
 	},
 	{
