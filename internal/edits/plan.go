@@ -1,0 +1,435 @@
+package edits
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"path/filepath"
+	"sort"
+	"strings"
+	"unicode"
+)
+
+// ErrNoMatch is wrapped by Plan's error when a hunk's anchor or lines are not
+// found in the file it updates.
+var ErrNoMatch = errors.New("patch context not found")
+
+// Change is one file's outcome of a plan: its new contents, or its removal.
+type Change struct {
+	// Path is the file to write (or remove when Delete), cleaned.
+	Path string
+	// Delete: remove Path. Content is nil.
+	Delete bool
+	// Content is the file's new contents (never nil when !Delete).
+	Content []byte
+	// From is set when the contents were moved here from another path of the
+	// plan's input ("*** Move to: "): the old path, to be removed once Path is
+	// written. No other Change names it.
+	From string
+}
+
+// file is Plan's view of one path while it applies the ops in order.
+type file struct {
+	exists  bool
+	orig    bool // existed before the plan
+	content []byte
+	// from is the path whose original file this is (the path itself until a
+	// move carries it elsewhere); empty for contents the patch made.
+	from string
+}
+
+// Plan computes every file's new content from ops without writing anything.
+// read gives a file's current bytes, and an error wrapping fs.ErrNotExist
+// when it is absent; any other error from read fails the plan. Each path is
+// read at most once.
+//
+// The ops apply in order to a view of the files, as Codex applies them one
+// after the other, so a patch may add a file and then update it, or delete
+// one and add it again. Any op that cannot apply fails the whole plan and
+// nothing is to be written (Codex keeps the ops before the failing one; dshd
+// applies all or nothing):
+//
+//   - add of a path that exists: fs.ErrExist (Codex overwrites; a model that
+//     means to replace a file deletes it first, or uses write_file);
+//   - delete or update of a path that does not exist: fs.ErrNotExist;
+//   - a move onto a path that exists: fs.ErrExist (Codex overwrites);
+//   - a hunk whose anchor or lines are not found: ErrNoMatch.
+//
+// Paths are compared after filepath.Clean; Plan does not judge them (the
+// caller's scope does). Updates follow Codex: each hunk's @@ anchors are
+// found one after the other, then its old lines (context and removed) at or
+// after the last anchor, or after the previous hunk, trying an exact match,
+// then one ignoring trailing whitespace, then one ignoring surrounding
+// whitespace, then one with typographic dashes, quotes and spaces read as
+// ASCII; the first match wins. "*** End of File" requires the lines to end
+// the file. A hunk with no old lines inserts its lines right after its last
+// anchor, or at the end of the file when it has none (Codex appends even
+// when anchored). When old lines are not found and end in empty lines, the
+// search is tried again without them (a patch's trailing blank lines).
+//
+// Line endings: every line of an updated file keeps its own ending (LF or
+// CRLF); new lines take the ending of the file's first line; context lines
+// keep the file's text, so a fuzzy match never rewrites them; and the file
+// ends with a line ending, as Codex's updates always do. Added files are
+// written as the patch gives them, with LF.
+//
+// The changes come out one per path, in the order the patch first names
+// the paths; a path added and deleted again yields none.
+func Plan(ops []Op, read func(path string) ([]byte, error)) ([]Change, error) {
+	files := map[string]*file{}
+	var order []string
+	get := func(p string) (*file, error) {
+		if f, ok := files[p]; ok {
+			return f, nil
+		}
+		b, err := read(p)
+		f := &file{}
+		switch {
+		case err == nil:
+			f.exists, f.orig, f.content, f.from = true, true, b, p
+		case errors.Is(err, fs.ErrNotExist):
+		default:
+			return nil, fmt.Errorf("read %s: %w", p, err)
+		}
+		files[p] = f
+		order = append(order, p)
+		return f, nil
+	}
+	for _, op := range ops {
+		if op.Path == "" {
+			return nil, fmt.Errorf("%s at patch line %d: empty path", op.Kind, op.At)
+		}
+		p := filepath.Clean(op.Path)
+		f, err := get(p)
+		if err != nil {
+			return nil, err
+		}
+		switch op.Kind {
+		case Add:
+			if f.exists {
+				return nil, fmt.Errorf("add %s (patch line %d): %w: the file already exists; update it, or delete it first", p, op.At, fs.ErrExist)
+			}
+			f.exists, f.content, f.from = true, []byte(op.Content), ""
+		case Delete:
+			if !f.exists {
+				return nil, fmt.Errorf("delete %s (patch line %d): %w", p, op.At, fs.ErrNotExist)
+			}
+			f.exists, f.content, f.from = false, nil, ""
+		case Update:
+			if !f.exists {
+				return nil, fmt.Errorf("update %s (patch line %d): %w", p, op.At, fs.ErrNotExist)
+			}
+			content, err := applyHunks(f.content, op.Hunks)
+			if err != nil {
+				return nil, fmt.Errorf("update %s: %w", p, err)
+			}
+			dest := p
+			if op.MoveTo != "" {
+				dest = filepath.Clean(op.MoveTo)
+			}
+			if dest == p {
+				f.content = content
+				continue
+			}
+			d, err := get(dest)
+			if err != nil {
+				return nil, err
+			}
+			if d.exists {
+				return nil, fmt.Errorf("move %s to %s (patch line %d): %w: %s already exists", p, dest, op.At, fs.ErrExist, dest)
+			}
+			d.exists, d.content, d.from = true, content, f.from
+			f.exists, f.content, f.from = false, nil, ""
+		default:
+			return nil, fmt.Errorf("op at patch line %d: unknown kind %v", op.At, op.Kind)
+		}
+	}
+
+	// A moved file's old path is removed by its move (Change.From) when
+	// nothing else ends up there.
+	claimed := map[string]bool{}
+	for _, p := range order {
+		f := files[p]
+		if o := files[f.from]; f.exists && f.from != "" && f.from != p && o != nil && o.orig && !o.exists && !claimed[f.from] {
+			claimed[f.from] = true
+		} else {
+			f.from = ""
+		}
+	}
+	changes := make([]Change, 0, len(order))
+	for _, p := range order {
+		f := files[p]
+		switch {
+		case f.exists:
+			c := f.content
+			if c == nil {
+				c = []byte{}
+			}
+			changes = append(changes, Change{Path: p, Content: c, From: f.from})
+		case f.orig && !claimed[p]:
+			changes = append(changes, Change{Path: p, Delete: true})
+		}
+	}
+	return changes, nil
+}
+
+// srcLine is a line of a file being updated: its text and its ending ("\n",
+// "\r\n", or "" for a last line without one).
+type srcLine struct {
+	text, end string
+}
+
+func splitLines(content []byte) []srcLine {
+	s := string(content)
+	lines := make([]srcLine, 0, strings.Count(s, "\n")+1)
+	for s != "" {
+		i := strings.IndexByte(s, '\n')
+		if i < 0 {
+			lines = append(lines, srcLine{text: s})
+			break
+		}
+		text, end := s[:i], "\n"
+		if strings.HasSuffix(text, "\r") {
+			text, end = text[:i-1], "\r\n"
+		}
+		lines = append(lines, srcLine{text: text, end: end})
+		s = s[i+1:]
+	}
+	return lines
+}
+
+type replacement struct {
+	start, n int // lines of the file replaced
+	lines    []Line
+}
+
+// applyHunks applies an update's hunks to content; see Plan.
+func applyHunks(content []byte, hunks []Hunk) ([]byte, error) {
+	src := splitLines(content)
+	eol := "\n"
+	if len(src) > 0 && src[0].end != "" {
+		eol = src[0].end
+	}
+	m := newMatcher(src)
+	var reps []replacement
+	at := 0
+	for _, h := range hunks {
+		for _, a := range h.Anchors {
+			i, ok := m.seek([]string{a}, at, false)
+			if !ok {
+				return nil, fmt.Errorf("%w: hunk at patch line %d: the line '@@ %s' was not found%s", ErrNoMatch, h.At, a, afterLine(at))
+			}
+			at = i + 1
+		}
+		lines := h.Lines
+		old := Hunk{Lines: lines}.Old()
+		if len(old) == 0 {
+			pos := at
+			if len(h.Anchors) == 0 {
+				pos = len(src)
+				// Codex: before a final empty line, when the file has one.
+				if pos > 0 && src[pos-1].text == "" {
+					pos--
+				}
+			}
+			reps = append(reps, replacement{start: pos, lines: lines})
+			continue
+		}
+		start, ok := m.seek(old, at, h.EOF)
+		if !ok {
+			// Codex: a trailing empty line stands for the file's final
+			// newline; try without the trailing empty lines.
+			trimmed := lines
+			for len(trimmed) > 0 {
+				l := trimmed[len(trimmed)-1]
+				if l.Text != "" || l.Kind == Added {
+					break
+				}
+				trimmed = trimmed[:len(trimmed)-1]
+			}
+			if o := (Hunk{Lines: trimmed}).Old(); len(trimmed) < len(lines) && len(o) > 0 {
+				if start, ok = m.seek(o, at, h.EOF); ok {
+					lines, old = trimmed, o
+				}
+			}
+		}
+		if !ok {
+			where := afterLine(at)
+			if h.EOF {
+				where = " at the end of the file"
+			}
+			return nil, fmt.Errorf("%w: hunk at patch line %d: these lines were not found%s:\n%s", ErrNoMatch, h.At, where, quoteLines(old))
+		}
+		reps = append(reps, replacement{start: start, n: len(old), lines: lines})
+		at = start + len(old)
+	}
+	sort.SliceStable(reps, func(i, j int) bool { return reps[i].start < reps[j].start })
+
+	var b strings.Builder
+	b.Grow(len(content) + 64*len(hunks))
+	write := func(text, end string) {
+		if end == "" {
+			end = eol
+		}
+		b.WriteString(text)
+		b.WriteString(end)
+	}
+	pos := 0
+	for _, r := range reps {
+		if r.start < pos && r.n == 0 {
+			r.start = pos // an insertion at the end, after a hunk that took the final empty line
+		}
+		if r.start < pos {
+			return nil, fmt.Errorf("%w: two hunks overlap at line %d of the file", ErrNoMatch, r.start+1)
+		}
+		for ; pos < r.start; pos++ {
+			write(src[pos].text, src[pos].end)
+		}
+		for _, l := range r.lines {
+			switch l.Kind {
+			case Added:
+				write(l.Text, eol)
+			case Removed:
+				pos++
+			default: // context keeps the file's own line
+				write(src[pos].text, src[pos].end)
+				pos++
+			}
+		}
+	}
+	for ; pos < len(src); pos++ {
+		write(src[pos].text, src[pos].end)
+	}
+	return []byte(b.String()), nil
+}
+
+func afterLine(at int) string {
+	if at == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" after line %d of the file", at)
+}
+
+// quoteLines renders lines for an error, at most 20 of them.
+func quoteLines(lines []string) string {
+	const max = 20
+	var b strings.Builder
+	for i, l := range lines {
+		if i == max {
+			fmt.Fprintf(&b, "  … %d more lines\n", len(lines)-max)
+			break
+		}
+		b.WriteString("  ")
+		b.WriteString(clip(l))
+		b.WriteByte('\n')
+	}
+	return strings.TrimSuffix(b.String(), "\n")
+}
+
+// matcher finds runs of lines in a file with Codex's decreasing strictness.
+// Each pass compares lines after a normalisation; a file's normalised lines
+// are computed once per pass, and the search is Knuth–Morris–Pratt over
+// lines, so a hostile patch costs linear time, not lines × pattern.
+type matcher struct {
+	src  []srcLine
+	keys [len(passes)][]string
+}
+
+var passes = [...]func(string) string{
+	func(s string) string { return s },
+	func(s string) string { return strings.TrimRightFunc(s, unicode.IsSpace) },
+	strings.TrimSpace,
+	normalise,
+}
+
+func newMatcher(src []srcLine) *matcher { return &matcher{src: src} }
+
+func (m *matcher) key(pass int) []string {
+	if m.keys[pass] == nil {
+		k := make([]string, len(m.src))
+		for i, l := range m.src {
+			k[i] = passes[pass](l.text)
+		}
+		m.keys[pass] = k
+	}
+	return m.keys[pass]
+}
+
+// seek returns the first index at or after start where pattern occurs, trying
+// each pass in turn. With eof the pattern must end the file.
+func (m *matcher) seek(pattern []string, start int, eof bool) (int, bool) {
+	n, k := len(m.src), len(pattern)
+	if k == 0 || k > n-start || start < 0 {
+		return 0, false
+	}
+	pat := make([]string, k)
+	for pass, norm := range passes {
+		for i, p := range pattern {
+			pat[i] = norm(p)
+		}
+		keys := m.key(pass)
+		if eof {
+			if equalAt(keys, pat, n-k) {
+				return n - k, true
+			}
+			continue
+		}
+		if i := kmp(keys, pat, start); i >= 0 {
+			return i, true
+		}
+	}
+	return 0, false
+}
+
+func equalAt(keys, pat []string, at int) bool {
+	for i, p := range pat {
+		if keys[at+i] != p {
+			return false
+		}
+	}
+	return true
+}
+
+// kmp returns the first index ≥ start where pat occurs in keys, or -1.
+func kmp(keys, pat []string, start int) int {
+	fail := make([]int, len(pat))
+	for i, j := 1, 0; i < len(pat); i++ {
+		for j > 0 && pat[i] != pat[j] {
+			j = fail[j-1]
+		}
+		if pat[i] == pat[j] {
+			j++
+		}
+		fail[i] = j
+	}
+	for i, j := start, 0; i < len(keys); i++ {
+		for j > 0 && keys[i] != pat[j] {
+			j = fail[j-1]
+		}
+		if keys[i] == pat[j] {
+			j++
+		}
+		if j == len(pat) {
+			return i - len(pat) + 1
+		}
+	}
+	return -1
+}
+
+// normalise is Codex's most lenient comparison: trimmed, with typographic
+// dashes, quotes and spaces read as their ASCII forms.
+func normalise(s string) string {
+	return strings.Map(func(r rune) rune {
+		switch r {
+		case '\u2010', '\u2011', '\u2012', '\u2013', '\u2014', '\u2015', '\u2212':
+			return '-'
+		case '\u2018', '\u2019', '\u201a', '\u201b':
+			return '\''
+		case '\u201c', '\u201d', '\u201e', '\u201f':
+			return '"'
+		case '\u00a0', '\u2002', '\u2003', '\u2004', '\u2005', '\u2006', '\u2007', '\u2008', '\u2009', '\u200a', '\u202f', '\u205f', '\u3000':
+			return ' '
+		}
+		return r
+	}, strings.TrimSpace(s))
+}
