@@ -2,7 +2,6 @@ package run
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -12,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/dshd/dshd/internal/agents"
+	"github.com/dshd/dshd/internal/edits"
 	"github.com/dshd/dshd/internal/files"
 	"github.com/dshd/dshd/internal/hooks"
 	"github.com/dshd/dshd/internal/sandbox"
@@ -132,22 +132,6 @@ func fileProblem(err error) CallResult {
 	return CallResult{IsError: true, Text: text}
 }
 
-// isBinary reports whether head, a file's first bytes, looks like no text:
-// a NUL byte, or bytes that are not UTF-8 (a cut rune at the end aside).
-func isBinary(head []byte) bool {
-	if bytes.IndexByte(head, 0) >= 0 {
-		return true
-	}
-	for i := 0; i < len(head); {
-		r, n := utf8.DecodeRune(head[i:])
-		if r == utf8.RuneError && n == 1 {
-			return len(head)-i >= utf8.UTFMax
-		}
-		i += n
-	}
-	return false
-}
-
 // readFile runs read_file: cat -n style lines from offset (1 on), at most
 // limit of them and tools.MaxReadFileBytes of text, each cut at
 // tools.MaxLineRunes runes, and a last line saying where to read on.
@@ -162,7 +146,7 @@ func readFile(sc *files.Scope, a tools.Args) (CallResult, any) {
 	}
 	br := bufio.NewReaderSize(t.File, 64<<10)
 	head, _ := br.Peek(8 << 10)
-	if isBinary(head) {
+	if edits.IsBinary(head) {
 		return CallResult{IsError: true, Text: fmt.Sprintf("%s is a binary file (%d bytes): read_file reads text; look at it with bash (file, xxd)", t.Path, t.Info.Size())}, nil
 	}
 	if len(head) == 0 {
@@ -284,7 +268,7 @@ func readWhole(sc *files.Scope, p string) (data []byte, mode fs.FileMode, abs st
 	if len(data) > tools.MaxEditBytes {
 		return nil, 0, t.Path, fmt.Errorf("%s grew past %d bytes while read: change it with bash", t.Path, tools.MaxEditBytes)
 	}
-	if isBinary(data[:min(len(data), 8<<10)]) {
+	if edits.IsBinary(data) {
 		return nil, 0, t.Path, fmt.Errorf("%s is a binary file: this tool edits text; use bash", t.Path)
 	}
 	return data, t.Info.Mode().Perm(), t.Path, nil

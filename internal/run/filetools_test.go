@@ -166,3 +166,135 @@ func TestFileToolHooks(t *testing.T) {
 		t.Errorf("transcript has %v, want a tool/call and a tool/result per call", types)
 	}
 }
+
+func TestEditFile(t *testing.T) {
+	w := newWorld(t)
+	a := w.agent(t)
+	for _, tt := range []struct {
+		name       string
+		file       string // "" for none
+		args       map[string]any
+		isError    bool
+		wantText   string // a substring
+		wantResult string // the file after the call
+	}{
+		{"unique", "a\nb\nc\n", map[string]any{"old_string": "b", "new_string": "B"}, false, "1 replacement", "a\nB\nc\n"},
+		{"not unique", "x\nx\n", map[string]any{"old_string": "x", "new_string": "y"}, true, "2 matches", "x\nx\n"},
+		{"replace all", "x\nx\n", map[string]any{"old_string": "x", "new_string": "y", "replace_all": true}, false, "2 replacement", "y\ny\n"},
+		{"missing", "a\n", map[string]any{"old_string": "zzz", "new_string": "y"}, true, "was not found", "a\n"},
+		{"no change", "a\n", map[string]any{"old_string": "a", "new_string": "a"}, true, "the same", "a\n"},
+		{"crlf kept", "one\r\ntwo\r\n", map[string]any{"old_string": "one\ntwo", "new_string": "1\n2"}, false, "1 replacement", "1\r\n2\r\n"},
+		{"no trailing newline kept", "end", map[string]any{"old_string": "end", "new_string": "fin"}, false, "", "fin"},
+		{"deletion", "keep\ndrop\n", map[string]any{"old_string": "drop\n", "new_string": ""}, false, "", "keep\n"},
+		{"empty old makes a file", "", map[string]any{"old_string": "", "new_string": "new\n"}, false, "Created", "new\n"},
+		{"empty old on a file", "a\n", map[string]any{"old_string": "", "new_string": "b"}, true, "old_string is empty", "a\n"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			p := filepath.Join(a.Cwd, strings.ReplaceAll(tt.name, " ", "_"))
+			if tt.file != "" || !strings.HasPrefix(tt.name, "empty old makes") {
+				if err := os.WriteFile(p, []byte(tt.file), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			args := map[string]any{"file_path": p}
+			for k, v := range tt.args {
+				args[k] = v
+			}
+			res := w.call(t, a.ID, tools.ToolEditFile, args)
+			if res.IsError != tt.isError || !strings.Contains(res.Text, tt.wantText) {
+				t.Errorf("result = %+v, want isError %v and %q", res, tt.isError, tt.wantText)
+			}
+			if b, err := os.ReadFile(p); err != nil || string(b) != tt.wantResult {
+				t.Errorf("file = %q, %v; want %q", b, err, tt.wantResult)
+			}
+		})
+	}
+}
+
+func TestApplyPatch(t *testing.T) {
+	w := newWorld(t)
+	a := w.agent(t)
+	write := func(name, content string, mode os.FileMode) {
+		if err := os.WriteFile(filepath.Join(a.Cwd, name), []byte(content), mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read := func(name string) string {
+		b, err := os.ReadFile(filepath.Join(a.Cwd, name))
+		if err != nil {
+			return "<" + err.Error() + ">"
+		}
+		return string(b)
+	}
+	write("app.py", "def greet():\n    print(\"Hi\")\n", 0o755)
+	write("old.txt", "bye\n", 0o644)
+
+	patch := "*** Begin Patch\n*** Add File: notes/new.txt\n+first\n*** Update File: notes/new.txt\n@@\n-first\n+second\n" +
+		"*** Update File: app.py\n*** Move to: src/main.py\n@@ def greet():\n-    print(\"Hi\")\n+    print(\"Hello, world!\")\n" +
+		"*** Delete File: old.txt\n*** End Patch\n"
+	res := w.call(t, a.ID, tools.ToolApplyPatch, map[string]any{"input": patch})
+	want := "Success. Updated the following files:\nA notes/new.txt\nM src/main.py\nD old.txt"
+	if res.IsError || res.Text != want {
+		t.Fatalf("result = %+v, want %q", res, want)
+	}
+	if got := read("notes/new.txt"); got != "second\n" {
+		t.Errorf("added then updated = %q", got)
+	}
+	if got := read("src/main.py"); got != "def greet():\n    print(\"Hello, world!\")\n" {
+		t.Errorf("moved = %q", got)
+	}
+	if fi, err := os.Stat(filepath.Join(a.Cwd, "src/main.py")); err != nil || fi.Mode().Perm() != 0o755 {
+		t.Errorf("moved file's mode: %v, %v", fi, err)
+	}
+	for _, gone := range []string{"app.py", "old.txt"} {
+		if _, err := os.Stat(filepath.Join(a.Cwd, gone)); err == nil {
+			t.Errorf("%s still exists", gone)
+		}
+	}
+
+	// A hunk that does not match changes nothing, the add before it included.
+	res = w.call(t, a.ID, tools.ToolApplyPatch, map[string]any{"input": "*** Begin Patch\n*** Add File: x.txt\n+x\n" +
+		"*** Update File: src/main.py\n@@\n-no such line\n+y\n*** End Patch"})
+	if !res.IsError || !strings.Contains(res.Text, "nothing was changed") {
+		t.Errorf("mismatch = %+v", res)
+	}
+	if got := read("x.txt"); !strings.HasPrefix(got, "<") {
+		t.Errorf("x.txt written by a failed patch: %q", got)
+	}
+	// Not a patch at all.
+	res = w.call(t, a.ID, tools.ToolApplyPatch, map[string]any{"input": "diff --git a b"})
+	if !res.IsError || !strings.Contains(res.Text, "invalid patch") {
+		t.Errorf("garbage = %+v", res)
+	}
+	// A path into the home is refused before anything is written.
+	res = w.call(t, a.ID, tools.ToolApplyPatch, map[string]any{"input": "*** Begin Patch\n*** Add File: y.txt\n+y\n*** Add File: " +
+		filepath.Join(w.home, "planted") + "\n+x\n*** End Patch"})
+	if !res.IsError || !strings.Contains(res.Text, "hidden path") {
+		t.Errorf("into the home = %+v", res)
+	}
+	if got := read("y.txt"); !strings.HasPrefix(got, "<") {
+		t.Errorf("y.txt written by a refused patch: %q", got)
+	}
+}
+
+// TestApplyPatchHooks: Codex's hooks see apply_patch with the patch as
+// tool_input.command, and a matcher for Write or Edit selects it too.
+func TestApplyPatchHooks(t *testing.T) {
+	w := newWorld(t)
+	a := w.agent(t)
+	patch := "*** Begin Patch\n*** Add File: h.txt\n+h\n*** End Patch\n"
+	w.call(t, a.ID, tools.ToolApplyPatch, map[string]any{"input": patch})
+	seen := w.hooks.seen()
+	if len(seen) != 2 {
+		t.Fatalf("hook runs = %+v", seen)
+	}
+	for _, in := range seen {
+		if in.ToolName != "apply_patch" || !cmp.Equal(in.MatcherAliases, []string{"Write", "Edit"}) ||
+			!cmp.Equal(in.ToolInput, map[string]any{"command": patch}) {
+			t.Errorf("%s input = %+v", in.Event, in)
+		}
+	}
+	if seen[1].ToolResponse != "Success. Updated the following files:\nA h.txt" {
+		t.Errorf("tool_response = %#v", seen[1].ToolResponse)
+	}
+}

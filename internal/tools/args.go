@@ -115,7 +115,7 @@ var params = map[string][]param{
 	},
 	ToolEditFile: {
 		{name: "file_path", kind: kindString, required: true, description: "The file to edit: absolute, or relative to your working directory."},
-		{name: "old_string", kind: kindString, required: true, description: "The text to replace, exactly as the file has it."},
+		{name: "old_string", kind: kindString, required: true, empty: true, description: "The text to replace, exactly as the file has it (empty: make a file that does not exist yet)."},
 		{name: "new_string", kind: kindString, required: true, empty: true, description: "The text to replace it with (must differ from old_string)."},
 		{name: "replace_all", kind: kindBool, description: "Replace every occurrence of old_string (default false: it must occur once)."},
 	},
