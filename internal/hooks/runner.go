@@ -66,13 +66,13 @@ func (r *Runner) Matching(in Input) []Handler {
 }
 
 func (r *Runner) match(in Input) []handler {
-	subjects := []string{subject(in)}
-	if in.Event != SessionStart {
-		subjects = append(subjects, in.MatcherAliases...)
-	}
+	s := subject(in)
 	var out []handler
 	for _, h := range r.handlers {
-		if h.Event == in.Event && slices.ContainsFunc(subjects, h.match) {
+		if h.Event != in.Event {
+			continue
+		}
+		if h.match(s) || (h.Dialect == DialectCodex && in.Event != SessionStart && slices.ContainsFunc(in.MatcherAliases, h.match)) {
 			out = append(out, h)
 		}
 	}

@@ -357,9 +357,9 @@ func TestShort(t *testing.T) {
 	}
 }
 
-// TestMatcherAliases: a tool's matcher aliases select handlers as its name
-// does (Codex's apply_patch answers to Write and Edit), and the payload
-// still names the tool itself.
+// TestMatcherAliases: a tool's matcher aliases select Codex handlers as its
+// name does (Codex's apply_patch answers to Write and Edit), never Claude
+// Code's, and the payload still names the tool itself.
 func TestMatcherAliases(t *testing.T) {
 	cfg := mustLoad(t, map[Dialect]string{
 		DialectClaudeCode: `{"hooks":{"PreToolUse":[{"matcher":"Edit|Write","hooks":[{"type":"command","command":"cc-edit"}]},
@@ -376,7 +376,7 @@ func TestMatcherAliases(t *testing.T) {
 		in   Input
 		want []string
 	}{
-		{patch, []string{"claude-code:PreToolUse[0].hooks[0]", "codex:PreToolUse[0].hooks[0]", "codex:PreToolUse[1].hooks[0]"}},
+		{patch, []string{"codex:PreToolUse[0].hooks[0]", "codex:PreToolUse[1].hooks[0]"}},
 		{edit, []string{"claude-code:PreToolUse[0].hooks[0]"}},
 	} {
 		var names []string
@@ -390,8 +390,8 @@ func TestMatcherAliases(t *testing.T) {
 	if _, err := r.Run(context.Background(), patch); err != nil {
 		t.Fatal(err)
 	}
-	if len(fake.calls) != 3 {
-		t.Fatalf("ran %d processes, want 3", len(fake.calls))
+	if len(fake.calls) != 2 {
+		t.Fatalf("ran %d processes, want 2", len(fake.calls))
 	}
 	for _, c := range fake.calls {
 		var p map[string]any

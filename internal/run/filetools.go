@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"path/filepath"
 	"strings"
 	"unicode/utf8"
 
@@ -37,11 +38,16 @@ var fileHookNames = map[string]string{
 var applyPatchAliases = []string{"Write", "Edit"}
 
 // fileHookInput is the tool input hooks see for a file tool call, in the
-// vendor's shape.
-func fileHookInput(name string, a tools.Args) map[string]any {
+// vendor's shape. file_path is absolute (relative ones are resolved
+// against cwd), as Claude Code's tools always give it.
+func fileHookInput(name, cwd string, a tools.Args) map[string]any {
+	fp := a.Str("file_path")
+	if !filepath.IsAbs(fp) && cwd != "" {
+		fp = filepath.Join(cwd, fp)
+	}
 	switch name {
 	case tools.ToolReadFile:
-		in := map[string]any{"file_path": a.Str("file_path")}
+		in := map[string]any{"file_path": fp}
 		for _, k := range []string{"offset", "limit"} {
 			if a.Has(k) {
 				in[k] = a.Int(k)
@@ -49,9 +55,9 @@ func fileHookInput(name string, a tools.Args) map[string]any {
 		}
 		return in
 	case tools.ToolWriteFile:
-		return map[string]any{"file_path": a.Str("file_path"), "content": a.Str("content")}
+		return map[string]any{"file_path": fp, "content": a.Str("content")}
 	case tools.ToolEditFile:
-		return map[string]any{"file_path": a.Str("file_path"), "old_string": a.Str("old_string"),
+		return map[string]any{"file_path": fp, "old_string": a.Str("old_string"),
 			"new_string": a.Str("new_string"), "replace_all": a.Bool("replace_all")}
 	}
 	return map[string]any{"command": a.Str("input")} // Codex's apply_patch hooks read the patch there
@@ -65,7 +71,7 @@ func (s *Service) fileTool(ctx context.Context, agent agents.Agent, callID, name
 	if name == tools.ToolApplyPatch {
 		aliases = applyPatchAliases
 	}
-	hc := s.hookCall(agent, callID, fileHookNames[name], fileHookInput(name, a), aliases...)
+	hc := s.hookCall(agent, callID, fileHookNames[name], fileHookInput(name, agent.Cwd, a), aliases...)
 	pre, err := hc.run(ctx, hooks.PreToolUse, nil)
 	if err != nil {
 		return CallResult{}, err

@@ -144,12 +144,13 @@ func TestFileToolHooks(t *testing.T) {
 	for _, in := range seen {
 		got = append(got, fmt.Sprintf("%s %s %v", in.Event, in.ToolName, in.ToolInput))
 	}
+	// file_path is absolute, as Claude Code gives it.
 	want := []string{
-		"PreToolUse Write map[content:SECRET=1 file_path:.env]",
-		"PreToolUse Write map[content:v file_path:ok.txt]",
-		"PostToolUse Write map[content:v file_path:ok.txt]",
-		"PreToolUse Read map[file_path:ok.txt limit:3]",
-		"PostToolUse Read map[file_path:ok.txt limit:3]",
+		"PreToolUse Write map[content:SECRET=1 file_path:" + a.Cwd + "/.env]",
+		"PreToolUse Write map[content:v file_path:" + a.Cwd + "/ok.txt]",
+		"PostToolUse Write map[content:v file_path:" + a.Cwd + "/ok.txt]",
+		"PreToolUse Read map[file_path:" + a.Cwd + "/ok.txt limit:3]",
+		"PostToolUse Read map[file_path:" + a.Cwd + "/ok.txt limit:3]",
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("hook runs (-want +got):\n%s", diff)
