@@ -63,7 +63,7 @@ func testAdversarialFileTools(t *testing.T, mcp *mcpClient, mech string) {
 				t.Fatal(err)
 			}
 		}
-		id := s.newAgent(t, "/agents", map[string]any{"cwd": ws, "sandbox": map[string]any{"policy": pol, "network": "off"}}).ID
+		id := s.newAgent(t, "/agents", map[string]any{"cwd": ws, "sandbox": map[string]any{"policy": pol}}).ID
 		// The model plants its links and a file of its own with its bash.
 		if r := s.callTool(t, id, "bash", map[string]any{"command": "ln -s " + outside + " link && ln -s " + token + " toklink && echo mine > mine.txt && echo planted"}); !strings.Contains(r.Text, "planted") {
 			t.Fatalf("planting the links: %q", r.Text)
