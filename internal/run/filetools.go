@@ -2,12 +2,14 @@ package run
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -196,7 +198,7 @@ func numberLines(r *bufio.Reader, offset, limit int64) (text string, shown int64
 			if shown == limit || int64(b.Len()) >= tools.MaxReadFileBytes {
 				return strings.TrimSuffix(b.String(), "\n"), shown, true, n, nil
 			}
-			fmt.Fprintf(&b, "%6d\t%s\n", n, cutLine(line))
+			writeNumbered(&b, n, line)
 			shown++
 		}
 		if rerr == io.EOF {
@@ -220,16 +222,28 @@ func readLine(r *bufio.Reader, keep int) ([]byte, error) {
 	}
 }
 
-// cutLine is one line of a read_file result: without its line ending, as
-// valid UTF-8, cut at tools.MaxLineRunes runes.
-func cutLine(line []byte) string {
-	s := strings.TrimSuffix(string(line), "\n")
-	s = strings.TrimSuffix(s, "\r")
-	s = strings.ToValidUTF8(s, "\uFFFD")
-	if utf8.RuneCountInString(s) > tools.MaxLineRunes {
-		s = string([]rune(s)[:tools.MaxLineRunes]) + " …[line cut]"
+// writeNumbered writes line n as cat -n does: the number right-aligned in
+// six columns, a tab, the line without its line ending (LF or CRLF), as
+// valid UTF-8 and cut at tools.MaxLineRunes runes; then a newline.
+func writeNumbered(b *strings.Builder, n int64, line []byte) {
+	var num [20]byte
+	d := strconv.AppendInt(num[:0], n, 10)
+	for pad := 6 - len(d); pad > 0; pad-- {
+		b.WriteByte(' ')
 	}
-	return s
+	b.Write(d)
+	b.WriteByte('\t')
+	line = bytes.TrimSuffix(bytes.TrimSuffix(line, []byte("\n")), []byte("\r"))
+	if len(line) <= tools.MaxLineRunes && utf8.Valid(line) {
+		b.Write(line) // the common case: no rune to count, nothing to mend
+	} else {
+		s := strings.ToValidUTF8(string(line), "\uFFFD")
+		if utf8.RuneCountInString(s) > tools.MaxLineRunes {
+			s = string([]rune(s)[:tools.MaxLineRunes]) + " …[line cut]"
+		}
+		b.WriteString(s)
+	}
+	b.WriteByte('\n')
 }
 
 // writeFile runs write_file: content replaces the file (or makes it, with
