@@ -262,6 +262,12 @@ var planCases = []struct {
 		want:  map[string]string{"a.py": "def f():\n    \"\"\"Doc.\"\"\"\n    return 1\n\nx = 2\n"},
 	},
 	{
+		name:  "pure addition goes before a final empty line",
+		files: map[string]string{"f": "a\n\n"},
+		patch: patch("*** Update File: f", "@@", "+b"),
+		want:  map[string]string{"f": "a\nb\n\n"},
+	},
+	{
 		name:  "deletion only",
 		files: map[string]string{"lines.txt": "line1\nremove me\nline3\n"},
 		patch: patch("*** Update File: lines.txt", "@@", " line1", "-remove me", " line3"),
@@ -530,6 +536,8 @@ var parseErrCases = []struct {
 	{name: "bad line prefix later", patch: "*** Begin Patch\n*** Update File: a\n@@\n-x\n+y\nbad\n*** End Patch", line: 6, errHas: "a hunk line starts with ' '"},
 	{name: "hunk with no lines", patch: "*** Begin Patch\n*** Update File: a\n@@ def f\n*** End Patch", line: 3, errHas: "no lines"},
 	{name: "End of File without lines", patch: "*** Begin Patch\n*** Update File: a\n@@\n*** End of File\n*** End Patch", line: 4, errHas: "must follow a hunk's lines"},
+	{name: "lines after End of File without @@", patch: "*** Begin Patch\n*** Update File: a\n@@\n-x\n+y\n*** End of File\n-z\n*** End Patch", line: 7, errHas: "expected '@@' to start a new hunk"},
+	{name: "tab-only line ends a hunk", patch: "*** Begin Patch\n*** Update File: a\n@@\n-x\n\tfoo\n*** End Patch", line: 5, errHas: "a hunk line starts with ' '"},
 	{name: "heredoc without End", patch: "<<'EOF'\n*** Begin Patch\n*** Add File: a\n+x\nEOF", line: 4, errHas: "'*** End Patch'"},
 	{name: "line numbers count leading blank lines", patch: "\n\n*** Begin Patch\n*** Nope\n*** End Patch", line: 4, errHas: "expected"},
 }

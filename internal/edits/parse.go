@@ -347,7 +347,11 @@ func (p *parser) hunk(first bool) (Hunk, error) {
 		p.i++
 	}
 	if headers == 0 && !first {
-		return h, p.errf(p.i, "%q: a hunk line starts with ' ' (context), '-' (removed) or '+' (added), and a new hunk with '@@'", clip(p.lines[p.i]))
+		line := p.lines[p.i]
+		if k := LineKind(line[0]); k == Context || k == Removed || k == Added {
+			return h, p.errf(p.i, "expected '@@' to start a new hunk after '%s', got %q", eofMarker, clip(line))
+		}
+		return h, p.errf(p.i, "%q: a hunk line starts with ' ' (context), '-' (removed) or '+' (added), and a new hunk with '@@'", clip(line))
 	}
 	for p.i < p.end {
 		line := p.lines[p.i]

@@ -173,29 +173,31 @@ func Plan(ops []Op, read func(path string) ([]byte, error)) ([]Change, error) {
 	return changes, nil
 }
 
-// srcLine is a line of a file being updated: its text and its ending ("\n",
-// "\r\n", or "" for a last line without one).
-type srcLine struct {
-	text, end string
+// srcLines are a file's lines being updated: each line's text, and its
+// ending ("\n", "\r\n", or "" for a last line without one).
+type srcLines struct {
+	text []string
+	end  []string
 }
 
-func splitLines(content []byte) []srcLine {
+func splitLines(content []byte) srcLines {
 	s := string(content)
-	lines := make([]srcLine, 0, strings.Count(s, "\n")+1)
+	n := strings.Count(s, "\n") + 1
+	src := srcLines{text: make([]string, 0, n), end: make([]string, 0, n)}
 	for s != "" {
 		i := strings.IndexByte(s, '\n')
 		if i < 0 {
-			lines = append(lines, srcLine{text: s})
+			src.text, src.end = append(src.text, s), append(src.end, "")
 			break
 		}
 		text, end := s[:i], "\n"
 		if strings.HasSuffix(text, "\r") {
 			text, end = text[:i-1], "\r\n"
 		}
-		lines = append(lines, srcLine{text: text, end: end})
+		src.text, src.end = append(src.text, text), append(src.end, end)
 		s = s[i+1:]
 	}
-	return lines
+	return src
 }
 
 type replacement struct {
@@ -207,10 +209,11 @@ type replacement struct {
 func applyHunks(content []byte, hunks []Hunk) ([]byte, error) {
 	src := splitLines(content)
 	eol := "\n"
-	if len(src) > 0 && src[0].end != "" {
-		eol = src[0].end
+	if len(src.end) > 0 && src.end[0] != "" {
+		eol = src.end[0]
 	}
-	m := newMatcher(src)
+	m := &matcher{text: src.text}
+	nsrc := len(src.text)
 	var reps []replacement
 	at := 0
 	for _, h := range hunks {
@@ -226,9 +229,9 @@ func applyHunks(content []byte, hunks []Hunk) ([]byte, error) {
 		if len(old) == 0 {
 			pos := at
 			if len(h.Anchors) == 0 {
-				pos = len(src)
+				pos = nsrc
 				// Codex: before a final empty line, when the file has one.
-				if pos > 0 && src[pos-1].text == "" {
+				if pos > 0 && src.text[pos-1] == "" {
 					pos--
 				}
 			}
@@ -265,14 +268,13 @@ func applyHunks(content []byte, hunks []Hunk) ([]byte, error) {
 	}
 	sort.SliceStable(reps, func(i, j int) bool { return reps[i].start < reps[j].start })
 
-	var b strings.Builder
-	b.Grow(len(content) + 64*len(hunks))
+	out := make([]byte, 0, len(content)+64*len(hunks))
 	write := func(text, end string) {
 		if end == "" {
 			end = eol
 		}
-		b.WriteString(text)
-		b.WriteString(end)
+		out = append(out, text...)
+		out = append(out, end...)
 	}
 	pos := 0
 	for _, r := range reps {
@@ -283,7 +285,7 @@ func applyHunks(content []byte, hunks []Hunk) ([]byte, error) {
 			return nil, fmt.Errorf("%w: two hunks overlap at line %d of the file", ErrNoMatch, r.start+1)
 		}
 		for ; pos < r.start; pos++ {
-			write(src[pos].text, src[pos].end)
+			write(src.text[pos], src.end[pos])
 		}
 		for _, l := range r.lines {
 			switch l.Kind {
@@ -292,15 +294,15 @@ func applyHunks(content []byte, hunks []Hunk) ([]byte, error) {
 			case Removed:
 				pos++
 			default: // context keeps the file's own line
-				write(src[pos].text, src[pos].end)
+				write(src.text[pos], src.end[pos])
 				pos++
 			}
 		}
 	}
-	for ; pos < len(src); pos++ {
-		write(src[pos].text, src[pos].end)
+	for ; pos < nsrc; pos++ {
+		write(src.text[pos], src.end[pos])
 	}
-	return []byte(b.String()), nil
+	return out, nil
 }
 
 func afterLine(at int) string {
@@ -331,7 +333,7 @@ func quoteLines(lines []string) string {
 // are computed once per pass, and the search is Knuth–Morris–Pratt over
 // lines, so a hostile patch costs linear time, not lines × pattern.
 type matcher struct {
-	src  []srcLine
+	text []string
 	keys [len(passes)][]string
 }
 
@@ -342,13 +344,14 @@ var passes = [...]func(string) string{
 	normalise,
 }
 
-func newMatcher(src []srcLine) *matcher { return &matcher{src: src} }
-
 func (m *matcher) key(pass int) []string {
+	if pass == 0 {
+		return m.text
+	}
 	if m.keys[pass] == nil {
-		k := make([]string, len(m.src))
-		for i, l := range m.src {
-			k[i] = passes[pass](l.text)
+		k := make([]string, len(m.text))
+		for i, l := range m.text {
+			k[i] = passes[pass](l)
 		}
 		m.keys[pass] = k
 	}
@@ -358,7 +361,7 @@ func (m *matcher) key(pass int) []string {
 // seek returns the first index at or after start where pattern occurs, trying
 // each pass in turn. With eof the pattern must end the file.
 func (m *matcher) seek(pattern []string, start int, eof bool) (int, bool) {
-	n, k := len(m.src), len(pattern)
+	n, k := len(m.text), len(pattern)
 	if k == 0 || k > n-start || start < 0 {
 		return 0, false
 	}
