@@ -2,6 +2,7 @@ package edits
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"strings"
 	"testing"
@@ -656,5 +657,64 @@ func TestIsBinary(t *testing.T) {
 		if got := IsBinary(tc.b); got != tc.want {
 			t.Errorf("%s: IsBinary = %v, want %v", tc.name, got, tc.want)
 		}
+	}
+}
+
+// TestPlanWorkBounded: hunks that each match only on the last, most lenient
+// pass make every earlier pass scan the rest of the file: lines × hunks.
+// Plan stops when its budget runs out, with ErrTooComplex; the same patch
+// applies within MaxWork, so the budget is what stopped it.
+func TestPlanWorkBounded(t *testing.T) {
+	const lines, hunks = 2000, 1000
+	file := strings.Repeat("x\u2013y\n", lines)
+	var p strings.Builder
+	p.WriteString("*** Begin Patch\n*** Update File: big\n")
+	for range hunks {
+		p.WriteString("@@ x-y\n+z\n")
+	}
+	p.WriteString("*** End Patch\n")
+	ops, err := Parse(p.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := readMap(map[string]string{"big": file}, nil)
+	if _, err := plan(ops, read, 1_000_000); !errors.Is(err, ErrTooComplex) {
+		t.Fatalf("err = %v, want ErrTooComplex", err)
+	}
+	w := &work{left: MaxWork}
+	out, err := applyHunks([]byte(file), ops[0].Hunks, w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if used := MaxWork - w.left; used <= 1_000_000 {
+		t.Errorf("the patch took %d steps, not more than the budget that stopped it", used)
+	}
+	if got := strings.Count(string(out), "z\n"); got != hunks {
+		t.Errorf("%d insertions, want %d", got, hunks)
+	}
+}
+
+// TestPlanLargeWithinWork: a thousand exact hunks spread over a
+// 100,000-line file stay well within MaxWork.
+func TestPlanLargeWithinWork(t *testing.T) {
+	var file, p strings.Builder
+	for i := range 100000 {
+		fmt.Fprintf(&file, "line %d\n", i)
+	}
+	p.WriteString("*** Begin Patch\n*** Update File: big\n")
+	for h := range 1000 {
+		fmt.Fprintf(&p, "@@\n line %d\n-line %d\n+LINE %d\n", h*100, h*100+1, h*100+1)
+	}
+	p.WriteString("*** End Patch\n")
+	ops, err := Parse(p.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	changes, err := Plan(ops, readMap(map[string]string{"big": file.String()}, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Count(string(changes[0].Content), "LINE"); got != 1000 {
+		t.Errorf("%d lines changed, want 1000", got)
 	}
 }

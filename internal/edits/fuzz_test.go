@@ -182,3 +182,26 @@ func BenchmarkPlanHostile(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkPlanOverBudget is the longest a hostile patch can keep Plan busy:
+// 20,000 hunks on a 200,000-line file, each matching only on the most
+// lenient pass, run until MaxWork stops them.
+func BenchmarkPlanOverBudget(b *testing.B) {
+	file := strings.Repeat("x\u2013y\n", 200000)
+	var p strings.Builder
+	p.WriteString("*** Begin Patch\n*** Update File: big\n")
+	for range 20000 {
+		p.WriteString("@@ x-y\n+z\n")
+	}
+	p.WriteString("*** End Patch\n")
+	ops, err := Parse(p.String())
+	if err != nil {
+		b.Fatal(err)
+	}
+	read := func(string) ([]byte, error) { return []byte(file), nil }
+	for b.Loop() {
+		if _, err := Plan(ops, read); !errors.Is(err, ErrTooComplex) {
+			b.Fatal(err)
+		}
+	}
+}

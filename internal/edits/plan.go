@@ -10,9 +10,32 @@ import (
 	"unicode"
 )
 
-// ErrNoMatch is wrapped by Plan's error when a hunk's anchor or lines are not
-// found in the file it updates.
-var ErrNoMatch = errors.New("patch context not found")
+// Errors of Plan, besides fs.ErrExist and fs.ErrNotExist.
+var (
+	// ErrNoMatch: a hunk's anchor or lines are not in the file it updates.
+	ErrNoMatch = errors.New("patch context not found")
+	// ErrTooComplex: applying the patch would take more than MaxWork steps.
+	ErrTooComplex = errors.New("patch too costly to apply")
+)
+
+// MaxWork bounds the work of one Plan, counted in lines handled: split,
+// normalised, compared and written. A patch is hostile input: without a
+// bound, thousands of hunks that each match only after the strict passes
+// have scanned the rest of a large file cost lines × hunks. A 2,000-line
+// file patched with 10 hunks costs about 40,000; the bound is reached in
+// about a second of one core (BenchmarkPlanOverBudget).
+const MaxWork = 50_000_000
+
+// work is what is left of a Plan's MaxWork.
+type work struct{ left int }
+
+// spend takes n steps and reports whether the budget still holds.
+func (w *work) spend(n int) bool {
+	w.left -= n
+	return w.left >= 0
+}
+
+var errTooComplex = fmt.Errorf("%w: it needs too much searching (many hunks on a large file); split it into smaller patches", ErrTooComplex)
 
 // Change is one file's outcome of a plan: its new contents, or its removal.
 type Change struct {
@@ -76,6 +99,12 @@ type file struct {
 // The changes come out one per path, in the order the patch first names
 // the paths; a path added and deleted again yields none.
 func Plan(ops []Op, read func(path string) ([]byte, error)) ([]Change, error) {
+	return plan(ops, read, MaxWork)
+}
+
+// plan is Plan with a budget of steps.
+func plan(ops []Op, read func(path string) ([]byte, error), budget int) ([]Change, error) {
+	w := &work{left: budget}
 	files := map[string]*file{}
 	var order []string
 	get := func(p string) (*file, error) {
@@ -119,7 +148,7 @@ func Plan(ops []Op, read func(path string) ([]byte, error)) ([]Change, error) {
 			if !f.exists {
 				return nil, fmt.Errorf("update %s (patch line %d): %w", p, op.At, fs.ErrNotExist)
 			}
-			content, err := applyHunks(f.content, op.Hunks)
+			content, err := applyHunks(f.content, op.Hunks, w)
 			if err != nil {
 				return nil, fmt.Errorf("update %s: %w", p, err)
 			}
@@ -206,19 +235,25 @@ type replacement struct {
 }
 
 // applyHunks applies an update's hunks to content; see Plan.
-func applyHunks(content []byte, hunks []Hunk) ([]byte, error) {
+func applyHunks(content []byte, hunks []Hunk, w *work) ([]byte, error) {
+	if !w.spend(len(content)/64 + len(hunks)) {
+		return nil, errTooComplex
+	}
 	src := splitLines(content)
 	eol := "\n"
 	if len(src.end) > 0 && src.end[0] != "" {
 		eol = src.end[0]
 	}
-	m := &matcher{text: src.text}
+	m := &matcher{text: src.text, work: w}
 	nsrc := len(src.text)
 	var reps []replacement
 	at := 0
 	for _, h := range hunks {
 		for _, a := range h.Anchors {
 			i, ok := m.seek([]string{a}, at, false)
+			if m.over {
+				return nil, errTooComplex
+			}
 			if !ok {
 				return nil, fmt.Errorf("%w: hunk at patch line %d: the line '@@ %s' was not found%s", ErrNoMatch, h.At, a, afterLine(at))
 			}
@@ -256,6 +291,9 @@ func applyHunks(content []byte, hunks []Hunk) ([]byte, error) {
 				}
 			}
 		}
+		if m.over {
+			return nil, errTooComplex
+		}
 		if !ok {
 			where := afterLine(at)
 			if h.EOF {
@@ -268,6 +306,9 @@ func applyHunks(content []byte, hunks []Hunk) ([]byte, error) {
 	}
 	sort.SliceStable(reps, func(i, j int) bool { return reps[i].start < reps[j].start })
 
+	if !w.spend(nsrc) {
+		return nil, errTooComplex
+	}
 	out := make([]byte, 0, len(content)+64*len(hunks))
 	write := func(text, end string) {
 		if end == "" {
@@ -335,6 +376,8 @@ func quoteLines(lines []string) string {
 type matcher struct {
 	text []string
 	keys [len(passes)][]string
+	work *work
+	over bool // the work ran out: every seek fails
 }
 
 var passes = [...]func(string) string{
@@ -349,6 +392,10 @@ func (m *matcher) key(pass int) []string {
 		return m.text
 	}
 	if m.keys[pass] == nil {
+		if !m.work.spend(len(m.text)) {
+			m.over = true
+			return nil
+		}
 		k := make([]string, len(m.text))
 		for i, l := range m.text {
 			k[i] = passes[pass](l)
@@ -367,17 +414,32 @@ func (m *matcher) seek(pattern []string, start int, eof bool) (int, bool) {
 	}
 	pat := make([]string, k)
 	for pass, norm := range passes {
+		if m.over {
+			return 0, false
+		}
 		for i, p := range pattern {
 			pat[i] = norm(p)
 		}
 		keys := m.key(pass)
+		if m.over {
+			return 0, false
+		}
 		if eof {
+			if !m.work.spend(k) {
+				m.over = true
+				return 0, false
+			}
 			if equalAt(keys, pat, n-k) {
 				return n - k, true
 			}
 			continue
 		}
-		if i := kmp(keys, pat, start); i >= 0 {
+		i, steps := kmp(keys, pat, start)
+		if !m.work.spend(steps) {
+			m.over = true
+			return 0, false
+		}
+		if i >= 0 {
 			return i, true
 		}
 	}
@@ -393,13 +455,17 @@ func equalAt(keys, pat []string, at int) bool {
 	return true
 }
 
-// kmp returns the first index ≥ start where pat occurs in keys, or -1.
-func kmp(keys, pat []string, start int) int {
+// kmp returns the first index ≥ start where pat occurs in keys, or -1, and
+// how many lines it compared (at most twice the lines of each).
+func kmp(keys, pat []string, start int) (int, int) {
+	steps := 0
 	fail := make([]int, len(pat))
 	for i, j := 1, 0; i < len(pat); i++ {
 		for j > 0 && pat[i] != pat[j] {
 			j = fail[j-1]
+			steps++
 		}
+		steps++
 		if pat[i] == pat[j] {
 			j++
 		}
@@ -408,15 +474,17 @@ func kmp(keys, pat []string, start int) int {
 	for i, j := start, 0; i < len(keys); i++ {
 		for j > 0 && keys[i] != pat[j] {
 			j = fail[j-1]
+			steps++
 		}
+		steps++
 		if keys[i] == pat[j] {
 			j++
 		}
 		if j == len(pat) {
-			return i - len(pat) + 1
+			return i - len(pat) + 1, steps
 		}
 	}
-	return -1
+	return -1, steps
 }
 
 // normalise is Codex's most lenient comparison: trimmed, with typographic
