@@ -718,3 +718,23 @@ func TestPlanLargeWithinWork(t *testing.T) {
 		t.Errorf("%d lines changed, want 1000", got)
 	}
 }
+
+// TestKMPCountsLongLines: comparing long lines of equal length costs their
+// bytes, and the steps say so, so long lines cannot slip past MaxWork.
+func TestKMPCountsLongLines(t *testing.T) {
+	long := strings.Repeat("a", 6400)
+	keys := make([]string, 100)
+	for i := range keys {
+		keys[i] = long
+	}
+	i, steps := kmp(keys, []string{long, long + "b"}, 0)
+	if i != -1 {
+		t.Fatalf("kmp found %d", i)
+	}
+	if steps < 100*100 {
+		t.Errorf("steps = %d for 100 comparisons of 6,400 bytes, want at least %d", steps, 100*100)
+	}
+	if _, short := kmp([]string{"a", "b", "c"}, []string{"c"}, 0); short > 6 {
+		t.Errorf("steps = %d for 3 short lines, want at most 6", short)
+	}
+}

@@ -244,7 +244,7 @@ func applyHunks(content []byte, hunks []Hunk, w *work) ([]byte, error) {
 	if len(src.end) > 0 && src.end[0] != "" {
 		eol = src.end[0]
 	}
-	m := &matcher{text: src.text, work: w}
+	m := &matcher{text: src.text, size: len(content), work: w}
 	nsrc := len(src.text)
 	var reps []replacement
 	at := 0
@@ -306,7 +306,7 @@ func applyHunks(content []byte, hunks []Hunk, w *work) ([]byte, error) {
 	}
 	sort.SliceStable(reps, func(i, j int) bool { return reps[i].start < reps[j].start })
 
-	if !w.spend(nsrc) {
+	if !w.spend(nsrc + len(content)>>6) {
 		return nil, errTooComplex
 	}
 	out := make([]byte, 0, len(content)+64*len(hunks))
@@ -375,6 +375,7 @@ func quoteLines(lines []string) string {
 // lines, so a hostile patch costs linear time, not lines × pattern.
 type matcher struct {
 	text []string
+	size int // bytes of text
 	keys [len(passes)][]string
 	work *work
 	over bool // the work ran out: every seek fails
@@ -392,7 +393,7 @@ func (m *matcher) key(pass int) []string {
 		return m.text
 	}
 	if m.keys[pass] == nil {
-		if !m.work.spend(len(m.text)) {
+		if !m.work.spend(len(m.text) + m.size>>6) {
 			m.over = true
 			return nil
 		}
@@ -425,7 +426,7 @@ func (m *matcher) seek(pattern []string, start int, eof bool) (int, bool) {
 			return 0, false
 		}
 		if eof {
-			if !m.work.spend(k) {
+			if !m.work.spend(k + m.size>>6) {
 				m.over = true
 				return 0, false
 			}
@@ -456,28 +457,34 @@ func equalAt(keys, pat []string, at int) bool {
 }
 
 // kmp returns the first index ≥ start where pat occurs in keys, or -1, and
-// how many lines it compared (at most twice the lines of each).
+// the steps it took: one per comparison of lines (at most two per line of
+// each), and one more per 64 bytes of two lines of equal length, which
+// strings compare byte by byte.
 func kmp(keys, pat []string, start int) (int, int) {
 	steps := 0
+	eq := func(a, b string) bool {
+		steps++
+		if len(a) != len(b) {
+			return false
+		}
+		steps += len(a) >> 6
+		return a == b
+	}
 	fail := make([]int, len(pat))
 	for i, j := 1, 0; i < len(pat); i++ {
-		for j > 0 && pat[i] != pat[j] {
+		for j > 0 && !eq(pat[i], pat[j]) {
 			j = fail[j-1]
-			steps++
 		}
-		steps++
-		if pat[i] == pat[j] {
+		if eq(pat[i], pat[j]) {
 			j++
 		}
 		fail[i] = j
 	}
 	for i, j := start, 0; i < len(keys); i++ {
-		for j > 0 && keys[i] != pat[j] {
+		for j > 0 && !eq(keys[i], pat[j]) {
 			j = fail[j-1]
-			steps++
 		}
-		steps++
-		if keys[i] == pat[j] {
+		if eq(keys[i], pat[j]) {
 			j++
 		}
 		if j == len(pat) {
