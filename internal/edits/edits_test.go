@@ -44,8 +44,10 @@ var replaceCases = []struct {
 	{name: "CRLF file, CRLF old", content: "one\r\ntwo\r\n", old: "one\r\ntwo", new: "1\r\n2", want: "1\r\n2\r\n", wantN: 1},
 	{name: "CRLF file, single-line old, new adds lines", content: "a\r\nb\r\n", old: "a", new: "a\nx", want: "a\r\nx\r\nb\r\n", wantN: 1},
 	{name: "CRLF file, LF is no change in CRLF", content: "a\r\nb\r\n", old: "a\r\nb", new: "a\nb", wantErr: ErrNoChange},
-	{name: "LF file keeps LF and a new CR as given", content: "a\nb\n", old: "a", new: "x\r\ny", want: "x\r\ny\nb\n", wantN: 1},
-	{name: "LF file, CRLF old not found", content: "a\nb\n", old: "a\r\nb", new: "c", wantErr: ErrNotFound},
+	{name: "LF file keeps LF", content: "a\nb\n", old: "a", new: "x\r\ny", want: "x\ny\nb\n", wantN: 1},
+	{name: "LF file, CRLF old and new", content: "a\nb\nc\n", old: "a\r\nb", new: "1\r\n2", want: "1\n2\nc\n", wantN: 1},
+	{name: "LF file with a stray CRLF: old as given, new in LF", content: "a\nb\r\nc\n", old: "b\r\nc", new: "B\r\nC", want: "a\nB\nC\n", wantN: 1},
+	{name: "file without a line ending: new as given", content: "abc", old: "b", new: "1\r\n2", want: "a1\r\n2c", wantN: 1},
 	{name: "unicode", content: "naïve café\n", old: "café", new: "tea", want: "naïve tea\n", wantN: 1},
 }
 
@@ -736,5 +738,39 @@ func TestKMPCountsLongLines(t *testing.T) {
 	}
 	if _, short := kmp([]string{"a", "b", "c"}, []string{"c"}, 0); short > 6 {
 		t.Errorf("steps = %d for 3 short lines, want at most 6", short)
+	}
+}
+
+func TestPlanLeniency(t *testing.T) {
+	cases := []struct {
+		name, file, patch, want string
+	}{
+		{
+			name:  "byte-order mark on the first line",
+			file:  "\ufeffpackage main\nfunc main() {}\n",
+			patch: patch("*** Update File: f", "@@", " package main", "-func main() {}", "+func main() { run() }"),
+			want:  "\ufeffpackage main\nfunc main() { run() }\n",
+		},
+		{
+			name:  "unified diff's no-newline marker",
+			file:  "a\nb",
+			patch: patch("*** Update File: f", "@@", " a", "-b", `\ No newline at end of file`, "+c"),
+			want:  "a\nc\n",
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ops, err := Parse(tc.patch)
+			if err != nil {
+				t.Fatal(err)
+			}
+			changes, err := Plan(ops, readMap(map[string]string{"f": tc.file}, nil))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := string(changes[0].Content); got != tc.want {
+				t.Errorf("content = %q, want %q", got, tc.want)
+			}
+		})
 	}
 }

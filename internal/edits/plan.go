@@ -84,8 +84,8 @@ type file struct {
 // after the last anchor, or after the previous hunk, trying an exact match,
 // then one ignoring trailing whitespace, then one ignoring surrounding
 // whitespace, then one with typographic dashes, quotes and spaces read as
-// ASCII; the first match wins. "*** End of File" requires the lines to end
-// the file. A hunk with no old lines inserts its lines right after its last
+// ASCII and a byte-order mark ignored; the first match wins. "*** End of
+// File" requires the lines to end the file. A hunk with no old lines inserts its lines right after its last
 // anchor, or at the end of the file when it has none (Codex appends even
 // when anchored). When old lines are not found and end in empty lines, the
 // search is tried again without them (a patch's trailing blank lines).
@@ -495,10 +495,13 @@ func kmp(keys, pat []string, start int) (int, int) {
 }
 
 // normalise is Codex's most lenient comparison: trimmed, with typographic
-// dashes, quotes and spaces read as their ASCII forms.
+// dashes, quotes and spaces read as their ASCII forms; and, beyond Codex,
+// without a byte-order mark (a file's first line may begin with one).
 func normalise(s string) string {
-	return strings.Map(func(r rune) rune {
+	return strings.TrimSpace(strings.Map(func(r rune) rune {
 		switch r {
+		case '\ufeff':
+			return -1
 		case '\u2010', '\u2011', '\u2012', '\u2013', '\u2014', '\u2015', '\u2212':
 			return '-'
 		case '\u2018', '\u2019', '\u201a', '\u201b':
@@ -509,5 +512,5 @@ func normalise(s string) string {
 			return ' '
 		}
 		return r
-	}, strings.TrimSpace(s))
+	}, s))
 }
