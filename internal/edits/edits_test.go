@@ -400,6 +400,23 @@ var planCases = []struct {
 		wantErr: fs.ErrNotExist,
 	},
 	{
+		name:    "a file and a file beneath it",
+		patch:   patch("*** Add File: a/b", "+x", "*** Add File: a", "+y"),
+		wantErr: ErrConflict, errHas: "leaves a a file and writes a/b beneath it",
+	},
+	{
+		name:    "an existing file and a file beneath it",
+		files:   map[string]string{"dir/f": "x\n"},
+		patch:   patch("*** Update File: dir/f", "@@", "-x", "+y", "*** Add File: dir/f/g", "+z"),
+		wantErr: ErrConflict,
+	},
+	{
+		name:  "delete a file, then add a directory of that name",
+		files: map[string]string{"a": "x\n"},
+		patch: patch("*** Delete File: a", "*** Add File: a/b", "+y"),
+		want:  map[string]string{"a/b": "y\n"},
+	},
+	{
 		name:  "update twice applies in order",
 		files: map[string]string{"a": "x\n"},
 		patch: patch("*** Update File: a", "@@", "-x", "+y", "*** Update File: a", "@@", "-y", "+z"),

@@ -205,3 +205,19 @@ func BenchmarkPlanOverBudget(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkPlanDeepPath: the check that no file is left beneath another
+// looks at each path's parents; a hostile path of 100,000 components costs
+// linear time.
+func BenchmarkPlanDeepPath(b *testing.B) {
+	ops := []Op{
+		{Kind: Add, Path: strings.Repeat("d/", 100000) + "f", Content: "x\n"},
+		{Kind: Add, Path: strings.Repeat("d/", 99999) + "e", Content: "y\n"},
+	}
+	read := func(string) ([]byte, error) { return nil, fs.ErrNotExist }
+	for b.Loop() {
+		if _, err := Plan(ops, read); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

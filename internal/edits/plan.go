@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -16,14 +17,18 @@ var (
 	ErrNoMatch = errors.New("patch context not found")
 	// ErrTooComplex: applying the patch would take more than MaxWork steps.
 	ErrTooComplex = errors.New("patch too costly to apply")
+	// ErrConflict: the patch leaves a file where it leaves another file
+	// beneath it, as if it were a directory.
+	ErrConflict = errors.New("conflicting paths")
 )
 
-// MaxWork bounds the work of one Plan, counted in lines handled: split,
-// normalised, compared and written. A patch is hostile input: without a
-// bound, thousands of hunks that each match only after the strict passes
-// have scanned the rest of a large file cost lines × hunks. A 2,000-line
-// file patched with 10 hunks costs about 40,000; the bound is reached in
-// about a second of one core (BenchmarkPlanOverBudget).
+// MaxWork bounds the work of one Plan, counted in steps: a line split,
+// normalised, compared or written, and each 64 bytes of them. A patch is
+// hostile input: without a bound, thousands of hunks that each match only
+// after the strict passes have scanned the rest of a large file cost
+// lines × hunks. BenchmarkPlanUpdate's patch (10 hunks on a 2,000-line file)
+// takes about 7,000 steps; the bound is reached in about a second of one
+// core (BenchmarkPlanOverBudget).
 const MaxWork = 50_000_000
 
 // work is what is left of a Plan's MaxWork.
@@ -76,7 +81,9 @@ type file struct {
 //     means to replace a file deletes it first, or uses write_file);
 //   - delete or update of a path that does not exist: fs.ErrNotExist;
 //   - a move onto a path that exists: fs.ErrExist (Codex overwrites);
-//   - a hunk whose anchor or lines are not found: ErrNoMatch.
+//   - a hunk whose anchor or lines are not found: ErrNoMatch;
+//   - a file left where another is written beneath it: ErrConflict;
+//   - more work than MaxWork: ErrTooComplex.
 //
 // Paths are compared after filepath.Clean; Plan does not judge them (the
 // caller's scope does). Updates follow Codex: each hunk's @@ anchors are
@@ -85,9 +92,9 @@ type file struct {
 // then one ignoring trailing whitespace, then one ignoring surrounding
 // whitespace, then one with typographic dashes, quotes and spaces read as
 // ASCII and a byte-order mark ignored; the first match wins. "*** End of
-// File" requires the lines to end the file. A hunk with no old lines inserts its lines right after its last
-// anchor, or at the end of the file when it has none (Codex appends even
-// when anchored). When old lines are not found and end in empty lines, the
+// File" requires the lines to end the file. A hunk with no old lines
+// inserts its lines right after its last anchor, or at the end of the file
+// when it has none (Codex appends even when anchored). When old lines are not found and end in empty lines, the
 // search is tried again without them (a patch's trailing blank lines).
 //
 // Line endings: every line of an updated file keeps its own ending (LF or
@@ -97,7 +104,8 @@ type file struct {
 // written as the patch gives them, with LF.
 //
 // The changes come out one per path, in the order the patch first names
-// the paths; a path added and deleted again yields none.
+// the paths (so "delete a" before "add a/b" removes a first); a path added
+// and deleted again yields none.
 func Plan(ops []Op, read func(path string) ([]byte, error)) ([]Change, error) {
 	return plan(ops, read, MaxWork)
 }
@@ -171,6 +179,35 @@ func plan(ops []Op, read func(path string) ([]byte, error), budget int) ([]Chang
 			f.exists, f.content, f.from = false, nil, ""
 		default:
 			return nil, fmt.Errorf("op at patch line %d: unknown kind %v", op.At, op.Kind)
+		}
+	}
+
+	// A file cannot also be a directory of another: writing would fail
+	// halfway. Paths are clean, so a parent is a prefix ending before a
+	// separator; only prefixes as long as some path left a file can be one.
+	lengths := map[int]bool{}
+	for _, p := range order {
+		if files[p].exists {
+			lengths[len(p)] = true
+		}
+	}
+	for _, p := range order {
+		if !files[p].exists {
+			continue
+		}
+		if !w.spend(1 + len(p)>>6) {
+			return nil, errTooComplex
+		}
+		for i := len(p) - 1; i > 0; i-- {
+			if !os.IsPathSeparator(p[i]) || !lengths[i] {
+				continue
+			}
+			if !w.spend(1 + i>>6) {
+				return nil, errTooComplex
+			}
+			if f, ok := files[p[:i]]; ok && f.exists {
+				return nil, fmt.Errorf("%w: the patch leaves %s a file and writes %s beneath it", ErrConflict, p[:i], p)
+			}
 		}
 	}
 
