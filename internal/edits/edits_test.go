@@ -447,6 +447,12 @@ var planCases = []struct {
 		want:  map[string]string{"file.txt": "two\n"},
 	},
 	{
+		name:  "blank lines between file operations",
+		files: map[string]string{"f": "a\n"},
+		patch: "*** Begin Patch\n\n*** Add File: n\n+x\n\n\n*** Delete File: f\n\n*** End Patch\n",
+		want:  map[string]string{"n": "x\n"},
+	},
+	{
 		name:  "heredoc wrapper",
 		files: map[string]string{"f": "a\n"},
 		patch: "<<'EOF'\n*** Begin Patch\n*** Update File: f\n@@\n-a\n+b\n*** End Patch\nEOF\n",
