@@ -48,6 +48,7 @@ var replaceCases = []struct {
 	{name: "LF file, CRLF old and new", content: "a\nb\nc\n", old: "a\r\nb", new: "1\r\n2", want: "1\n2\nc\n", wantN: 1},
 	{name: "LF file with a stray CRLF: old as given, new in LF", content: "a\nb\r\nc\n", old: "b\r\nc", new: "B\r\nC", want: "a\nB\nC\n", wantN: 1},
 	{name: "file without a line ending: new as given", content: "abc", old: "b", new: "1\r\n2", want: "a1\r\n2c", wantN: 1},
+	{name: "file starting with a newline", content: "\nx\ny\n", old: "x\ny", new: "1\r\n2", want: "\n1\n2\n", wantN: 1},
 	{name: "unicode", content: "naïve café\n", old: "café", new: "tea", want: "naïve tea\n", wantN: 1},
 }
 
@@ -191,6 +192,12 @@ var planCases = []struct {
 		files: map[string]string{"f.py": "import foo\nx = 1\n"},
 		patch: patch("*** Update File: f.py", " import foo", "+import bar"),
 		want:  map[string]string{"f.py": "import foo\nimport bar\nx = 1\n"},
+	},
+	{
+		name:  "blank lines before the first hunk",
+		files: map[string]string{"f": "a\n"},
+		patch: patch("*** Update File: f", "", "  ", "@@", "-a", "+b"),
+		want:  map[string]string{"f": "b\n"},
 	},
 	{
 		name:  "multiple hunks",
@@ -549,6 +556,8 @@ var parseErrCases = []struct {
 	errHas string
 }{
 	{name: "empty", patch: "", line: 1, errHas: "empty"},
+	{name: "blank lines only", patch: " \n\t\n \n", line: 1, errHas: "empty"},
+	{name: "heredoc around one line", patch: "<<'EOF'\n*** Begin Patch\nEOF\n", line: 2, errHas: "'*** End Patch'"},
 	{name: "missing Begin", patch: "*** Add File: a\n+x\n*** End Patch", line: 1, errHas: "'*** Begin Patch' as the first line"},
 	{name: "missing End", patch: "*** Begin Patch\n*** Add File: a\n+x\n", line: 3, errHas: "'*** End Patch' as the last line"},
 	{name: "Begin only", patch: "*** Begin Patch\n", line: 1, errHas: "'*** End Patch'"},
