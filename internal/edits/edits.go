@@ -44,12 +44,14 @@ var (
 // more than once and all is false. An empty old fills an empty content with
 // new (Claude Code's way to write an empty file) and is ErrEmptyOld otherwise.
 //
-// Line endings: in a file whose first line ends in CRLF, old is matched as
-// given and, failing that, with each of its bare LFs read as CRLF (a model
-// writes old_string from numbered lines that show no CR); every bare LF of
-// new is written as CRLF, so the file keeps one style. Elsewhere new is
-// written as given. A trailing newline is neither added nor removed: the
-// bytes outside the match are kept exactly.
+// Line endings: the file keeps its style, that of its first line. In a CRLF
+// file, old is matched as given and, failing that, with each of its bare LFs
+// read as CRLF (a model writes old_string from numbered lines that show no
+// CR), and every bare LF of new is written as CRLF. In an LF file, likewise,
+// old's CRLFs are read as LF when old is not found as given, and new's CRLFs
+// are written as LF. In a file without a line ending new is written as
+// given. A trailing newline is neither added nor removed: the bytes outside
+// the match are kept exactly.
 func Replace(content, old, new string, all bool) (string, int, error) {
 	if old == new {
 		return "", 0, ErrNoChange
@@ -61,13 +63,17 @@ func Replace(content, old, new string, all bool) (string, int, error) {
 		return new, 1, nil
 	}
 	n := strings.Count(content, old)
-	if crlfFile(content) {
+	if i := strings.IndexByte(content, '\n'); i >= 0 {
+		style := toLF
+		if i > 0 && content[i-1] == '\r' {
+			style = toCRLF
+		}
 		if n == 0 {
-			if o := toCRLF(old); o != old {
+			if o := style(old); o != old {
 				old, n = o, strings.Count(content, o)
 			}
 		}
-		new = toCRLF(new)
+		new = style(new)
 		if old == new {
 			return "", 0, ErrNoChange
 		}
@@ -81,12 +87,8 @@ func Replace(content, old, new string, all bool) (string, int, error) {
 	return strings.ReplaceAll(content, old, new), n, nil
 }
 
-// crlfFile reports whether content's first line ends in CRLF: the file's
-// line-ending style, as Codex and most formatters detect it.
-func crlfFile(content string) bool {
-	i := strings.IndexByte(content, '\n')
-	return i > 0 && content[i-1] == '\r'
-}
+// toLF turns every CRLF into LF.
+func toLF(s string) string { return strings.ReplaceAll(s, "\r\n", "\n") }
 
 // toCRLF turns every LF not already preceded by CR into CRLF.
 func toCRLF(s string) string {

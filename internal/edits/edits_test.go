@@ -2,6 +2,7 @@ package edits
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"strings"
 	"testing"
@@ -43,8 +44,11 @@ var replaceCases = []struct {
 	{name: "CRLF file, CRLF old", content: "one\r\ntwo\r\n", old: "one\r\ntwo", new: "1\r\n2", want: "1\r\n2\r\n", wantN: 1},
 	{name: "CRLF file, single-line old, new adds lines", content: "a\r\nb\r\n", old: "a", new: "a\nx", want: "a\r\nx\r\nb\r\n", wantN: 1},
 	{name: "CRLF file, LF is no change in CRLF", content: "a\r\nb\r\n", old: "a\r\nb", new: "a\nb", wantErr: ErrNoChange},
-	{name: "LF file keeps LF and a new CR as given", content: "a\nb\n", old: "a", new: "x\r\ny", want: "x\r\ny\nb\n", wantN: 1},
-	{name: "LF file, CRLF old not found", content: "a\nb\n", old: "a\r\nb", new: "c", wantErr: ErrNotFound},
+	{name: "LF file keeps LF", content: "a\nb\n", old: "a", new: "x\r\ny", want: "x\ny\nb\n", wantN: 1},
+	{name: "LF file, CRLF old and new", content: "a\nb\nc\n", old: "a\r\nb", new: "1\r\n2", want: "1\n2\nc\n", wantN: 1},
+	{name: "LF file with a stray CRLF: old as given, new in LF", content: "a\nb\r\nc\n", old: "b\r\nc", new: "B\r\nC", want: "a\nB\nC\n", wantN: 1},
+	{name: "file without a line ending: new as given", content: "abc", old: "b", new: "1\r\n2", want: "a1\r\n2c", wantN: 1},
+	{name: "file starting with a newline", content: "\nx\ny\n", old: "x\ny", new: "1\r\n2", want: "\n1\n2\n", wantN: 1},
 	{name: "unicode", content: "naïve café\n", old: "café", new: "tea", want: "naïve tea\n", wantN: 1},
 }
 
@@ -190,6 +194,12 @@ var planCases = []struct {
 		want:  map[string]string{"f.py": "import foo\nimport bar\nx = 1\n"},
 	},
 	{
+		name:  "blank lines before the first hunk",
+		files: map[string]string{"f": "a\n"},
+		patch: patch("*** Update File: f", "", "  ", "@@", "-a", "+b"),
+		want:  map[string]string{"f": "b\n"},
+	},
+	{
 		name:  "multiple hunks",
 		files: map[string]string{"multi.txt": "foo\nbar\nbaz\nqux\n"},
 		patch: patch("*** Update File: multi.txt", "@@", " foo", "-bar", "+BAR", "@@", " baz", "-qux", "+QUX"),
@@ -260,6 +270,12 @@ var planCases = []struct {
 		files: map[string]string{"a.py": "def f():\n    return 1\n\nx = 2\n"},
 		patch: patch("*** Update File: a.py", "@@ def f():", "+    \"\"\"Doc.\"\"\""),
 		want:  map[string]string{"a.py": "def f():\n    \"\"\"Doc.\"\"\"\n    return 1\n\nx = 2\n"},
+	},
+	{
+		name:  "pure addition goes before a final empty line",
+		files: map[string]string{"f": "a\n\n"},
+		patch: patch("*** Update File: f", "@@", "+b"),
+		want:  map[string]string{"f": "a\nb\n\n"},
 	},
 	{
 		name:  "deletion only",
@@ -391,6 +407,23 @@ var planCases = []struct {
 		wantErr: fs.ErrNotExist,
 	},
 	{
+		name:    "a file and a file beneath it",
+		patch:   patch("*** Add File: a/b", "+x", "*** Add File: a", "+y"),
+		wantErr: ErrConflict, errHas: "leaves a a file and writes a/b beneath it",
+	},
+	{
+		name:    "an existing file and a file beneath it",
+		files:   map[string]string{"dir/f": "x\n"},
+		patch:   patch("*** Update File: dir/f", "@@", "-x", "+y", "*** Add File: dir/f/g", "+z"),
+		wantErr: ErrConflict,
+	},
+	{
+		name:  "delete a file, then add a directory of that name",
+		files: map[string]string{"a": "x\n"},
+		patch: patch("*** Delete File: a", "*** Add File: a/b", "+y"),
+		want:  map[string]string{"a/b": "y\n"},
+	},
+	{
 		name:  "update twice applies in order",
 		files: map[string]string{"a": "x\n"},
 		patch: patch("*** Update File: a", "@@", "-x", "+y", "*** Update File: a", "@@", "-y", "+z"),
@@ -419,6 +452,12 @@ var planCases = []struct {
 		files: map[string]string{"file.txt": "one\n"},
 		patch: " *** Begin Patch\n  *** Update File: file.txt  \n  @@  \n-one\n+two\n*** End Patch \n",
 		want:  map[string]string{"file.txt": "two\n"},
+	},
+	{
+		name:  "blank lines between file operations",
+		files: map[string]string{"f": "a\n"},
+		patch: "*** Begin Patch\n\n*** Add File: n\n+x\n\n\n*** Delete File: f\n\n*** End Patch\n",
+		want:  map[string]string{"n": "x\n"},
 	},
 	{
 		name:  "heredoc wrapper",
@@ -517,6 +556,8 @@ var parseErrCases = []struct {
 	errHas string
 }{
 	{name: "empty", patch: "", line: 1, errHas: "empty"},
+	{name: "blank lines only", patch: " \n\t\n \n", line: 1, errHas: "empty"},
+	{name: "heredoc around one line", patch: "<<'EOF'\n*** Begin Patch\nEOF\n", line: 2, errHas: "'*** End Patch'"},
 	{name: "missing Begin", patch: "*** Add File: a\n+x\n*** End Patch", line: 1, errHas: "'*** Begin Patch' as the first line"},
 	{name: "missing End", patch: "*** Begin Patch\n*** Add File: a\n+x\n", line: 3, errHas: "'*** End Patch' as the last line"},
 	{name: "Begin only", patch: "*** Begin Patch\n", line: 1, errHas: "'*** End Patch'"},
@@ -530,6 +571,8 @@ var parseErrCases = []struct {
 	{name: "bad line prefix later", patch: "*** Begin Patch\n*** Update File: a\n@@\n-x\n+y\nbad\n*** End Patch", line: 6, errHas: "a hunk line starts with ' '"},
 	{name: "hunk with no lines", patch: "*** Begin Patch\n*** Update File: a\n@@ def f\n*** End Patch", line: 3, errHas: "no lines"},
 	{name: "End of File without lines", patch: "*** Begin Patch\n*** Update File: a\n@@\n*** End of File\n*** End Patch", line: 4, errHas: "must follow a hunk's lines"},
+	{name: "lines after End of File without @@", patch: "*** Begin Patch\n*** Update File: a\n@@\n-x\n+y\n*** End of File\n-z\n*** End Patch", line: 7, errHas: "expected '@@' to start a new hunk"},
+	{name: "tab-only line ends a hunk", patch: "*** Begin Patch\n*** Update File: a\n@@\n-x\n\tfoo\n*** End Patch", line: 5, errHas: "a hunk line starts with ' '"},
 	{name: "heredoc without End", patch: "<<'EOF'\n*** Begin Patch\n*** Add File: a\n+x\nEOF", line: 4, errHas: "'*** End Patch'"},
 	{name: "line numbers count leading blank lines", patch: "\n\n*** Begin Patch\n*** Nope\n*** End Patch", line: 4, errHas: "expected"},
 }
@@ -648,5 +691,118 @@ func TestIsBinary(t *testing.T) {
 		if got := IsBinary(tc.b); got != tc.want {
 			t.Errorf("%s: IsBinary = %v, want %v", tc.name, got, tc.want)
 		}
+	}
+}
+
+// TestPlanWorkBounded: hunks that each match only on the last, most lenient
+// pass make every earlier pass scan the rest of the file: lines × hunks.
+// Plan stops when its budget runs out, with ErrTooComplex; the same patch
+// applies within MaxWork, so the budget is what stopped it.
+func TestPlanWorkBounded(t *testing.T) {
+	const lines, hunks = 2000, 1000
+	file := strings.Repeat("x\u2013y\n", lines)
+	var p strings.Builder
+	p.WriteString("*** Begin Patch\n*** Update File: big\n")
+	for range hunks {
+		p.WriteString("@@ x-y\n+z\n")
+	}
+	p.WriteString("*** End Patch\n")
+	ops, err := Parse(p.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := readMap(map[string]string{"big": file}, nil)
+	if _, err := plan(ops, read, 1_000_000); !errors.Is(err, ErrTooComplex) {
+		t.Fatalf("err = %v, want ErrTooComplex", err)
+	}
+	w := &work{left: MaxWork}
+	out, err := applyHunks([]byte(file), ops[0].Hunks, w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if used := MaxWork - w.left; used <= 1_000_000 {
+		t.Errorf("the patch took %d steps, not more than the budget that stopped it", used)
+	}
+	if got := strings.Count(string(out), "z\n"); got != hunks {
+		t.Errorf("%d insertions, want %d", got, hunks)
+	}
+}
+
+// TestPlanLargeWithinWork: a thousand exact hunks spread over a
+// 100,000-line file stay well within MaxWork.
+func TestPlanLargeWithinWork(t *testing.T) {
+	var file, p strings.Builder
+	for i := range 100000 {
+		fmt.Fprintf(&file, "line %d\n", i)
+	}
+	p.WriteString("*** Begin Patch\n*** Update File: big\n")
+	for h := range 1000 {
+		fmt.Fprintf(&p, "@@\n line %d\n-line %d\n+LINE %d\n", h*100, h*100+1, h*100+1)
+	}
+	p.WriteString("*** End Patch\n")
+	ops, err := Parse(p.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	changes, err := Plan(ops, readMap(map[string]string{"big": file.String()}, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Count(string(changes[0].Content), "LINE"); got != 1000 {
+		t.Errorf("%d lines changed, want 1000", got)
+	}
+}
+
+// TestKMPCountsLongLines: comparing long lines of equal length costs their
+// bytes, and the steps say so, so long lines cannot slip past MaxWork.
+func TestKMPCountsLongLines(t *testing.T) {
+	long := strings.Repeat("a", 6400)
+	keys := make([]string, 100)
+	for i := range keys {
+		keys[i] = long
+	}
+	i, steps := kmp(keys, []string{long, long + "b"}, 0)
+	if i != -1 {
+		t.Fatalf("kmp found %d", i)
+	}
+	if steps < 100*100 {
+		t.Errorf("steps = %d for 100 comparisons of 6,400 bytes, want at least %d", steps, 100*100)
+	}
+	if _, short := kmp([]string{"a", "b", "c"}, []string{"c"}, 0); short > 6 {
+		t.Errorf("steps = %d for 3 short lines, want at most 6", short)
+	}
+}
+
+func TestPlanLeniency(t *testing.T) {
+	cases := []struct {
+		name, file, patch, want string
+	}{
+		{
+			name:  "byte-order mark on the first line",
+			file:  "\ufeffpackage main\nfunc main() {}\n",
+			patch: patch("*** Update File: f", "@@", " package main", "-func main() {}", "+func main() { run() }"),
+			want:  "\ufeffpackage main\nfunc main() { run() }\n",
+		},
+		{
+			name:  "unified diff's no-newline marker",
+			file:  "a\nb",
+			patch: patch("*** Update File: f", "@@", " a", "-b", `\ No newline at end of file`, "+c"),
+			want:  "a\nc\n",
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ops, err := Parse(tc.patch)
+			if err != nil {
+				t.Fatal(err)
+			}
+			changes, err := Plan(ops, readMap(map[string]string{"f": tc.file}, nil))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := string(changes[0].Content); got != tc.want {
+				t.Errorf("content = %q, want %q", got, tc.want)
+			}
+		})
 	}
 }

@@ -135,7 +135,8 @@ const (
 // may omit its "@@". Beyond Codex: several "@@ anchor" lines in a row narrow
 // the search step by step (as Codex's own instructions to models describe),
 // a unified-diff header "@@ -1,3 +1,4 @@ text" counts as the anchor "text",
-// and blank lines between file operations are skipped.
+// blank lines between file operations are skipped, and so is a unified
+// diff's "\ No newline at end of file" line in a hunk.
 //
 // Every error is a *ParseError naming the input line and what was expected
 // there: a missing "*** Begin Patch" or "*** End Patch", a patch with no
@@ -347,7 +348,11 @@ func (p *parser) hunk(first bool) (Hunk, error) {
 		p.i++
 	}
 	if headers == 0 && !first {
-		return h, p.errf(p.i, "%q: a hunk line starts with ' ' (context), '-' (removed) or '+' (added), and a new hunk with '@@'", clip(p.lines[p.i]))
+		line := p.lines[p.i]
+		if k := LineKind(line[0]); k == Context || k == Removed || k == Added {
+			return h, p.errf(p.i, "expected '@@' to start a new hunk after '%s', got %q", eofMarker, clip(line))
+		}
+		return h, p.errf(p.i, "%q: a hunk line starts with ' ' (context), '-' (removed) or '+' (added), and a new hunk with '@@'", clip(line))
 	}
 	for p.i < p.end {
 		line := p.lines[p.i]
@@ -358,6 +363,10 @@ func (p *parser) hunk(first bool) (Hunk, error) {
 				p.i++
 				continue
 			}
+		}
+		if strings.HasPrefix(line, `\ No newline at end of file`) {
+			p.i++ // a unified diff's marker, meaningless here
+			continue
 		}
 		if strings.TrimSpace(line) == "" {
 			// An empty line (or one of spaces without a prefix) is an

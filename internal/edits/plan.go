@@ -4,15 +4,43 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 	"unicode"
 )
 
-// ErrNoMatch is wrapped by Plan's error when a hunk's anchor or lines are not
-// found in the file it updates.
-var ErrNoMatch = errors.New("patch context not found")
+// Errors of Plan, besides fs.ErrExist and fs.ErrNotExist.
+var (
+	// ErrNoMatch: a hunk's anchor or lines are not in the file it updates.
+	ErrNoMatch = errors.New("patch context not found")
+	// ErrTooComplex: applying the patch would take more than MaxWork steps.
+	ErrTooComplex = errors.New("patch too costly to apply")
+	// ErrConflict: the patch leaves a file where it leaves another file
+	// beneath it, as if it were a directory.
+	ErrConflict = errors.New("conflicting paths")
+)
+
+// MaxWork bounds the work of one Plan, counted in steps: a line split,
+// normalised, compared or written, and each 64 bytes of them. A patch is
+// hostile input: without a bound, thousands of hunks that each match only
+// after the strict passes have scanned the rest of a large file cost
+// lines × hunks. BenchmarkPlanUpdate's patch (10 hunks on a 2,000-line file)
+// takes about 7,000 steps; the bound is reached in about a second of one
+// core (BenchmarkPlanOverBudget).
+const MaxWork = 50_000_000
+
+// work is what is left of a Plan's MaxWork.
+type work struct{ left int }
+
+// spend takes n steps and reports whether the budget still holds.
+func (w *work) spend(n int) bool {
+	w.left -= n
+	return w.left >= 0
+}
+
+var errTooComplex = fmt.Errorf("%w: it needs too much searching (many hunks on a large file); split it into smaller patches", ErrTooComplex)
 
 // Change is one file's outcome of a plan: its new contents, or its removal.
 type Change struct {
@@ -53,7 +81,9 @@ type file struct {
 //     means to replace a file deletes it first, or uses write_file);
 //   - delete or update of a path that does not exist: fs.ErrNotExist;
 //   - a move onto a path that exists: fs.ErrExist (Codex overwrites);
-//   - a hunk whose anchor or lines are not found: ErrNoMatch.
+//   - a hunk whose anchor or lines are not found: ErrNoMatch;
+//   - a file left where another is written beneath it: ErrConflict;
+//   - more work than MaxWork: ErrTooComplex.
 //
 // Paths are compared after filepath.Clean; Plan does not judge them (the
 // caller's scope does). Updates follow Codex: each hunk's @@ anchors are
@@ -61,10 +91,10 @@ type file struct {
 // after the last anchor, or after the previous hunk, trying an exact match,
 // then one ignoring trailing whitespace, then one ignoring surrounding
 // whitespace, then one with typographic dashes, quotes and spaces read as
-// ASCII; the first match wins. "*** End of File" requires the lines to end
-// the file. A hunk with no old lines inserts its lines right after its last
-// anchor, or at the end of the file when it has none (Codex appends even
-// when anchored). When old lines are not found and end in empty lines, the
+// ASCII and a byte-order mark ignored; the first match wins. "*** End of
+// File" requires the lines to end the file. A hunk with no old lines
+// inserts its lines right after its last anchor, or at the end of the file
+// when it has none (Codex appends even when anchored). When old lines are not found and end in empty lines, the
 // search is tried again without them (a patch's trailing blank lines).
 //
 // Line endings: every line of an updated file keeps its own ending (LF or
@@ -74,8 +104,15 @@ type file struct {
 // written as the patch gives them, with LF.
 //
 // The changes come out one per path, in the order the patch first names
-// the paths; a path added and deleted again yields none.
+// the paths (so "delete a" before "add a/b" removes a first); a path added
+// and deleted again yields none.
 func Plan(ops []Op, read func(path string) ([]byte, error)) ([]Change, error) {
+	return plan(ops, read, MaxWork)
+}
+
+// plan is Plan with a budget of steps.
+func plan(ops []Op, read func(path string) ([]byte, error), budget int) ([]Change, error) {
+	w := &work{left: budget}
 	files := map[string]*file{}
 	var order []string
 	get := func(p string) (*file, error) {
@@ -119,7 +156,7 @@ func Plan(ops []Op, read func(path string) ([]byte, error)) ([]Change, error) {
 			if !f.exists {
 				return nil, fmt.Errorf("update %s (patch line %d): %w", p, op.At, fs.ErrNotExist)
 			}
-			content, err := applyHunks(f.content, op.Hunks)
+			content, err := applyHunks(f.content, op.Hunks, w)
 			if err != nil {
 				return nil, fmt.Errorf("update %s: %w", p, err)
 			}
@@ -142,6 +179,35 @@ func Plan(ops []Op, read func(path string) ([]byte, error)) ([]Change, error) {
 			f.exists, f.content, f.from = false, nil, ""
 		default:
 			return nil, fmt.Errorf("op at patch line %d: unknown kind %v", op.At, op.Kind)
+		}
+	}
+
+	// A file cannot also be a directory of another: writing would fail
+	// halfway. Paths are clean, so a parent is a prefix ending before a
+	// separator; only prefixes as long as some path left a file can be one.
+	lengths := map[int]bool{}
+	for _, p := range order {
+		if files[p].exists {
+			lengths[len(p)] = true
+		}
+	}
+	for _, p := range order {
+		if !files[p].exists {
+			continue
+		}
+		if !w.spend(1 + len(p)>>6) {
+			return nil, errTooComplex
+		}
+		for i := len(p) - 1; i > 0; i-- {
+			if !os.IsPathSeparator(p[i]) || !lengths[i] {
+				continue
+			}
+			if !w.spend(1 + i>>6) {
+				return nil, errTooComplex
+			}
+			if f, ok := files[p[:i]]; ok && f.exists {
+				return nil, fmt.Errorf("%w: the patch leaves %s a file and writes %s beneath it", ErrConflict, p[:i], p)
+			}
 		}
 	}
 
@@ -173,29 +239,31 @@ func Plan(ops []Op, read func(path string) ([]byte, error)) ([]Change, error) {
 	return changes, nil
 }
 
-// srcLine is a line of a file being updated: its text and its ending ("\n",
-// "\r\n", or "" for a last line without one).
-type srcLine struct {
-	text, end string
+// srcLines are a file's lines being updated: each line's text, and its
+// ending ("\n", "\r\n", or "" for a last line without one).
+type srcLines struct {
+	text []string
+	end  []string
 }
 
-func splitLines(content []byte) []srcLine {
+func splitLines(content []byte) srcLines {
 	s := string(content)
-	lines := make([]srcLine, 0, strings.Count(s, "\n")+1)
+	n := strings.Count(s, "\n") + 1
+	src := srcLines{text: make([]string, 0, n), end: make([]string, 0, n)}
 	for s != "" {
 		i := strings.IndexByte(s, '\n')
 		if i < 0 {
-			lines = append(lines, srcLine{text: s})
+			src.text, src.end = append(src.text, s), append(src.end, "")
 			break
 		}
 		text, end := s[:i], "\n"
 		if strings.HasSuffix(text, "\r") {
 			text, end = text[:i-1], "\r\n"
 		}
-		lines = append(lines, srcLine{text: text, end: end})
+		src.text, src.end = append(src.text, text), append(src.end, end)
 		s = s[i+1:]
 	}
-	return lines
+	return src
 }
 
 type replacement struct {
@@ -204,18 +272,25 @@ type replacement struct {
 }
 
 // applyHunks applies an update's hunks to content; see Plan.
-func applyHunks(content []byte, hunks []Hunk) ([]byte, error) {
+func applyHunks(content []byte, hunks []Hunk, w *work) ([]byte, error) {
+	if !w.spend(len(content)/64 + len(hunks)) {
+		return nil, errTooComplex
+	}
 	src := splitLines(content)
 	eol := "\n"
-	if len(src) > 0 && src[0].end != "" {
-		eol = src[0].end
+	if len(src.end) > 0 && src.end[0] != "" {
+		eol = src.end[0]
 	}
-	m := newMatcher(src)
+	m := &matcher{text: src.text, size: len(content), work: w}
+	nsrc := len(src.text)
 	var reps []replacement
 	at := 0
 	for _, h := range hunks {
 		for _, a := range h.Anchors {
 			i, ok := m.seek([]string{a}, at, false)
+			if m.over {
+				return nil, errTooComplex
+			}
 			if !ok {
 				return nil, fmt.Errorf("%w: hunk at patch line %d: the line '@@ %s' was not found%s", ErrNoMatch, h.At, a, afterLine(at))
 			}
@@ -226,9 +301,9 @@ func applyHunks(content []byte, hunks []Hunk) ([]byte, error) {
 		if len(old) == 0 {
 			pos := at
 			if len(h.Anchors) == 0 {
-				pos = len(src)
+				pos = nsrc
 				// Codex: before a final empty line, when the file has one.
-				if pos > 0 && src[pos-1].text == "" {
+				if pos > 0 && src.text[pos-1] == "" {
 					pos--
 				}
 			}
@@ -253,6 +328,9 @@ func applyHunks(content []byte, hunks []Hunk) ([]byte, error) {
 				}
 			}
 		}
+		if m.over {
+			return nil, errTooComplex
+		}
 		if !ok {
 			where := afterLine(at)
 			if h.EOF {
@@ -265,14 +343,16 @@ func applyHunks(content []byte, hunks []Hunk) ([]byte, error) {
 	}
 	sort.SliceStable(reps, func(i, j int) bool { return reps[i].start < reps[j].start })
 
-	var b strings.Builder
-	b.Grow(len(content) + 64*len(hunks))
+	if !w.spend(nsrc + len(content)>>6) {
+		return nil, errTooComplex
+	}
+	out := make([]byte, 0, len(content)+64*len(hunks))
 	write := func(text, end string) {
 		if end == "" {
 			end = eol
 		}
-		b.WriteString(text)
-		b.WriteString(end)
+		out = append(out, text...)
+		out = append(out, end...)
 	}
 	pos := 0
 	for _, r := range reps {
@@ -283,7 +363,7 @@ func applyHunks(content []byte, hunks []Hunk) ([]byte, error) {
 			return nil, fmt.Errorf("%w: two hunks overlap at line %d of the file", ErrNoMatch, r.start+1)
 		}
 		for ; pos < r.start; pos++ {
-			write(src[pos].text, src[pos].end)
+			write(src.text[pos], src.end[pos])
 		}
 		for _, l := range r.lines {
 			switch l.Kind {
@@ -292,15 +372,15 @@ func applyHunks(content []byte, hunks []Hunk) ([]byte, error) {
 			case Removed:
 				pos++
 			default: // context keeps the file's own line
-				write(src[pos].text, src[pos].end)
+				write(src.text[pos], src.end[pos])
 				pos++
 			}
 		}
 	}
-	for ; pos < len(src); pos++ {
-		write(src[pos].text, src[pos].end)
+	for ; pos < nsrc; pos++ {
+		write(src.text[pos], src.end[pos])
 	}
-	return []byte(b.String()), nil
+	return out, nil
 }
 
 func afterLine(at int) string {
@@ -331,8 +411,11 @@ func quoteLines(lines []string) string {
 // are computed once per pass, and the search is Knuth–Morris–Pratt over
 // lines, so a hostile patch costs linear time, not lines × pattern.
 type matcher struct {
-	src  []srcLine
+	text []string
+	size int // bytes of text
 	keys [len(passes)][]string
+	work *work
+	over bool // the work ran out: every seek fails
 }
 
 var passes = [...]func(string) string{
@@ -342,13 +425,18 @@ var passes = [...]func(string) string{
 	normalise,
 }
 
-func newMatcher(src []srcLine) *matcher { return &matcher{src: src} }
-
 func (m *matcher) key(pass int) []string {
+	if pass == 0 {
+		return m.text
+	}
 	if m.keys[pass] == nil {
-		k := make([]string, len(m.src))
-		for i, l := range m.src {
-			k[i] = passes[pass](l.text)
+		if !m.work.spend(len(m.text) + m.size>>6) {
+			m.over = true
+			return nil
+		}
+		k := make([]string, len(m.text))
+		for i, l := range m.text {
+			k[i] = passes[pass](l)
 		}
 		m.keys[pass] = k
 	}
@@ -358,23 +446,38 @@ func (m *matcher) key(pass int) []string {
 // seek returns the first index at or after start where pattern occurs, trying
 // each pass in turn. With eof the pattern must end the file.
 func (m *matcher) seek(pattern []string, start int, eof bool) (int, bool) {
-	n, k := len(m.src), len(pattern)
+	n, k := len(m.text), len(pattern)
 	if k == 0 || k > n-start || start < 0 {
 		return 0, false
 	}
 	pat := make([]string, k)
 	for pass, norm := range passes {
+		if m.over {
+			return 0, false
+		}
 		for i, p := range pattern {
 			pat[i] = norm(p)
 		}
 		keys := m.key(pass)
+		if m.over {
+			return 0, false
+		}
 		if eof {
+			if !m.work.spend(k + m.size>>6) {
+				m.over = true
+				return 0, false
+			}
 			if equalAt(keys, pat, n-k) {
 				return n - k, true
 			}
 			continue
 		}
-		if i := kmp(keys, pat, start); i >= 0 {
+		i, steps := kmp(keys, pat, start)
+		if !m.work.spend(steps) {
+			m.over = true
+			return 0, false
+		}
+		if i >= 0 {
 			return i, true
 		}
 	}
@@ -390,37 +493,52 @@ func equalAt(keys, pat []string, at int) bool {
 	return true
 }
 
-// kmp returns the first index ≥ start where pat occurs in keys, or -1.
-func kmp(keys, pat []string, start int) int {
+// kmp returns the first index ≥ start where pat occurs in keys, or -1, and
+// the steps it took: one per comparison of lines (at most two per line of
+// each), and one more per 64 bytes of two lines of equal length, which
+// strings compare byte by byte.
+func kmp(keys, pat []string, start int) (int, int) {
+	steps := 0
+	eq := func(a, b string) bool {
+		steps++
+		if len(a) != len(b) {
+			return false
+		}
+		steps += len(a) >> 6
+		return a == b
+	}
 	fail := make([]int, len(pat))
 	for i, j := 1, 0; i < len(pat); i++ {
-		for j > 0 && pat[i] != pat[j] {
+		for j > 0 && !eq(pat[i], pat[j]) {
 			j = fail[j-1]
 		}
-		if pat[i] == pat[j] {
+		if eq(pat[i], pat[j]) {
 			j++
 		}
 		fail[i] = j
 	}
 	for i, j := start, 0; i < len(keys); i++ {
-		for j > 0 && keys[i] != pat[j] {
+		for j > 0 && !eq(keys[i], pat[j]) {
 			j = fail[j-1]
 		}
-		if keys[i] == pat[j] {
+		if eq(keys[i], pat[j]) {
 			j++
 		}
 		if j == len(pat) {
-			return i - len(pat) + 1
+			return i - len(pat) + 1, steps
 		}
 	}
-	return -1
+	return -1, steps
 }
 
 // normalise is Codex's most lenient comparison: trimmed, with typographic
-// dashes, quotes and spaces read as their ASCII forms.
+// dashes, quotes and spaces read as their ASCII forms; and, beyond Codex,
+// without a byte-order mark (a file's first line may begin with one).
 func normalise(s string) string {
-	return strings.Map(func(r rune) rune {
+	return strings.TrimSpace(strings.Map(func(r rune) rune {
 		switch r {
+		case '\ufeff':
+			return -1
 		case '\u2010', '\u2011', '\u2012', '\u2013', '\u2014', '\u2015', '\u2212':
 			return '-'
 		case '\u2018', '\u2019', '\u201a', '\u201b':
@@ -431,5 +549,5 @@ func normalise(s string) string {
 			return ' '
 		}
 		return r
-	}, strings.TrimSpace(s))
+	}, s))
 }
