@@ -12,7 +12,9 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/dshd/dshd/internal/agents"
+	"github.com/dshd/dshd/internal/files"
 	"github.com/dshd/dshd/internal/hooks"
+	"github.com/dshd/dshd/internal/sandbox"
 	"github.com/dshd/dshd/internal/tools"
 )
 
@@ -297,5 +299,28 @@ func TestApplyPatchHooks(t *testing.T) {
 	}
 	if seen[1].ToolResponse != "Success. Updated the following files:\nA h.txt" {
 		t.Errorf("tool_response = %#v", seen[1].ToolResponse)
+	}
+}
+
+// TestTighten: a caller's declared sandbox (an MCP client's) tightens the
+// file tools' scope, never loosens it.
+func TestTighten(t *testing.T) {
+	ww := sandbox.Policy{FS: sandbox.WorkspaceWrite, Network: sandbox.NetworkOff}
+	for _, tt := range []struct {
+		agent sandbox.Policy
+		call  sandbox.FS
+		want  sandbox.FS
+	}{
+		{ww, "", sandbox.WorkspaceWrite},
+		{ww, sandbox.ReadOnly, sandbox.ReadOnly},
+		{ww, sandbox.Unrestricted, sandbox.WorkspaceWrite},
+		{sandbox.Policy{FS: sandbox.Unrestricted, Network: sandbox.NetworkOn}, sandbox.WorkspaceWrite, sandbox.WorkspaceWrite},
+		{sandbox.Policy{FS: sandbox.ReadOnly, Network: sandbox.NetworkOn}, sandbox.Unrestricted, sandbox.ReadOnly},
+	} {
+		sc := &files.Scope{FS: tt.agent.FS}
+		tighten(sc, tt.agent, sandbox.Policy{FS: tt.call})
+		if sc.FS != tt.want {
+			t.Errorf("agent %s, call %q: scope %s, want %s", tt.agent, tt.call, sc.FS, tt.want)
+		}
 	}
 }
