@@ -278,6 +278,21 @@ func TestApplyPatch(t *testing.T) {
 	if got := read("y.txt"); !strings.HasPrefix(got, "<") {
 		t.Errorf("y.txt written by a refused patch: %q", got)
 	}
+	// So is one through a link on the way (a place Plan reads as free).
+	outside := t.TempDir()
+	if err := os.Symlink(outside, filepath.Join(a.Cwd, "link")); err != nil {
+		t.Fatal(err)
+	}
+	res = w.call(t, a.ID, tools.ToolApplyPatch, map[string]any{"input": "*** Begin Patch\n*** Add File: z.txt\n+z\n*** Add File: link/x\n+x\n*** End Patch"})
+	if !res.IsError || !strings.Contains(res.Text, "nothing was changed") || !strings.Contains(res.Text, "symbolic link") {
+		t.Errorf("through a link = %+v", res)
+	}
+	if got := read("z.txt"); !strings.HasPrefix(got, "<") {
+		t.Errorf("z.txt written by a refused patch: %q", got)
+	}
+	if _, err := os.Stat(filepath.Join(outside, "x")); err == nil {
+		t.Error("a patch wrote through the link")
+	}
 }
 
 // TestApplyPatchHooks: Codex's hooks see apply_patch with the patch as
