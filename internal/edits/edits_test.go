@@ -278,6 +278,24 @@ var planCases = []struct {
 		want:  map[string]string{"f": "a\nb\n\n"},
 	},
 	{
+		name:  "anchored insertion, then a hunk right after it",
+		files: map[string]string{"a.py": "def f():\n    return 1\n"},
+		patch: patch("*** Update File: a.py", "@@ def f():", "+    # doc", "@@", "-    return 1", "+    return 2"),
+		want:  map[string]string{"a.py": "def f():\n    # doc\n    return 2\n"},
+	},
+	{
+		name:  "end insertion after a hunk that took the final empty line",
+		files: map[string]string{"f": "a\n\n"},
+		patch: patch("*** Update File: f", "@@", "+x", "@@", " a", " ", "+y"),
+		want:  map[string]string{"f": "a\n\ny\nx\n"},
+	},
+	{
+		name:    "hunk of only empty lines not found",
+		files:   map[string]string{"f": "a\nb\n"},
+		patch:   patch("*** Update File: f", "@@", "-", " "),
+		wantErr: ErrNoMatch,
+	},
+	{
 		name:  "deletion only",
 		files: map[string]string{"lines.txt": "line1\nremove me\nline3\n"},
 		patch: patch("*** Update File: lines.txt", "@@", " line1", "-remove me", " line3"),
