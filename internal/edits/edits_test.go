@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math/rand/v2"
 	"strings"
 	"testing"
 
@@ -218,6 +219,12 @@ var planCases = []struct {
 		want:  map[string]string{"t.txt": "x\nend\nx\nEND\n"},
 	},
 	{
+		name:  "End of File with two lines",
+		files: map[string]string{"t.txt": "a\nb\nc\n"},
+		patch: patch("*** Update File: t.txt", "@@", " b", "-c", "+C", "*** End of File"),
+		want:  map[string]string{"t.txt": "a\nb\nC\n"},
+	},
+	{
 		name:    "End of File when the lines are not at the end",
 		files:   map[string]string{"t.txt": "first\nsecond\nthird\n"},
 		patch:   patch("*** Update File: t.txt", "@@", " first", "-second", "+2", "*** End of File"),
@@ -254,6 +261,18 @@ var planCases = []struct {
 		wantErr: ErrNoMatch, errHas: "these lines were not found",
 	},
 	{
+		name:    "context mismatch after an earlier hunk",
+		files:   map[string]string{"m.txt": "a\nb\nc\n"},
+		patch:   patch("*** Update File: m.txt", "@@", " a", "-b", "+B", "@@", "-a", "+A"),
+		wantErr: ErrNoMatch, errHas: "not found after line 2 of the file:\n  a",
+	},
+	{
+		name:    "a long mismatch is shown in part",
+		files:   map[string]string{"m.txt": "a\n"},
+		patch:   patch("*** Update File: m.txt", "@@", strings.Repeat("-x\n", 24)+"-y"),
+		wantErr: ErrNoMatch, errHas: "  x\n  … 5 more lines",
+	},
+	{
 		name:    "context mismatch leaves earlier ops unwritten",
 		files:   map[string]string{"m.txt": "line1\n"},
 		patch:   patch("*** Add File: created.txt", "+hello", "*** Update File: m.txt", "@@", "-missing", "+x"),
@@ -276,6 +295,24 @@ var planCases = []struct {
 		files: map[string]string{"f": "a\n\n"},
 		patch: patch("*** Update File: f", "@@", "+b"),
 		want:  map[string]string{"f": "a\nb\n\n"},
+	},
+	{
+		name:  "anchored insertion, then a hunk right after it",
+		files: map[string]string{"a.py": "def f():\n    return 1\n"},
+		patch: patch("*** Update File: a.py", "@@ def f():", "+    # doc", "@@", "-    return 1", "+    return 2"),
+		want:  map[string]string{"a.py": "def f():\n    # doc\n    return 2\n"},
+	},
+	{
+		name:  "end insertion after a hunk that took the final empty line",
+		files: map[string]string{"f": "a\n\n"},
+		patch: patch("*** Update File: f", "@@", "+x", "@@", " a", " ", "+y"),
+		want:  map[string]string{"f": "a\n\ny\nx\n"},
+	},
+	{
+		name:    "hunk of only empty lines not found",
+		files:   map[string]string{"f": "a\nb\n"},
+		patch:   patch("*** Update File: f", "@@", "-", " "),
+		wantErr: ErrNoMatch,
 	},
 	{
 		name:  "deletion only",
@@ -804,5 +841,53 @@ func TestPlanLeniency(t *testing.T) {
 				t.Errorf("content = %q, want %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestKMP checks the search against a plain one on patterns whose prefixes
+// repeat, where Knuth–Morris–Pratt's failure links matter.
+func TestKMP(t *testing.T) {
+	naive := func(keys, pat []string, start int) int {
+		for i := start; i+len(pat) <= len(keys); i++ {
+			if equalAt(keys, pat, i) {
+				return i
+			}
+		}
+		return -1
+	}
+	split := func(s string) []string { return strings.Split(s, "") }
+	for _, tc := range []struct{ keys, pat string }{
+		{"aaab", "aab"},
+		{"abababc", "ababc"},
+		{"abaabaabab", "abaabab"},
+		{"aabaabaaa", "aabaaa"},
+		{"abcabcabd", "abcabd"},
+		{"ababab", "abab"},
+		{"xyz", "xyzw"},
+		{"aaaa", "b"},
+	} {
+		keys, pat := split(tc.keys), split(tc.pat)
+		for start := 0; start <= len(keys); start++ {
+			want := naive(keys, pat, start)
+			if got, _ := kmp(keys, pat, start); got != want {
+				t.Errorf("kmp(%q, %q, %d) = %d, want %d", tc.keys, tc.pat, start, got, want)
+			}
+		}
+	}
+	// Random patterns of up to 9 lines over three values, in texts over them.
+	r := rand.New(rand.NewPCG(1, 2))
+	for range 20000 {
+		keys := make([]string, r.IntN(24))
+		for i := range keys {
+			keys[i] = string(rune('a' + r.IntN(3)))
+		}
+		pat := make([]string, 1+r.IntN(9))
+		for i := range pat {
+			pat[i] = string(rune('a' + r.IntN(3)))
+		}
+		start := r.IntN(len(keys) + 1)
+		if got, _ := kmp(keys, pat, start); got != naive(keys, pat, start) {
+			t.Fatalf("kmp(%q, %q, %d) = %d, want %d", keys, pat, start, got, naive(keys, pat, start))
+		}
 	}
 }
