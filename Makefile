@@ -101,6 +101,7 @@ bench:
 	$(GO) test -run '^$$' -bench 'BackgroundSleeps(1000|5000)' -benchtime 1x -count=1 -timeout 30m ./tests
 	$(GO) test -run '^$$' -bench 'CrashRecovery50' -benchtime 1x -count=1 -timeout 30m ./tests
 	$(GO) test -run '^$$' -bench 'Files1GiB|FilesTar10000' -benchtime 1x -count=1 -timeout 30m ./tests
+	$(GO) test -run '^$$' -bench 'ReadFile2000' -benchtime 300x -count=1 -timeout 30m ./tests
 	$(GO) test -run '^$$' -bench 'WorkspaceFork' -benchtime 1x -count=1 -timeout 30m ./tests
 	$(GO) test -run '^$$' -bench 'ExecWhileDiff' -benchtime 1x -count=1 -timeout 30m ./tests
 	$(GO) test -run '^$$' -bench 'Checkpoints' -benchtime 1x -count=1 -timeout 30m ./tests

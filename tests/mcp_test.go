@@ -246,7 +246,7 @@ func TestMCP(t *testing.T) {
 		}
 	}
 	slices.Sort(names) // the SDK lists tools by name
-	if want := []string{"bash", "job_kill", "job_list", "job_output", "write_stdin"}; !slices.Equal(names, want) {
+	if want := []string{"apply_patch", "bash", "edit_file", "job_kill", "job_list", "job_output", "read_file", "write_file", "write_stdin"}; !slices.Equal(names, want) {
 		t.Errorf("tools = %v, want %v", names, want)
 	}
 	// Every tool states every hint, as the client reads them (the server's
@@ -258,6 +258,10 @@ func TestMCP(t *testing.T) {
 		"job_output":  {true, false, true, false},
 		"job_list":    {true, false, true, false},
 		"job_kill":    {false, true, true, false},
+		"read_file":   {true, false, true, false},
+		"write_file":  {false, true, true, false},
+		"edit_file":   {false, true, false, false},
+		"apply_patch": {false, true, false, false},
 	}
 	for _, tl := range tools.Tools {
 		an := tl.Annotations

@@ -133,6 +133,12 @@ type Input struct {
 	View *sandbox.View
 	// ToolName is the tool being called ("Bash"); tool events only.
 	ToolName string
+	// MatcherAliases are more names Codex handlers' matchers are tested
+	// against, never sent to a hook: Codex lets a matcher for Write or
+	// Edit select apply_patch this way. Claude Code has no such aliases
+	// (its Edit and Write handlers read fields a patch has not). Tool
+	// events only.
+	MatcherAliases []string
 	// ToolUseID is the tool call's id; tool events only.
 	ToolUseID string
 	// TurnID is Codex's turn_id; when empty, ToolUseID is used, and when

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"unicode/utf8"
@@ -68,7 +69,10 @@ func (r *Runner) match(in Input) []handler {
 	s := subject(in)
 	var out []handler
 	for _, h := range r.handlers {
-		if h.Event == in.Event && h.match(s) {
+		if h.Event != in.Event {
+			continue
+		}
+		if h.match(s) || (h.Dialect == DialectCodex && in.Event != SessionStart && slices.ContainsFunc(in.MatcherAliases, h.match)) {
 			out = append(out, h)
 		}
 	}

@@ -356,3 +356,50 @@ func TestShort(t *testing.T) {
 		t.Errorf("short(invalid) = %q", got)
 	}
 }
+
+// TestMatcherAliases: a tool's matcher aliases select Codex handlers as its
+// name does (Codex's apply_patch answers to Write and Edit), never Claude
+// Code's, and the payload still names the tool itself.
+func TestMatcherAliases(t *testing.T) {
+	cfg := mustLoad(t, map[Dialect]string{
+		DialectClaudeCode: `{"hooks":{"PreToolUse":[{"matcher":"Edit|Write","hooks":[{"type":"command","command":"cc-edit"}]},
+		  {"matcher":"Bash","hooks":[{"type":"command","command":"cc-bash"}]}]}}`,
+		DialectCodex: `{"hooks":{"PreToolUse":[{"matcher":"^apply_patch$","hooks":[{"type":"command","command":"cx-patch"}]},
+		  {"matcher":"Write","hooks":[{"type":"command","command":"cx-write"}]}]}}`,
+	})
+	fake := &fakeRunner{}
+	r := NewRunner(cfg, fake, nil)
+	patch := Input{Event: PreToolUse, SessionID: "agt_1", ToolName: "apply_patch", MatcherAliases: []string{"Write", "Edit"},
+		ToolUseID: "call_1", ToolInput: map[string]string{"command": "*** Begin Patch\n*** End Patch\n"}}
+	edit := Input{Event: PreToolUse, SessionID: "agt_1", ToolName: "Edit", ToolUseID: "call_2", ToolInput: map[string]string{"file_path": "a"}}
+	for _, tt := range []struct {
+		in   Input
+		want []string
+	}{
+		{patch, []string{"codex:PreToolUse[0].hooks[0]", "codex:PreToolUse[1].hooks[0]"}},
+		{edit, []string{"claude-code:PreToolUse[0].hooks[0]"}},
+	} {
+		var names []string
+		for _, h := range r.Matching(tt.in) {
+			names = append(names, h.Name)
+		}
+		if diff := cmp.Diff(tt.want, names); diff != "" {
+			t.Errorf("Matching(%s) (-want +got):\n%s", tt.in.ToolName, diff)
+		}
+	}
+	if _, err := r.Run(context.Background(), patch); err != nil {
+		t.Fatal(err)
+	}
+	if len(fake.calls) != 2 {
+		t.Fatalf("ran %d processes, want 2", len(fake.calls))
+	}
+	for _, c := range fake.calls {
+		var p map[string]any
+		if err := json.Unmarshal(c.Stdin, &p); err != nil {
+			t.Fatal(err)
+		}
+		if p["tool_name"] != "apply_patch" {
+			t.Errorf("%s got tool_name %v, want apply_patch (an alias is never sent)", c.Command, p["tool_name"])
+		}
+	}
+}

@@ -60,85 +60,10 @@ func (h *Handler) toolHandler(agent *sessionAgent, policy sandbox.Policy, name s
 			h.log.Error("make the agent of an MCP session", "err", err)
 			return errorResult("internal error: this session's agent could not be made; the server log has the cause"), nil
 		}
-		callCtx, cancelCall := context.WithCancel(context.WithoutCancel(ctx))
-
-		var (
-			mu       sync.Mutex
-			job      *exec.Job
-			canceled bool
-			stopped  string // why the call was stopped, for its result
-			progress *progress
-		)
-		stop := func(j *exec.Job) {
-			sctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
-			defer cancel()
-			if _, err := h.jobs.Cancel(sctx, j.ID()); err != nil && !errors.Is(err, exec.ErrJobNotFound) {
-				h.log.Warn("stop the job of a cancelled MCP call", "agent_id", agentID, "job_id", j.ID(), "err", err)
-			}
-		}
-		unwatch := context.AfterFunc(ctx, func() {
-			why := run.StopCancelled
-			if errors.Is(context.Cause(ctx), errSessionEnded) {
-				why = run.StopSessionEnded
-			}
-			mu.Lock()
-			canceled = true
-			stopped = why
-			j := job
-			mu.Unlock()
-			if j == nil {
-				cancelCall()
-				return
-			}
-			h.log.Debug("MCP call stopped: stopping its job", "agent_id", agentID, "job_id", j.ID(), "why", why)
-			stop(j)
-		})
-		defer unwatch()
-
-		token := req.Params.GetProgressToken()
-		started := func(j *exec.Job) {
-			mu.Lock()
-			job = j
-			c := canceled
-			mu.Unlock()
-			if c {
-				go stop(j) // the client left before the job existed
-				return
-			}
-			if token != nil {
-				progress = h.follow(ctx, req.Session, token, j)
-			}
-		}
-
-		opts := run.CallOptions{Started: started, Stopped: func() string {
-			mu.Lock()
-			defer mu.Unlock()
-			return stopped
-		}}
-		if declared, ok := declaredPolicy(req.Params.Meta); ok {
-			// The call runs under the tighter of the agent's policy and the
-			// one its client declares: never looser than the agent's.
-			opts.Sandbox = tighter(policy, declared)
-		}
-		type outcome struct {
-			res run.CallResult
-			err error
-		}
-		done := make(chan outcome, 1)
-		h.pending.Add(1)
-		go func() {
-			defer h.pending.Done()
-			defer cancelCall()
-			res, err := h.pipeline.CallWith(callCtx, agentID, name, "", req.Params.Arguments, opts)
-			if progress != nil {
-				progress.stop() // no notification may follow the result
-			}
-			if err != nil && ctx.Err() == nil && !errors.Is(err, shellenv.ErrResolution) && !errors.Is(err, agents.ErrNotFound) {
-				h.log.Error("MCP tool call failed", "agent_id", agentID, "tool", name, "err", err)
-			}
-			done <- outcome{res, err}
-		}()
-		var o outcome
+		c := h.newCall(ctx, agentID)
+		defer c.watch()()
+		done := c.run(name, req, c.options(policy, req))
+		var o callOutcome
 		select {
 		case o = <-done:
 		case <-ctx.Done():
@@ -152,25 +77,144 @@ func (h *Handler) toolHandler(agent *sessionAgent, policy sandbox.Policy, name s
 			}
 			return nil, context.Cause(ctx)
 		}
-		res, err := o.res, o.err
-		switch {
-		case errors.Is(err, shellenv.ErrResolution):
-			// The harness operator can act on it: tell the model, who can say so.
-			// (Arguments the model got wrong are results of the pipeline's own.)
-			return errorResult(err.Error()), nil
-		case errors.Is(err, agents.ErrNotFound):
-			return errorResult("this session's agent " + agentID + " no longer exists; start a new session"), nil
-		case err != nil:
-			if ctx.Err() != nil {
-				return nil, context.Cause(ctx)
-			}
-			return errorResult("internal error; the server log has the cause"), nil
-		}
-		return &sdk.CallToolResult{
-			Content: []sdk.Content{&sdk.TextContent{Text: res.Text}},
-			IsError: res.IsError,
-		}, nil
+		return c.answer(o)
 	}
+}
+
+// call is one tools/call in flight: the job it started, and whether and
+// why its client stopped it.
+type call struct {
+	h       *Handler
+	ctx     context.Context // the request's
+	agentID string
+	// callCtx is the pipeline call's: the request's cancellation reaches
+	// it only before a job exists (cancel).
+	callCtx context.Context
+	cancel  context.CancelFunc
+
+	mu       sync.Mutex
+	job      *exec.Job
+	canceled bool
+	stopped  string // why the call was stopped, for its result
+	progress *progress
+}
+
+// callOutcome is what the pipeline answered.
+type callOutcome struct {
+	res run.CallResult
+	err error
+}
+
+// newCall makes the call of agentID for the request whose context is ctx.
+func (h *Handler) newCall(ctx context.Context, agentID string) *call {
+	callCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	return &call{h: h, ctx: ctx, agentID: agentID, callCtx: callCtx, cancel: cancel}
+}
+
+// stop stops j through the executor's kill path.
+func (c *call) stop(j *exec.Job) {
+	sctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
+	defer cancel()
+	if _, err := c.h.jobs.Cancel(sctx, j.ID()); err != nil && !errors.Is(err, exec.ErrJobNotFound) {
+		c.h.log.Warn("stop the job of a cancelled MCP call", "agent_id", c.agentID, "job_id", j.ID(), "err", err)
+	}
+}
+
+// watch stops the call when the request ends (the client cancelled, or
+// the session ended): its job if it has one, else the call itself. The
+// function it returns stops watching.
+func (c *call) watch() func() bool {
+	return context.AfterFunc(c.ctx, func() {
+		why := run.StopCancelled
+		if errors.Is(context.Cause(c.ctx), errSessionEnded) {
+			why = run.StopSessionEnded
+		}
+		c.mu.Lock()
+		c.canceled = true
+		c.stopped = why
+		j := c.job
+		c.mu.Unlock()
+		if j == nil {
+			c.cancel()
+			return
+		}
+		c.h.log.Debug("MCP call stopped: stopping its job", "agent_id", c.agentID, "job_id", j.ID(), "why", why)
+		c.stop(j)
+	})
+}
+
+// options are the pipeline's options for the call: told when its job
+// starts (stopped at once if the client has left, else followed with
+// progress notifications when the client asked for them), asked why it
+// was stopped, and run under the tighter of the agent's policy and the one
+// its client declares: never looser than the agent's.
+func (c *call) options(policy sandbox.Policy, req *sdk.CallToolRequest) run.CallOptions {
+	token := req.Params.GetProgressToken()
+	opts := run.CallOptions{
+		Started: func(j *exec.Job) {
+			c.mu.Lock()
+			c.job = j
+			canceled := c.canceled
+			c.mu.Unlock()
+			if canceled {
+				go c.stop(j) // the client left before the job existed
+				return
+			}
+			if token != nil {
+				c.progress = c.h.follow(c.ctx, req.Session, token, j)
+			}
+		},
+		Stopped: func() string {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			return c.stopped
+		},
+	}
+	if declared, ok := declaredPolicy(req.Params.Meta); ok {
+		opts.Sandbox = tighter(policy, declared)
+	}
+	return opts
+}
+
+// run runs the call through the pipeline on a goroutine of its own and
+// delivers its outcome.
+func (c *call) run(name string, req *sdk.CallToolRequest, opts run.CallOptions) <-chan callOutcome {
+	done := make(chan callOutcome, 1)
+	c.h.pending.Add(1)
+	go func() {
+		defer c.h.pending.Done()
+		defer c.cancel()
+		res, err := c.h.pipeline.CallWith(c.callCtx, c.agentID, name, "", req.Params.Arguments, opts)
+		if c.progress != nil {
+			c.progress.stop() // no notification may follow the result
+		}
+		if err != nil && c.ctx.Err() == nil && !errors.Is(err, shellenv.ErrResolution) && !errors.Is(err, agents.ErrNotFound) {
+			c.h.log.Error("MCP tool call failed", "agent_id", c.agentID, "tool", name, "err", err)
+		}
+		done <- callOutcome{res, err}
+	}()
+	return done
+}
+
+// answer is the MCP result of the pipeline's outcome.
+func (c *call) answer(o callOutcome) (*sdk.CallToolResult, error) {
+	switch err := o.err; {
+	case errors.Is(err, shellenv.ErrResolution):
+		// The harness operator can act on it: tell the model, who can say so.
+		// (Arguments the model got wrong are results of the pipeline's own.)
+		return errorResult(err.Error()), nil
+	case errors.Is(err, agents.ErrNotFound):
+		return errorResult("this session's agent " + c.agentID + " no longer exists; start a new session"), nil
+	case err != nil:
+		if c.ctx.Err() != nil {
+			return nil, context.Cause(c.ctx)
+		}
+		return errorResult("internal error; the server log has the cause"), nil
+	}
+	return &sdk.CallToolResult{
+		Content: []sdk.Content{&sdk.TextContent{Text: o.res.Text}},
+		IsError: o.res.IsError,
+	}, nil
 }
 
 func errorResult(text string) *sdk.CallToolResult {

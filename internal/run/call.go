@@ -116,42 +116,70 @@ const (
 	StopSessionEnded = "session_ended"
 )
 
-// callWith runs a call for CallWith.
+// callWith runs a call for CallWith: it records the call, runs the tool
+// and records its result.
 func (s *Service) callWith(ctx context.Context, agentID, name, callID string, args json.RawMessage, o CallOptions) (CallResult, error) {
-	agent, err := s.agents.Get(ctx, agentID)
+	agent, a, argErr, err := s.openCall(ctx, agentID, name, callID, args)
 	if err != nil {
-		return CallResult{}, fmt.Errorf("tool call %s: %w", name, err) // the store's error names the agent
-	}
-	if !tools.Known(name) {
-		return CallResult{}, fmt.Errorf("%w %q", tools.ErrUnknownTool, name)
-	}
-	args = tools.Unwrap(args) // a string holding the object, as OpenAI sends it
-	a, argErr := tools.ParseArgs(name, args)
-	// Results that ran but could not be written go first (cluster mode).
-	if err := s.writeUnsaved(ctx, agentID); err != nil {
-		return CallResult{}, fmt.Errorf("record earlier results for agent %s: %w", agentID, err)
-	}
-	if err := s.record(ctx, agentID, agents.EventToolCall, callEvent{CallID: callID, Name: name, Arguments: recordable(args), Ignored: a.Ignored()}); err != nil {
 		return CallResult{}, err
 	}
-	s.ledger.recorded(agentID, callID)
-
 	var res CallResult
-	switch {
-	case argErr != nil:
+	if argErr != nil {
 		// The model's mistake: tell it, so it can correct the call.
 		res = CallResult{IsError: true, Text: argErr.Error()}
-	case name == tools.ToolBash:
-		res, err = s.bash(ctx, agent, callID, a, o)
-	case name == tools.ToolJobOutput:
-		res, err = s.jobOutput(ctx, agentID, a)
-	case name == tools.ToolJobList:
-		res = s.jobList(agentID, a)
-	case name == tools.ToolJobKill:
-		res, err = s.jobKill(ctx, agentID, a)
-	case name == tools.ToolWriteStdin:
-		res, err = s.writeStdin(ctx, agent, callID, a)
+	} else {
+		res, err = s.dispatch(ctx, agent, name, callID, a, o)
 	}
+	return s.closeCall(ctx, agentID, name, callID, res, err, o)
+}
+
+// openCall finds the agent and the tool, parses the arguments (argErr is
+// the model's mistake, if any) and records the tool/call event, after any
+// result that ran but could not be written before (cluster mode).
+func (s *Service) openCall(ctx context.Context, agentID, name, callID string, args json.RawMessage) (agent agents.Agent, a tools.Args, argErr, err error) {
+	agent, err = s.agents.Get(ctx, agentID)
+	if err != nil {
+		return agent, a, nil, fmt.Errorf("tool call %s: %w", name, err) // the store's error names the agent
+	}
+	if !tools.Known(name) {
+		return agent, a, nil, fmt.Errorf("%w %q", tools.ErrUnknownTool, name)
+	}
+	args = tools.Unwrap(args) // a string holding the object, as OpenAI sends it
+	a, argErr = tools.ParseArgs(name, args)
+	if err := s.writeUnsaved(ctx, agentID); err != nil {
+		return agent, a, nil, fmt.Errorf("record earlier results for agent %s: %w", agentID, err)
+	}
+	if err := s.record(ctx, agentID, agents.EventToolCall, callEvent{CallID: callID, Name: name, Arguments: recordable(args), Ignored: a.Ignored()}); err != nil {
+		return agent, a, nil, err
+	}
+	s.ledger.recorded(agentID, callID)
+	return agent, a, argErr, nil
+}
+
+// dispatch runs the tool name with well-formed arguments.
+func (s *Service) dispatch(ctx context.Context, agent agents.Agent, name, callID string, a tools.Args, o CallOptions) (CallResult, error) {
+	switch name {
+	case tools.ToolBash:
+		return s.bash(ctx, agent, callID, a, o)
+	case tools.ToolJobOutput:
+		return s.jobOutput(ctx, agent.ID, a)
+	case tools.ToolJobList:
+		return s.jobList(agent.ID, a), nil
+	case tools.ToolJobKill:
+		return s.jobKill(ctx, agent.ID, a)
+	case tools.ToolWriteStdin:
+		return s.writeStdin(ctx, agent, callID, a)
+	case tools.ToolReadFile, tools.ToolWriteFile, tools.ToolEditFile, tools.ToolApplyPatch:
+		return s.fileTool(ctx, agent, callID, name, a, o)
+	}
+	return CallResult{}, fmt.Errorf("%w %q", tools.ErrUnknownTool, name) // tools.Known said otherwise
+}
+
+// closeCall records the result of a call that ran (res, or err turned into
+// an error result), checkpoints the agent's view after it, and answers.
+// The job may have run even if the caller has gone away: its end is
+// recorded regardless, so every recorded call has its result.
+func (s *Service) closeCall(ctx context.Context, agentID, name, callID string, res CallResult, err error, o CallOptions) (CallResult, error) {
 	res.CallID = callID
 	var sessionCtx []string
 	if err == nil {
@@ -168,8 +196,6 @@ func (s *Service) callWith(ctx context.Context, agentID, name, callID string, ar
 		outcome = "error"
 	}
 	s.calls.WithLabelValues(name, outcome).Inc()
-	// The job may have run even if the caller has gone away: record its end
-	// regardless, so every recorded call has its result.
 	result := resultEvent{
 		CallID: res.CallID, IsError: res.IsError, Text: res.Text, JobID: res.JobID, ExitCode: res.ExitCode, Sandbox: res.Sandbox, Network: toNetworkEvent(res.Network),
 		AdditionalContext: res.AdditionalContext, SystemMessages: res.SystemMessages,
@@ -326,7 +352,43 @@ func (s *Service) record(ctx context.Context, agentID, typ string, data any) err
 // bash runs the bash tool: PreToolUse hooks, the shared pipeline, waiting
 // (foreground), PostToolUse hooks.
 func (s *Service) bash(ctx context.Context, agent agents.Agent, callID string, a tools.Args, o CallOptions) (CallResult, error) {
-	started := o.Started
+	spec, yield := bashSpec(agent, a, o)
+	hc := s.hookCall(agent, callID, hookToolName, bashHookInput(a))
+	var preOut hooks.Outcome
+	pre := func(ctx context.Context) (string, bool, error) {
+		var err error
+		preOut, err = hc.run(ctx, hooks.PreToolUse, nil)
+		return preOut.Reason, preOut.Blocked, err
+	}
+	job, err := s.start(ctx, &agent, spec, pre)
+	if err != nil {
+		res, ok := startProblem(err)
+		if !ok {
+			return CallResult{}, err
+		}
+		if errors.As(err, new(*errBlocked)) {
+			addHookOutput(&res, preOut)
+		}
+		return res, nil
+	}
+
+	// The job runs whether or not the caller stays (a harness's HTTP client
+	// may go away; an MCP cancellation stops the job through its own path):
+	// what follows is the job's real result, and the transcript records it.
+	ctx = context.WithoutCancel(ctx)
+	res, response := s.bashResult(ctx, job, o.Started, yield)
+	pol := job.Sandbox()
+	res.Sandbox = &pol
+	res.Network = job.Network()
+	addHookOutput(&res, preOut)
+	hc.after(ctx, &res, response)
+	return res, nil
+}
+
+// bashSpec is the job a bash call asks for, and its yield time: a
+// foreground call returns a still-running job after it (Codex's
+// behaviour); without one, and without tty, it waits for the end.
+func bashSpec(agent agents.Agent, a tools.Args, o CallOptions) (exec.Spec, time.Duration) {
 	spec := exec.Spec{
 		Sandbox:    o.Sandbox,
 		Command:    a.Str("command"),
@@ -337,8 +399,6 @@ func (s *Service) bash(ctx context.Context, agent agents.Agent, callID string, a
 		Cols:       int(min(a.Int("cols"), exec.MaxTerminalSize+1)),
 		Rows:       int(min(a.Int("rows"), exec.MaxTerminalSize+1)),
 	}
-	// A foreground call returns a still-running job after its yield time
-	// (Codex's behaviour); without one, and without tty, it waits for the end.
 	var yield time.Duration
 	if spec.TTY {
 		yield = ttyYield
@@ -349,69 +409,77 @@ func (s *Service) bash(ctx context.Context, agent agents.Agent, callID string, a
 	// A call that may return while its job runs on holds one of the agent's
 	// background slots, as run_in_background does.
 	spec.MayOutlive = !spec.Background && yield > 0
-	// Hooks run in the agent's cwd (docs/design.md#hooks-and-model-tools),
-	// never in the workdir the model asked for: a project's hooks are found relative to it (often via
-	// CLAUDE_PROJECT_DIR), and a hook that cannot be found does not block.
-	hookCwd := agent.Cwd
-	if hookCwd == "" {
-		hookCwd = s.home
-	}
-	input := bashHookInput(a)
-	hookInput := func(ev hooks.EventName) hooks.Input {
-		return hooks.Input{Event: ev, SessionID: agent.ID, Cwd: hookCwd, ToolName: hookToolName, ToolUseID: callID, ToolInput: input}
-	}
-	var preOut hooks.Outcome
-	pre := func(ctx context.Context) (string, bool, error) {
-		var err error
-		preOut, err = s.runHooks(ctx, callID, agent.ID, hookInput(hooks.PreToolUse))
-		return preOut.Reason, preOut.Blocked, err
-	}
+	return spec, yield
+}
 
-	job, err := s.start(ctx, &agent, spec, pre)
+// startProblem is the error result of a bash call whose job did not start
+// for a reason the model can act on (a hook's block, too many jobs, a bad
+// workdir, …); ok is false for a failure of dshd's own.
+func startProblem(err error) (res CallResult, ok bool) {
 	var (
 		blocked *errBlocked
 		tooMany *exec.TooManyJobsError
 	)
 	switch {
 	case errors.As(err, &blocked):
-		res := CallResult{IsError: true, Text: blockedText("PreToolUse", blocked.reason)}
-		addHookOutput(&res, preOut)
-		return res, nil
+		return CallResult{IsError: true, Text: blockedText("PreToolUse", blocked.reason)}, true
 	case errors.As(err, &tooMany) && tooMany.Limit == "agent":
 		return CallResult{IsError: true, Text: fmt.Sprintf("could not start the command: too many jobs: %d of your jobs already run on their own "+
 			"(run_in_background, or still running after yield_time_ms or tty), the most allowed; wait for one to end "+
-			"(job_output with waitMs) or stop one (job_kill), then try again; job_list lists them", tooMany.Max)}, nil
+			"(job_output with waitMs) or stop one (job_kill), then try again; job_list lists them", tooMany.Max)}, true
 	case errors.Is(err, exec.ErrInvalidCwd), errors.Is(err, exec.ErrInvalidInput), errors.Is(err, exec.ErrTooManyJobs),
 		errors.Is(err, exec.ErrTooLarge), errors.Is(err, exec.ErrTimeoutTooLong), errors.Is(err, sandbox.ErrUnavailable):
 		// The model can fix these itself: tell it rather than fail the request.
-		return CallResult{IsError: true, Text: "could not start the command: " + err.Error()}, nil
-	case err != nil:
-		return CallResult{}, err
+		return CallResult{IsError: true, Text: "could not start the command: " + err.Error()}, true
 	}
+	return CallResult{}, false
+}
 
-	// The job runs whether or not the caller stays (a harness's HTTP client
-	// may go away; an MCP cancellation stops the job through its own path):
-	// what follows is the job's real result, and the transcript records it.
-	ctx = context.WithoutCancel(ctx)
-	res, response := s.bashResult(ctx, job, started, yield)
-	pol := job.Sandbox()
-	res.Sandbox = &pol
-	res.Network = job.Network()
-	addHookOutput(&res, preOut)
-	post := hookInput(hooks.PostToolUse)
-	post.ToolResponse = response
-	out, err := s.runHooks(ctx, callID, agent.ID, post)
+// hookCall is one tool call as hooks see it: the vendor's tool name (and
+// the matcher aliases that also select it) and input.
+type hookCall struct {
+	s       *Service
+	agent   agents.Agent
+	callID  string
+	name    string
+	aliases []string
+	input   map[string]any
+}
+
+// hookCall makes the hooks' view of agent's call callID.
+func (s *Service) hookCall(agent agents.Agent, callID, name string, input map[string]any, aliases ...string) *hookCall {
+	return &hookCall{s: s, agent: agent, callID: callID, name: name, aliases: aliases, input: input}
+}
+
+// run fires ev for the call (response: the tool's, for PostToolUse). Hooks
+// run in the agent's cwd (docs/design.md#hooks-and-model-tools), never in
+// a workdir the model asked for: a project's hooks are found relative to
+// it (often via CLAUDE_PROJECT_DIR), and a hook that cannot be found does
+// not block.
+func (h *hookCall) run(ctx context.Context, ev hooks.EventName, response any) (hooks.Outcome, error) {
+	cwd := h.agent.Cwd
+	if cwd == "" {
+		cwd = h.s.home
+	}
+	in := hooks.Input{Event: ev, SessionID: h.agent.ID, Cwd: cwd, ToolName: h.name, MatcherAliases: h.aliases,
+		ToolUseID: h.callID, ToolInput: h.input, ToolResponse: response}
+	return h.s.runHooks(ctx, h.callID, h.agent.ID, in)
+}
+
+// after runs the PostToolUse hooks of a call that ran, with its response,
+// and carries what they said into res: a block marks it an error. A
+// failure to run them is logged: the call's result matters more.
+func (h *hookCall) after(ctx context.Context, res *CallResult, response any) {
+	out, err := h.run(ctx, hooks.PostToolUse, response)
 	if err != nil {
-		// The command has run; its result matters more than the hook.
-		s.log.Warn("PostToolUse hooks failed", "agent_id", agent.ID, "call_id", callID, "job_id", job.ID(), "err", err)
-		return res, nil
+		h.s.log.Warn("PostToolUse hooks failed", "agent_id", h.agent.ID, "call_id", h.callID, "tool", h.name, "job_id", res.JobID, "err", err)
+		return
 	}
 	if out.Blocked {
 		res.IsError = true
 		res.Text += "\n" + blockedText("PostToolUse", out.Reason)
 	}
-	addHookOutput(&res, out)
-	return res, nil
+	addHookOutput(res, out)
 }
 
 // workdir is where a bash call asking for wd runs: the agent's cwd for "",

@@ -59,6 +59,7 @@ type param struct {
 	name        string
 	kind        kind
 	required    bool
+	empty       bool     // a required string may be empty
 	oneOf       []string // allowed values of a string, nil = any
 	minimum     *int     // advertised minimum of an integer (ParseArgs takes any non-negative one)
 	description string
@@ -102,6 +103,24 @@ var params = map[string][]param{
 		{name: "chars", kind: kindString, description: "Characters to write to the job's input; empty or omitted: only read new output."},
 		{name: "yield_time_ms", kind: kindInteger, minimum: minimum(0), description: "How long to wait for output before returning (default 250 ms after a write, 5000 ms when only polling; at most 30000)."},
 		{name: "max_output_tokens", kind: kindInteger, minimum: minimum(1), description: "Most output to return, in tokens of about 4 bytes (default 10000); longer output keeps its head and tail."},
+	},
+	ToolReadFile: {
+		{name: "file_path", kind: kindString, required: true, description: "The file to read: absolute, or relative to your working directory."},
+		{name: "offset", kind: kindInteger, minimum: minimum(1), description: "The line number to start reading from (1 = the first line). Give it for files too long to read at once."},
+		{name: "limit", kind: kindInteger, minimum: minimum(1), description: fmt.Sprintf("How many lines to read (default %d).", DefaultReadLines)},
+	},
+	ToolWriteFile: {
+		{name: "file_path", kind: kindString, required: true, description: "The file to write: absolute, or relative to your working directory."},
+		{name: "content", kind: kindString, required: true, empty: true, description: "The whole content of the file."},
+	},
+	ToolEditFile: {
+		{name: "file_path", kind: kindString, required: true, description: "The file to edit: absolute, or relative to your working directory."},
+		{name: "old_string", kind: kindString, required: true, empty: true, description: "The text to replace, exactly as the file has it (empty: make a file that does not exist yet)."},
+		{name: "new_string", kind: kindString, required: true, empty: true, description: "The text to replace it with (must differ from old_string)."},
+		{name: "replace_all", kind: kindBool, description: "Replace every occurrence of old_string (default false: it must occur once)."},
+	},
+	ToolApplyPatch: {
+		{name: "input", kind: kindString, required: true, description: "The entire patch, from *** Begin Patch to *** End Patch."},
 	},
 }
 
@@ -259,7 +278,7 @@ func (a Args) decode(p param, v json.RawMessage) string {
 		if err := json.Unmarshal(v, &s); err != nil {
 			return bad
 		}
-		if p.required && strings.TrimSpace(s) == "" {
+		if p.required && !p.empty && strings.TrimSpace(s) == "" {
 			return p.name + " must not be empty"
 		}
 		if p.oneOf != nil && !slices.Contains(p.oneOf, s) {

@@ -18,6 +18,12 @@ const (
 	// ToolWriteStdin is Codex's unified exec tool of that name: write to a
 	// running job and read what it printed since the last read.
 	ToolWriteStdin = "write_stdin"
+	// The file tools, with the argument names Claude Code's Read, Write
+	// and Edit and Codex's apply_patch taught the models.
+	ToolReadFile   = "read_file"
+	ToolWriteFile  = "write_file"
+	ToolEditFile   = "edit_file"
+	ToolApplyPatch = "apply_patch"
 )
 
 // Render formats accepted by Render.
@@ -86,6 +92,16 @@ func hintsFor(name string, policy sandbox.Policy) Hints {
 		return Hints{ReadOnly: true, Idempotent: true}
 	case ToolJobKill:
 		return Hints{Destructive: true, Idempotent: true}
+	case ToolReadFile:
+		return Hints{ReadOnly: true, Idempotent: true}
+	case ToolWriteFile, ToolEditFile, ToolApplyPatch:
+		// They write where the agent's commands may write: nowhere under
+		// a read-only file system. Writing the same content twice is
+		// writing it once; an edit or a patch applied twice is not.
+		if policy.FS == sandbox.ReadOnly {
+			return Hints{ReadOnly: true, Idempotent: true}
+		}
+		return Hints{Destructive: true, Idempotent: name == ToolWriteFile}
 	}
 	return Hints{Destructive: true, OpenWorld: true} // an unknown tool: assume the worst
 }
@@ -119,7 +135,8 @@ Without range arguments you get its output as bash shows it: long output keeps i
 A result holds at most %d bytes of output and ends with a line saying what it showed and the call that reads on.`, MaxReadBytes)
 
 // Definitions returns the model-facing tools — bash, job_output, job_list,
-// job_kill and write_stdin — in that order. Every call returns fresh values that the caller
+// job_kill, write_stdin, read_file, write_file, edit_file and apply_patch —
+// in that order. Every call returns fresh values that the caller
 // may modify. The argument schemas are made from the argument rules
 // (params), the one source of both.
 //
@@ -148,6 +165,10 @@ func DefinitionsFor(policy sandbox.Policy) []Definition {
 			Schema:      argumentsSchema(ToolJobKill),
 		},
 		{Name: ToolWriteStdin, Description: writeStdinDescription, Schema: argumentsSchema(ToolWriteStdin)},
+		{Name: ToolReadFile, Description: readFileDescription, Schema: argumentsSchema(ToolReadFile)},
+		{Name: ToolWriteFile, Description: writeFileDescription, Schema: argumentsSchema(ToolWriteFile)},
+		{Name: ToolEditFile, Description: editFileDescription, Schema: argumentsSchema(ToolEditFile)},
+		{Name: ToolApplyPatch, Description: applyPatchDescription, Schema: argumentsSchema(ToolApplyPatch)},
 	}
 	for i := range defs {
 		defs[i].Title = titles[defs[i].Name]
@@ -163,6 +184,10 @@ var titles = map[string]string{
 	ToolJobList:    "List jobs",
 	ToolJobKill:    "Stop a job",
 	ToolWriteStdin: "Type into a running job",
+	ToolReadFile:   "Read a file",
+	ToolWriteFile:  "Write a file",
+	ToolEditFile:   "Edit a file",
+	ToolApplyPatch: "Apply a patch",
 }
 
 // genericTool is the format-neutral rendering of a Definition.

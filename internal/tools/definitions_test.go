@@ -76,7 +76,7 @@ func TestDefinitions(t *testing.T) {
 			t.Errorf("%s: want a description and an object schema", d.Name)
 		}
 	}
-	if diff := cmp.Diff([]string{"bash", "job_output", "job_list", "job_kill", "write_stdin"}, names); diff != "" {
+	if diff := cmp.Diff([]string{"bash", "job_output", "job_list", "job_kill", "write_stdin", "read_file", "write_file", "edit_file", "apply_patch"}, names); diff != "" {
 		t.Errorf("names (-want +got):\n%s", diff)
 	}
 
@@ -277,6 +277,12 @@ func TestHintsFollowPolicy(t *testing.T) {
 				want = c.shell
 			case ToolJobKill:
 				want = Hints{Destructive: true, Idempotent: true}
+			case ToolWriteFile, ToolEditFile, ToolApplyPatch:
+				// They write where commands may: nowhere under read-only.
+				want = Hints{Destructive: true, Idempotent: d.Name == ToolWriteFile}
+				if c.policy.FS == sandbox.ReadOnly {
+					want = Hints{ReadOnly: true, Idempotent: true}
+				}
 			}
 			if d.Hints != want || d.Title == "" {
 				t.Errorf("%s under %s: title %q, hints %+v, want a title and %+v", d.Name, c.policy, d.Title, d.Hints, want)

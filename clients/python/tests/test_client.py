@@ -145,7 +145,7 @@ class EveryOperation(unittest.TestCase):
         self.assertEqual((child["parentId"], child["depth"]), (a["id"], 1))
         self.assertIn('"type":"session"', c.transcript_jsonl(a["id"]))
 
-        self.assertEqual([t["name"] for t in c.tools()], ["bash", "job_output", "job_list", "job_kill", "write_stdin"])
+        self.assertEqual([t["name"] for t in c.tools()], ["bash", "job_output", "job_list", "job_kill", "write_stdin", "read_file", "write_file", "edit_file", "apply_patch"])
         self.assertEqual(c.tools("openai")[0]["type"], "function")
         self.assertIn("input_schema", c.tools("anthropic")[0])
 

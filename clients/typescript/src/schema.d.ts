@@ -603,7 +603,9 @@ export interface paths {
          *
          *     Whatever the model got wrong (arguments that break the tool's schema or
          *     rules, a job that is not its own, a workdir that does not exist, too many
-         *     running jobs) answers 200 with `isError: true` and a text written for the
+         *     running jobs, a file that is missing or binary, an `old_string` not found
+         *     or not unique, a patch that does not apply, a path its sandbox refuses)
+         *     answers 200 with `isError: true` and a text written for the
          *     model, recorded as `tool/call` and `tool/result` like any call: hand it
          *     back to the model. Error statuses are for the harness's own mistakes (an
          *     unknown agent or tool, a malformed body, a bad token).
@@ -624,7 +626,7 @@ export interface paths {
         };
         /**
          * Model tool definitions, optionally rendered in a vendor's tool format.
-         * @description `bash`, `job_output`, `job_list`, `job_kill` and `write_stdin`, each with the JSON schema of its arguments, in dshd's own shape or rendered in a vendor's tool format.
+         * @description `bash`, `job_output`, `job_list`, `job_kill`, `write_stdin`, `read_file`, `write_file`, `edit_file` and `apply_patch`, each with the JSON schema of its arguments, in dshd's own shape or rendered in a vendor's tool format.
          */
         get: operations["listTools"];
         put?: never;

@@ -24,7 +24,7 @@ const c = createDshdClient(process.env.DSHD_URL!, process.env.DSHD_TOKEN!);
 test("openai: Chat Completions function tools", async () => {
   const tools = await listTools(c.api, "openai");
   const body = chatCompletionsBody(tools);
-  assert.deepEqual(body.tools!.map((t) => (t.type === "function" ? t.function.name : "")), ["bash", "job_output", "job_list", "job_kill", "write_stdin"]);
+  assert.deepEqual(body.tools!.map((t) => (t.type === "function" ? t.function.name : "")), ["bash", "job_output", "job_list", "job_kill", "write_stdin", "read_file", "write_file", "edit_file", "apply_patch"]);
   for (const t of tools) {
     assert.equal(t.type, "function");
     assert.ok(t.function.description.length <= 1024, `${t.function.name} description too long`);
@@ -35,7 +35,7 @@ test("openai: Chat Completions function tools", async () => {
 test("openai-responses: strict Responses API function tools", async () => {
   const tools = await listTools(c.api, "openai-responses");
   const body = responsesBody(tools);
-  assert.deepEqual(body.tools!.map((t) => ("name" in t ? t.name : "")), ["bash", "job_output", "job_list", "job_kill", "write_stdin"]);
+  assert.deepEqual(body.tools!.map((t) => ("name" in t ? t.name : "")), ["bash", "job_output", "job_list", "job_kill", "write_stdin", "read_file", "write_file", "edit_file", "apply_patch"]);
   for (const t of tools) {
     assert.equal(t.strict, true);
     assert.ok(t.description.length <= 1024, `${t.name} description too long`);
@@ -62,7 +62,7 @@ test("openai-responses: strict Responses API function tools", async () => {
 test("openai-strict: strict Chat Completions function tools", async () => {
   const tools = await listTools(c.api, "openai-strict");
   const body = chatCompletionsBody(tools);
-  assert.deepEqual(body.tools!.map((t) => (t.type === "function" ? t.function.name : "")), ["bash", "job_output", "job_list", "job_kill", "write_stdin"]);
+  assert.deepEqual(body.tools!.map((t) => (t.type === "function" ? t.function.name : "")), ["bash", "job_output", "job_list", "job_kill", "write_stdin", "read_file", "write_file", "edit_file", "apply_patch"]);
   for (const t of tools) {
     assert.equal(t.function.strict, true, `${t.function.name} is not strict`);
     const p = t.function.parameters;
@@ -83,7 +83,7 @@ test("openai-strict: strict Chat Completions function tools", async () => {
 test("anthropic: Messages client tools", async () => {
   const tools = await listTools(c.api, "anthropic");
   const body = anthropicMessagesBody(tools);
-  assert.deepEqual(body.tools!.map((t) => ("name" in t ? t.name : "")), ["bash", "job_output", "job_list", "job_kill", "write_stdin"]);
+  assert.deepEqual(body.tools!.map((t) => ("name" in t ? t.name : "")), ["bash", "job_output", "job_list", "job_kill", "write_stdin", "read_file", "write_file", "edit_file", "apply_patch"]);
   for (const t of tools) {
     assert.ok(t.description.length <= 1024, `${t.name} description too long`);
     assert.equal(t.input_schema.type, "object");
