@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/dshd/dshd/internal/benchkit"
 )
 
 // benchServer serves loopback connections with serve until the benchmark
@@ -121,6 +123,13 @@ func BenchmarkProxyConnect(b *testing.B) {
 	b.ReportMetric(float64(direct.Microseconds())/n, "direct-µs/conn")
 	b.ReportMetric(float64(proxied.Microseconds())/n, "proxy-µs/conn")
 	b.ReportMetric(float64((proxied-direct).Microseconds())/n, "added-µs/conn")
+	reportLoad(b)
+}
+
+// reportLoad prints the load average beside a benchmark's figures.
+func reportLoad(b *testing.B) {
+	b.ReportMetric(benchkit.Load1(), "load1")
+	b.Logf("load average %s", benchkit.LoadAvg())
 }
 
 // BenchmarkProxyThroughput measures bulk transfer: 32 MiB written to a
@@ -171,4 +180,5 @@ func BenchmarkProxyThroughput(b *testing.B) {
 	b.ReportMetric(mbps(direct), "direct-MB/s")
 	b.ReportMetric(mbps(proxied), "proxy-MB/s")
 	b.ReportMetric(direct.Seconds()/proxied.Seconds(), "proxy/direct")
+	reportLoad(b)
 }
