@@ -21,6 +21,7 @@ import (
 	"github.com/dshd/dshd/internal/ids"
 	"github.com/dshd/dshd/internal/limits"
 	"github.com/dshd/dshd/internal/sandbox"
+	"github.com/dshd/dshd/internal/stages"
 )
 
 const (
@@ -615,6 +616,7 @@ func (s *Store) Append(ctx context.Context, id, typ string, data any) (Event, er
 }
 
 func (s *Store) append(ctx context.Context, e *entry, typ string, data any) (Event, error) {
+	defer stages.Done(stages.Commit, stages.Start())
 	if strings.TrimSpace(typ) == "" {
 		return Event{}, fmt.Errorf("%w: blank type", ErrInvalidEvent)
 	}
