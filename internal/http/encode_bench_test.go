@@ -28,4 +28,3 @@ func BenchmarkEventEncode(b *testing.B) {
 		}
 	})
 }
-
