@@ -131,7 +131,8 @@ func (s *Service) callWith(ctx context.Context, agentID, name, callID string, ar
 	if err := s.writeUnsaved(ctx, agentID); err != nil {
 		return CallResult{}, fmt.Errorf("record earlier results for agent %s: %w", agentID, err)
 	}
-	if err := s.record(ctx, agentID, agents.EventToolCall, callEvent{CallID: callID, Name: name, Arguments: recordable(args), Ignored: a.Ignored()}); err != nil {
+	// The call's line is made durable with its result's (CommitLater).
+	if err := s.record(agents.CommitLater(ctx), agentID, agents.EventToolCall, callEvent{CallID: callID, Name: name, Arguments: recordable(args), Ignored: a.Ignored()}); err != nil {
 		return CallResult{}, err
 	}
 	s.ledger.recorded(agentID, callID)
