@@ -46,15 +46,16 @@ func (m mcpHeaders) RoundTrip(r *http.Request) (*http.Response, error) {
 }
 
 // BenchmarkToolStages breaks a model's bash call of `true` down by stage
-// (package stages), as BenchmarkExecStages does for POST /exec: the real
+// (package stages), as BenchmarkExecStages does for POST /exec (which runs
+// in the same loop, for comparison): the real
 // handler, pipeline, executor, agent store (events fsynced, the default),
 // hook runner (no hooks configured, the default) and MCP endpoint in
 // process on loopback HTTP. Interleaved in each round: a direct `bash -c
-// true` spawn, the call through POST /agents/{id}/tools/bash and the same
+// true` spawn, POST /exec of `true`, the call through POST /agents/{id}/tools/bash and the same
 // call over MCP (the official Go client, one session bound to the same
-// agent). It prints each path's stages (the sum over one call of each
-// stage's median occurrence times its count: a call commits several
-// transcript events) and what is left: for the tool route the HTTP
+// agent). It prints each path's stages (each stage's median over the
+// calls, a stage met several times in a call, as the transcript's commits
+// are, counted by its sum in the call) and what is left: for the tool route the HTTP
 // transport and the client, for MCP that and the MCP framing (JSON-RPC
 // decoding and encoding, the session, the SDK).
 func BenchmarkToolStages(b *testing.B) {
@@ -143,41 +144,55 @@ func BenchmarkToolStages(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+	viaExec := func() {
+		if out := post("/exec", []byte(`{"command":"true"}`)); !bytes.Contains(out, []byte(`"exitCode":0`)) {
+			b.Fatalf("POST /exec: %s", out)
+		}
+	}
 	for range 20 {
 		direct()
+		viaExec()
 		viaHTTP()
 		viaMCP()
 	}
 
-	// Stages are gathered per path: the hook files them under the path
-	// running (one at a time).
+	// Stages are gathered per path and per call (calls run one at a
+	// time): a stage met several times in one call (the transcript's
+	// commits, the hooks of two events) counts as their sum.
 	var mu sync.Mutex
-	var per [2][stages.N][]time.Duration
-	path := -1
+	var per [3][stages.N][]time.Duration
+	var call [stages.N]time.Duration
+	var met [stages.N]int
 	stages.SetHook(func(s stages.Stage, d time.Duration) {
 		mu.Lock()
-		if path >= 0 {
-			per[path][s] = append(per[path][s], d)
-		}
+		call[s] += d
+		met[s]++
 		mu.Unlock()
 	})
 	defer stages.SetHook(nil)
+	var most [3][stages.N]int // the most times a stage was met in one call
 	on := func(p int, op func()) func() {
 		return func() {
-			mu.Lock()
-			path = p
-			mu.Unlock()
 			op()
+			mu.Lock()
+			for s := range stages.N {
+				if met[s] > 0 {
+					per[p][s] = append(per[p][s], call[s])
+					most[p][s] = max(most[p][s], met[s])
+				}
+				call[s], met[s] = 0, 0
+			}
+			mu.Unlock()
 		}
 	}
 	b.ResetTimer()
-	times := benchkit.Interleave(b.N, direct, on(0, viaHTTP), on(1, viaMCP))
+	times := benchkit.Interleave(b.N, direct, on(0, viaHTTP), on(1, viaMCP), on(2, viaExec))
 	b.StopTimer()
 	stages.SetHook(nil)
 	mu.Lock()
 	defer mu.Unlock()
 	floor := benchkit.Median(times[0])
-	for p, name := range []string{"tools-http", "mcp"} {
+	for p, name := range []string{"tools-http", "mcp", "exec"} {
 		whole := benchkit.Median(times[p+1])
 		var sum time.Duration
 		var line strings.Builder
@@ -186,19 +201,21 @@ func BenchmarkToolStages(b *testing.B) {
 			if len(d) == 0 || stages.Stage(s) == stages.Index { // index overlaps the wait
 				continue
 			}
-			count := float64(len(d)) / float64(b.N)
-			m := time.Duration(float64(benchkit.Median(d)) * count)
+			m := benchkit.Median(d)
 			sum += m
 			b.ReportMetric(benchkit.Us(m), fmt.Sprintf("%s-%s-µs", name, stages.Stage(s)))
 			fmt.Fprintf(&line, " %s=%.0f", stages.Stage(s), benchkit.Us(m))
-			if count > 1.01 {
-				fmt.Fprintf(&line, "(%.1f×)", count)
+			if most[p][s] > 1 {
+				fmt.Fprintf(&line, "(%d×)", most[p][s])
 			}
 		}
 		b.ReportMetric(benchkit.Us(whole), name+"-µs")
 		b.ReportMetric(benchkit.Ratio(whole, floor), name+"-direct-ratio")
 		b.ReportMetric(benchkit.Us(whole-sum), name+"-rest-µs")
 		rest := "HTTP transport both ways, the client"
+		if p == 2 {
+			rest += ", the resume"
+		}
 		if p == 1 {
 			rest += ", MCP framing"
 		}
