@@ -90,8 +90,8 @@ unit-pkgs:
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -count=1 -timeout 30m ./internal/shellenv ./internal/exec ./internal/agents ./internal/sandbox
 	$(GO) test -run '^$$' -bench SpawnFreshGroup -benchtime 400x -count=1 -timeout 30m ./internal/cgroup
-	$(GO) test -run '^$$' -bench 'ExecStages' -benchtime 1000x -count=1 -v -timeout 30m ./internal/http
-	$(GO) test -run '^$$' -bench 'ExecForeground|ExecConcurrent8|Declarations10000|MCPBash' -benchtime 1000x -count=1 -timeout 30m ./tests
+	$(GO) test -run '^$$' -bench 'ExecStages|ToolStages' -benchtime 1000x -count=1 -v -timeout 30m ./internal/http
+	$(GO) test -run '^$$' -bench 'ExecForeground|ExecConcurrent8|Declarations10000|MCPBash|ManyAgents' -benchtime 1000x -count=1 -timeout 30m ./tests
 	$(GO) test -run '^$$' -bench 'ExecSandbox' -benchtime 200x -count=1 -timeout 30m ./tests
 	$(GO) test -run '^$$' -bench 'ProxyConnect|ProxyThroughput' -count=1 -timeout 30m ./internal/netallow
 	$(GO) test -run '^$$' -bench 'TerminalEcho' -benchtime 2000x -count=1 -timeout 30m ./tests

@@ -9,12 +9,13 @@ import (
 	"net/http"
 	"os"
 	osexec "os/exec"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/dshd/dshd/internal/benchkit"
 )
 
 // The benchmarks here measure design's budgets (docs/performance.md) against the real
@@ -108,13 +109,11 @@ func spawnDirect(tb testing.TB) {
 
 var execTrue = []byte(`{"command":"true"}`)
 
-func percentile(d []time.Duration, p float64) time.Duration {
-	s := slices.Clone(d)
-	slices.Sort(s)
-	return s[min(len(s)-1, int(float64(len(s))*p))]
-}
-
-func us(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
+// percentile and us are package benchkit's, shared by every benchmark.
+var (
+	percentile = benchkit.Percentile
+	us         = benchkit.Us
+)
 
 // BenchmarkExecForeground interleaves a direct `bash -c true` spawn (the
 // physical floor), the same command through the minimal net/http exec
@@ -176,18 +175,8 @@ func BenchmarkExecForeground(b *testing.B) {
 // benchmark's figures (a ratio measured on a busy machine says so), and
 // logs all three.
 func reportLoad(b *testing.B) {
-	raw, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return
-	}
-	f := strings.Fields(string(raw))
-	if len(f) < 3 {
-		return
-	}
-	if l1, err := strconv.ParseFloat(f[0], 64); err == nil {
-		b.ReportMetric(l1, "load1")
-	}
-	b.Logf("load average %s %s %s", f[0], f[1], f[2])
+	b.ReportMetric(benchkit.Load1(), "load1")
+	b.Logf("load average %s", benchkit.LoadAvg())
 }
 
 // BenchmarkExecConcurrent8 measures throughput with 8 concurrent clients:

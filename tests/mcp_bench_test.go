@@ -8,6 +8,8 @@ import (
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/dshd/dshd/internal/benchkit"
 )
 
 // authTransport adds the bearer token and the agent to bind to every request.
@@ -23,6 +25,45 @@ func (a authTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	return a.base.RoundTrip(r)
 }
 
+// benchMCPSession opens an MCP session (the official Go client) bound to
+// agentID, closed at the benchmark's end.
+func benchMCPSession(tb testing.TB, ctx context.Context, s *testServer, agentID string) *sdk.ClientSession {
+	tb.Helper()
+	client := sdk.NewClient(&sdk.Implementation{Name: "bench", Version: "1"}, nil)
+	cs, err := client.Connect(ctx, &sdk.StreamableClientTransport{
+		Endpoint:             s.URL + "/mcp",
+		HTTPClient:           &http.Client{Transport: authTransport{token: s.Token, agentID: agentID, base: benchClient.Transport}},
+		DisableStandaloneSSE: true,
+	}, &sdk.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { cs.Close() })
+	return cs
+}
+
+// mcpBashTrue calls the bash tool with `true` on cs.
+func mcpBashTrue(tb testing.TB, ctx context.Context, cs *sdk.ClientSession) {
+	res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "bash", Arguments: map[string]any{"command": "true"}})
+	if err != nil || res.IsError {
+		tb.Fatalf("MCP bash true = %+v, %v", res, err)
+	}
+}
+
+// toolBashTrue is the bash tool's call of `true` through the HTTP tool route.
+var toolBashTrue = []byte(`{"arguments":{"command":"true"}}`)
+
+// benchAgent makes an agent and returns its id.
+func (s *testServer) benchAgent(tb testing.TB) string {
+	var a struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal(s.post(tb, "/agents", []byte(`{}`)), &a); err != nil {
+		tb.Fatal(err)
+	}
+	return a.ID
+}
+
 // BenchmarkMCPBash interleaves a direct `bash -c true` spawn (the physical
 // floor), a foreground POST /exec of `true` (no agent), a bash tool call of
 // `true` through POST /agents/{id}/tools/bash (with its transcript commit)
@@ -31,32 +72,13 @@ func (a authTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 // the tool call, and each path's median ratio to direct spawn.
 func BenchmarkMCPBash(b *testing.B) {
 	s := startServer(b)
-	var a struct {
-		ID string `json:"id"`
-	}
-	if err := json.Unmarshal(s.post(b, "/agents", []byte(`{}`)), &a); err != nil {
-		b.Fatal(err)
-	}
+	a := struct{ ID string }{s.benchAgent(b)}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
-	client := sdk.NewClient(&sdk.Implementation{Name: "bench", Version: "1"}, nil)
-	cs, err := client.Connect(ctx, &sdk.StreamableClientTransport{
-		Endpoint:             s.URL + "/mcp",
-		HTTPClient:           &http.Client{Transport: authTransport{token: s.Token, agentID: a.ID, base: benchClient.Transport}},
-		DisableStandaloneSSE: true,
-	}, &sdk.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer cs.Close()
+	cs := benchMCPSession(b, ctx, s, a.ID)
 
-	httpCall := []byte(`{"arguments":{"command":"true"}}`)
-	mcpCall := func() {
-		res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "bash", Arguments: map[string]any{"command": "true"}})
-		if err != nil || res.IsError {
-			b.Fatalf("MCP bash true = %+v, %v", res, err)
-		}
-	}
+	httpCall := toolBashTrue
+	mcpCall := func() { mcpBashTrue(b, ctx, cs) }
 	for range 50 { // warm up every path
 		spawnDirect(b)
 		s.post(b, "/exec", execTrue)
@@ -97,5 +119,59 @@ func BenchmarkMCPBash(b *testing.B) {
 	b.ReportMetric(float64(em)/float64(dm), "exec-direct-ratio")
 	b.ReportMetric(float64(hm)/float64(dm), "tools-direct-ratio")
 	b.ReportMetric(float64(mm)/float64(dm), "mcp-direct-ratio")
+	reportLoad(b)
+}
+
+// BenchmarkManyAgents: 64 agents each call bash (`true`), 8 calls at a
+// time, through the HTTP tool route (each call with its transcript
+// commit) and over MCP (each agent its own session, 8 calls in flight),
+// beside 8 goroutines spawning `bash -c true` directly. The three take
+// turns in three rounds of b.N calls each (the calls going round the
+// agents), and each reports its throughput over the rounds and the p99 of
+// one call. Budgets: the tool route's throughput (no budget set yet for
+// MCP) against direct spawn at 8.
+func BenchmarkManyAgents(b *testing.B) {
+	const agents, clients, rounds = 64, 8, 3
+	s := startServer(b)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	ids := make([]string, agents)
+	sessions := make([]*sdk.ClientSession, agents)
+	for i := range agents {
+		ids[i] = s.benchAgent(b)
+		sessions[i] = benchMCPSession(b, ctx, s, ids[i])
+	}
+	direct := func(int, int) { spawnDirect(b) }
+	viaHTTP := func(_, seq int) { s.post(b, "/agents/"+ids[seq%agents]+"/tools/bash", toolBashTrue) }
+	viaMCP := func(_, seq int) { mcpBashTrue(b, ctx, sessions[seq%agents]) }
+	paths := []func(int, int){direct, viaHTTP, viaMCP}
+	for _, op := range paths { // warm up: every agent and session once
+		benchkit.Concurrent(clients, agents, op)
+	}
+	wall := make([]time.Duration, len(paths))
+	each := make([][]time.Duration, len(paths))
+	cpu := make([]float64, len(paths)) // the server's CPU time
+	pid := s.cmd.Process.Pid
+	b.ResetTimer()
+	for range rounds {
+		for i, op := range paths {
+			c0 := cpuSeconds(b, pid)
+			w, e := benchkit.Concurrent(clients, b.N, op)
+			cpu[i] += cpuSeconds(b, pid) - c0
+			wall[i] += w
+			each[i] = append(each[i], e...)
+		}
+	}
+	b.StopTimer()
+	calls := float64(b.N * rounds)
+	for i, name := range []string{"direct", "tools-http", "mcp"} {
+		b.ReportMetric(calls/wall[i].Seconds(), name+"-calls/s")
+		b.ReportMetric(us(percentile(each[i], .99)), name+"-p99-µs")
+		b.ReportMetric(us(percentile(each[i], .5)), name+"-median-µs")
+		if i > 0 {
+			b.ReportMetric(cpu[i]/calls*1e6, name+"-server-cpu-µs/call")
+			b.ReportMetric(wall[0].Seconds()/wall[i].Seconds(), name+"-throughput-ratio")
+		}
+	}
 	reportLoad(b)
 }

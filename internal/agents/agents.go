@@ -30,6 +30,9 @@
 //
 // With SyncCommit (the default) Append and Resume return only once the
 // event is durable: the file has been fsynced after the event was written.
+// The one exception is an Append under CommitLater (a tool call's
+// tool/call line, before its command runs), which the agent's next Append
+// makes durable with its own fsync.
 // Appends do not each pay for an fsync of their own. Appends to one agent
 // write their lines under the agent's mutex, then wait for durability
 // without it: one of them (the leader) fsyncs, and every line written

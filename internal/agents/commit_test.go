@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -76,6 +77,42 @@ func TestAppendIsDurableOnReturn(t *testing.T) {
 				t.Errorf("after resume: durable = %v, want %v", got, tc.durable)
 			}
 		})
+	}
+}
+
+// TestCommitLater: an append marked CommitLater is written (a reader and a
+// process crash see it) but not fsynced on its own; the next append made
+// without the mark fsyncs once, and both lines are durable when it returns.
+func TestCommitLater(t *testing.T) {
+	s := mustOpen(t, Options{DefaultCwd: "/"})
+	a := mustCreate(t, s, "")
+	rec := &syncRecorder{sizes: map[string]int64{}}
+	s.syncFile = rec.sync
+	ctx := context.Background()
+	size := func() int64 {
+		fi, err := os.Stat(s.Path(a.ID))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi.Size()
+	}
+	before := size()
+	if _, err := s.Append(CommitLater(ctx), a.ID, EventToolCall, map[string]any{"callId": "c1"}); err != nil {
+		t.Fatal(err)
+	}
+	if size() <= before {
+		t.Fatalf("the deferred line is not written: %d bytes, %d before", size(), before)
+	}
+	if rec.count != 0 || rec.synced(s.Path(a.ID)) >= size() {
+		t.Fatalf("a deferred append fsynced (%d fsyncs, %d of %d bytes)", rec.count, rec.synced(s.Path(a.ID)), size())
+	}
+	tr, err := s.Transcript(ctx, a.ID)
+	if err != nil || !strings.Contains(string(tr), `"c1"`) {
+		t.Fatalf("transcript lacks the deferred line (%v): %s", err, tr)
+	}
+	mustAppend(t, s, a.ID, EventToolResult, map[string]any{"callId": "c1"})
+	if rec.count != 1 || rec.synced(s.Path(a.ID)) < size() {
+		t.Fatalf("after the result: %d fsyncs, %d of %d bytes durable; want 1, all", rec.count, rec.synced(s.Path(a.ID)), size())
 	}
 }
 

@@ -21,6 +21,7 @@ import (
 	"github.com/dshd/dshd/internal/ids"
 	"github.com/dshd/dshd/internal/limits"
 	"github.com/dshd/dshd/internal/sandbox"
+	"github.com/dshd/dshd/internal/stages"
 )
 
 const (
@@ -592,6 +593,27 @@ func (s *Store) Spawn(ctx context.Context, id string, b Bounds) (Agent, error) {
 	return a, nil
 }
 
+// CommitLater marks ctx so that an Append made with it returns once its
+// line is written, without waiting for an fsync of its own: the next
+// Append to the same agent made without the mark makes it durable with its
+// own (one fsync covers every line written before it). A tool call's
+// tool/call event is appended so, before its command runs: a process crash
+// keeps the line (it is in the kernel's page cache, and the next start
+// gives the call an interrupted result), and the call's tool/result, made
+// durable before the call is answered, makes the pair durable with one
+// fsync instead of two. Without SyncCommit, or on a journal, it changes
+// nothing.
+func CommitLater(ctx context.Context) context.Context {
+	return context.WithValue(ctx, commitLaterKey{}, true)
+}
+
+type commitLaterKey struct{}
+
+func commitLater(ctx context.Context) bool {
+	v, _ := ctx.Value(commitLaterKey{}).(bool)
+	return v
+}
+
 // Append adds an event of type typ with data to the agent's transcript and
 // returns it. data is encoded with encoding/json (a json.RawMessage is
 // stored compacted); nil is stored as {}. Concurrent appends to one agent get
@@ -615,6 +637,7 @@ func (s *Store) Append(ctx context.Context, id, typ string, data any) (Event, er
 }
 
 func (s *Store) append(ctx context.Context, e *entry, typ string, data any) (Event, error) {
+	defer stages.Done(stages.Commit, stages.Start())
 	if strings.TrimSpace(typ) == "" {
 		return Event{}, fmt.Errorf("%w: blank type", ErrInvalidEvent)
 	}
@@ -648,7 +671,7 @@ func (s *Store) append(ctx context.Context, e *entry, typ string, data any) (Eve
 	}
 	e.lastSeq = ev.Seq
 	e.size += int64(len(line))
-	if s.syncAppends {
+	if s.syncAppends && !commitLater(ctx) {
 		if err := s.commitLocked(e, e.size); err != nil {
 			// The line is written and may survive, but it is not known
 			// durable: the caller must not take it as acknowledged.

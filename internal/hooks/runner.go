@@ -14,6 +14,7 @@ import (
 
 	"github.com/dshd/dshd/internal/exec"
 	"github.com/dshd/dshd/internal/ids"
+	"github.com/dshd/dshd/internal/stages"
 )
 
 // maxStderr bounds Result.Stderr.
@@ -90,6 +91,7 @@ func (r *Runner) match(in Input) []handler {
 // (with every handler's result, those cut short included) when ctx ends; a
 // caller must then treat the call as blocked.
 func (r *Runner) Run(ctx context.Context, in Input) (Outcome, error) {
+	defer stages.Done(stages.Hooks, stages.Start())
 	if !in.Event.supported() {
 		return Outcome{}, fmt.Errorf("run hooks: %w: %q", ErrUnknownEvent, in.Event)
 	}

@@ -344,6 +344,9 @@ func (s *Server) ListTools(_ context.Context, req api.ListToolsRequestObject) (a
 
 // CallTool runs one model tool call for an agent.
 func (s *Server) CallTool(ctx context.Context, req api.CallToolRequestObject) (api.CallToolResponseObject, error) {
+	clock := stageClockOf(ctx)
+	clock.done(stages.Decode)
+	defer clock.resumed(time.Time{})
 	args, err := json.Marshal(req.Body.Arguments)
 	if err != nil {
 		return nil, fmt.Errorf("%w: arguments: %v", errBadRequest, err)

@@ -1,7 +1,9 @@
 package httpapi
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"io"
 	"math/rand/v2"
@@ -49,6 +51,43 @@ func TestAppendJSONString(t *testing.T) {
 		}
 		if strings.ContainsAny(string(enc), "\n\r") {
 			t.Errorf("appendJSONString(%q) = %q holds a line break, which would end the data line", in, enc)
+		}
+	}
+}
+
+// TestPlainWord checks the eight-bytes-at-a-time test against the byte
+// table: every byte value at every place of a word, alone among plain bytes
+// and after another byte that needs escaping, and every byte at every
+// offset of a longer run given to appendJSONString.
+func TestPlainWord(t *testing.T) {
+	for pos := range 8 {
+		for v := range 256 {
+			for _, fill := range []byte{'a', 0xe9, '~', ' '} {
+				w := bytes.Repeat([]byte{fill}, 8)
+				w[pos] = byte(v)
+				if got, want := plainWord(binary.LittleEndian.Uint64(w)), jsonSafe[v] && jsonSafe[fill]; got != want {
+					t.Fatalf("plainWord(%q) = %v, want %v", w, got, want)
+				}
+				if pos > 0 {
+					w[0] = '"'
+					if plainWord(binary.LittleEndian.Uint64(w)) {
+						t.Fatalf("plainWord(%q) = true", w)
+					}
+				}
+			}
+		}
+	}
+	for off := range 24 {
+		for v := range 256 {
+			in := bytes.Repeat([]byte{'x'}, 24)
+			in[off] = byte(v)
+			if !utf8.Valid(in) {
+				continue
+			}
+			var got string
+			if err := json.Unmarshal(appendJSONString(nil, in), &got); err != nil || got != string(in) {
+				t.Fatalf("appendJSONString(%q) decodes to %q, %v", in, got, err)
+			}
 		}
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/dshd/dshd/internal/benchkit"
 )
 
 // benchServer serves loopback connections with serve until the benchmark
@@ -55,6 +57,24 @@ func benchProxy(b *testing.B) string {
 	return ln.Addr().String()
 }
 
+// benchRelay starts the floor of any relay: a loopback listener that
+// dials port for each connection and copies both ways with io.Copy
+// (splice(2) between TCP connections), with nothing of the proxy's (no
+// request to read, no decision, no tracking). It returns its address.
+func benchRelay(b *testing.B, port int) string {
+	b.Helper()
+	target := fmt.Sprintf("127.0.0.1:%d", port)
+	p := benchServer(b, func(c net.Conn) {
+		up, err := net.Dial("tcp", target)
+		if err != nil {
+			return
+		}
+		defer up.Close()
+		relay(c, bufio.NewReader(c), up)
+	})
+	return fmt.Sprintf("127.0.0.1:%d", p)
+}
+
 // tunnel opens a CONNECT tunnel to bench.test:port through the proxy at
 // addr.
 func tunnel(addr string, port int) (net.Conn, *bufio.Reader, error) {
@@ -96,7 +116,8 @@ func BenchmarkProxyConnect(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	var direct, proxied time.Duration
+	plain := benchRelay(b, port)
+	var direct, relayed, proxied time.Duration
 	b.ResetTimer()
 	for b.Loop() {
 		t0 := time.Now()
@@ -106,6 +127,15 @@ func BenchmarkProxyConnect(b *testing.B) {
 		}
 		roundTrip(c, c)
 		direct += time.Since(t0)
+		c.Close()
+
+		t0 = time.Now()
+		c, err = net.Dial("tcp", plain)
+		if err != nil {
+			b.Fatal(err)
+		}
+		roundTrip(c, c)
+		relayed += time.Since(t0)
 		c.Close()
 
 		t0 = time.Now()
@@ -121,6 +151,15 @@ func BenchmarkProxyConnect(b *testing.B) {
 	b.ReportMetric(float64(direct.Microseconds())/n, "direct-µs/conn")
 	b.ReportMetric(float64(proxied.Microseconds())/n, "proxy-µs/conn")
 	b.ReportMetric(float64((proxied-direct).Microseconds())/n, "added-µs/conn")
+	b.ReportMetric(float64(relayed.Microseconds())/n, "plain-relay-µs/conn")
+	b.ReportMetric(float64((proxied-relayed).Microseconds())/n, "added-over-relay-µs/conn")
+	reportLoad(b)
+}
+
+// reportLoad prints the load average beside a benchmark's figures.
+func reportLoad(b *testing.B) {
+	b.ReportMetric(benchkit.Load1(), "load1")
+	b.Logf("load average %s", benchkit.LoadAvg())
 }
 
 // BenchmarkProxyThroughput measures bulk transfer: 32 MiB written to a
@@ -145,7 +184,8 @@ func BenchmarkProxyThroughput(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	var direct, proxied time.Duration
+	plain := benchRelay(b, port)
+	var direct, relayed, proxied time.Duration
 	b.SetBytes(2 * size)
 	b.ResetTimer()
 	for b.Loop() {
@@ -156,6 +196,15 @@ func BenchmarkProxyThroughput(b *testing.B) {
 		t0 := time.Now()
 		send(c, c)
 		direct += time.Since(t0)
+		c.Close()
+
+		c, err = net.Dial("tcp", plain)
+		if err != nil {
+			b.Fatal(err)
+		}
+		t0 = time.Now()
+		send(c, c)
+		relayed += time.Since(t0)
 		c.Close()
 
 		c, br, err := tunnel(addr, port)
@@ -171,4 +220,8 @@ func BenchmarkProxyThroughput(b *testing.B) {
 	b.ReportMetric(mbps(direct), "direct-MB/s")
 	b.ReportMetric(mbps(proxied), "proxy-MB/s")
 	b.ReportMetric(direct.Seconds()/proxied.Seconds(), "proxy/direct")
+	b.ReportMetric(mbps(relayed), "plain-relay-MB/s")
+	b.ReportMetric(direct.Seconds()/relayed.Seconds(), "plain-relay/direct")
+	b.ReportMetric(relayed.Seconds()/proxied.Seconds(), "proxy/plain-relay")
+	reportLoad(b)
 }

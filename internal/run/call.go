@@ -149,7 +149,8 @@ func (s *Service) openCall(ctx context.Context, agentID, name, callID string, ar
 	if err := s.writeUnsaved(ctx, agentID); err != nil {
 		return agent, a, nil, fmt.Errorf("record earlier results for agent %s: %w", agentID, err)
 	}
-	if err := s.record(ctx, agentID, agents.EventToolCall, callEvent{CallID: callID, Name: name, Arguments: recordable(args), Ignored: a.Ignored()}); err != nil {
+	// The call's line is made durable with its result's (CommitLater).
+	if err := s.record(agents.CommitLater(ctx), agentID, agents.EventToolCall, callEvent{CallID: callID, Name: name, Arguments: recordable(args), Ignored: a.Ignored()}); err != nil {
 		return agent, a, nil, err
 	}
 	s.ledger.recorded(agentID, callID)

@@ -29,10 +29,15 @@ const (
 	Record                // the job's end recorded, the index entry removed
 	Resume                // from the job's done signalled to its request running again
 	Respond               // HTTP: from the job's end to the response written
-	N                     // the number of stages
+	// Stages of a model's tool call (the tool route and MCP) beside those
+	// of its command.
+	Commit // one transcript event written and made durable (a call has at least two)
+	Hooks  // one event's hooks run (PreToolUse, PostToolUse), none configured included
+	Render // the command's result rendered as the model reads it
+	N      // the number of stages
 )
 
-var names = [N]string{"decode", "validate", "reserve", "overlay", "env", "contain", "streams", "spawn", "index", "wait", "release", "drain", "record", "resume", "respond"}
+var names = [N]string{"decode", "validate", "reserve", "overlay", "env", "contain", "streams", "spawn", "index", "wait", "release", "drain", "record", "resume", "respond", "commit", "hooks", "render"}
 
 func (s Stage) String() string {
 	if s < N {

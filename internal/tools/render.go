@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/dshd/dshd/internal/exec"
+	"github.com/dshd/dshd/internal/stages"
 )
 
 // RenderResult renders a job snapshot as the text a model reads
@@ -22,6 +23,7 @@ import (
 // "(no output)" stands for a result that would otherwise be empty. The
 // trailing newline of the output is dropped.
 func RenderResult(snap exec.Snapshot) string {
+	defer stages.Done(stages.Render, stages.Start())
 	var b strings.Builder
 	line := func(s string) {
 		b.WriteString(s)

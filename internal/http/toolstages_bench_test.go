@@ -1,0 +1,229 @@
+package httpapi
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	osexec "os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	contract "github.com/dshd/dshd/api"
+	"github.com/dshd/dshd/internal/agents"
+	"github.com/dshd/dshd/internal/benchkit"
+	"github.com/dshd/dshd/internal/exec"
+	"github.com/dshd/dshd/internal/hooks"
+	"github.com/dshd/dshd/internal/mcp"
+	"github.com/dshd/dshd/internal/run"
+	"github.com/dshd/dshd/internal/sandbox"
+	"github.com/dshd/dshd/internal/shellenv"
+	"github.com/dshd/dshd/internal/skills"
+	"github.com/dshd/dshd/internal/stages"
+)
+
+// mcpHeaders adds the bearer token and the agent to bind to every MCP
+// request.
+type mcpHeaders struct {
+	token, agentID string
+	base           http.RoundTripper
+}
+
+func (m mcpHeaders) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+m.token)
+	r.Header.Set(mcp.AgentHeader, m.agentID)
+	return m.base.RoundTrip(r)
+}
+
+// BenchmarkToolStages breaks a model's bash call of `true` down by stage
+// (package stages), as BenchmarkExecStages does for POST /exec (which runs
+// in the same loop, for comparison): the real
+// handler, pipeline, executor, agent store (events fsynced, the default),
+// hook runner (no hooks configured, the default) and MCP endpoint in
+// process on loopback HTTP. Interleaved in each round: a direct `bash -c
+// true` spawn, POST /exec of `true`, the call through POST /agents/{id}/tools/bash and the same
+// call over MCP (the official Go client, one session bound to the same
+// agent). It prints each path's stages (each stage's median over the
+// calls, a stage met several times in a call, as the transcript's commits
+// are, counted by its sum in the call) and what is left: for the tool route the HTTP
+// transport and the client, for MCP that and the MCP framing (JSON-RPC
+// decoding and encoding, the session, the SDK).
+func BenchmarkToolStages(b *testing.B) {
+	ctx := context.Background()
+	home := b.TempDir()
+	reg, err := shellenv.New(shellenv.Options{Home: home, StatePath: filepath.Join(home, "contributors.json")})
+	if err != nil {
+		b.Fatal(err)
+	}
+	host := sandbox.NewHost(ctx, sandbox.Config{})
+	jobs, err := exec.New(exec.Options{Home: home, Environ: os.Environ(), Containment: exec.ContainmentAuto, Sandbox: host})
+	if err != nil {
+		b.Fatal(err)
+	}
+	store, err := agents.Open(ctx, agents.Options{Dir: filepath.Join(home, "sessions"), DefaultCwd: b.TempDir()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	hookCfg, err := hooks.Load(home)
+	if err != nil {
+		b.Fatal(err)
+	}
+	svc := run.New(run.Options{Env: reg, Jobs: jobs, Agents: store, Home: home, SandboxHost: host,
+		Hooks: hooks.NewRunner(hookCfg, jobs, discardLogger())})
+	mcpH := mcp.New(mcp.Options{Pipeline: svc, Jobs: jobs})
+	h, err := NewServer(Deps{
+		Logger: discardLogger(), Token: testToken, Spec: contract.OpenAPI,
+		Env: reg, Jobs: jobs, Pipeline: svc, Agents: store, Hooks: hookCfg, Skills: skills.New(home), MCP: mcpH,
+		MaxBodyBytes: 1 << 20,
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	client := srv.Client()
+	b.Cleanup(func() {
+		srv.Close()
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		_ = mcpH.Wait(cctx)
+		_ = jobs.Close(cctx)
+		_ = store.Close()
+	})
+	post := func(path string, body []byte) []byte {
+		req, _ := http.NewRequest("POST", srv.URL+path, bytes.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+testToken)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := client.Do(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		out, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode >= 300 {
+			b.Fatalf("POST %s = %d: %s", path, resp.StatusCode, out)
+		}
+		return out
+	}
+	var agent struct{ ID string }
+	if err := json.Unmarshal(post("/agents", []byte(`{}`)), &agent); err != nil {
+		b.Fatal(err)
+	}
+	cs, err := sdk.NewClient(&sdk.Implementation{Name: "bench", Version: "1"}, nil).Connect(ctx, &sdk.StreamableClientTransport{
+		Endpoint:             srv.URL + "/mcp",
+		HTTPClient:           &http.Client{Transport: mcpHeaders{token: testToken, agentID: agent.ID, base: client.Transport}},
+		DisableStandaloneSSE: true,
+	}, &sdk.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cs.Close()
+	toolCall := []byte(`{"arguments":{"command":"true"}}`)
+	viaHTTP := func() {
+		if out := post("/agents/"+agent.ID+"/tools/bash", toolCall); !bytes.Contains(out, []byte(`"isError":false`)) {
+			b.Fatalf("tool call: %s", out)
+		}
+	}
+	viaMCP := func() {
+		res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "bash", Arguments: map[string]any{"command": "true"}})
+		if err != nil || res.IsError {
+			b.Fatalf("MCP bash true = %+v, %v", res, err)
+		}
+	}
+	direct := func() {
+		if err := osexec.Command("bash", "-c", "true").Run(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	viaExec := func() {
+		if out := post("/exec", []byte(`{"command":"true"}`)); !bytes.Contains(out, []byte(`"exitCode":0`)) {
+			b.Fatalf("POST /exec: %s", out)
+		}
+	}
+	for range 20 {
+		direct()
+		viaExec()
+		viaHTTP()
+		viaMCP()
+	}
+
+	// Stages are gathered per path and per call (calls run one at a
+	// time): a stage met several times in one call (the transcript's
+	// commits, the hooks of two events) counts as their sum.
+	var mu sync.Mutex
+	var per [3][stages.N][]time.Duration
+	var call [stages.N]time.Duration
+	var met [stages.N]int
+	stages.SetHook(func(s stages.Stage, d time.Duration) {
+		mu.Lock()
+		call[s] += d
+		met[s]++
+		mu.Unlock()
+	})
+	defer stages.SetHook(nil)
+	var most [3][stages.N]int // the most times a stage was met in one call
+	on := func(p int, op func()) func() {
+		return func() {
+			op()
+			mu.Lock()
+			for s := range stages.N {
+				if met[s] > 0 {
+					per[p][s] = append(per[p][s], call[s])
+					most[p][s] = max(most[p][s], met[s])
+				}
+				call[s], met[s] = 0, 0
+			}
+			mu.Unlock()
+		}
+	}
+	b.ResetTimer()
+	times := benchkit.Interleave(b.N, direct, on(0, viaHTTP), on(1, viaMCP), on(2, viaExec))
+	b.StopTimer()
+	stages.SetHook(nil)
+	mu.Lock()
+	defer mu.Unlock()
+	floor := benchkit.Median(times[0])
+	for p, name := range []string{"tools-http", "mcp", "exec"} {
+		whole := benchkit.Median(times[p+1])
+		var sum time.Duration
+		var line strings.Builder
+		for s := range stages.N {
+			d := per[p][s]
+			if len(d) == 0 || stages.Stage(s) == stages.Index { // index overlaps the wait
+				continue
+			}
+			m := benchkit.Median(d)
+			sum += m
+			b.ReportMetric(benchkit.Us(m), fmt.Sprintf("%s-%s-µs", name, stages.Stage(s)))
+			fmt.Fprintf(&line, " %s=%.0f", stages.Stage(s), benchkit.Us(m))
+			if most[p][s] > 1 {
+				fmt.Fprintf(&line, "(%d×)", most[p][s])
+			}
+		}
+		b.ReportMetric(benchkit.Us(whole), name+"-µs")
+		b.ReportMetric(benchkit.Ratio(whole, floor), name+"-direct-ratio")
+		b.ReportMetric(benchkit.Us(whole-sum), name+"-rest-µs")
+		rest := "HTTP transport both ways, the client"
+		if p == 2 {
+			rest += ", the resume"
+		}
+		if p == 1 {
+			rest += ", MCP framing"
+		}
+		b.Logf("%s: medians in µs per call:%s; stages %.0f, rest %.0f (%s); whole call %.0f (%.2f× direct %.0f)",
+			name, line.String(), benchkit.Us(sum), benchkit.Us(whole-sum), rest, benchkit.Us(whole), benchkit.Ratio(whole, floor), benchkit.Us(floor))
+	}
+	b.ReportMetric(benchkit.Us(floor), "direct-µs")
+	b.ReportMetric(benchkit.Load1(), "load1")
+	b.ReportMetric(0, "ns/op")
+	b.Logf("load average %s", benchkit.LoadAvg())
+}
