@@ -721,6 +721,7 @@ func TestIsBinary(t *testing.T) {
 		{"NUL past the sniff", append([]byte(strings.Repeat("a", BinarySniff)), 0), false},
 		{"latin-1 text", latin1, false},
 		{"invalid heavy", []byte("\xff\xfe\xfd\xfc\xfb\xfa abc"), true},
+		{"continuation bytes alone", []byte(strings.Repeat("\x80", 64)), true},
 		{"rune cut by the sniff", append([]byte(strings.Repeat("a", BinarySniff-1)), "é"...), false},
 		{"png header", []byte("\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR"), true},
 	}
