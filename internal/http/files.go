@@ -118,7 +118,7 @@ var allowedQuery = map[string][]string{
 	"GET files":     {"depth", "stat"},
 	"PUT files":     {"mode", "parents"},
 	"DELETE files":  {"recursive"},
-	"POST files":    {"op", "mode", "parents"},
+	"POST files":    {"op", "mode", "parents", "to", "overwrite"},
 	"GET archive":   {},
 	"PUT archive":   {"parents"},
 	"HEAD files":    {},
@@ -272,25 +272,48 @@ func (s *Server) deleteFile(w http.ResponseWriter, r *http.Request, sc *files.Sc
 	return nil
 }
 
-// postFile does op (mkdir).
+// postFile does op: mkdir, or move (to, overwrite).
 func (s *Server) postFile(w http.ResponseWriter, r *http.Request, sc *files.Scope, p string) error {
-	if op := r.URL.Query().Get("op"); op != "mkdir" {
-		return fmt.Errorf("%w: op=%q: the only operation is mkdir", errBadRequest, op)
-	}
-	mode, err := modeQuery(r)
-	if err != nil {
-		return err
-	}
+	q := r.URL.Query()
 	parents, err := boolQuery(r, "parents")
 	if err != nil {
 		return err
 	}
-	abs, err := sc.Mkdir(p, mode, parents)
-	if err != nil {
-		return err
+	switch op := q.Get("op"); op {
+	case "mkdir":
+		if q.Has("to") || q.Has("overwrite") {
+			return fmt.Errorf("%w: to and overwrite are move's", errBadRequest)
+		}
+		mode, err := modeQuery(r)
+		if err != nil {
+			return err
+		}
+		abs, err := sc.Mkdir(p, mode, parents)
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusCreated, map[string]any{"path": abs})
+		return nil
+	case "move":
+		if q.Has("mode") {
+			return fmt.Errorf("%w: mode is mkdir's", errBadRequest)
+		}
+		if !q.Has("to") {
+			return fmt.Errorf("%w: op=move needs to=<path>", errBadRequest)
+		}
+		overwrite, err := boolQuery(r, "overwrite")
+		if err != nil {
+			return err
+		}
+		m, err := sc.Move(p, q.Get("to"), overwrite, parents)
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"from": m.From, "path": m.Path})
+		return nil
+	default:
+		return fmt.Errorf("%w: op=%q: the operations are mkdir and move", errBadRequest, op)
 	}
-	writeJSON(w, http.StatusCreated, map[string]any{"path": abs})
-	return nil
 }
 
 // getArchive streams a tree out as tar.

@@ -504,10 +504,20 @@ export interface paths {
          */
         put: operations["putAgentFile"];
         /**
-         * Make a directory (`op=mkdir`).
+         * Make a directory (`op=mkdir`), or move a path (`op=move`).
          * @description `op=mkdir` makes the directory (mode `mode`, default 0755); 409 `path_exists` when the
-         *     path exists, unless `parents=true`, which also makes the missing ones on the way. The
-         *     same write rules as PUT.
+         *     path exists, unless `parents=true`, which also makes the missing ones on the way.
+         *
+         *     `op=move` renames the path to `to` (relative to the cwd, or absolute) in one
+         *     `renameat2` between the two directories' descriptors: 409 `path_exists` when `to`
+         *     exists, unless `overwrite=true` (a file replaces a file, a directory an empty
+         *     directory; 409 `directory_not_empty` otherwise); `parents=true` makes the missing
+         *     directories on the way to `to`. A link moves as the link it is. Both ends under the same
+         *     write rules as PUT (and neither a `.git`, nor a tree holding one, under
+         *     `workspace-write`; nor a directory holding the home, the token or a hidden path, 403
+         *     `path_hidden`). A directory moved into itself is 422 `invalid_path`; two file systems,
+         *     or a directory of a snapshot's lower layer (overlayfs does not rename those), 409
+         *     `cross_device`.
          */
         post: operations["postAgentFile"];
         /**
@@ -1006,6 +1016,12 @@ export interface components {
             mode: string;
         };
         FileMade: {
+            path: string;
+        };
+        FileMoved: {
+            /** @description Where it was (absolute). */
+            from: string;
+            /** @description Where it is now (absolute). */
             path: string;
         };
         ArchiveUnpacked: {
@@ -3941,9 +3957,15 @@ export interface operations {
     postAgentFile: {
         parameters: {
             query: {
-                op: "mkdir";
+                op: "mkdir" | "move";
+                /** @description mkdir: octal permission bits (default 0755). */
                 mode?: string;
+                /** @description Make the missing directories on the way (to `to` for a move). */
                 parents?: boolean;
+                /** @description move (required): where the path goes, relative to the cwd or absolute. */
+                to?: string;
+                /** @description move: replace what is at `to`. */
+                overwrite?: boolean;
             };
             header?: never;
             path: {
@@ -3959,6 +3981,21 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
+            /** @description Moved. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "from": "/home/me/project/old.go",
+                     *       "path": "/home/me/project/new.go"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["FileMoved"];
+                };
+            };
             /** @description Made. */
             201: {
                 headers: {

@@ -1491,6 +1491,15 @@ type FileMade struct {
 	Path string `json:"path"`
 }
 
+// FileMoved defines model for FileMoved.
+type FileMoved struct {
+	// From Where it was (absolute).
+	From string `json:"from"`
+
+	// Path Where it is now (absolute).
+	Path string `json:"path"`
+}
+
 // FileStat defines model for FileStat.
 type FileStat struct {
 	Mode  string       `json:"mode"`
