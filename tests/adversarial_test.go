@@ -808,6 +808,16 @@ func testAdversarialFiles(t *testing.T, mech string) {
 	if st, _, b := s.fileReq(t, "POST", "/agents/"+free+"/files/mvsrc2?op=move&to=.git/hooks/pre-commit&parents=true", nil); st != 200 {
 		t.Fatalf("baseline: the unrestricted agent's move into .git = %d %s", st, b)
 	}
+	// A watch's baselines: the route watches the workspace, and the
+	// unconfined bash sees the home's names and dshd's /proc.
+	if w := s.watch(t, "/agents/"+free+"/files/?watch=true&recursive=true", ""); w.status != 200 {
+		t.Fatalf("baseline: a watch of the unrestricted agent's workspace = %d %s", w.status, w.body)
+	} else {
+		w.cancel()
+	}
+	if got := bash(free, "ls "+s.Home+"; cat /proc/"+fmt.Sprint(s.cmd.Process.Pid)+"/comm"); !strings.Contains(got, "server.token") || !strings.Contains(got, "dshd") {
+		t.Fatalf("baseline: the unconfined bash does not see the home and dshd's /proc: %q", got)
+	}
 	tarThrough := tarOf(t, []tarEntry{{name: "link/pwned-tar", body: "x", mode: 0o644}})
 	tarDotdot := tarOf(t, []tarEntry{{name: "../outside/pwned-tar2", body: "x", mode: 0o644}})
 
@@ -831,6 +841,11 @@ func testAdversarialFiles(t *testing.T, mech string) {
 			{"move out through the planted link", "POST", f + "link/victim?op=move&to=stolen", nil, 403, "path_through_link", ""},
 			{"move in through the planted link", "POST", f + "mvsrc?op=move&to=link/pwned-mv", nil, 403, "path_through_link", "pwned-mv"},
 			{"move ../", "POST", f + "mvsrc?op=move&to=../outside/dotdot-mv", nil, 422, "invalid_path", "dotdot-mv"},
+			{"watch the home", "GET", f + s.Home + "?watch=true&recursive=true", nil, 403, "path_hidden", ""},
+			{"watch a directory in the home", "GET", f + s.Home + "/sessions?watch=true", nil, 403, "path_hidden", ""},
+			{"watch /proc", "GET", f + "/proc?watch=true&recursive=true", nil, 403, "path_hidden", ""},
+			{"watch dshd's /proc", "GET", f + fmt.Sprintf("/proc/%d?watch=true", s.cmd.Process.Pid), nil, 403, "path_hidden", ""},
+			{"watch the token through the planted link", "GET", f + "toklink?watch=true", nil, 403, "path_hidden", ""},
 			{"move the token out", "POST", f + token + "?op=move&to=stolen-token", nil, 403, "path_hidden", ""},
 			{"move into the home", "POST", f + "mvsrc?op=move&to=" + s.Home + "/hooks.yaml", nil, 403, "path_hidden", ""},
 		}

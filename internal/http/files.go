@@ -25,6 +25,7 @@ const DefaultMaxUploadBytes = 1 << 30
 // fileService gives the file routes an agent's scope (run.Service).
 type fileService interface {
 	FileScope(ctx context.Context, agentID string) (*files.Scope, func(), error)
+	OnViewRemount(agentID string, fn func(fd int)) (cancel func())
 }
 
 var _ fileService = (*run.Service)(nil)
@@ -96,6 +97,10 @@ func (s *Server) withScope(w http.ResponseWriter, r *http.Request, h func(w http
 	if err := checkQuery(r, allowedQuery[r.Method+" "+routeKind(r)]); err != nil {
 		return err
 	}
+	if r.Method == http.MethodGet && routeKind(r) == "files" && r.URL.Query().Has("watch") {
+		// A watch holds no scope while it streams (see watchFiles).
+		return s.watchFiles(w, r, chi.URLParam(r, "id"), filePath(r))
+	}
 	sc, release, err := s.files.FileScope(r.Context(), chi.URLParam(r, "id"))
 	if err != nil {
 		return err
@@ -115,7 +120,7 @@ func routeKind(r *http.Request) string {
 
 // allowedQuery are the query parameters each route takes.
 var allowedQuery = map[string][]string{
-	"GET files":     {"depth", "stat"},
+	"GET files":     {"depth", "stat", "watch", "recursive"},
 	"PUT files":     {"mode", "parents"},
 	"DELETE files":  {"recursive"},
 	"POST files":    {"op", "mode", "parents", "to", "overwrite"},

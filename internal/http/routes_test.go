@@ -107,6 +107,7 @@ func (f *failing) Rewind(context.Context, string, string, bool, bool) (int, erro
 func (f *failing) FileScope(context.Context, string) (*files.Scope, func(), error) {
 	return nil, nil, f.err
 }
+func (f *failing) OnViewRemount(string, func(int)) func() { return func() {} }
 
 func (f *failing) Get(context.Context, string) (agents.Agent, error) { return agents.Agent{}, f.err }
 func (f *failing) List(context.Context) ([]agents.Agent, error)      { return nil, f.err }

@@ -488,6 +488,16 @@ export interface paths {
          *     listing to `depth` levels (links listed, never followed; at most 10,000 entries, then
          *     `truncated`); `stat=true` answers what the path is. A device, FIFO or socket is 422
          *     `not_a_regular_file`. See docs/files.md.
+         *
+         *     `watch=true` answers a live `text/event-stream` of the changes below the directory
+         *     (`recursive=true`: the whole tree, new directories followed, no link followed):
+         *     `created`, `modified` (a file written and closed; an upload through these routes is one),
+         *     `deleted`, `renamed` (with `from`), each with its path relative to the directory, and
+         *     `overflow` when events were lost (list again). Clients of one directory share one
+         *     watch; it keeps its recent events for a minute after its last client leaves, so a
+         *     client reconnecting with `Last-Event-ID` gets what it missed, or an `overflow` first
+         *     when it cannot. The same read rules refuse the home, the token, hidden paths and
+         *     `/proc` (403 `path_hidden`); a file is 409 `not_a_directory`.
          */
         get: operations["getAgentFile"];
         /**
@@ -1017,6 +1027,29 @@ export interface components {
         };
         FileMade: {
             path: string;
+        };
+        /**
+         * @description One event of a watch (`GET /agents/{id}/files/{path}?watch=true`, a
+         *     `text/event-stream`), as its fields: `id` and `event` are its `id:` and `event:`
+         *     lines, `data` its `data:` line decoded as JSON. The stream is `retry: 1000` first,
+         *     then events, with `: keep-alive` comment lines while idle.
+         */
+        FileWatchEvent: {
+            /** @description `<watch>.<seq>`: send it as `Last-Event-ID` to resume after it. */
+            id: string;
+            /** @enum {string} */
+            event: "created" | "modified" | "deleted" | "renamed" | "overflow";
+            data: {
+                /** @enum {string} */
+                type: "created" | "modified" | "deleted" | "renamed" | "overflow";
+                /** @description Relative to the watched directory (`.` for itself: it was removed, and the stream ends). */
+                path?: string;
+                /** @description renamed: the old path. */
+                from?: string;
+                isDir?: boolean;
+                /** @description overflow: why events were lost. */
+                reason?: string;
+            };
         };
         FileMoved: {
             /** @description Where it was (absolute). */
@@ -3819,10 +3852,16 @@ export interface operations {
                 depth?: number;
                 /** @description Answer what the path is (FileStat), not its contents. */
                 stat?: boolean;
+                /** @description Stream the directory's changes as server-sent events (FileWatchEvent). */
+                watch?: boolean;
+                /** @description watch: the directories below too. */
+                recursive?: boolean;
             };
             header?: {
                 /** @description A byte range of a file (RFC 9110). */
                 Range?: string;
+                /** @description watch: the id of the last event the client has, to resume after it. */
+                "Last-Event-ID"?: string;
             };
             path: {
                 id: string;
@@ -3837,12 +3876,24 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description The file's bytes, the directory's listing, or (stat) what the path is. */
+            /** @description The file's bytes, the directory's listing, (stat) what the path is, or (watch) the stream of changes. */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "id": "w3f2a9c1d0e4b5a67.12",
+                     *       "event": "renamed",
+                     *       "data": {
+                     *         "type": "renamed",
+                     *         "path": "src/new.go",
+                     *         "from": "src/old.go"
+                     *       }
+                     *     }
+                     */
+                    "text/event-stream": components["schemas"]["FileWatchEvent"];
                     "application/octet-stream": string;
                     /**
                      * @example {
