@@ -77,6 +77,10 @@ func (s *Server) fileRoute(h func(w http.ResponseWriter, r *http.Request, sc *fi
 			// The request's body broke off: the client's doing.
 			var tooBig *http.MaxBytesError
 			switch {
+			case errors.Is(err, errForwardRefused):
+				// A forwarded upload whose body did not verify: nothing
+				// was written.
+				err = body.err
 			case errors.As(err, &tooBig):
 				err = fmt.Errorf("%w: over %d bytes (files.maxUploadBytes)", errBodyTooLarge, tooBig.Limit)
 			case errors.Is(err, os.ErrDeadlineExceeded):
