@@ -35,6 +35,9 @@ func (s *Scope) Move(from, to string, overwrite, parents bool) (Moved, error) {
 	if s.holdsHidden(src.abs) {
 		return Moved{}, fmt.Errorf("move %s: %w: it holds the dshd home, the token or a hidden path", src.abs, ErrHidden)
 	}
+	if within(s.Cwd, src.abs) {
+		return Moved{}, fmt.Errorf("move %s: %w: the agent's working directory, or a directory holding it", src.abs, ErrInvalidPath)
+	}
 	var st unix.Stat_t
 	if err := unix.Fstatat(src.dir, src.name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return Moved{}, mapErr("move", src.abs, err)

@@ -114,6 +114,25 @@ func TestMove(t *testing.T) {
 	if read(s.Token) != "secret" {
 		t.Error("the token is gone")
 	}
+	// The agent's cwd, and a directory holding it, are neither moved nor
+	// removed, whatever the policy.
+	for _, p := range []string{ws, filepath.Dir(ws)} {
+		if _, err := free.Move(p, p+".moved", false, false); !errors.Is(err, ErrInvalidPath) && !errors.Is(err, ErrHidden) {
+			t.Errorf("unrestricted Move of %s (the cwd or above) = %v, want a refusal", p, err)
+		}
+		if _, err := free.Remove(p, true); !errors.Is(err, ErrInvalidPath) && !errors.Is(err, ErrHidden) {
+			t.Errorf("unrestricted recursive Remove of %s (the cwd or above) = %v, want a refusal", p, err)
+		}
+	}
+	if _, err := free.Move(ws, ws+".moved", false, false); !errors.Is(err, ErrInvalidPath) {
+		t.Errorf("unrestricted Move of the cwd = %v, want ErrInvalidPath", err)
+	}
+	if _, err := free.Remove(ws, true); !errors.Is(err, ErrInvalidPath) {
+		t.Errorf("unrestricted recursive Remove of the cwd = %v, want ErrInvalidPath", err)
+	}
+	if _, err := os.Stat(ws); err != nil {
+		t.Errorf("the cwd: %v", err)
+	}
 	ro := *s
 	ro.FS = sandbox.ReadOnly
 	if _, err := ro.Move("new/dir/b", "b", false, false); !errors.Is(err, ErrNotWritable) {

@@ -252,11 +252,14 @@ func (s *Scope) Remove(p string, recursive bool) (string, error) {
 	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
 		return pl.abs, mapErrOrNil("remove", pl.abs, unix.Unlinkat(pl.dir, pl.name, 0))
 	}
+	if recursive && s.holdsHidden(pl.abs) {
+		return "", fmt.Errorf("remove %s: %w: it holds the dshd home, the token or a hidden path", pl.abs, ErrHidden)
+	}
+	if within(s.Cwd, pl.abs) {
+		return "", fmt.Errorf("remove %s: %w: the agent's working directory, or a directory holding it", pl.abs, ErrInvalidPath)
+	}
 	if !recursive {
 		return pl.abs, mapErrOrNil("remove", pl.abs, unix.Unlinkat(pl.dir, pl.name, unix.AT_REMOVEDIR))
-	}
-	if s.holdsHidden(pl.abs) {
-		return "", fmt.Errorf("remove %s: %w: it holds the dshd home, the token or a hidden path", pl.abs, ErrHidden)
 	}
 	if pl.protect {
 		if g, err := findGit(pl.dir, pl.name, pl.name); err != nil {

@@ -101,7 +101,7 @@ func (s *Server) withScope(w http.ResponseWriter, r *http.Request, h func(w http
 	if err := checkQuery(r, allowedQuery[r.Method+" "+routeKind(r)]); err != nil {
 		return err
 	}
-	if r.Method == http.MethodGet && routeKind(r) == "files" && r.URL.Query().Has("watch") {
+	if r.Method == http.MethodGet && routeKind(r) == "files" && r.URL.Query().Has("watch") && r.URL.Query().Get("watch") != "false" {
 		// A watch holds no scope while it streams (see watchFiles).
 		return s.watchFiles(w, r, chi.URLParam(r, "id"), filePath(r))
 	}

@@ -38,7 +38,7 @@ func (s *Server) watchFiles(w http.ResponseWriter, r *http.Request, agent, p str
 		return err
 	}
 	if !watch {
-		return fmt.Errorf("%w: watch=false: leave watch out to read", errBadRequest)
+		return fmt.Errorf("%w: watch=%q is not a boolean", errBadRequest, r.URL.Query().Get("watch"))
 	}
 	recursive, err := boolQuery(r, "recursive")
 	if err != nil {

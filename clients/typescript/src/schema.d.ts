@@ -525,7 +525,8 @@ export interface paths {
          *     directories on the way to `to`. A link moves as the link it is. Both ends under the same
          *     write rules as PUT (and neither a `.git`, nor a tree holding one, under
          *     `workspace-write`; nor a directory holding the home, the token or a hidden path, 403
-         *     `path_hidden`). A directory moved into itself is 422 `invalid_path`; two file systems,
+         *     `path_hidden`). A directory moved into itself, or the agent's cwd (or a directory
+         *     holding it), is 422 `invalid_path`; two file systems,
          *     or a directory of a snapshot's lower layer (overlayfs does not rename those), 409
          *     `cross_device`.
          */
@@ -534,7 +535,9 @@ export interface paths {
          * Remove a file, a link, or a directory.
          * @description A link is removed, never what it points to. A directory must be empty (409
          *     `directory_not_empty`) unless `recursive=true`; a recursive removal of a tree holding a
-         *     `.git` is 403 `path_protected` under `workspace-write`. The same write rules as PUT.
+         *     `.git` is 403 `path_protected` under `workspace-write`, of one holding the home or the
+         *     token 403 `path_hidden`; the agent's cwd, or a directory holding it, is 422
+         *     `invalid_path`. The same write rules as PUT.
          */
         delete: operations["deleteAgentFile"];
         options?: never;
