@@ -776,7 +776,7 @@ func testAdversarialFiles(t *testing.T, mech string) {
 	_, free := mk("free", "unrestricted")
 	bash := func(id, cmd string) string { return s.callTool(t, id, "bash", map[string]any{"command": cmd}).Text }
 	exists := func(p string) bool { _, err := os.Lstat(filepath.Join(outside, p)); return err == nil }
-	for _, v := range []string{"victim", "victim-bash"} {
+	for _, v := range []string{"victim", "victim-bash", "victim-mv-bash"} {
 		if err := os.WriteFile(filepath.Join(outside, v), []byte("v"), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -792,6 +792,31 @@ func testAdversarialFiles(t *testing.T, mech string) {
 	}
 	if st, _, _ := s.fileReq(t, "PUT", "/agents/"+free+"/files/"+outside+"/abs-free", []byte("x")); st != 200 || !exists("abs-free") {
 		t.Fatalf("baseline: an absolute PUT as the unrestricted agent = %d, wrote %v", st, exists("abs-free"))
+	}
+	// A move's baselines: the unconfined bash moves a file out through
+	// the link, and the unrestricted agent's move (which protects no .git)
+	// goes into a .git.
+	bash(free, "mv link/victim-mv-bash stolen-bash")
+	if exists("victim-mv-bash") {
+		t.Fatal("baseline: the unconfined bash did not move a file out through the link")
+	}
+	for _, id := range []string{confined, free} {
+		if r := bash(id, "mkdir -p .git && echo src > mvsrc && echo src > mvsrc2 && echo made"); !strings.Contains(r, "made") {
+			t.Fatalf("making the move's sources: %q", r)
+		}
+	}
+	if st, _, b := s.fileReq(t, "POST", "/agents/"+free+"/files/mvsrc2?op=move&to=.git/hooks/pre-commit&parents=true", nil); st != 200 {
+		t.Fatalf("baseline: the unrestricted agent's move into .git = %d %s", st, b)
+	}
+	// A watch's baselines: the route watches the workspace, and the
+	// unconfined bash sees the home's names and dshd's /proc.
+	if w := s.watch(t, "/agents/"+free+"/files/?watch=true&recursive=true", ""); w.status != 200 {
+		t.Fatalf("baseline: a watch of the unrestricted agent's workspace = %d %s", w.status, w.body)
+	} else {
+		w.cancel()
+	}
+	if got := bash(free, "ls "+s.Home+"; cat /proc/"+fmt.Sprint(s.cmd.Process.Pid)+"/comm"); !strings.Contains(got, "server.token") || !strings.Contains(got, "dshd") {
+		t.Fatalf("baseline: the unconfined bash does not see the home and dshd's /proc: %q", got)
 	}
 	tarThrough := tarOf(t, []tarEntry{{name: "link/pwned-tar", body: "x", mode: 0o644}})
 	tarDotdot := tarOf(t, []tarEntry{{name: "../outside/pwned-tar2", body: "x", mode: 0o644}})
@@ -813,12 +838,32 @@ func testAdversarialFiles(t *testing.T, mech string) {
 			{"GET dshd's environment by pid", "GET", f + fmt.Sprintf("/proc/%d/environ", s.cmd.Process.Pid), nil, 403, "path_hidden", ""},
 			{"archive of the home", "GET", a + s.Home, nil, 403, "path_hidden", ""},
 			{"PUT into the home", "PUT", f + s.Home + "/hooks.yaml", []byte("x"), 403, "path_hidden", ""},
+			{"move out through the planted link", "POST", f + "link/victim?op=move&to=stolen", nil, 403, "path_through_link", ""},
+			{"move in through the planted link", "POST", f + "mvsrc?op=move&to=link/pwned-mv", nil, 403, "path_through_link", "pwned-mv"},
+			{"move ../", "POST", f + "mvsrc?op=move&to=../outside/dotdot-mv", nil, 422, "invalid_path", "dotdot-mv"},
+			{"watch the home", "GET", f + s.Home + "?watch=true&recursive=true", nil, 403, "path_hidden", ""},
+			{"watch a directory in the home", "GET", f + s.Home + "/sessions?watch=true", nil, 403, "path_hidden", ""},
+			{"watch /proc", "GET", f + "/proc?watch=true&recursive=true", nil, 403, "path_hidden", ""},
+			{"watch dshd's /proc", "GET", f + fmt.Sprintf("/proc/%d?watch=true", s.cmd.Process.Pid), nil, 403, "path_hidden", ""},
+			{"watch the token through the planted link", "GET", f + "toklink?watch=true", nil, 403, "path_hidden", ""},
+			{"move the token out", "POST", f + token + "?op=move&to=stolen-token", nil, 403, "path_hidden", ""},
+			{"move into the home", "POST", f + "mvsrc?op=move&to=" + s.Home + "/hooks.yaml", nil, 403, "path_hidden", ""},
 		}
 		if id == confined {
 			rows = append(rows,
 				fileAttack{"PUT absolute outside the roots", "PUT", f + outside + "/abs", []byte("x"), 403, "path_not_writable", "abs"},
 				fileAttack{"PUT /etc", "PUT", f + "/etc/dshd-adversarial", []byte("x"), 403, "path_not_writable", ""},
 				fileAttack{"DELETE outside the roots", "DELETE", f + outside + "/victim", nil, 403, "path_not_writable", ""},
+				fileAttack{"move into .git", "POST", f + "mvsrc?op=move&to=.git/hooks/pre-commit&parents=true", nil, 403, "path_protected", ""},
+				fileAttack{"move out of the roots", "POST", f + "mvsrc?op=move&to=" + outside + "/abs-mv", nil, 403, "path_not_writable", "abs-mv"},
+				fileAttack{"move in from outside the roots", "POST", f + outside + "/victim?op=move&to=stolen", nil, 403, "path_not_writable", ""},
+			)
+		}
+		if id == free {
+			// Unrestricted writes anywhere, but never take the home away.
+			rows = append(rows,
+				fileAttack{"move the home's parent", "POST", f + filepath.Dir(s.Home) + "?op=move&to=" + filepath.Dir(s.Home) + ".moved", nil, 403, "path_hidden", ""},
+				fileAttack{"DELETE the home's parent", "DELETE", f + filepath.Dir(s.Home) + "?recursive=true", nil, 403, "path_hidden", ""},
 			)
 		}
 		rows = append(rows, fileAttack{"DELETE through the link", "DELETE", f + "link/victim", nil, 403, "path_through_link", ""})
@@ -838,7 +883,13 @@ func testAdversarialFiles(t *testing.T, mech string) {
 		}
 	}
 	if !exists("victim") {
-		t.Error("victim was removed through the link")
+		t.Error("victim was removed or moved through the link")
+	}
+	if b, err := os.ReadFile(token); err != nil || !strings.Contains(string(b), s.Token) {
+		t.Errorf("the token file after the rows: %v", err)
+	}
+	if got := bash(confined, "cat mvsrc; ls .git"); strings.TrimSpace(got) != "src" {
+		t.Errorf("the confined agent's mvsrc and .git after the rows: %q", got)
 	}
 	if _, err := os.Lstat("/etc/dshd-adversarial"); err == nil {
 		os.Remove("/etc/dshd-adversarial")

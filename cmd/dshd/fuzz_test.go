@@ -321,6 +321,15 @@ func (f *fuzzer) paramValue(op operation, p *openapi3.Parameter) string {
 		if f.rng.IntN(2) == 0 {
 			return f.known("agent")
 		}
+	case "to":
+		// A move's target: relative names below the agents' cwd, as for
+		// {path} (an agent made without a cwd works in this package's
+		// directory).
+		return f.pick([]string{"fz2.txt", "fz/b.txt", "fz", "missing/y", ".git/y"})
+	case "watch":
+		// A watch streams until the client leaves: the fuzzer reads whole
+		// answers, so it only ever asks for none.
+		return "false"
 	case "waitMs":
 		return strconv.Itoa(f.rng.IntN(1500))
 	case "offset":

@@ -62,6 +62,9 @@ var (
 	// ErrInvalidArchive: a tar stream that does not parse, or an entry it
 	// refuses (.., an absolute name, a link leading out, a device).
 	ErrInvalidArchive = errors.New("invalid archive")
+	// ErrCrossDevice: a move between two file systems, or of a directory
+	// of a snapshot's lower layer (which overlayfs does not rename).
+	ErrCrossDevice = errors.New("the two paths are on different file systems")
 )
 
 // Scope is what one agent may see and change: its cwd (and view), its

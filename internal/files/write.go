@@ -78,6 +78,12 @@ func (s *Scope) writable(abs string) (rootFD int, relp string, err error) {
 	if err != nil {
 		return -1, "", mapErr("write", root, err)
 	}
+	// A root reached through a link (a cwd given as a link's path) is
+	// judged where it really is.
+	if real, err := beneath.FdPath(fd); err == nil && real != root && s.hidden(path.Join(real, rel(abs, root))) {
+		unix.Close(fd)
+		return -1, "", fmt.Errorf("write %s: %w (it is %s)", abs, ErrHidden, path.Join(real, rel(abs, root)))
+	}
 	return fd, rel(abs, root), nil
 }
 
@@ -245,6 +251,12 @@ func (s *Scope) Remove(p string, recursive bool) (string, error) {
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
 		return pl.abs, mapErrOrNil("remove", pl.abs, unix.Unlinkat(pl.dir, pl.name, 0))
+	}
+	if recursive && s.holdsHidden(pl.abs) {
+		return "", fmt.Errorf("remove %s: %w: it holds the dshd home, the token or a hidden path", pl.abs, ErrHidden)
+	}
+	if within(s.Cwd, pl.abs) {
+		return "", fmt.Errorf("remove %s: %w: the agent's working directory, or a directory holding it", pl.abs, ErrInvalidPath)
 	}
 	if !recursive {
 		return pl.abs, mapErrOrNil("remove", pl.abs, unix.Unlinkat(pl.dir, pl.name, unix.AT_REMOVEDIR))

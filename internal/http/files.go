@@ -25,6 +25,7 @@ const DefaultMaxUploadBytes = 1 << 30
 // fileService gives the file routes an agent's scope (run.Service).
 type fileService interface {
 	FileScope(ctx context.Context, agentID string) (*files.Scope, func(), error)
+	OnViewRemount(agentID string, fn func(fd int)) (cancel func())
 }
 
 var _ fileService = (*run.Service)(nil)
@@ -76,6 +77,10 @@ func (s *Server) fileRoute(h func(w http.ResponseWriter, r *http.Request, sc *fi
 			// The request's body broke off: the client's doing.
 			var tooBig *http.MaxBytesError
 			switch {
+			case errors.Is(err, errForwardRefused):
+				// A forwarded upload whose body did not verify: nothing
+				// was written.
+				err = body.err
 			case errors.As(err, &tooBig):
 				err = fmt.Errorf("%w: over %d bytes (files.maxUploadBytes)", errBodyTooLarge, tooBig.Limit)
 			case errors.Is(err, os.ErrDeadlineExceeded):
@@ -96,6 +101,10 @@ func (s *Server) withScope(w http.ResponseWriter, r *http.Request, h func(w http
 	if err := checkQuery(r, allowedQuery[r.Method+" "+routeKind(r)]); err != nil {
 		return err
 	}
+	if r.Method == http.MethodGet && routeKind(r) == "files" && r.URL.Query().Has("watch") && r.URL.Query().Get("watch") != "false" {
+		// A watch holds no scope while it streams (see watchFiles).
+		return s.watchFiles(w, r, chi.URLParam(r, "id"), filePath(r))
+	}
 	sc, release, err := s.files.FileScope(r.Context(), chi.URLParam(r, "id"))
 	if err != nil {
 		return err
@@ -115,10 +124,10 @@ func routeKind(r *http.Request) string {
 
 // allowedQuery are the query parameters each route takes.
 var allowedQuery = map[string][]string{
-	"GET files":     {"depth", "stat"},
+	"GET files":     {"depth", "stat", "watch", "recursive"},
 	"PUT files":     {"mode", "parents"},
 	"DELETE files":  {"recursive"},
-	"POST files":    {"op", "mode", "parents"},
+	"POST files":    {"op", "mode", "parents", "to", "overwrite"},
 	"GET archive":   {},
 	"PUT archive":   {"parents"},
 	"HEAD files":    {},
@@ -272,25 +281,48 @@ func (s *Server) deleteFile(w http.ResponseWriter, r *http.Request, sc *files.Sc
 	return nil
 }
 
-// postFile does op (mkdir).
+// postFile does op: mkdir, or move (to, overwrite).
 func (s *Server) postFile(w http.ResponseWriter, r *http.Request, sc *files.Scope, p string) error {
-	if op := r.URL.Query().Get("op"); op != "mkdir" {
-		return fmt.Errorf("%w: op=%q: the only operation is mkdir", errBadRequest, op)
-	}
-	mode, err := modeQuery(r)
-	if err != nil {
-		return err
-	}
+	q := r.URL.Query()
 	parents, err := boolQuery(r, "parents")
 	if err != nil {
 		return err
 	}
-	abs, err := sc.Mkdir(p, mode, parents)
-	if err != nil {
-		return err
+	switch op := q.Get("op"); op {
+	case "mkdir":
+		if q.Has("to") || q.Has("overwrite") {
+			return fmt.Errorf("%w: to and overwrite are move's", errBadRequest)
+		}
+		mode, err := modeQuery(r)
+		if err != nil {
+			return err
+		}
+		abs, err := sc.Mkdir(p, mode, parents)
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusCreated, map[string]any{"path": abs})
+		return nil
+	case "move":
+		if q.Has("mode") {
+			return fmt.Errorf("%w: mode is mkdir's", errBadRequest)
+		}
+		if !q.Has("to") {
+			return fmt.Errorf("%w: op=move needs to=<path>", errBadRequest)
+		}
+		overwrite, err := boolQuery(r, "overwrite")
+		if err != nil {
+			return err
+		}
+		m, err := sc.Move(p, q.Get("to"), overwrite, parents)
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"from": m.From, "path": m.Path})
+		return nil
+	default:
+		return fmt.Errorf("%w: op=%q: the operations are mkdir and move", errBadRequest, op)
 	}
-	writeJSON(w, http.StatusCreated, map[string]any{"path": abs})
-	return nil
 }
 
 // getArchive streams a tree out as tar.

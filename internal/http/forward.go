@@ -47,6 +47,7 @@ type forwardTarget struct {
 	unavailable error
 	replica     string // the replica's id (its address when no id names it)
 	body        []byte // the request's body, signed with it
+	streamed    bool   // an upload: its body is sent as it arrives (signPeerStreamed)
 	callID      string // a tool call's id (given, or set here), for "may have run"
 }
 
@@ -218,6 +219,10 @@ func (s *Server) newForwarder(router jobRouter, self string, peerKey []byte) fun
 				pr.Out.Header.Del(uiKeyHeader)
 				pr.Out.Header.Set("Authorization", "Bearer "+string(s.token))
 			}
+			if target.streamed {
+				signPeerStreamed(pr.Out, peerKey, self, target.replica, pr.In.Method, pr.In.URL.RequestURI(), time.Now())
+				return
+			}
 			signPeer(pr.Out.Header, peerKey, self, target.replica, pr.In.Method, pr.In.URL.RequestURI(), target.body, time.Now())
 		},
 		ModifyResponse: func(resp *http.Response) error {
@@ -242,12 +247,19 @@ func (s *Server) newForwarder(router jobRouter, self string, peerKey []byte) fun
 	}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if streamsBody(r) && (!hasPeerHeaders(r) || declaresBodySig(r)) {
+				s.forwardUpload(w, r, gate, router, proxy, next)
+				return
+			}
 			body, ok := s.hopBody(w, r)
 			if !ok {
 				return
 			}
 			if hasPeerHeaders(r) {
-				s.serveForward(w, r, body, gate, router, next)
+				s.serveForward(w, r, body, func(now time.Time) error {
+					_, err := gate.admit(r, body, now)
+					return err
+				}, gate, router, next)
 				return
 			}
 			target, err := s.route(r, body, router)
@@ -266,9 +278,9 @@ func (s *Server) newForwarder(router jobRouter, self string, peerKey []byte) fun
 
 // serveForward serves r, which says another replica sent it, when gate
 // admits it and it belongs here; else it refuses it (see newForwarder).
-func (s *Server) serveForward(w http.ResponseWriter, r *http.Request, body []byte, gate *peerGate, router jobRouter, next http.Handler) {
+func (s *Server) serveForward(w http.ResponseWriter, r *http.Request, body []byte, admit func(now time.Time) error, gate *peerGate, router jobRouter, next http.Handler) {
 	now := time.Now()
-	_, err := gate.admit(r, body, now)
+	err := admit(now)
 	if err == nil {
 		target, rerr := s.route(r, body, router)
 		if rerr != nil {
@@ -289,6 +301,44 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request, body []byt
 		return
 	}
 	next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), servedForPeerKey{}, true)))
+}
+
+// forwardUpload routes an upload to the file routes without holding its
+// body: to the agent's home, sent as it arrives (bounded and timed as the
+// routes read it, and proven by a trailer: see signPeerStreamed), or,
+// forwarded here by another replica, admitted on its header signature
+// with its body verified as it is read (verifyPeerStreamed).
+func (s *Server) forwardUpload(w http.ResponseWriter, r *http.Request, gate *peerGate, router jobRouter, proxy http.Handler, next http.Handler) {
+	if hasPeerHeaders(r) {
+		s.serveForward(w, r, nil, func(now time.Time) error {
+			p, err := verifyPeerStreamed(r, gate.key, now)
+			if err != nil {
+				return err
+			}
+			return gate.check(p, now)
+		}, gate, router, next)
+		return
+	}
+	target, err := s.route(r, nil, router)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if target == nil {
+		next.ServeHTTP(w, r)
+		return
+	}
+	body, err := s.uploadBody(w, r)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	r.Body = struct {
+		io.Reader
+		io.Closer
+	}{body, r.Body}
+	target.streamed = true
+	proxy.ServeHTTP(w, r.WithContext(withForwardTarget(r.Context(), target)))
 }
 
 // hopBody reads r's body (see readBody) and puts it back, so that it can

@@ -187,13 +187,19 @@ func (g *peerGate) admit(r *http.Request, body []byte, now time.Time) (signedPee
 	if err != nil {
 		return p, err
 	}
+	return p, g.check(p, now)
+}
+
+// check says whether a forward whose signature verified, saying p, is one
+// this replica serves: for it, signed after it started, nonce not seen.
+func (g *peerGate) check(p signedPeer, now time.Time) error {
 	if p.to != g.self {
-		return p, fmt.Errorf("%w: it is for replica %q, not this one (%q); a forward is served only by the replica it was signed for", errForwardRefused, p.to, g.self)
+		return fmt.Errorf("%w: it is for replica %q, not this one (%q); a forward is served only by the replica it was signed for", errForwardRefused, p.to, g.self)
 	}
 	if p.at.UnixMilli() < g.start.UnixMilli() {
-		return p, errPeerBeforeBoot
+		return errPeerBeforeBoot
 	}
-	return p, g.once(p.nonce, p.at.Add(peerSigMaxAge), now)
+	return g.once(p.nonce, p.at.Add(peerSigMaxAge), now)
 }
 
 // once records nonce until exp, or says it was seen (or that no more can

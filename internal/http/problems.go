@@ -99,6 +99,7 @@ var errorCodes = []struct {
 	{files.ErrExists, http.StatusConflict, "path_exists", "Already exists"},
 	{files.ErrNotRegular, http.StatusUnprocessableEntity, "not_a_regular_file", "Neither a regular file nor a directory"},
 	{files.ErrInvalidArchive, http.StatusUnprocessableEntity, "invalid_archive", "Invalid archive"},
+	{files.ErrCrossDevice, http.StatusConflict, "cross_device", "The two paths are on different file systems"},
 	{syscall.ENOSPC, http.StatusInsufficientStorage, "insufficient_storage", "Not enough disk space"},
 	{syscall.EDQUOT, http.StatusInsufficientStorage, "insufficient_storage", "Not enough disk space"},
 	{errBadRequest, http.StatusBadRequest, "bad_request", "Bad request"},

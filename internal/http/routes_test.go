@@ -107,6 +107,7 @@ func (f *failing) Rewind(context.Context, string, string, bool, bool) (int, erro
 func (f *failing) FileScope(context.Context, string) (*files.Scope, func(), error) {
 	return nil, nil, f.err
 }
+func (f *failing) OnViewRemount(string, func(int)) func() { return func() {} }
 
 func (f *failing) Get(context.Context, string) (agents.Agent, error) { return agents.Agent{}, f.err }
 func (f *failing) List(context.Context) ([]agents.Agent, error)      { return nil, f.err }
@@ -249,6 +250,7 @@ var routes = []route{
 	{"PUT", "/agents/{id}/files/{path}", "/agents/agt_1/files/src/main.go", "x", fileWriteErrs},
 	{"DELETE", "/agents/{id}/files/{path}", "/agents/agt_1/files/src", "", fileWriteErrs},
 	{"POST", "/agents/{id}/files/{path}", "/agents/agt_1/files/src?op=mkdir", "", append(slices.Clip(fileWriteErrs), files.ErrExists)},
+	{"POST", "/agents/{id}/files/{path}", "/agents/agt_1/files/src?op=move&to=dst", "", append(slices.Clip(fileWriteErrs), files.ErrExists, files.ErrCrossDevice)},
 	{"GET", "/agents/{id}/archive/{path}", "/agents/agt_1/archive/src", "", fileReadErrs},
 	{"PUT", "/agents/{id}/archive/{path}", "/agents/agt_1/archive/src", "x", append(slices.Clip(fileWriteErrs), files.ErrInvalidArchive)},
 	{"GET", "/agents/{id}/transcript", "/agents/agt_1/transcript", "", []error{agents.ErrNotFound, status.ErrAgentStoreUnavailable}},

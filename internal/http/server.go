@@ -27,6 +27,7 @@ import (
 	"github.com/dshd/dshd/internal/agents"
 	"github.com/dshd/dshd/internal/cluster/status"
 	"github.com/dshd/dshd/internal/exec"
+	"github.com/dshd/dshd/internal/files"
 	"github.com/dshd/dshd/internal/hooks"
 	"github.com/dshd/dshd/internal/http/api"
 	"github.com/dshd/dshd/internal/ids"
@@ -182,6 +183,10 @@ type Deps struct {
 	Files          fileService
 	MaxUploadBytes int64
 	Spool          string
+	// Watches keeps the live watches of the files route (?watch=true);
+	// nil makes a set of its own, each watch kept a minute after its last
+	// client leaves.
+	Watches *files.Watches
 	// Hosts are the Host names and addresses requests may give besides
 	// localhost and loopback addresses (the address of a remote listener).
 	Hosts []string
@@ -216,6 +221,7 @@ type Server struct {
 	files       fileService
 	maxUpload   int64
 	spool       string
+	watches     *files.Watches
 	bodyTimeout time.Duration
 	keepAlive   time.Duration
 	metrics     *httpMetrics
@@ -285,6 +291,7 @@ func newServer(d Deps) *Server {
 		files:       d.Files,
 		maxUpload:   d.MaxUploadBytes,
 		spool:       d.Spool,
+		watches:     d.Watches,
 		bodyTimeout: d.BodyTimeout,
 		keepAlive:   d.KeepAlive,
 		metrics:     newHTTPMetrics(d.Registerer),
@@ -310,6 +317,9 @@ func newServer(d Deps) *Server {
 	}
 	if s.keepAlive <= 0 {
 		s.keepAlive = 15 * time.Second
+	}
+	if s.watches == nil {
+		s.watches = files.NewWatches(0)
 	}
 	return s
 }

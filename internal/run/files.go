@@ -40,3 +40,10 @@ func (s *Service) FileScope(ctx context.Context, agentID string) (sc *files.Scop
 	}
 	return sc, lease.Release, nil
 }
+
+// OnViewRemount calls fn with a descriptor of agentID's snapshot view each
+// time a checkpoint mounts it afresh, before a job runs on it (a watch of
+// its files moves onto the new mount); the function returned stops it.
+func (s *Service) OnViewRemount(agentID string, fn func(fd int)) (cancel func()) {
+	return s.ws.OnRemount(agentID, fn)
+}

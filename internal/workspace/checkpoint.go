@@ -179,6 +179,54 @@ func (m *Manager) premount(agent, up string) {
 		return
 	}
 	m.mounts[agent] = fd
+	if len(m.remounted[agent]) == 0 {
+		return
+	}
+	// The hooks run with the lock released but the view still preparing,
+	// so that no job of it starts before they return; on a descriptor of
+	// their own, which a drop meanwhile does not close.
+	dup, err := dupFD(fd)
+	if err != nil {
+		return
+	}
+	hooks := make([]func(int), 0, len(m.remounted[agent]))
+	for _, h := range m.remounted[agent] {
+		hooks = append(hooks, h)
+	}
+	m.mu.Unlock()
+	for _, h := range hooks {
+		h(dup)
+	}
+	closeFD(dup)
+	m.mu.Lock()
+}
+
+// OnRemount calls fn, from then on, with a descriptor of agent's view each
+// time a checkpoint mounts it afresh (the same files on a new mount),
+// before any job of the view starts on it; fn must return soon and keep
+// no copy of the descriptor. A watch of the view's files follows it so.
+// The function returned stops the calls.
+func (m *Manager) OnRemount(agent string, fn func(fd int)) (cancel func()) {
+	if m == nil {
+		return func() {}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	owner := m.ownerLocked(agent)
+	m.hookSeq++
+	id := m.hookSeq
+	if m.remounted[owner] == nil {
+		m.remounted[owner] = map[int]func(int){}
+	}
+	m.remounted[owner][id] = fn
+	return func() {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		delete(m.remounted[owner], id)
+		if len(m.remounted[owner]) == 0 {
+			delete(m.remounted, owner)
+		}
+	}
 }
 
 // viewAgentsLocked are owner and the agents sharing its view.

@@ -80,6 +80,9 @@ func fsLog(fd int) string {
 
 func closeFD(fd int) { unix.Close(fd) }
 
+// dupFD is a second descriptor of fd's file, closed on exec.
+func dupFD(fd int) (int, error) { return unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0) }
+
 // viewPath is a path dshd itself can read and write the view at, through
 // the mount's descriptor (no namespace needed).
 func viewPath(fd int) string { return "/proc/self/fd/" + strconv.Itoa(fd) }

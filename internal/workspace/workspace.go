@@ -161,6 +161,10 @@ type Manager struct {
 	// preparing: a checkpoint's old mount is being let go and the new one
 	// made; the agent's view is not mounted meanwhile.
 	preparing map[string]bool
+	// remounted: functions called with an agent's view mounted afresh
+	// by a checkpoint, before a job runs on it (OnRemount), by owner.
+	remounted map[string]map[int]func(fd int)
+	hookSeq   int
 	waits     int // job starts waiting for a writer now
 	// flushing: a flush of the state is due (saveSoonLocked).
 	flushing bool
@@ -191,7 +195,7 @@ func Open(dir, disabled string, logger *slog.Logger) (*Manager, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	m := &Manager{dir: dir, log: logger, agents: map[string]*agentState{}, mounts: map[string]int{}, active: map[string]int{}, ops: map[string]*op{}, preparing: map[string]bool{}, releaseWait: defaultReleaseWait}
+	m := &Manager{dir: dir, log: logger, agents: map[string]*agentState{}, mounts: map[string]int{}, active: map[string]int{}, ops: map[string]*op{}, preparing: map[string]bool{}, remounted: map[string]map[int]func(int){}, releaseWait: defaultReleaseWait}
 	m.cond = sync.NewCond(&m.mu)
 	if err := os.MkdirAll(filepath.Join(dir, "layers"), 0o700); err != nil {
 		return nil, fmt.Errorf("workspaces: %w", err)

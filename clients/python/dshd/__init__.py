@@ -8,13 +8,14 @@
 Every operation of the contract (api/openapi.yaml) is a method. Errors are
 raised as Problem (RFC 9457 problem details with a machine-readable
 ``code``). Job output is followed over server-sent events, resumable by
-event id (``Client.follow_output``), and the transcript is read as typed
+event id (``Client.follow_output``), and so are a directory's changes
+(``Client.watch_files``); the transcript is read as typed
 events (``Client.transcript``). Contributors are typed by kind
 (``BuiltinContributor``, ``StaticContributor``, ``TemplateContributor``,
 ``WebhookContributor``).
 """
 
-from .client import Client, OutputEvent, OutputStream, Problem
+from .client import Client, OutputEvent, OutputStream, Problem, WatchEvent, WatchStream
 from .contributors import (
     BuiltinContributor,
     Contributor,
@@ -56,5 +57,7 @@ __all__ = [
     "TranscriptEvent",
     "UnknownContributor",
     "UnknownEvent",
+    "WatchEvent",
+    "WatchStream",
     "WebhookContributor",
 ]

@@ -116,6 +116,81 @@ class OutputStream:
         self._conn.close()
 
 
+@dataclass(frozen=True)
+class WatchEvent:
+    """One change of a watched directory (``Client.watch_files``).
+
+    ``type`` is ``created``, ``modified``, ``deleted``, ``renamed`` (with
+    ``from_path``) or ``overflow`` (events were lost: list the directory
+    again; ``reason`` says why). ``path`` is relative to the watched
+    directory. ``id`` is the event id to resume after.
+    """
+
+    id: str
+    type: str
+    path: str = ""
+    from_path: str = ""
+    is_dir: bool = False
+    reason: str = ""
+
+
+class WatchStream:
+    """An iterator over a watch's events, on one connection.
+
+    ``last_event_id`` is the id of the last event read: pass it to
+    ``Client.follow_watch`` to resume on a new connection. The iteration
+    ends when the connection does, or after the ``deleted`` event of the
+    watched directory itself (``done``). ``close()`` drops the connection.
+    """
+
+    def __init__(self, conn: http.client.HTTPConnection, resp: http.client.HTTPResponse, last_event_id: Optional[str]):
+        self._conn = conn
+        self._resp = resp
+        self.last_event_id = last_event_id
+        self.done = False
+
+    def __iter__(self) -> Iterator[WatchEvent]:
+        return self
+
+    def __next__(self) -> WatchEvent:
+        if self.done:
+            raise StopIteration
+        ev_id: Optional[str] = None
+        data: List[str] = []
+        while True:
+            try:
+                line = self._resp.readline()
+            except (OSError, ValueError):
+                line = b""
+            if not line:
+                self.close()
+                raise StopIteration
+            text = line.rstrip(b"\r\n").decode("utf-8")
+            if text == "":
+                if not data:
+                    continue
+                break
+            if text.startswith(":"):
+                continue
+            key, _, value = text.partition(":")
+            value = value[1:] if value.startswith(" ") else value
+            if key == "id":
+                ev_id = value
+            elif key == "data":
+                data.append(value)
+        d = cast(JSON, json.loads("\n".join(data)))
+        if ev_id is not None:
+            self.last_event_id = ev_id
+        ev = WatchEvent(ev_id or "", str(d.get("type", "")), str(d.get("path", "")), str(d.get("from", "")),
+                        bool(d.get("isDir", False)), str(d.get("reason", "")))
+        if ev.type == "deleted" and ev.path == ".":
+            self.done = True
+        return ev
+
+    def close(self) -> None:
+        self._conn.close()
+
+
 class Client:
     """A client for one dshd server.
 
@@ -527,6 +602,69 @@ class Client:
         """POST /agents/{id}/files/{path}?op=mkdir."""
         q: JSON = {"op": "mkdir", "mode": None if mode is None else format(mode, "o"), "parents": parents}
         return cast(JSON, json.loads(self._stream("POST", self._file_path(agent_id, "files", path), query=q)))
+
+    def move_file(self, agent_id: str, path: str, to: str, overwrite: bool = False, parents: bool = False) -> JSON:
+        """POST /agents/{id}/files/{path}?op=move&to=: rename path to ``to``
+        (409 path_exists when it exists, unless overwrite); the answer is
+        ``{from, path}``."""
+        q: JSON = {"op": "move", "to": to, "overwrite": overwrite, "parents": parents}
+        return cast(JSON, json.loads(self._stream("POST", self._file_path(agent_id, "files", path), query=q)))
+
+    def follow_watch(self, agent_id: str, path: str = "", recursive: bool = False,
+                     last_event_id: Optional[str] = None) -> WatchStream:
+        """GET /agents/{id}/files/{path}?watch=true: the directory's changes
+        as a WatchStream on one connection, after last_event_id when given.
+        The watch is in place when this returns. See also ``watch_files``,
+        which reconnects itself."""
+        h = {"Authorization": "Bearer " + self.token, "Accept": "text/event-stream"}
+        if last_event_id:
+            h["Last-Event-ID"] = last_event_id
+        q = {"watch": "true"}
+        if recursive:
+            q["recursive"] = "true"
+        target = self._file_path(agent_id, "files", path) + "?" + urllib.parse.urlencode(q)
+        conn = self._connect()
+        try:
+            conn.request("GET", self._prefix + target, headers=h)
+            resp = conn.getresponse()
+        except (OSError, http.client.HTTPException) as e:
+            conn.close()
+            raise Problem(0, "transport", f"GET {target}: {e!r}") from None
+        if resp.status >= 400:
+            raw = resp.read()
+            conn.close()
+            raise _problem(resp, raw, "GET", target)
+        return WatchStream(conn, resp, last_event_id)
+
+    def watch_files(self, agent_id: str, path: str = "", recursive: bool = False,
+                    last_event_id: Optional[str] = None, max_reconnects: int = 10) -> Iterator[WatchEvent]:
+        """The directory's changes, for as long as the caller iterates,
+        reconnecting with Last-Event-ID when a connection drops (at most
+        max_reconnects times in a row without an event): what happened
+        meanwhile comes on the new connection, or an ``overflow`` event
+        when the server no longer has it."""
+        failures = 0
+        while True:
+            stream = None
+            try:
+                stream = self.follow_watch(agent_id, path, recursive, last_event_id)
+                for ev in stream:
+                    failures = 0
+                    yield ev
+                if stream.done:
+                    return
+            except (OSError, http.client.HTTPException):
+                pass
+            except Problem as p:
+                if p.code != "transport":
+                    raise
+            finally:
+                if stream is not None:
+                    last_event_id = stream.last_event_id
+                    stream.close()
+            failures += 1
+            if failures > max_reconnects:
+                raise Problem(0, "transport", f"watch of {path!r}: gave up after {max_reconnects} reconnects")
 
     def upload_archive(self, agent_id: str, path: str, tar: Union[bytes, BinaryIO], parents: bool = False) -> JSON:
         """PUT /agents/{id}/archive/{path}: unpack a tar stream (bytes or a

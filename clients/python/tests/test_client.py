@@ -290,3 +290,41 @@ class Files(unittest.TestCase):
         self.assertEqual(full.exception.code, "directory_not_empty")
         c.remove_file(a, "made", recursive=True)
         self.assertFalse(os.path.exists(os.path.join(d, "made")))
+
+        moved = c.move_file(a, "big.bin", "moved/big.bin", parents=True)
+        self.assertEqual(moved, {"from": os.path.join(d, "big.bin"), "path": os.path.join(d, "moved/big.bin")})
+        with self.assertRaises(Problem) as exists:
+            c.move_file(a, "src/main.txt", "moved/big.bin")
+        self.assertEqual((exists.exception.status, exists.exception.code), (409, "path_exists"))
+        c.move_file(a, "src/main.txt", "moved/big.bin", overwrite=True)
+        self.assertEqual(c.download_file(a, "moved/big.bin"), b"hello\n")
+
+    def test_watch(self):
+        c = server()
+        d = tempfile.mkdtemp()
+        a = c.create_agent(cwd=d, sandbox={"policy": "workspace-write"})["id"]
+        seen = []
+
+        def until(stream, want):
+            for ev in stream:
+                got = f"{ev.type} {ev.from_path}>{ev.path}" if ev.type == "renamed" else f"{ev.type} {ev.path}"
+                self.assertNotEqual(ev.type, "overflow", ev.reason)
+                seen.append(got)
+                if got == want:
+                    return ev
+            self.fail(f"the stream ended before {want!r}; saw {seen}")
+
+        stream = c.follow_watch(a, "", recursive=True)  # in place when it returns
+        c.exec("mkdir w && echo x > w/a && mv w/a w/b", agent_id=a)
+        until(stream, "created w")
+        last = until(stream, "renamed w/a>w/b")
+        stream.close()
+        c.exec("rm w/b", agent_id=a)
+        # Resumed after the rename: the removal made while away comes first.
+        events = c.watch_files(a, "", recursive=True, last_event_id=last.id)
+        ev = next(events)
+        self.assertEqual((ev.type, ev.path), ("deleted", "w/b"))
+        events.close()
+        with self.assertRaises(Problem) as hidden:
+            c.follow_watch(a, "/proc")
+        self.assertEqual((hidden.exception.status, hidden.exception.code), (403, "path_hidden"))

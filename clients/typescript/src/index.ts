@@ -4,14 +4,17 @@
 // only what generation cannot reach: following a job's output over SSE with
 // resume, the transcript as typed events, the bodies that are not JSON (the
 // contract as text, the metrics as text, the transcript as a stream of lines,
-// a job's raw output as bytes), and problems as typed errors.
+// a job's raw output as bytes), an agent's files (bytes and tar streams in and
+// out, a directory's changes over SSE), and problems as typed errors.
 import createClient, { type Client, type Middleware } from "openapi-fetch";
 import type { components, paths } from "./schema.js";
 import { must, ProblemError, type Problem } from "./problem.js";
+import { createFiles, type DshdFiles } from "./files.js";
 
 export type { components, paths };
 export { listTools, type ToolFormat, type ToolFormats } from "./tools.js";
 export { must, ProblemError, type Problem } from "./problem.js";
+export type { DshdFiles, Upload, WatchEvent, WatchStream, FileWritten, FileListing, FileStat, FileMade, FileMoved, ArchiveUnpacked } from "./files.js";
 export type Schemas = components["schemas"];
 export type Job = Schemas["Job"];
 export type Agent = Schemas["Agent"];
@@ -49,6 +52,8 @@ export interface DshdClient {
   followOutput(jobId: string, lastEventId?: string, signal?: AbortSignal): OutputStream;
   /** Every output event until `exit`, reconnecting with Last-Event-ID when a connection drops. */
   output(jobId: string, lastEventId?: string): AsyncGenerator<OutputEvent>;
+  /** An agent's files: bytes and tar streams in and out (from and to local files too), list, stat, mkdir, move, remove, watch. */
+  files: DshdFiles;
 }
 
 /** One event of a job's output: the chunk's exact bytes, or the finished job. */
@@ -195,7 +200,7 @@ export function createDshdClient(baseUrl: string, token: string): DshdClient {
     throw new Error(`output of ${jobId}: gave up reconnecting`);
   }
 
-  return { api, transcript, transcriptLines, openapiYAML, metrics, rawOutput, followOutput, output };
+  return { api, transcript, transcriptLines, openapiYAML, metrics, rawOutput, followOutput, output, files: createFiles(base, token) };
 }
 
 /**

@@ -488,6 +488,16 @@ export interface paths {
          *     listing to `depth` levels (links listed, never followed; at most 10,000 entries, then
          *     `truncated`); `stat=true` answers what the path is. A device, FIFO or socket is 422
          *     `not_a_regular_file`. See docs/files.md.
+         *
+         *     `watch=true` answers a live `text/event-stream` of the changes below the directory
+         *     (`recursive=true`: the whole tree, new directories followed, no link followed):
+         *     `created`, `modified` (a file written and closed; an upload through these routes is one),
+         *     `deleted`, `renamed` (with `from`), each with its path relative to the directory, and
+         *     `overflow` when events were lost (list again). Clients of one directory share one
+         *     watch; it keeps its recent events for a minute after its last client leaves, so a
+         *     client reconnecting with `Last-Event-ID` gets what it missed, or an `overflow` first
+         *     when it cannot. The same read rules refuse the home, the token, hidden paths and
+         *     `/proc` (403 `path_hidden`); a file is 409 `not_a_directory`.
          */
         get: operations["getAgentFile"];
         /**
@@ -504,17 +514,30 @@ export interface paths {
          */
         put: operations["putAgentFile"];
         /**
-         * Make a directory (`op=mkdir`).
+         * Make a directory (`op=mkdir`), or move a path (`op=move`).
          * @description `op=mkdir` makes the directory (mode `mode`, default 0755); 409 `path_exists` when the
-         *     path exists, unless `parents=true`, which also makes the missing ones on the way. The
-         *     same write rules as PUT.
+         *     path exists, unless `parents=true`, which also makes the missing ones on the way.
+         *
+         *     `op=move` renames the path to `to` (relative to the cwd, or absolute) in one
+         *     `renameat2` between the two directories' descriptors: 409 `path_exists` when `to`
+         *     exists, unless `overwrite=true` (a file replaces a file, a directory an empty
+         *     directory; 409 `directory_not_empty` otherwise); `parents=true` makes the missing
+         *     directories on the way to `to`. A link moves as the link it is. Both ends under the same
+         *     write rules as PUT (and neither a `.git`, nor a tree holding one, under
+         *     `workspace-write`; nor a directory holding the home, the token or a hidden path, 403
+         *     `path_hidden`). A directory moved into itself, or the agent's cwd (or a directory
+         *     holding it), is 422 `invalid_path`; two file systems,
+         *     or a directory of a snapshot's lower layer (overlayfs does not rename those), 409
+         *     `cross_device`.
          */
         post: operations["postAgentFile"];
         /**
          * Remove a file, a link, or a directory.
          * @description A link is removed, never what it points to. A directory must be empty (409
          *     `directory_not_empty`) unless `recursive=true`; a recursive removal of a tree holding a
-         *     `.git` is 403 `path_protected` under `workspace-write`. The same write rules as PUT.
+         *     `.git` is 403 `path_protected` under `workspace-write`, of one holding the home or the
+         *     token 403 `path_hidden`; the agent's cwd, or a directory holding it, is 422
+         *     `invalid_path`. The same write rules as PUT.
          */
         delete: operations["deleteAgentFile"];
         options?: never;
@@ -1008,6 +1031,35 @@ export interface components {
             mode: string;
         };
         FileMade: {
+            path: string;
+        };
+        /**
+         * @description One event of a watch (`GET /agents/{id}/files/{path}?watch=true`, a
+         *     `text/event-stream`), as its fields: `id` and `event` are its `id:` and `event:`
+         *     lines, `data` its `data:` line decoded as JSON. The stream is `retry: 1000` first,
+         *     then events, with `: keep-alive` comment lines while idle.
+         */
+        FileWatchEvent: {
+            /** @description `<watch>.<seq>`: send it as `Last-Event-ID` to resume after it. */
+            id: string;
+            /** @enum {string} */
+            event: "created" | "modified" | "deleted" | "renamed" | "overflow";
+            data: {
+                /** @enum {string} */
+                type: "created" | "modified" | "deleted" | "renamed" | "overflow";
+                /** @description Relative to the watched directory (`.` for itself: it was removed, and the stream ends). */
+                path?: string;
+                /** @description renamed: the old path. */
+                from?: string;
+                isDir?: boolean;
+                /** @description overflow: why events were lost. */
+                reason?: string;
+            };
+        };
+        FileMoved: {
+            /** @description Where it was (absolute). */
+            from: string;
+            /** @description Where it is now (absolute). */
             path: string;
         };
         ArchiveUnpacked: {
@@ -3805,10 +3857,16 @@ export interface operations {
                 depth?: number;
                 /** @description Answer what the path is (FileStat), not its contents. */
                 stat?: boolean;
+                /** @description Stream the directory's changes as server-sent events (FileWatchEvent). */
+                watch?: boolean;
+                /** @description watch: the directories below too. */
+                recursive?: boolean;
             };
             header?: {
                 /** @description A byte range of a file (RFC 9110). */
                 Range?: string;
+                /** @description watch: the id of the last event the client has, to resume after it. */
+                "Last-Event-ID"?: string;
             };
             path: {
                 id: string;
@@ -3823,12 +3881,24 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description The file's bytes, the directory's listing, or (stat) what the path is. */
+            /** @description The file's bytes, the directory's listing, (stat) what the path is, or (watch) the stream of changes. */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
+                    /**
+                     * @example {
+                     *       "id": "w3f2a9c1d0e4b5a67.12",
+                     *       "event": "renamed",
+                     *       "data": {
+                     *         "type": "renamed",
+                     *         "path": "src/new.go",
+                     *         "from": "src/old.go"
+                     *       }
+                     *     }
+                     */
+                    "text/event-stream": components["schemas"]["FileWatchEvent"];
                     "application/octet-stream": string;
                     /**
                      * @example {
@@ -3943,9 +4013,15 @@ export interface operations {
     postAgentFile: {
         parameters: {
             query: {
-                op: "mkdir";
+                op: "mkdir" | "move";
+                /** @description mkdir: octal permission bits (default 0755). */
                 mode?: string;
+                /** @description Make the missing directories on the way (to `to` for a move). */
                 parents?: boolean;
+                /** @description move (required): where the path goes, relative to the cwd or absolute. */
+                to?: string;
+                /** @description move: replace what is at `to`. */
+                overwrite?: boolean;
             };
             header?: never;
             path: {
@@ -3961,6 +4037,21 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
+            /** @description Moved. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "from": "/home/me/project/old.go",
+                     *       "path": "/home/me/project/new.go"
+                     *     }
+                     */
+                    "application/json": components["schemas"]["FileMoved"];
+                };
+            };
             /** @description Made. */
             201: {
                 headers: {

@@ -221,6 +221,60 @@ func (e FileStatType) Valid() bool {
 	}
 }
 
+// Defines values for FileWatchEventDataType.
+const (
+	FileWatchEventDataTypeCreated  FileWatchEventDataType = "created"
+	FileWatchEventDataTypeDeleted  FileWatchEventDataType = "deleted"
+	FileWatchEventDataTypeModified FileWatchEventDataType = "modified"
+	FileWatchEventDataTypeOverflow FileWatchEventDataType = "overflow"
+	FileWatchEventDataTypeRenamed  FileWatchEventDataType = "renamed"
+)
+
+// Valid indicates whether the value is a known member of the FileWatchEventDataType enum.
+func (e FileWatchEventDataType) Valid() bool {
+	switch e {
+	case FileWatchEventDataTypeCreated:
+		return true
+	case FileWatchEventDataTypeDeleted:
+		return true
+	case FileWatchEventDataTypeModified:
+		return true
+	case FileWatchEventDataTypeOverflow:
+		return true
+	case FileWatchEventDataTypeRenamed:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for FileWatchEventEvent.
+const (
+	FileWatchEventEventCreated  FileWatchEventEvent = "created"
+	FileWatchEventEventDeleted  FileWatchEventEvent = "deleted"
+	FileWatchEventEventModified FileWatchEventEvent = "modified"
+	FileWatchEventEventOverflow FileWatchEventEvent = "overflow"
+	FileWatchEventEventRenamed  FileWatchEventEvent = "renamed"
+)
+
+// Valid indicates whether the value is a known member of the FileWatchEventEvent enum.
+func (e FileWatchEventEvent) Valid() bool {
+	switch e {
+	case FileWatchEventEventCreated:
+		return true
+	case FileWatchEventEventDeleted:
+		return true
+	case FileWatchEventEventModified:
+		return true
+	case FileWatchEventEventOverflow:
+		return true
+	case FileWatchEventEventRenamed:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for HookDialect.
 const (
 	HookDialectClaudeCode HookDialect = "claude-code"
@@ -913,19 +967,19 @@ func (e WorkspaceChangeDiffOmitted) Valid() bool {
 
 // Defines values for WorkspaceChangeKind.
 const (
-	Added    WorkspaceChangeKind = "added"
-	Deleted  WorkspaceChangeKind = "deleted"
-	Modified WorkspaceChangeKind = "modified"
+	WorkspaceChangeKindAdded    WorkspaceChangeKind = "added"
+	WorkspaceChangeKindDeleted  WorkspaceChangeKind = "deleted"
+	WorkspaceChangeKindModified WorkspaceChangeKind = "modified"
 )
 
 // Valid indicates whether the value is a known member of the WorkspaceChangeKind enum.
 func (e WorkspaceChangeKind) Valid() bool {
 	switch e {
-	case Added:
+	case WorkspaceChangeKindAdded:
 		return true
-	case Deleted:
+	case WorkspaceChangeKindDeleted:
 		return true
-	case Modified:
+	case WorkspaceChangeKindModified:
 		return true
 	default:
 		return false
@@ -1491,6 +1545,15 @@ type FileMade struct {
 	Path string `json:"path"`
 }
 
+// FileMoved defines model for FileMoved.
+type FileMoved struct {
+	// From Where it was (absolute).
+	From string `json:"from"`
+
+	// Path Where it is now (absolute).
+	Path string `json:"path"`
+}
+
 // FileStat defines model for FileStat.
 type FileStat struct {
 	Mode  string       `json:"mode"`
@@ -1502,6 +1565,35 @@ type FileStat struct {
 
 // FileStatType defines model for FileStat.Type.
 type FileStatType string
+
+// FileWatchEvent One event of a watch (`GET /agents/{id}/files/{path}?watch=true`, a
+// `text/event-stream`), as its fields: `id` and `event` are its `id:` and `event:`
+// lines, `data` its `data:` line decoded as JSON. The stream is `retry: 1000` first,
+// then events, with `: keep-alive` comment lines while idle.
+type FileWatchEvent struct {
+	Data struct {
+		// From renamed: the old path.
+		From  *string `json:"from,omitempty"`
+		IsDir *bool   `json:"isDir,omitempty"`
+
+		// Path Relative to the watched directory (`.` for itself: it was removed, and the stream ends).
+		Path *string `json:"path,omitempty"`
+
+		// Reason overflow: why events were lost.
+		Reason *string                `json:"reason,omitempty"`
+		Type   FileWatchEventDataType `json:"type"`
+	} `json:"data"`
+	Event FileWatchEventEvent `json:"event"`
+
+	// Id `<watch>.<seq>`: send it as `Last-Event-ID` to resume after it.
+	Id string `json:"id"`
+}
+
+// FileWatchEventDataType defines model for FileWatchEvent.Data.Type.
+type FileWatchEventDataType string
+
+// FileWatchEventEvent defines model for FileWatchEvent.Event.
+type FileWatchEventEvent string
 
 // FileWritten defines model for FileWritten.
 type FileWritten struct {
