@@ -63,6 +63,10 @@ func TestContractFuzz(t *testing.T) {
 	}))
 	t.Cleanup(hook.Close)
 
+	// An agent made without a cwd works in the server's: a directory of
+	// the test's own, never this package's sources (a recursive DELETE of
+	// the fuzz's drawing would remove them).
+	t.Chdir(t.TempDir())
 	s := startServer(t)
 	seed, count := *fuzzSeed, *fuzzCount
 	t.Logf("contract fuzz: seed %d, %d requests", seed, count)
@@ -323,7 +327,7 @@ func (f *fuzzer) paramValue(op operation, p *openapi3.Parameter) string {
 		}
 	case "to":
 		// A move's target: relative names below the agents' cwd, as for
-		// {path} (an agent made without a cwd works in this package's
+		// {path} (an agent made without a cwd works in the test's
 		// directory).
 		return f.pick([]string{"fz2.txt", "fz/b.txt", "fz", "missing/y", ".git/y"})
 	case "watch":
