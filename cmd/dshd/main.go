@@ -600,6 +600,7 @@ func openWorkspaces(cfg config, home string, logger *slog.Logger) (*workspace.Ma
 	}
 	workspaces.SetMaxBytes(cfg.Workspaces.MaxBytes)
 	workspaces.SetMaxLayers(cfg.Workspaces.MaxLayers)
+	workspaces.SetCheckpointDepth(cfg.Workspaces.CheckpointDepth)
 	workspaces.SetHome(home)
 	workspaces.Recover()
 	if ok, why := workspaces.Available(); !ok {

@@ -152,7 +152,11 @@ func (s *Server) ListCheckpoints(ctx context.Context, req api.ListCheckpointsReq
 		if ids == nil {
 			ids = []string{}
 		}
-		out.Checkpoints = append(out.Checkpoints, api.Checkpoint{CallIds: ids, CallId: last, Seq: c.Seq, Time: c.Time, Changes: toAPIChanges(c.Changes)})
+		cp := api.Checkpoint{CallIds: ids, CallId: last, Seq: c.Seq, Time: c.Time, Changes: toAPIChanges(c.Changes)}
+		if c.Compacted {
+			cp.Compacted = &c.Compacted
+		}
+		out.Checkpoints = append(out.Checkpoints, cp)
 	}
 	return out, nil
 }

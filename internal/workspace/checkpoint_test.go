@@ -218,11 +218,14 @@ func TestChangesSpanCheckpoints(t *testing.T) {
 
 // A view stands on as many checkpoint layers as workspaces.maxLayers
 // allows (each mounted afresh, off the call's path, while the next job
-// waits for it); past that a call's changes stay pending.
+// waits for it); past that a call's changes stay pending. Compaction is
+// out of the way here (every checkpoint is kept individually): the bound
+// is what stands when compaction cannot make room (TestCheckpointCompaction).
 func TestCheckpointDepthBound(t *testing.T) {
 	t.Parallel()
 	m, _, base := fixture(t)
 	m.SetMaxLayers(120)
+	m.SetCheckpointDepth(1000)
 	if err := m.Adopt("a", base); err != nil {
 		t.Fatal(err)
 	}

@@ -34,6 +34,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dshd/dshd/internal/atomicfile"
@@ -174,6 +175,16 @@ type Manager struct {
 
 	// maxLayers bounds an agent's frozen layers (0: DefaultMaxLayers).
 	maxLayers int
+	// checkpointDepth: the newest checkpoints kept individually (0:
+	// DefaultCheckpointDepth); compacting: a compaction of the agent runs;
+	// ready: its merged layers, waiting for the view to be still; pinned:
+	// layers a compaction reads or writes, which no removal takes.
+	checkpointDepth int
+	compacting      map[string]bool
+	ready           map[string][]run
+	pinned          map[string]int
+	closing         atomic.Bool
+	wg              sync.WaitGroup
 	// maxBytes caps the layers' disk use at fork time (0: no cap).
 	maxBytes    int64
 	usageMu     sync.Mutex
@@ -191,7 +202,8 @@ func Open(dir, disabled string, logger *slog.Logger) (*Manager, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	m := &Manager{dir: dir, log: logger, agents: map[string]*agentState{}, mounts: map[string]int{}, active: map[string]int{}, ops: map[string]*op{}, preparing: map[string]bool{}, releaseWait: defaultReleaseWait}
+	m := &Manager{dir: dir, log: logger, agents: map[string]*agentState{}, mounts: map[string]int{}, active: map[string]int{}, ops: map[string]*op{}, preparing: map[string]bool{},
+		compacting: map[string]bool{}, ready: map[string][]run{}, pinned: map[string]int{}, releaseWait: defaultReleaseWait}
 	m.cond = sync.NewCond(&m.mu)
 	if err := os.MkdirAll(filepath.Join(dir, "layers"), 0o700); err != nil {
 		return nil, fmt.Errorf("workspaces: %w", err)
@@ -316,7 +328,27 @@ func (m *Manager) flush() {
 // drop, or by a crash in the middle of a fork). A layer unused is never
 // used again: removeLayers removes them without the lock.
 func (m *Manager) unusedLocked() []string {
+	used := m.usedLocked()
+	ents, err := os.ReadDir(filepath.Join(m.dir, "layers"))
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, e := range ents {
+		if !used[e.Name()] {
+			out = append(out, e.Name())
+		}
+	}
+	return out
+}
+
+// usedLocked are the layers a recorded agent references or a compaction
+// has pinned.
+func (m *Manager) usedLocked() map[string]bool {
 	used := map[string]bool{}
+	for id := range m.pinned {
+		used[id] = true
+	}
 	for _, a := range m.agents {
 		if a.Dropped {
 			continue
@@ -331,17 +363,7 @@ func (m *Manager) unusedLocked() []string {
 		}
 		used[a.Upper] = true
 	}
-	ents, err := os.ReadDir(filepath.Join(m.dir, "layers"))
-	if err != nil {
-		return nil
-	}
-	var out []string
-	for _, e := range ents {
-		if !used[e.Name()] {
-			out = append(out, e.Name())
-		}
-	}
-	return out
+	return used
 }
 
 func (m *Manager) removeLayers(ids []string) {
@@ -859,9 +881,15 @@ func (m *Manager) Close() {
 	if m == nil {
 		return
 	}
+	// Compactions stop and leave nothing recorded (their layers go at
+	// the next start).
+	m.closing.Store(true)
+	m.mu.Lock()
+	m.closed = true
+	m.mu.Unlock()
+	m.wg.Wait()
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.closed = true
 	if m.flushing {
 		m.flushing = false
 		if err := m.saveLocked(); err != nil {

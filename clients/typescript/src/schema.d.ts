@@ -425,7 +425,9 @@ export interface paths {
          *     The transcript records a `workspace/rewind` event; the agent's next command sees the
          *     restored files. 409 `workspace_busy` while a job of the agent's view runs or has
          *     processes left running; 404 `checkpoint_not_found` when no checkpoint holds the call (a
-         *     call that changed nothing rewinds to the checkpoint before it).
+         *     call that changed nothing rewinds to the checkpoint before it); 410 `checkpoint_compacted`
+         *     when the view named is inside a compacted checkpoint (only its edges remain: before its
+         *     first call, after its last).
          */
         post: operations["rewindAgent"];
         delete?: never;
@@ -1258,6 +1260,8 @@ export interface components {
             time: string;
             /** @description What the calls changed: the checkpoint's layer against the view before it. */
             changes: components["schemas"]["WorkspaceChange"][];
+            /** @description A run of older checkpoints merged into one layer past `workspaces.checkpointDepth`: `callIds` are all of theirs and `changes` what they changed together; a rewind or fork goes to its edges only (before its first call, after its last), any view inside it is 410 `checkpoint_compacted`. */
+            compacted?: boolean;
         };
         Checkpoints: {
             agentId: string;
@@ -1639,7 +1643,7 @@ export interface components {
             sandbox?: components["schemas"]["SandboxRequest"];
             limits?: components["schemas"]["Limits"];
             workspace?: components["schemas"]["WorkspaceMode"];
-            /** @description Start from a tool call of a snapshot agent (with `workspace: snapshot`, not with `boundary`): the transcript up to that call's result, the workspace as it was after it (its checkpoint). 404 `checkpoint_not_found` when no checkpoint holds it. */
+            /** @description Start from a tool call of a snapshot agent (with `workspace: snapshot`, not with `boundary`): the transcript up to that call's result, the workspace as it was after it (its checkpoint). 404 `checkpoint_not_found` when no checkpoint holds it, 410 `checkpoint_compacted` when its view was merged into a compacted checkpoint. */
             fromCallId?: string;
         };
         SpawnInput: {
@@ -2520,6 +2524,25 @@ export interface components {
                  *       "code": "idempotency_key_expired_job",
                  *       "detail": "job of the idempotency key is no longer recorded: key \"retry-1\" started job job_01m8rk371jk2qn0jppj311m3h0, which is no longer recorded; the command is not run again",
                  *       "instance": "/exec"
+                 *     }
+                 */
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /** @description `checkpoint_compacted`: the view named (before or after a call) was inside a run of checkpoints merged into one layer past `workspaces.checkpointDepth`; only the run's edges remain (before its first call, after its last), and the detail names them. */
+        R410Compacted: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                /**
+                 * @example {
+                 *       "type": "about:blank",
+                 *       "title": "That view was compacted into a later checkpoint",
+                 *       "status": 410,
+                 *       "code": "checkpoint_compacted",
+                 *       "detail": "checkpoint compacted: agent agt_01m8rk3468mk6yta9t5hevkezw's views from call call_1 to call call_40 were merged into one layer (past workspaces.checkpointDepth); call call_7 is inside them: rewind to before call call_1 or after call call_40",
+                 *       "instance": "/agents/agt_01m8rk3468mk6yta9t5hevkezw/rewind"
                  *     }
                  */
                 "application/problem+json": components["schemas"]["Problem"];
@@ -3492,6 +3515,7 @@ export interface operations {
             404: components["responses"]["R404"];
             408: components["responses"]["R408"];
             409: components["responses"]["R409"];
+            410: components["responses"]["R410Compacted"];
             413: components["responses"]["R413"];
             421: components["responses"]["R421"];
             422: components["responses"]["R422"];
@@ -3546,6 +3570,7 @@ export interface operations {
             404: components["responses"]["R404"];
             408: components["responses"]["R408"];
             409: components["responses"]["R409"];
+            410: components["responses"]["R410Compacted"];
             413: components["responses"]["R413"];
             421: components["responses"]["R421"];
             422: components["responses"]["R422"];
@@ -3736,6 +3761,7 @@ export interface operations {
             404: components["responses"]["R404"];
             408: components["responses"]["R408"];
             409: components["responses"]["R409"];
+            410: components["responses"]["R410Compacted"];
             413: components["responses"]["R413"];
             421: components["responses"]["R421"];
             422: components["responses"]["R422"];

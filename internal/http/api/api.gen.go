@@ -1177,6 +1177,9 @@ type Checkpoint struct {
 	// Changes What the calls changed: the checkpoint's layer against the view before it.
 	Changes []WorkspaceChange `json:"changes"`
 
+	// Compacted A run of older checkpoints merged into one layer past `workspaces.checkpointDepth`: `callIds` are all of theirs and `changes` what they changed together; a rewind or fork goes to its edges only (before its first call, after its last), any view inside it is 410 `checkpoint_compacted`.
+	Compacted *bool `json:"compacted,omitempty"`
+
 	// Seq Transcript seq of that call's result (0 for changes set aside by a rewind without a call).
 	Seq  int64     `json:"seq"`
 	Time time.Time `json:"time"`
@@ -1515,7 +1518,7 @@ type ForkInput struct {
 	// Boundary Copy transcript events up to this seq.
 	Boundary *int64 `json:"boundary,omitempty"`
 
-	// FromCallId Start from a tool call of a snapshot agent (with `workspace: snapshot`, not with `boundary`): the transcript up to that call's result, the workspace as it was after it (its checkpoint). 404 `checkpoint_not_found` when no checkpoint holds it.
+	// FromCallId Start from a tool call of a snapshot agent (with `workspace: snapshot`, not with `boundary`): the transcript up to that call's result, the workspace as it was after it (its checkpoint). 404 `checkpoint_not_found` when no checkpoint holds it, 410 `checkpoint_compacted` when its view was merged into a compacted checkpoint.
 	FromCallId *string `json:"fromCallId,omitempty"`
 
 	// Limits Resource limits asked for by the harness (never by a model), for every job of an
@@ -2745,6 +2748,9 @@ type R409 = Problem
 
 // R410 defines model for R410.
 type R410 = Problem
+
+// R410Compacted defines model for R410Compacted.
+type R410Compacted = Problem
 
 // R413 defines model for R413.
 type R413 = Problem
@@ -5429,6 +5435,8 @@ type R409ApplicationProblemPlusJSONResponse Problem
 
 type R410ApplicationProblemPlusJSONResponse Problem
 
+type R410CompactedApplicationProblemPlusJSONResponse Problem
+
 type R413ApplicationProblemPlusJSONResponse Problem
 
 type R421ApplicationProblemPlusJSONResponse Problem
@@ -6085,6 +6093,22 @@ func (response ForkAgent409ApplicationProblemPlusJSONResponse) VisitForkAgentRes
 	return err
 }
 
+type ForkAgent410ApplicationProblemPlusJSONResponse struct {
+	R410CompactedApplicationProblemPlusJSONResponse
+}
+
+func (response ForkAgent410ApplicationProblemPlusJSONResponse) VisitForkAgentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(410)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ForkAgent413ApplicationProblemPlusJSONResponse struct {
 	R413ApplicationProblemPlusJSONResponse
 }
@@ -6420,6 +6444,22 @@ func (response RewindAgent409ApplicationProblemPlusJSONResponse) VisitRewindAgen
 	return err
 }
 
+type RewindAgent410ApplicationProblemPlusJSONResponse struct {
+	R410CompactedApplicationProblemPlusJSONResponse
+}
+
+func (response RewindAgent410ApplicationProblemPlusJSONResponse) VisitRewindAgentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(410)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type RewindAgent413ApplicationProblemPlusJSONResponse struct {
 	R413ApplicationProblemPlusJSONResponse
 }
@@ -6616,6 +6656,22 @@ func (response SpawnAgent409ApplicationProblemPlusJSONResponse) VisitSpawnAgentR
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SpawnAgent410ApplicationProblemPlusJSONResponse struct {
+	R410CompactedApplicationProblemPlusJSONResponse
+}
+
+func (response SpawnAgent410ApplicationProblemPlusJSONResponse) VisitSpawnAgentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(410)
 	_, err := buf.WriteTo(w)
 	return err
 }
