@@ -102,6 +102,10 @@ func (f *failing) SpawnAgentFrom(context.Context, string, string, agents.Bounds)
 func (f *failing) Checkpoints(context.Context, string, bool) ([]run.CheckpointInfo, workspace.CheckpointList, error) {
 	return nil, workspace.CheckpointList{}, f.err
 }
+
+func (f *failing) CheckpointDiff(context.Context, string, string, string, bool) ([]workspace.Change, error) {
+	return nil, f.err
+}
 func (f *failing) Rewind(context.Context, string, string, bool, bool) (int, error) { return 0, f.err }
 
 func (f *failing) FileScope(context.Context, string) (*files.Scope, func(), error) {
@@ -243,6 +247,7 @@ var routes = []route{
 	{"DELETE", "/agents/{id}/workspace", "/agents/agt_1/workspace", "", []error{agents.ErrNotFound, workspace.ErrNotFound, workspace.ErrBusy, status.ErrAgentStoreUnavailable}},
 	{"GET", "/agents/{id}/workspace/changes", "/agents/agt_1/workspace/changes", "", []error{agents.ErrNotFound, workspace.ErrNotFound, workspace.ErrDropped, workspace.ErrUnavailable, status.ErrAgentStoreUnavailable}},
 	{"GET", "/agents/{id}/checkpoints", "/agents/agt_1/checkpoints", "", []error{agents.ErrNotFound, workspace.ErrNotFound, workspace.ErrDropped, workspace.ErrUnavailable, status.ErrAgentStoreUnavailable}},
+	{"GET", "/agents/{id}/checkpoints/diff", "/agents/agt_1/checkpoints/diff?from=call_1", "", []error{agents.ErrNotFound, workspace.ErrNotFound, workspace.ErrCheckpointNotFound, workspace.ErrCheckpointCompacted, workspace.ErrDropped, workspace.ErrInvalid, workspace.ErrUnavailable, status.ErrAgentStoreUnavailable}},
 	{"POST", "/agents/{id}/rewind", "/agents/agt_1/rewind", `{"callId":"call_1"}`, []error{agents.ErrNotFound, workspace.ErrNotFound, workspace.ErrCheckpointNotFound, workspace.ErrCheckpointCompacted, workspace.ErrDropped, workspace.ErrBusy, workspace.ErrInvalid, workspace.ErrUnavailable, enospc, status.ErrAgentStoreUnavailable}},
 	{"POST", "/agents/{id}/workspace/apply", "/agents/agt_1/workspace/apply", `{}`, []error{agents.ErrNotFound, workspace.ErrNotFound, workspace.ErrDropped, workspace.ErrBusy, &workspace.ConflictError{Paths: []string{"f"}}, workspace.ErrInvalid, workspace.ErrUnavailable, enospc, status.ErrAgentStoreUnavailable}},
 	{"GET", "/agents/{id}/files/{path}", "/agents/agt_1/files/src/main.go", "", fileReadErrs},

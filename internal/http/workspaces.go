@@ -161,6 +161,16 @@ func (s *Server) ListCheckpoints(ctx context.Context, req api.ListCheckpointsReq
 	return out, nil
 }
 
+// DiffCheckpoints lists what differs between two checkpoints' views.
+func (s *Server) DiffCheckpoints(ctx context.Context, req api.DiffCheckpointsRequestObject) (api.DiffCheckpointsResponseObject, error) {
+	p := req.Params
+	cs, err := s.pipeline.CheckpointDiff(ctx, req.Id, deref(p.From), deref(p.To), deref(p.Diff))
+	if err != nil {
+		return nil, err
+	}
+	return api.DiffCheckpoints200JSONResponse{AgentId: req.Id, From: p.From, To: p.To, Changes: toAPIChanges(cs)}, nil
+}
+
 // RewindAgent sets a snapshot agent's view back to before or after a call.
 func (s *Server) RewindAgent(ctx context.Context, req api.RewindAgentRequestObject) (api.RewindAgentResponseObject, error) {
 	in := req.Body

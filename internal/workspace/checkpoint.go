@@ -452,3 +452,64 @@ func firstDepth(a *agentState) int {
 	}
 	return len(a.Layers)
 }
+
+// Edges of the views CheckpointDiff compares when a side is not named.
+const (
+	// FloorDepth: the view before the agent's first checkpoint.
+	FloorDepth = -1
+	// TopDepth: the view after its last checkpoint.
+	TopDepth = -2
+)
+
+// CheckpointDiff lists what differs between agent's view at depth from
+// and at depth to (each from DepthAt, or FloorDepth, TopDepth), sorted by
+// path, as Changes does: the paths the layers between the two touched,
+// each compared as it is in the to view with what it is in the from view
+// (either may be the earlier one). With diff, unified diffs of text
+// files. Both views are read by descriptor, no link followed.
+// ErrInvalid for a depth outside the agent's checkpoints.
+func (m *Manager) CheckpointDiff(agent string, from, to int, diff bool) ([]Change, error) {
+	a, unhold, err := m.hold(agent, false)
+	if err != nil {
+		return nil, err
+	}
+	defer unhold()
+	edge := func(d int) int {
+		switch d {
+		case FloorDepth:
+			return firstDepth(a)
+		case TopDepth:
+			return len(a.Layers)
+		}
+		return d
+	}
+	from, to = edge(from), edge(to)
+	for _, d := range []int{from, to} {
+		if first := firstDepth(a); d < first || d > len(a.Layers) {
+			return nil, fmt.Errorf("%w: depth %d is outside agent %s's checkpoints (%d to %d)", ErrInvalid, d, agent, first, len(a.Layers))
+		}
+	}
+	v := &since{}
+	defer v.close()
+	for _, id := range a.Layers[min(from, to):max(from, to)] {
+		t, err := openTree(m.upperDir(id), "layer "+id)
+		if err != nil {
+			return nil, err
+		}
+		v.layers = append(v.layers, t)
+	}
+	if v.then, _, err = m.openStack(a.Base, a.Layers[:from]); err != nil {
+		return nil, err
+	}
+	if v.now, _, err = m.openStack(a.Base, a.Layers[:to]); err != nil {
+		return nil, err
+	}
+	cs, err := v.changes()
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint diff of agent %s: %w", agent, err)
+	}
+	if diff {
+		addDiffs(cs, v.now, v.then)
+	}
+	return cs, nil
+}

@@ -408,6 +408,36 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/agents/{id}/checkpoints/diff": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        /**
+         * What differs between a snapshot agent's view after one tool call and after another.
+         * @description Compares the view as it was after the call `from` with the view after the call `to`
+         *     (either may be the earlier one), path by path over the layers between them, in the form
+         *     of `workspace/changes`: `added`, `modified` and `deleted` are what going from `from` to
+         *     `to` adds, modifies and deletes. `from` left out is the view before the agent's first
+         *     checkpoint, `to` left out the view after its last. A call that changed nothing names the
+         *     checkpoint before it. With `diff=true`, unified diffs of text files. 404
+         *     `checkpoint_not_found` for a call no checkpoint holds, 410 `checkpoint_compacted` for a
+         *     view inside a compacted checkpoint, 404 `workspace_not_found` for an agent without a
+         *     snapshot view of its own.
+         */
+        get: operations["diffCheckpoints"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/agents/{id}/rewind": {
         parameters: {
             query?: never;
@@ -1271,6 +1301,14 @@ export interface components {
             pending: string[];
             /** @description The last rewind can be undone (`POST /agents/{id}/rewind` with `undo: true`). */
             undo: boolean;
+        };
+        CheckpointDiff: {
+            agentId: string;
+            /** @description The call the diff starts from (after it); absent: before the first checkpoint. */
+            from?: string;
+            /** @description The call the diff goes to (after it); absent: after the last checkpoint. */
+            to?: string;
+            changes: components["schemas"]["WorkspaceChange"][];
         };
         RewindInput: {
             /** @description The tool call to rewind to. */
@@ -3717,6 +3755,65 @@ export interface operations {
             401: components["responses"]["R401"];
             404: components["responses"]["R404"];
             409: components["responses"]["R409"];
+            421: components["responses"]["R421"];
+            422: components["responses"]["R422"];
+            503: components["responses"]["R503AgentStore"];
+            default: components["responses"]["Problem"];
+        };
+    };
+    diffCheckpoints: {
+        parameters: {
+            query?: {
+                /** @description The call whose view (after it) the diff starts from; left out: the view before the first checkpoint. */
+                from?: string;
+                /** @description The call whose view (after it) the diff goes to; left out: the view after the last checkpoint. */
+                to?: string;
+                /** @description Add unified diffs of text files. */
+                diff?: boolean;
+            };
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The changes. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "agentId": "agt_01m8rk3468mk6yta9t5hevkezw",
+                     *       "from": "call_2",
+                     *       "to": "call_7",
+                     *       "changes": [
+                     *         {
+                     *           "path": "notes.md",
+                     *           "kind": "added",
+                     *           "type": "file",
+                     *           "size": 40
+                     *         },
+                     *         {
+                     *           "path": "old.txt",
+                     *           "kind": "deleted",
+                     *           "type": "file",
+                     *           "size": 12
+                     *         }
+                     *       ]
+                     *     }
+                     */
+                    "application/json": components["schemas"]["CheckpointDiff"];
+                };
+            };
+            400: components["responses"]["R400"];
+            401: components["responses"]["R401"];
+            404: components["responses"]["R404"];
+            409: components["responses"]["R409"];
+            410: components["responses"]["R410Compacted"];
             421: components["responses"]["R421"];
             422: components["responses"]["R422"];
             503: components["responses"]["R503AgentStore"];

@@ -1185,6 +1185,18 @@ type Checkpoint struct {
 	Time time.Time `json:"time"`
 }
 
+// CheckpointDiff defines model for CheckpointDiff.
+type CheckpointDiff struct {
+	AgentId string            `json:"agentId"`
+	Changes []WorkspaceChange `json:"changes"`
+
+	// From The call the diff starts from (after it); absent: before the first checkpoint.
+	From *string `json:"from,omitempty"`
+
+	// To The call the diff goes to (after it); absent: after the last checkpoint.
+	To *string `json:"to,omitempty"`
+}
+
 // Checkpoints defines model for Checkpoints.
 type Checkpoints struct {
 	AgentId string `json:"agentId"`
@@ -2791,6 +2803,18 @@ type ListCheckpointsParams struct {
 	Diff *bool `form:"diff,omitempty" json:"diff,omitempty"`
 }
 
+// DiffCheckpointsParams defines parameters for DiffCheckpoints.
+type DiffCheckpointsParams struct {
+	// From The call whose view (after it) the diff starts from; left out: the view before the first checkpoint.
+	From *string `form:"from,omitempty" json:"from,omitempty"`
+
+	// To The call whose view (after it) the diff goes to; left out: the view after the last checkpoint.
+	To *string `form:"to,omitempty" json:"to,omitempty"`
+
+	// Diff Add unified diffs of text files.
+	Diff *bool `form:"diff,omitempty" json:"diff,omitempty"`
+}
+
 // GetWorkspaceChangesParams defines parameters for GetWorkspaceChanges.
 type GetWorkspaceChangesParams struct {
 	// Diff Add unified diffs of text files.
@@ -3916,6 +3940,9 @@ type ServerInterface interface {
 	// ListCheckpoints The checkpoints of a snapshot agent's view, oldest first, each with what its calls changed.
 	// (GET /agents/{id}/checkpoints)
 	ListCheckpoints(w http.ResponseWriter, r *http.Request, id string, params ListCheckpointsParams)
+	// DiffCheckpoints What differs between a snapshot agent's view after one tool call and after another.
+	// (GET /agents/{id}/checkpoints/diff)
+	DiffCheckpoints(w http.ResponseWriter, r *http.Request, id string, params DiffCheckpointsParams)
 	// ForkAgent New agent with a copy of the transcript, up to boundary seq when given.
 	// (POST /agents/{id}/fork)
 	ForkAgent(w http.ResponseWriter, r *http.Request, id string)
@@ -4036,6 +4063,12 @@ func (_ Unimplemented) GetAgent(w http.ResponseWriter, r *http.Request, id strin
 // ListCheckpoints The checkpoints of a snapshot agent's view, oldest first, each with what its calls changed.
 // (GET /agents/{id}/checkpoints)
 func (_ Unimplemented) ListCheckpoints(w http.ResponseWriter, r *http.Request, id string, params ListCheckpointsParams) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// DiffCheckpoints What differs between a snapshot agent's view after one tool call and after another.
+// (GET /agents/{id}/checkpoints/diff)
+func (_ Unimplemented) DiffCheckpoints(w http.ResponseWriter, r *http.Request, id string, params DiffCheckpointsParams) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
@@ -4321,6 +4354,74 @@ func (siw *ServerInterfaceWrapper) ListCheckpoints(w http.ResponseWriter, r *htt
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.ListCheckpoints(w, r, id, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// DiffCheckpoints operation middleware
+func (siw *ServerInterfaceWrapper) DiffCheckpoints(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "id" -------------
+	var id string
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", chi.URLParam(r, "id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "id", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params DiffCheckpointsParams
+
+	// ------------- Optional query parameter "from" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "from", r.URL.Query(), &params.From, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "from"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "from", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "to" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "to", r.URL.Query(), &params.To, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "to"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "to", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "diff" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "diff", r.URL.Query(), &params.Diff, runtime.BindQueryParameterOptions{Type: "boolean", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "diff"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "diff", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.DiffCheckpoints(w, r, id, params)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -5371,6 +5472,9 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 		r.Get(options.BaseURL+"/agents/{id}/checkpoints", wrapper.ListCheckpoints)
 	})
 	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/agents/{id}/checkpoints/diff", wrapper.DiffCheckpoints)
+	})
+	r.Group(func(r chi.Router) {
 		r.Post(options.BaseURL+"/agents/{id}/rewind", wrapper.RewindAgent)
 	})
 	r.Group(func(r chi.Router) {
@@ -5979,6 +6083,174 @@ type ListCheckpointsdefaultApplicationProblemPlusJSONResponse struct {
 }
 
 func (response ListCheckpointsdefaultApplicationProblemPlusJSONResponse) VisitListCheckpointsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DiffCheckpointsRequestObject struct {
+	Id     string `json:"id"`
+	Params DiffCheckpointsParams
+}
+
+type DiffCheckpointsResponseObject interface {
+	VisitDiffCheckpointsResponse(w http.ResponseWriter) error
+}
+
+type DiffCheckpoints200JSONResponse CheckpointDiff
+
+func (response DiffCheckpoints200JSONResponse) VisitDiffCheckpointsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DiffCheckpoints400ApplicationProblemPlusJSONResponse struct {
+	R400ApplicationProblemPlusJSONResponse
+}
+
+func (response DiffCheckpoints400ApplicationProblemPlusJSONResponse) VisitDiffCheckpointsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DiffCheckpoints401ApplicationProblemPlusJSONResponse struct {
+	R401ApplicationProblemPlusJSONResponse
+}
+
+func (response DiffCheckpoints401ApplicationProblemPlusJSONResponse) VisitDiffCheckpointsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DiffCheckpoints404ApplicationProblemPlusJSONResponse struct {
+	R404ApplicationProblemPlusJSONResponse
+}
+
+func (response DiffCheckpoints404ApplicationProblemPlusJSONResponse) VisitDiffCheckpointsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DiffCheckpoints409ApplicationProblemPlusJSONResponse struct {
+	R409ApplicationProblemPlusJSONResponse
+}
+
+func (response DiffCheckpoints409ApplicationProblemPlusJSONResponse) VisitDiffCheckpointsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DiffCheckpoints410ApplicationProblemPlusJSONResponse struct {
+	R410CompactedApplicationProblemPlusJSONResponse
+}
+
+func (response DiffCheckpoints410ApplicationProblemPlusJSONResponse) VisitDiffCheckpointsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(410)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DiffCheckpoints421ApplicationProblemPlusJSONResponse struct {
+	R421ApplicationProblemPlusJSONResponse
+}
+
+func (response DiffCheckpoints421ApplicationProblemPlusJSONResponse) VisitDiffCheckpointsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(421)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DiffCheckpoints422ApplicationProblemPlusJSONResponse struct {
+	R422ApplicationProblemPlusJSONResponse
+}
+
+func (response DiffCheckpoints422ApplicationProblemPlusJSONResponse) VisitDiffCheckpointsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DiffCheckpoints503ApplicationProblemPlusJSONResponse struct {
+	R503AgentStoreApplicationProblemPlusJSONResponse
+}
+
+func (response DiffCheckpoints503ApplicationProblemPlusJSONResponse) VisitDiffCheckpointsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DiffCheckpointsdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response DiffCheckpointsdefaultApplicationProblemPlusJSONResponse) VisitDiffCheckpointsResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
 	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
@@ -10499,6 +10771,9 @@ type StrictServerInterface interface {
 	// ListCheckpoints The checkpoints of a snapshot agent's view, oldest first, each with what its calls changed.
 	// (GET /agents/{id}/checkpoints)
 	ListCheckpoints(ctx context.Context, request ListCheckpointsRequestObject) (ListCheckpointsResponseObject, error)
+	// DiffCheckpoints What differs between a snapshot agent's view after one tool call and after another.
+	// (GET /agents/{id}/checkpoints/diff)
+	DiffCheckpoints(ctx context.Context, request DiffCheckpointsRequestObject) (DiffCheckpointsResponseObject, error)
 	// ForkAgent New agent with a copy of the transcript, up to boundary seq when given.
 	// (POST /agents/{id}/fork)
 	ForkAgent(ctx context.Context, request ForkAgentRequestObject) (ForkAgentResponseObject, error)
@@ -10737,6 +11012,33 @@ func (sh *strictHandler) ListCheckpoints(w http.ResponseWriter, r *http.Request,
 		sh.options.ResponseErrorHandlerFunc(w, r, err)
 	} else if validResponse, ok := response.(ListCheckpointsResponseObject); ok {
 		if err := validResponse.VisitListCheckpointsResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// DiffCheckpoints operation middleware
+func (sh *strictHandler) DiffCheckpoints(w http.ResponseWriter, r *http.Request, id string, params DiffCheckpointsParams) {
+	var request DiffCheckpointsRequestObject
+
+	request.Id = id
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.DiffCheckpoints(ctx, request.(DiffCheckpointsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "DiffCheckpoints")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(DiffCheckpointsResponseObject); ok {
+		if err := validResponse.VisitDiffCheckpointsResponse(w); err != nil {
 			sh.options.ResponseErrorHandlerFunc(w, r, err)
 		}
 	} else if response != nil {
