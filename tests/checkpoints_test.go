@@ -390,3 +390,25 @@ func noStrayLayers(t *testing.T, home string) {
 		}
 	}
 }
+
+// TestCheckpointUnderBubblewrap: under bubblewrap a plain tool call's job
+// ends with its leader (bwrap) a moment before the rest of its sandbox is
+// gone; the call still gets its own checkpoint, never a pending one.
+func TestCheckpointUnderBubblewrap(t *testing.T) {
+	t.Parallel()
+	testenv.NeedRoot(t, "overlayfs mounts and mount namespaces need CAP_SYS_ADMIN")
+	repo := gitRepo(t)
+	s := startSandboxServer(t, "bubblewrap")
+	needSnapshots(t, s)
+	a := s.newAgent(t, "/agents", map[string]any{"cwd": repo, "workspace": "snapshot", "sandbox": map[string]any{"policy": "workspace-write"}})
+	for i := range 8 {
+		s.toolCall(t, a.ID, fmt.Sprint("c_", i), fmt.Sprintf("echo %d > f_%d.txt", i, i))
+		var list checkpointList
+		if st := s.DoJSON(t, "GET", "/agents/"+a.ID+"/checkpoints", nil, &list); st != 200 {
+			t.Fatalf("checkpoints = %d", st)
+		}
+		if len(list.Checkpoints) != i+1 || len(list.Pending) != 0 || list.Checkpoints[i].CallID != fmt.Sprint("c_", i) {
+			t.Fatalf("after call %d: %d checkpoints, pending %v", i, len(list.Checkpoints), list.Pending)
+		}
+	}
+}
