@@ -500,11 +500,8 @@ func (m *Manager) waitIdleLocked(agent string) {
 // (agents.Bounds.Prepare), so that no agent exists whose snapshot was not
 // recorded; Forget undoes it when the header then cannot be written, and
 // Reconcile after a crash in between.
-func (m *Manager) Fork(parent, cwd, child string) (err error) {
-	if ok, why := m.Available(); !ok {
-		return unavailable("%s", why)
-	}
-	if err := m.checkBudget(); err != nil {
+func (m *Manager) Fork(parent, cwd, child string) error {
+	if err := m.checkNew(); err != nil {
 		return err
 	}
 	m.mu.Lock()
@@ -517,8 +514,8 @@ func (m *Manager) Fork(parent, cwd, child string) (err error) {
 	// starts.
 	m.lockOpLocked(parent, true)
 	defer m.unlockOpLocked(parent, true)
-	if _, ok := m.agents[child]; ok {
-		return fmt.Errorf("%w: agent %s already has a workspace record", ErrInvalid, child)
+	if err := m.unrecordedLocked(child); err != nil {
+		return err
 	}
 	m.waitIdleLocked(parent)
 	if err := m.checkForkLocked(parent, cwd); err != nil {
@@ -528,68 +525,26 @@ func (m *Manager) Fork(parent, cwd, child string) (err error) {
 	if !had {
 		p = &agentState{Base: filepath.Clean(cwd), Created: time.Now().UTC()}
 	}
-	pUpper, err := m.newLayer()
-	if err != nil {
-		return err
-	}
-	cUpper, err := m.newLayer()
-	if err != nil {
-		os.RemoveAll(m.layerDir(pUpper))
-		return err
-	}
-	np := *p
-	np.Layers = slices.Clone(p.Layers)
-	if had {
-		if empty, _ := emptyDir(m.upperDir(p.Upper)); empty {
-			// Nothing to freeze: the old upper goes (after the save).
-		} else {
-			np.Layers = append(np.Layers, p.Upper)
-			if len(p.Pending) > 0 {
-				// Calls whose changes are in the upper get their
-				// checkpoint with the freeze.
-				np.Checkpoints = append(slices.Clone(p.Checkpoints), Checkpoint{CallIDs: slices.Clone(p.Pending), Time: time.Now().UTC(), Layer: p.Upper, Depth: len(np.Layers)})
-				np.Pending = nil
-			}
-		}
-	}
-	np.Upper = pUpper
-	np.Own = 0 // its changes are from this fork on
-	c := &agentState{Base: np.Base, Layers: slices.Clone(np.Layers), Upper: cUpper, Parent: parent, Created: time.Now().UTC()}
+	np := m.frozenForFork(p, had)
+	c := &agentState{Base: np.Base, Layers: slices.Clone(np.Layers), Parent: parent, Created: time.Now().UTC()}
 	// Both views are mounted before anything is recorded: a base or a
 	// layer overlayfs refuses (a base on a file system it cannot stack
 	// on) fails the fork here, leaving the parent as it was, rather than
 	// at the next command of either. The mounts then serve those commands.
 	m.closeMountLocked(parent)
-	undo := func() {
-		os.RemoveAll(m.layerDir(pUpper))
-		os.RemoveAll(m.layerDir(cUpper))
-	}
-	pfd, err := mountOverlay(m.lowers(&np), m.upperDir(pUpper), m.workDir(pUpper))
+	pfd, err := m.newViewLocked(np, fmt.Sprintf("agent %s's workspace on %s", parent, np.Base))
 	if err != nil {
-		undo()
-		return unavailable("mount agent %s's workspace on %s: %v", parent, np.Base, err)
-	}
-	cfd, err := mountOverlay(m.lowers(c), m.upperDir(cUpper), m.workDir(cUpper))
-	if err != nil {
-		closeFD(pfd)
-		undo()
-		return unavailable("mount the snapshot of %s: %v", np.Base, err)
-	}
-	old := m.agents[parent]
-	m.agents[parent], m.agents[child] = &np, c
-	if err := m.saveLocked(); err != nil {
-		if old == nil {
-			delete(m.agents, parent)
-		} else {
-			m.agents[parent] = old
-		}
-		delete(m.agents, child)
-		closeFD(pfd)
-		closeFD(cfd)
-		undo()
 		return err
 	}
-	m.mounts[parent], m.mounts[child] = pfd, cfd
+	cfd, err := m.newViewLocked(c, "the snapshot of "+np.Base)
+	if err != nil {
+		closeFD(pfd)
+		m.removeLayers([]string{np.Upper})
+		return err
+	}
+	if err := m.recordViewsLocked(newView{parent, np, pfd}, newView{child, c, cfd}); err != nil {
+		return err
+	}
 	if had {
 		if slices.Contains(np.Layers, p.Upper) {
 			// Frozen: overlayfs's work directory is no longer needed.
@@ -601,15 +556,103 @@ func (m *Manager) Fork(parent, cwd, child string) (err error) {
 	return nil
 }
 
+// frozenForFork is the parent p (recorded before, had) as a fork leaves
+// it, its upper yet to be made: its upper layer frozen when it holds
+// anything (with a checkpoint of the calls pending in it), its changes
+// counted from the fork on.
+func (m *Manager) frozenForFork(p *agentState, had bool) *agentState {
+	np := *p
+	np.Layers = slices.Clone(p.Layers)
+	if had {
+		if empty, _ := emptyDir(m.upperDir(p.Upper)); !empty {
+			np.Layers = append(np.Layers, p.Upper)
+			if len(p.Pending) > 0 {
+				// Calls whose changes are in the upper get their
+				// checkpoint with the freeze.
+				np.Checkpoints = append(slices.Clone(p.Checkpoints), Checkpoint{CallIDs: slices.Clone(p.Pending), Time: time.Now().UTC(), Layer: p.Upper, Depth: len(np.Layers)})
+				np.Pending = nil
+			}
+		}
+		// else nothing to freeze: the old upper goes (after the save).
+	}
+	np.Upper = ""
+	np.Own = 0 // its changes are from this fork on
+	return &np
+}
+
+// checkNew is nil when a new view may be made: snapshots work here and
+// the layers are within their budget.
+func (m *Manager) checkNew() error {
+	if ok, why := m.Available(); !ok {
+		return unavailable("%s", why)
+	}
+	return m.checkBudget()
+}
+
+// unrecordedLocked is ErrInvalid when agent has a workspace record.
+func (m *Manager) unrecordedLocked(agent string) error {
+	if _, ok := m.agents[agent]; ok {
+		return fmt.Errorf("%w: agent %s already has a workspace record", ErrInvalid, agent)
+	}
+	return nil
+}
+
+// newViewLocked makes a fresh upper layer for a (a.Upper) and mounts a's
+// view on it; what names the view in an error. On error nothing is left.
+func (m *Manager) newViewLocked(a *agentState, what string) (int, error) {
+	up, err := m.newLayer()
+	if err != nil {
+		return -1, err
+	}
+	a.Upper = up
+	fd, err := mountOverlay(m.lowers(a), m.upperDir(up), m.workDir(up))
+	if err != nil {
+		m.removeLayers([]string{up})
+		return -1, unavailable("mount %s: %v", what, err)
+	}
+	return fd, nil
+}
+
+// newView is an agent's new state and its mount, to record.
+type newView struct {
+	agent string
+	state *agentState
+	fd    int
+}
+
+// recordViewsLocked records views in one write of the state and keeps
+// their mounts; on error none is recorded (each agent's state is as it
+// was), their mounts are closed and their uppers removed.
+func (m *Manager) recordViewsLocked(views ...newView) error {
+	old := make([]*agentState, len(views))
+	for i, v := range views {
+		old[i] = m.agents[v.agent]
+		m.agents[v.agent] = v.state
+	}
+	if err := m.saveLocked(); err != nil {
+		for i, v := range views {
+			if old[i] == nil {
+				delete(m.agents, v.agent)
+			} else {
+				m.agents[v.agent] = old[i]
+			}
+			closeFD(v.fd)
+			m.removeLayers([]string{v.state.Upper})
+		}
+		return err
+	}
+	for _, v := range views {
+		m.mounts[v.agent] = v.fd
+	}
+	return nil
+}
+
 // ForkAt gives child a snapshot of parent's view as it was at depth (a
 // checkpoint's edge, from DepthAt): parent's frozen layers up to depth and
 // a fresh upper. The parent is left as it is: nothing of it is frozen, so
 // it may run jobs meanwhile. Like Fork, call it before the child's header.
 func (m *Manager) ForkAt(parent, child string, depth int) error {
-	if ok, why := m.Available(); !ok {
-		return unavailable("%s", why)
-	}
-	if err := m.checkBudget(); err != nil {
+	if err := m.checkNew(); err != nil {
 		return err
 	}
 	m.mu.Lock()
@@ -618,31 +661,18 @@ func (m *Manager) ForkAt(parent, child string, depth int) error {
 	if err != nil {
 		return err
 	}
-	if _, ok := m.agents[child]; ok {
-		return fmt.Errorf("%w: agent %s already has a workspace record", ErrInvalid, child)
+	if err := m.unrecordedLocked(child); err != nil {
+		return err
 	}
 	if first := firstDepth(p); depth < first || depth > len(p.Layers) {
 		return fmt.Errorf("%w: depth %d is outside agent %s's checkpoints (%d to %d)", ErrInvalid, depth, parent, first, len(p.Layers))
 	}
-	up, err := m.newLayer()
+	c := &agentState{Base: p.Base, Layers: slices.Clone(p.Layers[:depth]), Parent: parent, Created: time.Now().UTC()}
+	fd, err := m.newViewLocked(c, "the snapshot of "+p.Base)
 	if err != nil {
 		return err
 	}
-	c := &agentState{Base: p.Base, Layers: slices.Clone(p.Layers[:depth]), Upper: up, Parent: parent, Created: time.Now().UTC()}
-	fd, err := mountOverlay(m.lowers(c), m.upperDir(up), m.workDir(up))
-	if err != nil {
-		m.removeLayers([]string{up})
-		return unavailable("mount the snapshot of %s: %v", p.Base, err)
-	}
-	m.agents[child] = c
-	if err := m.saveLocked(); err != nil {
-		delete(m.agents, child)
-		closeFD(fd)
-		m.removeLayers([]string{up})
-		return err
-	}
-	m.mounts[child] = fd
-	return nil
+	return m.recordViewsLocked(newView{child, c, fd})
 }
 
 // Adopt gives the root agent, whose workspace directory is cwd, a snapshot
@@ -650,39 +680,23 @@ func (m *Manager) ForkAt(parent, child string, depth int) error {
 // writes go to a layer (so every tool call of it can be checkpointed).
 // Call it before the agent's header, like Fork.
 func (m *Manager) Adopt(agent, cwd string) error {
-	if ok, why := m.Available(); !ok {
-		return unavailable("%s", why)
-	}
-	if err := m.checkBudget(); err != nil {
+	if err := m.checkNew(); err != nil {
 		return err
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if _, ok := m.agents[agent]; ok {
-		return fmt.Errorf("%w: agent %s already has a workspace record", ErrInvalid, agent)
+	if err := m.unrecordedLocked(agent); err != nil {
+		return err
 	}
 	if err := m.checkForkLocked(agent, cwd); err != nil {
 		return err
 	}
-	up, err := m.newLayer()
+	a := &agentState{Base: filepath.Clean(cwd), Created: time.Now().UTC()}
+	fd, err := m.newViewLocked(a, "a snapshot of "+cwd)
 	if err != nil {
 		return err
 	}
-	a := &agentState{Base: filepath.Clean(cwd), Upper: up, Created: time.Now().UTC()}
-	fd, err := mountOverlay(m.lowers(a), m.upperDir(up), m.workDir(up))
-	if err != nil {
-		m.removeLayers([]string{up})
-		return unavailable("mount a snapshot of %s: %v", cwd, err)
-	}
-	m.agents[agent] = a
-	if err := m.saveLocked(); err != nil {
-		delete(m.agents, agent)
-		closeFD(fd)
-		m.removeLayers([]string{up})
-		return err
-	}
-	m.mounts[agent] = fd
-	return nil
+	return m.recordViewsLocked(newView{agent, a, fd})
 }
 
 // Lease is a job's hold on its agent's view: while any is held, the
