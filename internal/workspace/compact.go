@@ -182,7 +182,11 @@ func (m *Manager) compact(owner string, runs []run) {
 	m.lockOpLocked(owner, true)
 	defer m.unlockOpLocked(owner, true)
 	a := m.agents[owner]
-	if a == nil || a.Dropped || m.active[owner] > 0 || m.closed {
+	if a == nil || a.Dropped {
+		unused = m.forgetCompactionLocked(owner)
+		return
+	}
+	if m.active[owner] > 0 || m.closed {
 		return
 	}
 	na, retired, discarded := m.commitLocked(owner, a)
@@ -209,6 +213,15 @@ func mergedOf(runs []run) []string {
 		}
 	}
 	return out
+}
+
+// forgetCompactionLocked drops agent's ready compaction (the agent was
+// dropped or forgotten) and returns its merged layers, for the caller to
+// remove unlocked.
+func (m *Manager) forgetCompactionLocked(agent string) []string {
+	runs := m.ready[agent]
+	delete(m.ready, agent)
+	return m.discardLocked(runs)
 }
 
 // discardLocked unpins what runs pinned and returns their merged layers,

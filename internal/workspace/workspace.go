@@ -854,7 +854,8 @@ func (m *Manager) dropLocked(agent string) ([]string, error) {
 		return nil, err
 	}
 	m.closeMountLocked(agent)
-	return m.unusedLocked(), nil
+	merged := m.forgetCompactionLocked(agent)
+	return append(m.unusedLocked(), merged...), nil
 }
 
 // usageTTL is how long Usage answers from its last count: /healthz may be
@@ -959,6 +960,7 @@ func (m *Manager) Forget(agent string) {
 	var unused []string
 	if _, ok := m.agents[agent]; ok {
 		delete(m.agents, agent)
+		m.forgetCompactionLocked(agent) // its merged layers: unused below
 		if err := m.saveLocked(); err != nil {
 			m.log.Error("forget the workspace of an agent that was not made", "agent_id", agent, "err", err)
 		}
