@@ -1044,3 +1044,58 @@ func testAdversarialFileTools(t *testing.T, mcp *mcpClient, mech string) {
 		t.Errorf("the token file changed: %q, %v", b, err)
 	}
 }
+
+// TestAdversarialCheckpointDiff: the diff between two checkpoints reads
+// files of the agent's layers and views (a unified diff with diff=true):
+// a model that replaces a text file with a link to the token, so that the
+// diff from its view back to an earlier one reads "the old file" through
+// the link, gets no byte of the token; nor through a directory swapped for
+// a link to the home. The baseline: the same link read by the model's own
+// unrestricted bash does lead to the token.
+func TestAdversarialCheckpointDiff(t *testing.T) {
+	t.Parallel()
+	testenv.NeedRoot(t, "overlayfs mounts and mount namespaces need CAP_SYS_ADMIN")
+	repo := gitRepo(t)
+	s := startServer(t)
+	needSnapshots(t, s)
+	token := filepath.Join(s.Home, "server.token")
+	secret, err := os.ReadFile(token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := s.newAgent(t, "/agents", map[string]any{"cwd": repo, "workspace": "snapshot"})
+	s.toolCall(t, a.ID, "c_1", "echo text > f.txt && mkdir -p d && echo inner > d/x.txt")
+	s.toolCall(t, a.ID, "c_2", "rm f.txt && ln -s "+token+" f.txt && rm -r d && ln -s "+s.Home+" d")
+	// Baseline: the link leads to the token.
+	if out := s.toolCall(t, a.ID, "m_1", "cat f.txt; cat d/server.token"); !strings.Contains(out, strings.TrimSpace(string(secret))) {
+		t.Fatalf("baseline: the planted links do not lead to the token (%q): the rows below prove nothing", out)
+	}
+	for _, q := range []string{"from=c_2&to=c_1&diff=true", "from=c_1&to=c_2&diff=true", "to=c_2&diff=true"} {
+		var res struct {
+			Changes []wsChange `json:"changes"`
+		}
+		resp := s.Do(t, "GET", "/agents/"+a.ID+"/checkpoints/diff?"+q, nil)
+		body, _ := readAllString(resp)
+		if resp.StatusCode != 200 || json.Unmarshal([]byte(body), &res) != nil {
+			t.Fatalf("diff %s = %d %s", q, resp.StatusCode, body)
+		}
+		if strings.Contains(body, strings.TrimSpace(string(secret))) {
+			t.Errorf("diff %s carries the token: %s", q, body)
+		}
+		if len(res.Changes) == 0 {
+			t.Errorf("diff %s lists nothing", q)
+		}
+	}
+	// The route's answers: the two views, either way round; the bad ones.
+	var res struct {
+		From    string     `json:"from"`
+		Changes []wsChange `json:"changes"`
+	}
+	if st := s.DoJSON(t, "GET", "/agents/"+a.ID+"/checkpoints/diff?from=c_1&to=c_2", nil, &res); st != 200 || res.From != "c_1" || strings.Join(changeList(res.Changes), ",") != "modified d,modified f.txt" {
+		t.Errorf("diff c_1 to c_2 = %d %+v", st, res)
+	}
+	var p wsProblem
+	if st := s.DoJSON(t, "GET", "/agents/"+a.ID+"/checkpoints/diff?from=nope", nil, &p); st != 404 || p.Code != "checkpoint_not_found" {
+		t.Errorf("diff from an unknown call = %d %+v", st, p)
+	}
+}

@@ -18,7 +18,9 @@ import (
 // (targets: under 1 ms and under 5 ms added at the median), interleaved;
 // the shadow-git baseline on the same tree after the same change, run
 // directly (`git stash create`, and `git add -A && git commit`); then the
-// time of a rewind (and its undo) with 10 and with 390 checkpoints.
+// time of a rewind (its undo, and the next call, which mounts the view
+// afresh) with 10 and with 500 checkpoints (past overlayfs's 500 layers:
+// compacted), beside those baselines.
 func BenchmarkCheckpoints(b *testing.B) {
 	if os.Geteuid() != 0 {
 		b.Skip("snapshot workspaces need root (overlayfs, mount namespaces)")
@@ -70,6 +72,7 @@ func BenchmarkCheckpoints(b *testing.B) {
 		}
 		return time.Since(t0)
 	}
+	var plainCall, gitStash, gitCommit time.Duration // the 1-file figures
 	for _, c := range []struct {
 		name    string
 		command string
@@ -94,11 +97,17 @@ func BenchmarkCheckpoints(b *testing.B) {
 		b.ReportMetric(ms(median(commit)), c.name+"-git-add-commit-median-ms")
 		b.Logf("%s: call %.2f ms with a checkpoint, %.2f ms without (+%.2f ms); shadow git on the same tree: stash create %.2f ms, add -A && commit %.2f ms",
 			c.name, ms(median(withCP)), ms(median(without)), ms(added), ms(median(stash)), ms(median(commit)))
+		if c.name == "1-file" {
+			plainCall, gitStash, gitCommit = median(without), median(stash), median(commit)
+		}
 	}
 
-	// Rewinds: a fresh agent with k checkpoints, rewound to its middle
-	// and undone, alternately.
-	for _, k := range []int{10, 390} {
+	// Rewinds: a fresh agent with k checkpoints (500 is past what
+	// overlayfs mounts: the older ones are compacted, the newest
+	// workspaces.checkpointDepth kept), rewound to before its fifth call
+	// from the end (a kept checkpoint) and undone, alternately; beside
+	// them the plain call and the shadow git of the same run.
+	for _, k := range []int{10, 500} {
 		dir := filepath.Join(root, fmt.Sprintf("rewind-%d", k))
 		makeTree(b, dir, 100, 64)
 		a := agent(`{"cwd":"` + dir + `","workspace":"snapshot"}`)
@@ -106,18 +115,39 @@ func BenchmarkCheckpoints(b *testing.B) {
 		for i := range k {
 			call(a, fmt.Sprintf("echo %d > cp_%d.txt", i, i))
 		}
-		mid := fmt.Sprintf("call_%d", first+k/2)
+		target := fmt.Sprintf("call_%d", first+k-5)
+		var list struct {
+			Checkpoints []struct {
+				Compacted bool `json:"compacted"`
+			} `json:"checkpoints"`
+		}
+		json.Unmarshal(s.get(b, "/agents/"+a+"/checkpoints"), &list)
+		compacted := 0
+		for _, c := range list.Checkpoints {
+			if c.Compacted {
+				compacted++
+			}
+		}
 		var rewind, undo []time.Duration
 		for range 15 {
 			t0 := time.Now()
-			s.post(b, "/agents/"+a+"/rewind", []byte(`{"callId":"`+mid+`","to":"before"}`))
+			s.post(b, "/agents/"+a+"/rewind", []byte(`{"callId":"`+target+`","to":"before"}`))
 			rewind = append(rewind, time.Since(t0))
 			t0 = time.Now()
 			s.post(b, "/agents/"+a+"/rewind", []byte(`{"undo":true}`))
 			undo = append(undo, time.Since(t0))
 		}
+		// The first command after a rewind mounts the view afresh.
+		var next []time.Duration
+		for range 5 {
+			s.post(b, "/agents/"+a+"/rewind", []byte(`{"callId":"`+target+`","to":"before"}`))
+			next = append(next, call(a, "true"))
+			s.post(b, "/agents/"+a+"/rewind", []byte(`{"undo":true}`))
+		}
 		b.ReportMetric(ms(median(rewind)), fmt.Sprintf("rewind-%d-checkpoints-median-ms", k))
 		b.ReportMetric(ms(median(undo)), fmt.Sprintf("undo-%d-checkpoints-median-ms", k))
-		b.Logf("%d checkpoints: rewind %.2f ms, undo %.2f ms (medians of 15)", k, ms(median(rewind)), ms(median(undo)))
+		b.ReportMetric(ms(median(next)), fmt.Sprintf("call-after-rewind-%d-checkpoints-median-ms", k))
+		b.Logf("%d checkpoints (%d listed, %d of them compacted runs): rewind %.2f ms, undo %.2f ms, the next call %.2f ms (medians); beside: a call without checkpoints %.2f ms, git stash create %.2f ms, git add -A && commit %.2f ms",
+			k, len(list.Checkpoints), compacted, ms(median(rewind)), ms(median(undo)), ms(median(next)), ms(plainCall), ms(gitStash), ms(gitCommit))
 	}
 }

@@ -1,10 +1,15 @@
 package tests
 
 import (
+	"encoding/json"
 	"fmt"
+	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/dshd/dshd/internal/testenv"
 )
@@ -223,5 +228,187 @@ func TestCheckpointCrash(t *testing.T) {
 				t.Errorf("rewound to after c_1 after the restart:\n got %s\nwant %s", got, afterOne)
 			}
 		})
+	}
+}
+
+// TestCheckpointCompactionCrash: dshd SIGKILLs itself at each crash point
+// of a compaction (in the middle of merging a run of layers, once they are
+// merged, once the new stack is recorded); the next start shows the
+// agent's view as after its last call, byte for byte, with its checkpoints
+// either all individual or the run compacted, never a mixture; every kept
+// checkpoint still rewinds to its view (and a compacted one's inside is
+// 410 checkpoint_compacted); no layer is left that the record does not
+// hold; the agent goes on.
+func TestCheckpointCompactionCrash(t *testing.T) {
+	t.Parallel()
+	testenv.NeedRoot(t, "overlayfs mounts and mount namespaces need CAP_SYS_ADMIN")
+	const cfg = "workspaces:\n  checkpointDepth: 2\n"
+	for _, point := range []string{"workspace.compact.merging", "workspace.compact.merged", "workspace.compact.saved"} {
+		t.Run(point, func(t *testing.T) {
+			t.Parallel()
+			repo := gitRepo(t)
+			home := filepath.Join(t.TempDir(), "home")
+			base, err := runIn(repo, nil, "sh", "-c", manifest)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Three calls: two kept, not yet a run to merge.
+			s := startServer(t, withHome(home), withConfig(cfg))
+			needSnapshots(t, s)
+			a := s.newAgent(t, "/agents", map[string]any{"cwd": repo, "workspace": "snapshot"})
+			var views []string
+			for i, c := range []string{"echo one > f.txt && rm -r src", "mkdir -p src && echo new > src/x.go", "chmod 600 f.txt && ln -s f.txt l"} {
+				s.toolCall(t, a.ID, fmt.Sprint("c_", i+1), c)
+				views = append(views, s.toolCall(t, a.ID, fmt.Sprint("m_", i+1), manifest))
+			}
+			s.stop(t)
+
+			// The fourth call's checkpoint starts a compaction of the
+			// first two; dshd dies in it.
+			s = startServer(t, withHome(home), withConfig(cfg), withEnv("DSHD_CRASH_AT="+point))
+			// The answer may come before the crash (the compaction runs
+			// after it) or not at all.
+			req, _ := http.NewRequest("POST", s.URL+"/agents/"+a.ID+"/tools/bash", strings.NewReader(`{"callId":"c_4","arguments":{"command":"echo four >> f.txt && rm l"}}`))
+			req.Header.Set("Authorization", "Bearer "+s.Token)
+			req.Header.Set("Content-Type", "application/json")
+			if resp, err := http.DefaultClient.Do(req); err == nil {
+				resp.Body.Close()
+			}
+			select {
+			case <-s.done:
+			case <-time.After(60 * time.Second):
+				t.Fatal("no compaction reached the crash point")
+			}
+			if ws, ok := s.cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+				t.Fatalf("dshd ended with %v, want its crash point's SIGKILL", s.err)
+			}
+
+			s = startServer(t, withHome(home), withConfig(cfg))
+			afterFour := s.toolCall(t, a.ID, "m_4", manifest)
+			if !strings.Contains(afterFour, "f.txt") || strings.Contains(afterFour, " ./l ") {
+				t.Fatalf("the view after the fourth call:\n%s", afterFour)
+			}
+			var list struct {
+				Checkpoints []struct {
+					CallIDs   []string `json:"callIds"`
+					Compacted bool     `json:"compacted"`
+				} `json:"checkpoints"`
+			}
+			if st := s.DoJSON(t, "GET", "/agents/"+a.ID+"/checkpoints", nil, &list); st != 200 {
+				t.Fatalf("checkpoints = %d", st)
+			}
+			var got []string
+			for _, c := range list.Checkpoints {
+				got = append(got, fmt.Sprintf("%s%v", map[bool]string{true: "compacted"}[c.Compacted], c.CallIDs))
+			}
+			compacted := point == "workspace.compact.saved"
+			want := "[[c_1] [c_2] [c_3] [c_4]]"
+			if compacted {
+				want = "[compacted[c_1 c_2] [c_3] [c_4]]"
+			}
+			if fmt.Sprint(got) != want {
+				t.Errorf("checkpoints after the crash: %v, want %s", got, want)
+			}
+			noStrayLayers(t, home)
+
+			rewind := func(call, to string, want string) {
+				t.Helper()
+				var rw map[string]any
+				if st := s.DoJSON(t, "POST", "/agents/"+a.ID+"/rewind", map[string]any{"callId": call, "to": to}, &rw); st != 200 {
+					t.Fatalf("rewind %s %s = %d %v", to, call, st, rw)
+				}
+				if v := s.toolCall(t, a.ID, "m_"+to+"_"+call, manifest); v != want {
+					t.Errorf("%s %s:\n got %s\nwant %s", to, call, v, want)
+				}
+				if st := s.DoJSON(t, "POST", "/agents/"+a.ID+"/rewind", map[string]any{"undo": true}, &rw); st != 200 {
+					t.Fatalf("undo = %d %v", st, rw)
+				}
+			}
+			rewind("c_4", "before", views[2])
+			rewind("c_3", "before", views[1])
+			rewind("c_1", "before", strings.TrimSuffix(base, "\n"))
+			if compacted {
+				var p wsProblem
+				if st := s.DoJSON(t, "POST", "/agents/"+a.ID+"/rewind", map[string]any{"callId": "c_1", "to": "after"}, &p); st != 410 || p.Code != "checkpoint_compacted" {
+					t.Errorf("rewind inside a compacted checkpoint = %d %+v", st, p)
+				}
+			} else {
+				rewind("c_1", "after", views[0])
+			}
+			if v := s.toolCall(t, a.ID, "m_end", manifest); v != afterFour {
+				t.Errorf("the view after the rewinds:\n got %s\nwant %s", v, afterFour)
+			}
+			// It goes on.
+			s.toolCall(t, a.ID, "c_5", "echo five > five.txt")
+			if out := s.toolCall(t, a.ID, "m_5", "cat five.txt f.txt"); out != "five\none\nfour" {
+				t.Errorf("after another call: %q", out)
+			}
+		})
+	}
+}
+
+// noStrayLayers fails t when the workspaces' directory under home holds a
+// layer its record does not reference (what a crash left and the start
+// did not clean).
+func noStrayLayers(t *testing.T, home string) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(home, "workspaces", "state.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st struct {
+		Agents map[string]struct {
+			Layers []string `json:"layers"`
+			Upper  string   `json:"upper"`
+			Aside  *struct {
+				Layers []string `json:"layers"`
+			} `json:"aside"`
+		} `json:"agents"`
+	}
+	if err := json.Unmarshal(b, &st); err != nil {
+		t.Fatal(err)
+	}
+	used := map[string]bool{}
+	for _, a := range st.Agents {
+		for _, l := range a.Layers {
+			used[l] = true
+		}
+		if a.Aside != nil {
+			for _, l := range a.Aside.Layers {
+				used[l] = true
+			}
+		}
+		used[a.Upper] = true
+	}
+	ents, err := os.ReadDir(filepath.Join(home, "workspaces", "layers"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if !used[e.Name()] {
+			t.Errorf("layer %s is left on disk, referenced by nothing", e.Name())
+		}
+	}
+}
+
+// TestCheckpointUnderBubblewrap: under bubblewrap a plain tool call's job
+// ends with its leader (bwrap) a moment before the rest of its sandbox is
+// gone; the call still gets its own checkpoint, never a pending one.
+func TestCheckpointUnderBubblewrap(t *testing.T) {
+	t.Parallel()
+	testenv.NeedRoot(t, "overlayfs mounts and mount namespaces need CAP_SYS_ADMIN")
+	repo := gitRepo(t)
+	s := startSandboxServer(t, "bubblewrap")
+	needSnapshots(t, s)
+	a := s.newAgent(t, "/agents", map[string]any{"cwd": repo, "workspace": "snapshot", "sandbox": map[string]any{"policy": "workspace-write"}})
+	for i := range 8 {
+		s.toolCall(t, a.ID, fmt.Sprint("c_", i), fmt.Sprintf("echo %d > f_%d.txt", i, i))
+		var list checkpointList
+		if st := s.DoJSON(t, "GET", "/agents/"+a.ID+"/checkpoints", nil, &list); st != 200 {
+			t.Fatalf("checkpoints = %d", st)
+		}
+		if len(list.Checkpoints) != i+1 || len(list.Pending) != 0 || list.Checkpoints[i].CallID != fmt.Sprint("c_", i) {
+			t.Fatalf("after call %d: %d checkpoints, pending %v", i, len(list.Checkpoints), list.Pending)
+		}
 	}
 }

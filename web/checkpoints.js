@@ -186,7 +186,8 @@ export function createCheckpointsPanel({ onMarks = () => {}, onRewound = () => {
       h('span', { class: 'checkpoint-calls' }, calls)),
     h('p', { class: 'checkpoint-meta' },
       cp.seq ? `transcript seq ${cp.seq} · ` : '', timeElement(cp.time),
-      ` · ${changes.length} ${changes.length === 1 ? 'path' : 'paths'}`),
+      ` · ${changes.length} ${changes.length === 1 ? 'path' : 'paths'}`,
+      cp.compacted ? ' · compacted: only before its first call and after its last can be gone back to' : ''),
     changes.length ? h('ul', { class: 'checkpoint-changes' },
       changes.map((ch, j) => changeItem(cp, ch, `checkpoint-diff-${n}-${j}`))) : null,
     actions);

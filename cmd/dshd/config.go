@@ -80,6 +80,10 @@ type config struct {
 		// MaxLayers bounds an agent's stack of frozen layers (its
 		// checkpoints and forks), at most 480; 0: 400.
 		MaxLayers int `yaml:"maxLayers"`
+		// CheckpointDepth is how many of an agent's newest checkpoints
+		// are kept individually; older ones are compacted into one layer
+		// (0: 100). At most half of maxLayers.
+		CheckpointDepth int `yaml:"checkpointDepth"`
 	} `yaml:"workspaces"`
 	Webhooks struct {
 		TimeoutMs int `yaml:"timeoutMs"`
@@ -251,6 +255,7 @@ func (c *config) validate() error {
 		{"http.headerTimeoutMs", int64(c.HTTP.HeaderTimeoutMs)}, {"http.bodyTimeoutMs", int64(c.HTTP.BodyTimeoutMs)},
 		{"mcp.maxSessions", int64(c.MCP.MaxSessions)}, {"mcp.idleTimeoutSeconds", int64(c.MCP.IdleTimeoutSeconds)},
 		{"workspaces.maxBytes", c.Workspaces.MaxBytes}, {"workspaces.maxLayers", int64(c.Workspaces.MaxLayers)},
+		{"workspaces.checkpointDepth", int64(c.Workspaces.CheckpointDepth)},
 		{"sandbox.proxyMaxConnections", int64(c.Sandbox.ProxyMaxConnections)},
 	} {
 		if f.v < 0 {
@@ -262,6 +267,16 @@ func (c *config) validate() error {
 	}
 	if c.Workspaces.MaxLayers > workspace.MaxLayersLimit {
 		errs = append(errs, fmt.Errorf("workspaces.maxLayers: %d exceeds the maximum %d: overlayfs mounts at most 500 layers, and a view stands on the agent's layers and its base", c.Workspaces.MaxLayers, workspace.MaxLayersLimit))
+	}
+	maxLayers, depth := c.Workspaces.MaxLayers, c.Workspaces.CheckpointDepth
+	if maxLayers == 0 {
+		maxLayers = workspace.DefaultMaxLayers
+	}
+	if depth == 0 {
+		depth = workspace.DefaultCheckpointDepth
+	}
+	if depth > maxLayers/2 {
+		errs = append(errs, fmt.Errorf("workspaces.checkpointDepth: %d exceeds half of workspaces.maxLayers (%d): the newest checkpoints kept individually, a batch waiting for compaction and the layers a fork inherits must fit under maxLayers", depth, maxLayers))
 	}
 	return errors.Join(errs...)
 }

@@ -458,13 +458,19 @@ func newServices(ctx context.Context, cfg config, home, token, tokenPath string,
 		_, err := sessions.Get(ctx, id)
 		return !errors.Is(err, agents.ErrNotFound)
 	})
-	// An apply needs its source and target still: no job, and nothing a
-	// job left running.
+	// An apply, a checkpoint and a rewind need the view still: no job, and
+	// nothing a job left running, counted now (a job's Remaining is as
+	// last polled: a sandbox's processes that were going as the call
+	// ended would hold its checkpoint back).
 	workspaces.SetBusy(func(ids []string) int {
 		n := 0
 		for _, id := range ids {
-			for _, j := range executor.Jobs(id, "") {
-				if j.State == exec.StateRunning || j.Remaining != nil {
+			for _, sn := range executor.Jobs(id, "") {
+				if sn.State == exec.StateRunning {
+					n++
+					continue
+				}
+				if j, err := executor.Job(sn.ID); err == nil && j.Lingers(remainderSettle) {
 					n++
 				}
 			}
@@ -600,6 +606,7 @@ func openWorkspaces(cfg config, home string, logger *slog.Logger) (*workspace.Ma
 	}
 	workspaces.SetMaxBytes(cfg.Workspaces.MaxBytes)
 	workspaces.SetMaxLayers(cfg.Workspaces.MaxLayers)
+	workspaces.SetCheckpointDepth(cfg.Workspaces.CheckpointDepth)
 	workspaces.SetHome(home)
 	workspaces.Recover()
 	if ok, why := workspaces.Available(); !ok {
@@ -930,6 +937,11 @@ type sandboxReport struct {
 
 func (r sandboxReport) Support() sandbox.Support { return r.host.Support() }
 func (r sandboxReport) Default() sandbox.Policy  { return r.policy }
+
+// remainderSettle is how long after a job's end what is left of it is
+// looked at again before it counts as left running: bubblewrap's sandbox
+// processes are gone a moment after its leader.
+const remainderSettle = 50 * time.Millisecond
 
 // stopWriters ends the jobs of agents whose workspace layers grew past
 // workspaces.maxBytes, and what those jobs left running.

@@ -677,3 +677,22 @@ func TestUICommand(t *testing.T) {
 		})
 	}
 }
+
+// workspaces.checkpointDepth is checked against workspaces.maxLayers (its
+// default included): the newest checkpoints kept, a batch waiting for
+// compaction and a fork's layers must fit under it.
+func TestConfigCheckpointDepth(t *testing.T) {
+	for _, c := range []struct {
+		depth, maxLayers int
+		ok               bool
+	}{
+		{0, 0, true}, {200, 0, true}, {201, 0, false}, {50, 100, true}, {51, 100, false}, {-1, 0, false},
+	} {
+		var cfg config
+		cfg.Workspaces.CheckpointDepth, cfg.Workspaces.MaxLayers = c.depth, c.maxLayers
+		err := cfg.validate()
+		if (err == nil) != c.ok || err != nil && !strings.Contains(err.Error(), "workspaces.checkpointDepth") {
+			t.Errorf("checkpointDepth %d, maxLayers %d: %v", c.depth, c.maxLayers, err)
+		}
+	}
+}

@@ -203,6 +203,31 @@ func (j *Job) DoneAt() time.Time {
 	}
 }
 
+// Lingers reports whether processes of the finished job outlived its
+// leader, counted now (Snapshot's Remaining is as last polled, every
+// remainderPoll): false for a running job, or once they are gone. A job
+// that ended less than settle ago and still has processes is looked at
+// again until then: a sandbox's processes (bubblewrap's) are gone a moment
+// after its leader.
+func (j *Job) Lingers(settle time.Duration) bool {
+	if !j.proc.Lingering() {
+		return false
+	}
+	var end time.Time
+	j.mu.Lock()
+	end = j.endedAt
+	j.mu.Unlock()
+	for {
+		if !j.proc.JobAlive() {
+			return false
+		}
+		if j.e.now().Sub(end) >= settle {
+			return true
+		}
+		time.Sleep(proc.GroupPollInterval / 2)
+	}
+}
+
 // Snapshot returns the job's current state.
 func (j *Job) Snapshot() Snapshot {
 	j.mu.Lock()

@@ -54,6 +54,7 @@ var errorCodes = []struct {
 	{workspace.ErrConflict, http.StatusConflict, "workspace_conflict", "Changes conflict with the target's since the fork"},
 	{workspace.ErrInvalid, http.StatusUnprocessableEntity, "invalid_workspace", "Invalid workspace request"},
 	{workspace.ErrCheckpointNotFound, http.StatusNotFound, "checkpoint_not_found", "No checkpoint holds that call"},
+	{workspace.ErrCheckpointCompacted, http.StatusGone, "checkpoint_compacted", "That view was compacted into a later checkpoint"},
 	{workspace.ErrOverBudget, http.StatusInsufficientStorage, "workspace_budget_exceeded", "Snapshot workspaces use their whole disk budget"},
 	{limits.ErrLooser, http.StatusUnprocessableEntity, "limits_looser", "Limits looser than allowed"},
 	{limits.ErrInvalid, http.StatusUnprocessableEntity, "invalid_limits", "Invalid limits"},

@@ -102,6 +102,10 @@ func (f *failing) SpawnAgentFrom(context.Context, string, string, agents.Bounds)
 func (f *failing) Checkpoints(context.Context, string, bool) ([]run.CheckpointInfo, workspace.CheckpointList, error) {
 	return nil, workspace.CheckpointList{}, f.err
 }
+
+func (f *failing) CheckpointDiff(context.Context, string, string, string, bool) ([]workspace.Change, error) {
+	return nil, f.err
+}
 func (f *failing) Rewind(context.Context, string, string, bool, bool) (int, error) { return 0, f.err }
 
 func (f *failing) FileScope(context.Context, string) (*files.Scope, func(), error) {
@@ -239,12 +243,13 @@ var routes = []route{
 	{"POST", "/agents", "/agents", `{}`, []error{agents.ErrInvalidCwd, sandbox.ErrUnavailable, sandbox.ErrInvalid, limits.ErrInvalid, workspace.ErrUnavailable, workspace.ErrInvalid, workspace.ErrOverBudget, enospc, status.ErrAgentStoreUnavailable, agents.ErrConflict}},
 	{"GET", "/agents/{id}", "/agents/agt_1", "", []error{agents.ErrNotFound, status.ErrAgentStoreUnavailable}},
 	{"POST", "/agents/{id}/resume", "/agents/agt_1/resume", "", []error{agents.ErrNotFound, enospc, status.ErrAgentHomeUnavailable, status.ErrAgentStoreUnavailable, agents.ErrConflict}},
-	{"POST", "/agents/{id}/fork", "/agents/agt_1/fork", `{}`, []error{agents.ErrNotFound, agents.ErrInvalidBoundary, sandbox.ErrLooser, sandbox.ErrUnavailable, limits.ErrLooser, limits.ErrInvalid, workspace.ErrUnavailable, workspace.ErrBusy, workspace.ErrDropped, workspace.ErrInvalid, workspace.ErrOverBudget, workspace.ErrCheckpointNotFound, enospc, status.ErrAgentHomeUnavailable, status.ErrAgentStoreUnavailable, agents.ErrConflict}},
-	{"POST", "/agents/{id}/spawn", "/agents/agt_1/spawn", `{}`, []error{agents.ErrNotFound, agents.ErrDepthExceeded, sandbox.ErrLooser, sandbox.ErrUnavailable, limits.ErrLooser, limits.ErrInvalid, workspace.ErrUnavailable, workspace.ErrBusy, workspace.ErrDropped, workspace.ErrInvalid, workspace.ErrOverBudget, workspace.ErrCheckpointNotFound, enospc, status.ErrAgentHomeUnavailable, status.ErrAgentStoreUnavailable, agents.ErrConflict}},
+	{"POST", "/agents/{id}/fork", "/agents/agt_1/fork", `{}`, []error{agents.ErrNotFound, agents.ErrInvalidBoundary, sandbox.ErrLooser, sandbox.ErrUnavailable, limits.ErrLooser, limits.ErrInvalid, workspace.ErrUnavailable, workspace.ErrBusy, workspace.ErrDropped, workspace.ErrInvalid, workspace.ErrOverBudget, workspace.ErrCheckpointNotFound, workspace.ErrCheckpointCompacted, enospc, status.ErrAgentHomeUnavailable, status.ErrAgentStoreUnavailable, agents.ErrConflict}},
+	{"POST", "/agents/{id}/spawn", "/agents/agt_1/spawn", `{}`, []error{agents.ErrNotFound, agents.ErrDepthExceeded, sandbox.ErrLooser, sandbox.ErrUnavailable, limits.ErrLooser, limits.ErrInvalid, workspace.ErrUnavailable, workspace.ErrBusy, workspace.ErrDropped, workspace.ErrInvalid, workspace.ErrOverBudget, workspace.ErrCheckpointNotFound, workspace.ErrCheckpointCompacted, enospc, status.ErrAgentHomeUnavailable, status.ErrAgentStoreUnavailable, agents.ErrConflict}},
 	{"DELETE", "/agents/{id}/workspace", "/agents/agt_1/workspace", "", []error{agents.ErrNotFound, workspace.ErrNotFound, workspace.ErrBusy, status.ErrAgentStoreUnavailable}},
 	{"GET", "/agents/{id}/workspace/changes", "/agents/agt_1/workspace/changes", "", []error{agents.ErrNotFound, workspace.ErrNotFound, workspace.ErrDropped, workspace.ErrUnavailable, status.ErrAgentStoreUnavailable}},
 	{"GET", "/agents/{id}/checkpoints", "/agents/agt_1/checkpoints", "", []error{agents.ErrNotFound, workspace.ErrNotFound, workspace.ErrDropped, workspace.ErrUnavailable, status.ErrAgentStoreUnavailable}},
-	{"POST", "/agents/{id}/rewind", "/agents/agt_1/rewind", `{"callId":"call_1"}`, []error{agents.ErrNotFound, workspace.ErrNotFound, workspace.ErrCheckpointNotFound, workspace.ErrDropped, workspace.ErrBusy, workspace.ErrInvalid, workspace.ErrUnavailable, enospc, status.ErrAgentStoreUnavailable}},
+	{"GET", "/agents/{id}/checkpoints/diff", "/agents/agt_1/checkpoints/diff?from=call_1", "", []error{agents.ErrNotFound, workspace.ErrNotFound, workspace.ErrCheckpointNotFound, workspace.ErrCheckpointCompacted, workspace.ErrDropped, workspace.ErrInvalid, workspace.ErrUnavailable, status.ErrAgentStoreUnavailable}},
+	{"POST", "/agents/{id}/rewind", "/agents/agt_1/rewind", `{"callId":"call_1"}`, []error{agents.ErrNotFound, workspace.ErrNotFound, workspace.ErrCheckpointNotFound, workspace.ErrCheckpointCompacted, workspace.ErrDropped, workspace.ErrBusy, workspace.ErrInvalid, workspace.ErrUnavailable, enospc, status.ErrAgentStoreUnavailable}},
 	{"POST", "/agents/{id}/workspace/apply", "/agents/agt_1/workspace/apply", `{}`, []error{agents.ErrNotFound, workspace.ErrNotFound, workspace.ErrDropped, workspace.ErrBusy, &workspace.ConflictError{Paths: []string{"f"}}, workspace.ErrInvalid, workspace.ErrUnavailable, enospc, status.ErrAgentStoreUnavailable}},
 	{"GET", "/agents/{id}/files/{path}", "/agents/agt_1/files/src/main.go", "", fileReadErrs},
 	{"PUT", "/agents/{id}/files/{path}", "/agents/agt_1/files/src/main.go", "x", fileWriteErrs},

@@ -77,6 +77,7 @@ type pipeline interface {
 	ForkAgentFrom(ctx context.Context, id, callID string, b agents.Bounds) (run.Session, error)
 	SpawnAgentFrom(ctx context.Context, id, callID string, b agents.Bounds) (run.Session, error)
 	Checkpoints(ctx context.Context, agent string, diff bool) ([]run.CheckpointInfo, workspace.CheckpointList, error)
+	CheckpointDiff(ctx context.Context, agent, from, to string, diff bool) ([]workspace.Change, error)
 	Rewind(ctx context.Context, agent, callID string, after, undo bool) (int, error)
 }
 

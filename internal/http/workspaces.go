@@ -152,9 +152,23 @@ func (s *Server) ListCheckpoints(ctx context.Context, req api.ListCheckpointsReq
 		if ids == nil {
 			ids = []string{}
 		}
-		out.Checkpoints = append(out.Checkpoints, api.Checkpoint{CallIds: ids, CallId: last, Seq: c.Seq, Time: c.Time, Changes: toAPIChanges(c.Changes)})
+		cp := api.Checkpoint{CallIds: ids, CallId: last, Seq: c.Seq, Time: c.Time, Changes: toAPIChanges(c.Changes)}
+		if c.Compacted {
+			cp.Compacted = &c.Compacted
+		}
+		out.Checkpoints = append(out.Checkpoints, cp)
 	}
 	return out, nil
+}
+
+// DiffCheckpoints lists what differs between two checkpoints' views.
+func (s *Server) DiffCheckpoints(ctx context.Context, req api.DiffCheckpointsRequestObject) (api.DiffCheckpointsResponseObject, error) {
+	p := req.Params
+	cs, err := s.pipeline.CheckpointDiff(ctx, req.Id, deref(p.From), deref(p.To), deref(p.Diff))
+	if err != nil {
+		return nil, err
+	}
+	return api.DiffCheckpoints200JSONResponse{AgentId: req.Id, From: p.From, To: p.To, Changes: toAPIChanges(cs)}, nil
 }
 
 // RewindAgent sets a snapshot agent's view back to before or after a call.

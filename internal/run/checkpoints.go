@@ -234,3 +234,30 @@ func (s *Service) childFrom(ctx context.Context, id, callID string, b agents.Bou
 		return s.makeChild(b, make, func(a agents.Agent) error { return s.ws.ForkAt(id, a.ID, depth) })
 	})
 }
+
+// CheckpointDiff lists what differs between agent's view after call from
+// and after call to ("" for the view before its first checkpoint, and
+// after its last): resolved as a rewind resolves them (a call that changed
+// nothing names the checkpoint before it; workspace.ErrCheckpointNotFound,
+// workspace.ErrCheckpointCompacted), then compared view to view.
+func (s *Service) CheckpointDiff(ctx context.Context, agent, from, to string, diff bool) ([]workspace.Change, error) {
+	if _, err := s.agents.Get(ctx, agent); err != nil {
+		return nil, err
+	}
+	if s.ws == nil {
+		return nil, fmt.Errorf("%w: agent %s: workspaces are not configured", workspace.ErrNotFound, agent)
+	}
+	df, dt := workspace.FloorDepth, workspace.TopDepth
+	var err error
+	if from != "" {
+		if df, err = s.depthAt(ctx, agent, from, true); err != nil {
+			return nil, err
+		}
+	}
+	if to != "" {
+		if dt, err = s.depthAt(ctx, agent, to, true); err != nil {
+			return nil, err
+		}
+	}
+	return s.ws.CheckpointDiff(agent, df, dt, diff)
+}

@@ -89,8 +89,12 @@ func (v *since) close() {
 	for _, t := range v.layers {
 		t.close()
 	}
-	v.now.close()
-	v.then.close()
+	if v.now != nil {
+		v.now.close()
+	}
+	if v.then != nil {
+		v.then.close()
+	}
 	for _, f := range v.done {
 		f()
 	}
@@ -153,7 +157,10 @@ func (v *since) changes() ([]Change, error) {
 	for _, l := range v.layers {
 		err := l.walk(func(rel string, fi fs.FileInfo) error {
 			touched[rel] = true
-			if fi.IsDir() && l.opaque(rel) {
+			// A directory made opaque, or deleted (a whiteout) or
+			// replaced by a non-directory in a layer and made again in
+			// a later one, hides what it held before.
+			if !fi.IsDir() || l.opaque(rel) {
 				opaque[rel] = true
 			}
 			return nil
@@ -167,7 +174,7 @@ func (v *since) changes() ([]Change, error) {
 		nfi, nerr := v.now.lstat(rel)
 		tfi, terr := v.then.lstat(rel)
 		for _, err := range []error{nerr, terr} {
-			if err != nil && !missing(err) {
+			if err != nil && !missing(err) && !belowLink(err) {
 				return nil, err
 			}
 		}
@@ -181,6 +188,15 @@ func (v *since) changes() ([]Change, error) {
 			}
 		case isNow && !wasThen:
 			cs = append(cs, Change{Path: rel, Kind: Added, Type: typeOf(nfi), Size: sizeOf(nfi)})
+			if nfi.IsDir() {
+				// What it holds that no layer between touched (views
+				// compared from a later one back to an earlier one).
+				more, err := v.untouched(v.now, rel, touched, Added)
+				if err != nil {
+					return nil, err
+				}
+				cs = append(cs, more...)
+			}
 		case isNow && wasThen && nfi.IsDir() && tfi.IsDir():
 			if !opaque[rel] {
 				continue
@@ -198,6 +214,28 @@ func (v *since) changes() ([]Change, error) {
 					cs = append(cs, Change{Path: child, Kind: Deleted, Type: typeOf(li), Size: treeSize(v.then, child, li)})
 				}
 			}
+			// And what it holds now that it did not then, no layer
+			// between touched (compared from a later view back).
+			ents, err = v.now.readDir(rel)
+			if err != nil {
+				return nil, err
+			}
+			for _, ni := range ents {
+				child := rel + "/" + ni.Name()
+				if touched[child] {
+					continue
+				}
+				if _, err := v.then.lstat(child); missing(err) {
+					cs = append(cs, Change{Path: child, Kind: Added, Type: typeOf(ni), Size: sizeOf(ni)})
+					if ni.IsDir() {
+						more, err := v.untouched(v.now, child, touched, Added)
+						if err != nil {
+							return nil, err
+						}
+						cs = append(cs, more...)
+					}
+				}
+			}
 		case isNow && wasThen:
 			same, err := sameEntry(v.now, rel, nfi, v.then, rel, tfi)
 			if err != nil {
@@ -206,10 +244,35 @@ func (v *since) changes() ([]Change, error) {
 			if !same {
 				cs = append(cs, Change{Path: rel, Kind: Modified, Type: typeOf(nfi), Size: sizeOf(nfi)})
 			}
+			if nfi.IsDir() && !tfi.IsDir() {
+				more, err := v.untouched(v.now, rel, touched, Added)
+				if err != nil {
+					return nil, err
+				}
+				cs = append(cs, more...)
+			}
 		}
 	}
 	sort.Slice(cs, func(i, j int) bool { return cs[i].Path < cs[j].Path })
 	return cs, nil
+}
+
+// untouched lists as kind what t holds below the directory rel that no
+// layer touched.
+func (v *since) untouched(t *tree, rel string, touched map[string]bool, kind string) ([]Change, error) {
+	fd, err := t.openDir(rel)
+	if err != nil {
+		return nil, err
+	}
+	defer closeFD(fd)
+	var cs []Change
+	err = walkAt(fd, rel+"/", func(p string, fi fs.FileInfo) error {
+		if !touched[p] {
+			cs = append(cs, Change{Path: p, Kind: kind, Type: typeOf(fi), Size: sizeOf(fi)})
+		}
+		return nil
+	})
+	return cs, err
 }
 
 // present reports whether rel is in the view now.
@@ -426,6 +489,10 @@ func samePath(a *tree, arel string, b *tree, brel string) (bool, error) {
 func missing(err error) bool {
 	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENOTDIR)
 }
+
+// belowLink: a path under a link (which a tree never follows) is not in
+// the tree, as a path under a file is not.
+func belowLink(err error) bool { return errors.Is(err, unix.ELOOP) }
 
 func sameContents(a *tree, arel string, b *tree, brel string) (bool, error) {
 	fa, err := a.open(arel)

@@ -51,6 +51,13 @@ type Checkpoint struct {
 	// Depth is the number of the agent's frozen layers once it was made:
 	// the view after it is Layers[:Depth], before it Layers[:Depth-1].
 	Depth int `json:"depth"`
+	// Compacted: the checkpoint is a run of checkpoints merged into one
+	// layer (compact.go): its calls are theirs, and only its edges
+	// (before its first call, after its last) can be gone back to.
+	// FirstSeq is then the seq of the first of them (the views from
+	// there to Seq are gone).
+	Compacted bool  `json:"compacted,omitempty"`
+	FirstSeq  int64 `json:"firstSeq,omitempty"`
 }
 
 // aside is what a rewind set aside, for an undo: the stack above Depth,
@@ -100,28 +107,48 @@ func (m *Manager) Checkpoint(agent, callID string, seq int64) (made bool, err er
 		m.waitIdleForLocked(owner, checkpointIdle)
 		still = m.active[owner] == 0
 	}
+	// A compaction waiting for the view to be still goes into the same
+	// write of the state.
+	base, retired, unused := a, []string(nil), []string(nil)
+	if still {
+		base, retired, unused = m.commitLocked(owner, a)
+	}
+	defer func() {
+		if len(unused) > 0 {
+			go m.removeLayers(unused)
+		}
+	}()
 	empty, _ := emptyDir(m.upperDir(a.Upper))
 	switch {
-	case empty:
+	case empty && base == a:
 		return false, nil
-	case !still || len(a.Layers) >= m.maxLayersOr():
-		na := *a
-		na.Pending = append(slices.Clone(a.Pending), callID)
+	case empty:
+		m.agents[owner] = base
+		if err := m.saveSoonLocked(); err != nil {
+			m.agents[owner] = a
+			return false, err
+		}
+		m.remountLocked(owner, base.Upper, "", retired)
+		return false, nil
+	case !still || len(base.Layers) >= m.maxLayersOr():
+		na := *base
+		na.Pending = append(slices.Clone(base.Pending), callID)
 		m.agents[owner] = &na
+		m.maybeCompactLocked(owner)
 		return false, nil // recorded with the next save
 	}
 	up, err := m.newLayer()
 	if err != nil {
 		return false, err
 	}
-	na := *a
-	na.Layers = append(slices.Clone(a.Layers), a.Upper)
+	na := *base
+	na.Layers = append(slices.Clone(base.Layers), a.Upper)
 	na.Upper = up
-	na.Checkpoints = append(slices.Clone(a.Checkpoints), Checkpoint{
-		CallIDs: append(slices.Clone(a.Pending), callID), Seq: seq, Time: time.Now().UTC(), Layer: a.Upper, Depth: len(na.Layers),
+	na.Checkpoints = append(slices.Clone(base.Checkpoints), Checkpoint{
+		CallIDs: append(slices.Clone(base.Pending), callID), Seq: seq, Time: time.Now().UTC(), Layer: a.Upper, Depth: len(na.Layers),
 	})
 	na.Pending = nil
-	na.Own = a.Own + 1
+	na.Own = base.Own + 1
 	m.agents[owner] = &na
 	faults.Point("workspace.checkpoint.layered") // a new layer, not recorded
 	if err := m.saveSoonLocked(); err != nil {
@@ -132,21 +159,8 @@ func (m *Manager) Checkpoint(agent, callID string, seq int64) (made bool, err er
 	faults.Point("workspace.checkpoint.saved")
 	// overlayfs's work directory of a frozen layer is not needed, and the
 	// view is mounted afresh, on the new upper, ahead of the next job.
-	// The old mount is let go and the new one made off the call's path
-	// (unmounting an overlay syncs its upper file system; mounting one
-	// with many layers takes a while); a job of the view that starts
-	// meanwhile waits for them (Acquire), so that no layer is ever an
-	// upper of one mount and a lower of another.
-	old, had := m.mounts[owner]
-	delete(m.mounts, owner)
-	m.preparing[owner] = true
-	go func() {
-		if had {
-			closeFD(old)
-		}
-		os.RemoveAll(m.workDir(a.Upper))
-		m.premount(owner, up)
-	}()
+	m.remountLocked(owner, up, a.Upper, retired)
+	m.maybeCompactLocked(owner)
 	return true, nil
 }
 
@@ -341,10 +355,33 @@ func (m *Manager) DepthAt(agent, callID string, after bool) (int, error) {
 	if i < 0 {
 		return 0, fmt.Errorf("%w: agent %s has no checkpoint holding call %s", ErrCheckpointNotFound, agent, callID)
 	}
-	if after {
-		return a.Checkpoints[i].Depth, nil
+	c := a.Checkpoints[i]
+	if c.Compacted && !(after && callID == last(c.CallIDs) || !after && callID == first(c.CallIDs)) {
+		return 0, compactedError(agent, callID, c)
 	}
-	return a.Checkpoints[i].Depth - 1, nil
+	if after {
+		return c.Depth, nil
+	}
+	return c.Depth - 1, nil
+}
+
+func compactedError(agent, callID string, c Checkpoint) error {
+	return fmt.Errorf("%w: agent %s's views from call %s to call %s were merged into one layer (past workspaces.checkpointDepth); call %s is inside them: rewind to before call %s or after call %s",
+		ErrCheckpointCompacted, agent, first(c.CallIDs), last(c.CallIDs), callID, first(c.CallIDs), last(c.CallIDs))
+}
+
+func first(ids []string) string {
+	if len(ids) == 0 {
+		return ""
+	}
+	return ids[0]
+}
+
+func last(ids []string) string {
+	if len(ids) == 0 {
+		return ""
+	}
+	return ids[len(ids)-1]
 }
 
 // DepthBeforeSeq is the depth of agent's stack as it was at transcript seq
@@ -358,6 +395,10 @@ func (m *Manager) DepthBeforeSeq(agent string, seq int64) (int, error) {
 	}
 	d := firstDepth(a)
 	for _, c := range a.Checkpoints {
+		if c.Compacted && c.FirstSeq <= seq && seq < c.Seq {
+			return 0, fmt.Errorf("%w: agent %s's views from seq %d to %d were merged into one layer (past workspaces.checkpointDepth): rewind to before call %s or after call %s",
+				ErrCheckpointCompacted, agent, c.FirstSeq, c.Seq, first(c.CallIDs), last(c.CallIDs))
+		}
 		if c.Seq <= seq {
 			d = c.Depth
 		}
@@ -458,4 +499,65 @@ func firstDepth(a *agentState) int {
 		return min(a.Aside.Depth, len(a.Layers))
 	}
 	return len(a.Layers)
+}
+
+// Edges of the views CheckpointDiff compares when a side is not named.
+const (
+	// FloorDepth: the view before the agent's first checkpoint.
+	FloorDepth = -1
+	// TopDepth: the view after its last checkpoint.
+	TopDepth = -2
+)
+
+// CheckpointDiff lists what differs between agent's view at depth from
+// and at depth to (each from DepthAt, or FloorDepth, TopDepth), sorted by
+// path, as Changes does: the paths the layers between the two touched,
+// each compared as it is in the to view with what it is in the from view
+// (either may be the earlier one). With diff, unified diffs of text
+// files. Both views are read by descriptor, no link followed.
+// ErrInvalid for a depth outside the agent's checkpoints.
+func (m *Manager) CheckpointDiff(agent string, from, to int, diff bool) ([]Change, error) {
+	a, unhold, err := m.hold(agent, false)
+	if err != nil {
+		return nil, err
+	}
+	defer unhold()
+	edge := func(d int) int {
+		switch d {
+		case FloorDepth:
+			return firstDepth(a)
+		case TopDepth:
+			return len(a.Layers)
+		}
+		return d
+	}
+	from, to = edge(from), edge(to)
+	for _, d := range []int{from, to} {
+		if first := firstDepth(a); d < first || d > len(a.Layers) {
+			return nil, fmt.Errorf("%w: depth %d is outside agent %s's checkpoints (%d to %d)", ErrInvalid, d, agent, first, len(a.Layers))
+		}
+	}
+	v := &since{}
+	defer v.close()
+	for _, id := range a.Layers[min(from, to):max(from, to)] {
+		t, err := openTree(m.upperDir(id), "layer "+id)
+		if err != nil {
+			return nil, err
+		}
+		v.layers = append(v.layers, t)
+	}
+	if v.then, _, err = m.openStack(a.Base, a.Layers[:from]); err != nil {
+		return nil, err
+	}
+	if v.now, _, err = m.openStack(a.Base, a.Layers[:to]); err != nil {
+		return nil, err
+	}
+	cs, err := v.changes()
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint diff of agent %s: %w", agent, err)
+	}
+	if diff {
+		addDiffs(cs, v.now, v.then)
+	}
+	return cs, nil
 }

@@ -218,11 +218,14 @@ func TestChangesSpanCheckpoints(t *testing.T) {
 
 // A view stands on as many checkpoint layers as workspaces.maxLayers
 // allows (each mounted afresh, off the call's path, while the next job
-// waits for it); past that a call's changes stay pending.
+// waits for it); past that a call's changes stay pending. Compaction is
+// out of the way here (every checkpoint is kept individually): the bound
+// is what stands when compaction cannot make room (TestCheckpointCompaction).
 func TestCheckpointDepthBound(t *testing.T) {
 	t.Parallel()
 	m, _, base := fixture(t)
 	m.SetMaxLayers(120)
+	m.SetCheckpointDepth(1000)
 	if err := m.Adopt("a", base); err != nil {
 		t.Fatal(err)
 	}
@@ -247,4 +250,110 @@ func TestCheckpointDepthBound(t *testing.T) {
 	if got := len(state(t, view(t, m, "a"))); got != 121+6 {
 		t.Errorf("the view holds %d paths", got)
 	}
+}
+
+// The diff between any two checkpoints, either way round, is what differs
+// between their views: for every pair of views of six calls (and the view
+// before them), the kinds and paths listed are those a comparison of the
+// two trees gives (a deleted directory listed once, an added one with what
+// it holds); diffs of text files come with diff.
+func TestCheckpointDiff(t *testing.T) {
+	t.Parallel()
+	m, _, base := fixture(t)
+	if err := m.Adopt("a", base); err != nil {
+		t.Fatal(err)
+	}
+	calls := []func(v string){
+		func(v string) { put(t, v, "new/one", "1\n"); put(t, v, "new/two", "2\n") },
+		func(v string) { put(t, v, "f.txt", "one\nTWO\nthree\n") },
+		func(v string) { os.RemoveAll(filepath.Join(v, "dir")) },
+		func(v string) { put(t, v, "dir/c", "c\n"); os.Chmod(filepath.Join(v, "keep.txt"), 0o600) },
+		func(v string) {
+			os.Remove(filepath.Join(v, "gone.txt"))
+			os.Symlink("f.txt", filepath.Join(v, "gone.txt"))
+		},
+		func(v string) { os.RemoveAll(filepath.Join(v, "new")) },
+	}
+	views := []map[string]string{state(t, view(t, m, "a"))}
+	for i, call := range calls {
+		call(view(t, m, "a"))
+		if made, err := m.Checkpoint("a", fmt.Sprint("call_", i+1), int64(i+1)); !made || err != nil {
+			t.Fatal(made, err)
+		}
+		views = append(views, state(t, view(t, m, "a")))
+	}
+	depth := func(i int) int {
+		if i == 0 {
+			return FloorDepth
+		}
+		d, err := m.DepthAt("a", fmt.Sprint("call_", i), true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	for i := range views {
+		for j := range views {
+			cs, err := m.CheckpointDiff("a", depth(i), depth(j), false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, want := kinds(cs), expectedDiff(views[i], views[j]); !slices.Equal(got, want) {
+				t.Errorf("diff from view %d to %d:\n got %v\nwant %v", i, j, got, want)
+			}
+		}
+	}
+	cs, err := m.CheckpointDiff("a", FloorDepth, TopDepth, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cs {
+		if c.Path == "f.txt" && !strings.Contains(c.Diff, "-two\n+TWO\n") {
+			t.Errorf("f.txt's diff: %q", c.Diff)
+		}
+	}
+	if _, err := m.CheckpointDiff("a", 99, TopDepth, false); !errors.Is(err, ErrInvalid) {
+		t.Errorf("a depth outside the checkpoints: %v", err)
+	}
+}
+
+func kinds(cs []Change) []string {
+	var out []string
+	for _, c := range cs {
+		out = append(out, c.Kind+" "+c.Path)
+	}
+	return out
+}
+
+// expectedDiff is what differs from tree a to tree b (state's form): an
+// added path with all it holds, a deleted one once (not what it held),
+// a file or link whose type, mode or contents changed.
+func expectedDiff(a, b map[string]string) []string {
+	var out []string
+	for _, p := range slices.Sorted(maps.Keys(b)) {
+		va, ok := a[p]
+		switch {
+		case !ok:
+			out = append(out, "added "+p)
+		case va != b[p] && !(strings.HasPrefix(va, "d") && strings.HasPrefix(b[p], "d")):
+			out = append(out, "modified "+p)
+		}
+	}
+	for _, p := range slices.Sorted(maps.Keys(a)) {
+		if _, ok := b[p]; ok {
+			continue
+		}
+		if _, parentGone := a[filepath.Dir(p)]; parentGone && filepath.Dir(p) != "." {
+			if _, stays := b[filepath.Dir(p)]; !stays {
+				continue
+			}
+		}
+		out = append(out, "deleted "+p)
+	}
+	slices.SortFunc(out, func(x, y string) int {
+		_, px, _ := strings.Cut(x, " ")
+		_, py, _ := strings.Cut(y, " ")
+		return strings.Compare(px, py)
+	})
+	return out
 }

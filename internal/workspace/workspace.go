@@ -34,6 +34,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dshd/dshd/internal/atomicfile"
@@ -178,6 +179,16 @@ type Manager struct {
 
 	// maxLayers bounds an agent's frozen layers (0: DefaultMaxLayers).
 	maxLayers int
+	// checkpointDepth: the newest checkpoints kept individually (0:
+	// DefaultCheckpointDepth); compacting: a compaction of the agent runs;
+	// ready: its merged layers, waiting for the view to be still; pinned:
+	// layers a compaction reads or writes, which no removal takes.
+	checkpointDepth int
+	compacting      map[string]bool
+	ready           map[string][]run
+	pinned          map[string]int
+	closing         atomic.Bool
+	wg              sync.WaitGroup
 	// maxBytes caps the layers' disk use at fork time (0: no cap).
 	maxBytes    int64
 	usageMu     sync.Mutex
@@ -195,7 +206,8 @@ func Open(dir, disabled string, logger *slog.Logger) (*Manager, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	m := &Manager{dir: dir, log: logger, agents: map[string]*agentState{}, mounts: map[string]int{}, active: map[string]int{}, ops: map[string]*op{}, preparing: map[string]bool{}, remounted: map[string]map[int]func(int){}, releaseWait: defaultReleaseWait}
+	m := &Manager{dir: dir, log: logger, agents: map[string]*agentState{}, mounts: map[string]int{}, active: map[string]int{}, ops: map[string]*op{}, preparing: map[string]bool{},
+		compacting: map[string]bool{}, ready: map[string][]run{}, pinned: map[string]int{}, remounted: map[string]map[int]func(int){}, releaseWait: defaultReleaseWait}
 	m.cond = sync.NewCond(&m.mu)
 	if err := os.MkdirAll(filepath.Join(dir, "layers"), 0o700); err != nil {
 		return nil, fmt.Errorf("workspaces: %w", err)
@@ -320,7 +332,27 @@ func (m *Manager) flush() {
 // drop, or by a crash in the middle of a fork). A layer unused is never
 // used again: removeLayers removes them without the lock.
 func (m *Manager) unusedLocked() []string {
+	used := m.usedLocked()
+	ents, err := os.ReadDir(filepath.Join(m.dir, "layers"))
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, e := range ents {
+		if !used[e.Name()] {
+			out = append(out, e.Name())
+		}
+	}
+	return out
+}
+
+// usedLocked are the layers a recorded agent references or a compaction
+// has pinned.
+func (m *Manager) usedLocked() map[string]bool {
 	used := map[string]bool{}
+	for id := range m.pinned {
+		used[id] = true
+	}
 	for _, a := range m.agents {
 		if a.Dropped {
 			continue
@@ -335,17 +367,7 @@ func (m *Manager) unusedLocked() []string {
 		}
 		used[a.Upper] = true
 	}
-	ents, err := os.ReadDir(filepath.Join(m.dir, "layers"))
-	if err != nil {
-		return nil
-	}
-	var out []string
-	for _, e := range ents {
-		if !used[e.Name()] {
-			out = append(out, e.Name())
-		}
-	}
-	return out
+	return used
 }
 
 func (m *Manager) removeLayers(ids []string) {
@@ -482,11 +504,8 @@ func (m *Manager) waitIdleLocked(agent string) {
 // (agents.Bounds.Prepare), so that no agent exists whose snapshot was not
 // recorded; Forget undoes it when the header then cannot be written, and
 // Reconcile after a crash in between.
-func (m *Manager) Fork(parent, cwd, child string) (err error) {
-	if ok, why := m.Available(); !ok {
-		return unavailable("%s", why)
-	}
-	if err := m.checkBudget(); err != nil {
+func (m *Manager) Fork(parent, cwd, child string) error {
+	if err := m.checkNew(); err != nil {
 		return err
 	}
 	m.mu.Lock()
@@ -499,8 +518,8 @@ func (m *Manager) Fork(parent, cwd, child string) (err error) {
 	// starts.
 	m.lockOpLocked(parent, true)
 	defer m.unlockOpLocked(parent, true)
-	if _, ok := m.agents[child]; ok {
-		return fmt.Errorf("%w: agent %s already has a workspace record", ErrInvalid, child)
+	if err := m.unrecordedLocked(child); err != nil {
+		return err
 	}
 	m.waitIdleLocked(parent)
 	if err := m.checkForkLocked(parent, cwd); err != nil {
@@ -510,68 +529,26 @@ func (m *Manager) Fork(parent, cwd, child string) (err error) {
 	if !had {
 		p = &agentState{Base: filepath.Clean(cwd), Created: time.Now().UTC()}
 	}
-	pUpper, err := m.newLayer()
-	if err != nil {
-		return err
-	}
-	cUpper, err := m.newLayer()
-	if err != nil {
-		os.RemoveAll(m.layerDir(pUpper))
-		return err
-	}
-	np := *p
-	np.Layers = slices.Clone(p.Layers)
-	if had {
-		if empty, _ := emptyDir(m.upperDir(p.Upper)); empty {
-			// Nothing to freeze: the old upper goes (after the save).
-		} else {
-			np.Layers = append(np.Layers, p.Upper)
-			if len(p.Pending) > 0 {
-				// Calls whose changes are in the upper get their
-				// checkpoint with the freeze.
-				np.Checkpoints = append(slices.Clone(p.Checkpoints), Checkpoint{CallIDs: slices.Clone(p.Pending), Time: time.Now().UTC(), Layer: p.Upper, Depth: len(np.Layers)})
-				np.Pending = nil
-			}
-		}
-	}
-	np.Upper = pUpper
-	np.Own = 0 // its changes are from this fork on
-	c := &agentState{Base: np.Base, Layers: slices.Clone(np.Layers), Upper: cUpper, Parent: parent, Created: time.Now().UTC()}
+	np := m.frozenForFork(p, had)
+	c := &agentState{Base: np.Base, Layers: slices.Clone(np.Layers), Parent: parent, Created: time.Now().UTC()}
 	// Both views are mounted before anything is recorded: a base or a
 	// layer overlayfs refuses (a base on a file system it cannot stack
 	// on) fails the fork here, leaving the parent as it was, rather than
 	// at the next command of either. The mounts then serve those commands.
 	m.closeMountLocked(parent)
-	undo := func() {
-		os.RemoveAll(m.layerDir(pUpper))
-		os.RemoveAll(m.layerDir(cUpper))
-	}
-	pfd, err := mountOverlay(m.lowers(&np), m.upperDir(pUpper), m.workDir(pUpper))
+	pfd, err := m.newViewLocked(np, fmt.Sprintf("agent %s's workspace on %s", parent, np.Base))
 	if err != nil {
-		undo()
-		return unavailable("mount agent %s's workspace on %s: %v", parent, np.Base, err)
-	}
-	cfd, err := mountOverlay(m.lowers(c), m.upperDir(cUpper), m.workDir(cUpper))
-	if err != nil {
-		closeFD(pfd)
-		undo()
-		return unavailable("mount the snapshot of %s: %v", np.Base, err)
-	}
-	old := m.agents[parent]
-	m.agents[parent], m.agents[child] = &np, c
-	if err := m.saveLocked(); err != nil {
-		if old == nil {
-			delete(m.agents, parent)
-		} else {
-			m.agents[parent] = old
-		}
-		delete(m.agents, child)
-		closeFD(pfd)
-		closeFD(cfd)
-		undo()
 		return err
 	}
-	m.mounts[parent], m.mounts[child] = pfd, cfd
+	cfd, err := m.newViewLocked(c, "the snapshot of "+np.Base)
+	if err != nil {
+		closeFD(pfd)
+		m.removeLayers([]string{np.Upper})
+		return err
+	}
+	if err := m.recordViewsLocked(newView{parent, np, pfd}, newView{child, c, cfd}); err != nil {
+		return err
+	}
 	if had {
 		if slices.Contains(np.Layers, p.Upper) {
 			// Frozen: overlayfs's work directory is no longer needed.
@@ -583,15 +560,103 @@ func (m *Manager) Fork(parent, cwd, child string) (err error) {
 	return nil
 }
 
+// frozenForFork is the parent p (recorded before, had) as a fork leaves
+// it, its upper yet to be made: its upper layer frozen when it holds
+// anything (with a checkpoint of the calls pending in it), its changes
+// counted from the fork on.
+func (m *Manager) frozenForFork(p *agentState, had bool) *agentState {
+	np := *p
+	np.Layers = slices.Clone(p.Layers)
+	if had {
+		if empty, _ := emptyDir(m.upperDir(p.Upper)); !empty {
+			np.Layers = append(np.Layers, p.Upper)
+			if len(p.Pending) > 0 {
+				// Calls whose changes are in the upper get their
+				// checkpoint with the freeze.
+				np.Checkpoints = append(slices.Clone(p.Checkpoints), Checkpoint{CallIDs: slices.Clone(p.Pending), Time: time.Now().UTC(), Layer: p.Upper, Depth: len(np.Layers)})
+				np.Pending = nil
+			}
+		}
+		// else nothing to freeze: the old upper goes (after the save).
+	}
+	np.Upper = ""
+	np.Own = 0 // its changes are from this fork on
+	return &np
+}
+
+// checkNew is nil when a new view may be made: snapshots work here and
+// the layers are within their budget.
+func (m *Manager) checkNew() error {
+	if ok, why := m.Available(); !ok {
+		return unavailable("%s", why)
+	}
+	return m.checkBudget()
+}
+
+// unrecordedLocked is ErrInvalid when agent has a workspace record.
+func (m *Manager) unrecordedLocked(agent string) error {
+	if _, ok := m.agents[agent]; ok {
+		return fmt.Errorf("%w: agent %s already has a workspace record", ErrInvalid, agent)
+	}
+	return nil
+}
+
+// newViewLocked makes a fresh upper layer for a (a.Upper) and mounts a's
+// view on it; what names the view in an error. On error nothing is left.
+func (m *Manager) newViewLocked(a *agentState, what string) (int, error) {
+	up, err := m.newLayer()
+	if err != nil {
+		return -1, err
+	}
+	a.Upper = up
+	fd, err := mountOverlay(m.lowers(a), m.upperDir(up), m.workDir(up))
+	if err != nil {
+		m.removeLayers([]string{up})
+		return -1, unavailable("mount %s: %v", what, err)
+	}
+	return fd, nil
+}
+
+// newView is an agent's new state and its mount, to record.
+type newView struct {
+	agent string
+	state *agentState
+	fd    int
+}
+
+// recordViewsLocked records views in one write of the state and keeps
+// their mounts; on error none is recorded (each agent's state is as it
+// was), their mounts are closed and their uppers removed.
+func (m *Manager) recordViewsLocked(views ...newView) error {
+	old := make([]*agentState, len(views))
+	for i, v := range views {
+		old[i] = m.agents[v.agent]
+		m.agents[v.agent] = v.state
+	}
+	if err := m.saveLocked(); err != nil {
+		for i, v := range views {
+			if old[i] == nil {
+				delete(m.agents, v.agent)
+			} else {
+				m.agents[v.agent] = old[i]
+			}
+			closeFD(v.fd)
+			m.removeLayers([]string{v.state.Upper})
+		}
+		return err
+	}
+	for _, v := range views {
+		m.mounts[v.agent] = v.fd
+	}
+	return nil
+}
+
 // ForkAt gives child a snapshot of parent's view as it was at depth (a
 // checkpoint's edge, from DepthAt): parent's frozen layers up to depth and
 // a fresh upper. The parent is left as it is: nothing of it is frozen, so
 // it may run jobs meanwhile. Like Fork, call it before the child's header.
 func (m *Manager) ForkAt(parent, child string, depth int) error {
-	if ok, why := m.Available(); !ok {
-		return unavailable("%s", why)
-	}
-	if err := m.checkBudget(); err != nil {
+	if err := m.checkNew(); err != nil {
 		return err
 	}
 	m.mu.Lock()
@@ -600,31 +665,18 @@ func (m *Manager) ForkAt(parent, child string, depth int) error {
 	if err != nil {
 		return err
 	}
-	if _, ok := m.agents[child]; ok {
-		return fmt.Errorf("%w: agent %s already has a workspace record", ErrInvalid, child)
+	if err := m.unrecordedLocked(child); err != nil {
+		return err
 	}
 	if first := firstDepth(p); depth < first || depth > len(p.Layers) {
 		return fmt.Errorf("%w: depth %d is outside agent %s's checkpoints (%d to %d)", ErrInvalid, depth, parent, first, len(p.Layers))
 	}
-	up, err := m.newLayer()
+	c := &agentState{Base: p.Base, Layers: slices.Clone(p.Layers[:depth]), Parent: parent, Created: time.Now().UTC()}
+	fd, err := m.newViewLocked(c, "the snapshot of "+p.Base)
 	if err != nil {
 		return err
 	}
-	c := &agentState{Base: p.Base, Layers: slices.Clone(p.Layers[:depth]), Upper: up, Parent: parent, Created: time.Now().UTC()}
-	fd, err := mountOverlay(m.lowers(c), m.upperDir(up), m.workDir(up))
-	if err != nil {
-		m.removeLayers([]string{up})
-		return unavailable("mount the snapshot of %s: %v", p.Base, err)
-	}
-	m.agents[child] = c
-	if err := m.saveLocked(); err != nil {
-		delete(m.agents, child)
-		closeFD(fd)
-		m.removeLayers([]string{up})
-		return err
-	}
-	m.mounts[child] = fd
-	return nil
+	return m.recordViewsLocked(newView{child, c, fd})
 }
 
 // Adopt gives the root agent, whose workspace directory is cwd, a snapshot
@@ -632,39 +684,23 @@ func (m *Manager) ForkAt(parent, child string, depth int) error {
 // writes go to a layer (so every tool call of it can be checkpointed).
 // Call it before the agent's header, like Fork.
 func (m *Manager) Adopt(agent, cwd string) error {
-	if ok, why := m.Available(); !ok {
-		return unavailable("%s", why)
-	}
-	if err := m.checkBudget(); err != nil {
+	if err := m.checkNew(); err != nil {
 		return err
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if _, ok := m.agents[agent]; ok {
-		return fmt.Errorf("%w: agent %s already has a workspace record", ErrInvalid, agent)
+	if err := m.unrecordedLocked(agent); err != nil {
+		return err
 	}
 	if err := m.checkForkLocked(agent, cwd); err != nil {
 		return err
 	}
-	up, err := m.newLayer()
+	a := &agentState{Base: filepath.Clean(cwd), Created: time.Now().UTC()}
+	fd, err := m.newViewLocked(a, "a snapshot of "+cwd)
 	if err != nil {
 		return err
 	}
-	a := &agentState{Base: filepath.Clean(cwd), Upper: up, Created: time.Now().UTC()}
-	fd, err := mountOverlay(m.lowers(a), m.upperDir(up), m.workDir(up))
-	if err != nil {
-		m.removeLayers([]string{up})
-		return unavailable("mount a snapshot of %s: %v", cwd, err)
-	}
-	m.agents[agent] = a
-	if err := m.saveLocked(); err != nil {
-		delete(m.agents, agent)
-		closeFD(fd)
-		m.removeLayers([]string{up})
-		return err
-	}
-	m.mounts[agent] = fd
-	return nil
+	return m.recordViewsLocked(newView{agent, a, fd})
 }
 
 // Lease is a job's hold on its agent's view: while any is held, the
@@ -822,7 +858,8 @@ func (m *Manager) dropLocked(agent string) ([]string, error) {
 		return nil, err
 	}
 	m.closeMountLocked(agent)
-	return m.unusedLocked(), nil
+	merged := m.forgetCompactionLocked(agent)
+	return append(m.unusedLocked(), merged...), nil
 }
 
 // usageTTL is how long Usage answers from its last count: /healthz may be
@@ -863,9 +900,15 @@ func (m *Manager) Close() {
 	if m == nil {
 		return
 	}
+	// Compactions stop and leave nothing recorded (their layers go at
+	// the next start).
+	m.closing.Store(true)
+	m.mu.Lock()
+	m.closed = true
+	m.mu.Unlock()
+	m.wg.Wait()
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.closed = true
 	if m.flushing {
 		m.flushing = false
 		if err := m.saveLocked(); err != nil {
@@ -921,6 +964,7 @@ func (m *Manager) Forget(agent string) {
 	var unused []string
 	if _, ok := m.agents[agent]; ok {
 		delete(m.agents, agent)
+		m.forgetCompactionLocked(agent) // its merged layers: unused below
 		if err := m.saveLocked(); err != nil {
 			m.log.Error("forget the workspace of an agent that was not made", "agent_id", agent, "err", err)
 		}

@@ -368,6 +368,15 @@ class Client:
         return self._json("GET", f"/agents/{self._q(agent_id)}/checkpoints",
                           query={"diff": "true" if diff else None})
 
+    def checkpoint_diff(self, agent_id: str, from_call_id: Optional[str] = None,
+                        to_call_id: Optional[str] = None, diff: bool = False) -> JSON:
+        """GET /agents/{id}/checkpoints/diff: what differs between the view
+        after the call from_call_id (None: before the first checkpoint) and
+        after to_call_id (None: after the last), either way round; with
+        unified diffs of text files if diff."""
+        return self._json("GET", f"/agents/{self._q(agent_id)}/checkpoints/diff",
+                          query={"from": from_call_id, "to": to_call_id, "diff": "true" if diff else None})
+
     def rewind(self, agent_id: str, call_id: Optional[str] = None, to: Optional[str] = None,
                undo: Optional[bool] = None) -> JSON:
         """POST /agents/{id}/rewind: the agent's view as it was before (to

@@ -235,6 +235,9 @@ class Workspaces(unittest.TestCase):
         cps = c.checkpoints(a["id"], diff=True)["checkpoints"]
         self.assertEqual([x["callId"] for x in cps], ["call_1", "call_2"])
         self.assertIn("+2", cps[1]["changes"][0]["diff"])
+        back = c.checkpoint_diff(a["id"], from_call_id="call_2", to_call_id="call_1", diff=True)["changes"]
+        self.assertEqual([(x["kind"], x["path"]) for x in back], [("modified", "f.txt")])
+        self.assertIn("-2\n+1", back[0]["diff"])
         c.rewind(a["id"], "call_2")
         self.assertEqual(c.exec("cat f.txt", agent_id=a["id"])["stdout"]["text"], "1\n")
         c.rewind(a["id"], undo=True)

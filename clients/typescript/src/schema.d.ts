@@ -408,6 +408,36 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/agents/{id}/checkpoints/diff": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        /**
+         * What differs between a snapshot agent's view after one tool call and after another.
+         * @description Compares the view as it was after the call `from` with the view after the call `to`
+         *     (either may be the earlier one), path by path over the layers between them, in the form
+         *     of `workspace/changes`: `added`, `modified` and `deleted` are what going from `from` to
+         *     `to` adds, modifies and deletes. `from` left out is the view before the agent's first
+         *     checkpoint, `to` left out the view after its last. A call that changed nothing names the
+         *     checkpoint before it. With `diff=true`, unified diffs of text files. 404
+         *     `checkpoint_not_found` for a call no checkpoint holds, 410 `checkpoint_compacted` for a
+         *     view inside a compacted checkpoint, 404 `workspace_not_found` for an agent without a
+         *     snapshot view of its own.
+         */
+        get: operations["diffCheckpoints"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/agents/{id}/rewind": {
         parameters: {
             query?: never;
@@ -425,7 +455,9 @@ export interface paths {
          *     The transcript records a `workspace/rewind` event; the agent's next command sees the
          *     restored files. 409 `workspace_busy` while a job of the agent's view runs or has
          *     processes left running; 404 `checkpoint_not_found` when no checkpoint holds the call (a
-         *     call that changed nothing rewinds to the checkpoint before it).
+         *     call that changed nothing rewinds to the checkpoint before it); 410 `checkpoint_compacted`
+         *     when the view named is inside a compacted checkpoint (only its edges remain: before its
+         *     first call, after its last).
          */
         post: operations["rewindAgent"];
         delete?: never;
@@ -1312,6 +1344,8 @@ export interface components {
             time: string;
             /** @description What the calls changed: the checkpoint's layer against the view before it. */
             changes: components["schemas"]["WorkspaceChange"][];
+            /** @description A run of older checkpoints merged into one layer past `workspaces.checkpointDepth`: `callIds` are all of theirs and `changes` what they changed together; a rewind or fork goes to its edges only (before its first call, after its last), any view inside it is 410 `checkpoint_compacted`. */
+            compacted?: boolean;
         };
         Checkpoints: {
             agentId: string;
@@ -1321,6 +1355,14 @@ export interface components {
             pending: string[];
             /** @description The last rewind can be undone (`POST /agents/{id}/rewind` with `undo: true`). */
             undo: boolean;
+        };
+        CheckpointDiff: {
+            agentId: string;
+            /** @description The call the diff starts from (after it); absent: before the first checkpoint. */
+            from?: string;
+            /** @description The call the diff goes to (after it); absent: after the last checkpoint. */
+            to?: string;
+            changes: components["schemas"]["WorkspaceChange"][];
         };
         RewindInput: {
             /** @description The tool call to rewind to. */
@@ -1693,7 +1735,7 @@ export interface components {
             sandbox?: components["schemas"]["SandboxRequest"];
             limits?: components["schemas"]["Limits"];
             workspace?: components["schemas"]["WorkspaceMode"];
-            /** @description Start from a tool call of a snapshot agent (with `workspace: snapshot`, not with `boundary`): the transcript up to that call's result, the workspace as it was after it (its checkpoint). 404 `checkpoint_not_found` when no checkpoint holds it. */
+            /** @description Start from a tool call of a snapshot agent (with `workspace: snapshot`, not with `boundary`): the transcript up to that call's result, the workspace as it was after it (its checkpoint). 404 `checkpoint_not_found` when no checkpoint holds it, 410 `checkpoint_compacted` when its view was merged into a compacted checkpoint. */
             fromCallId?: string;
         };
         SpawnInput: {
@@ -2574,6 +2616,25 @@ export interface components {
                  *       "code": "idempotency_key_expired_job",
                  *       "detail": "job of the idempotency key is no longer recorded: key \"retry-1\" started job job_01m8rk371jk2qn0jppj311m3h0, which is no longer recorded; the command is not run again",
                  *       "instance": "/exec"
+                 *     }
+                 */
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
+        /** @description `checkpoint_compacted`: the view named (before or after a call) was inside a run of checkpoints merged into one layer past `workspaces.checkpointDepth`; only the run's edges remain (before its first call, after its last), and the detail names them. */
+        R410Compacted: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                /**
+                 * @example {
+                 *       "type": "about:blank",
+                 *       "title": "That view was compacted into a later checkpoint",
+                 *       "status": 410,
+                 *       "code": "checkpoint_compacted",
+                 *       "detail": "checkpoint compacted: agent agt_01m8rk3468mk6yta9t5hevkezw's views from call call_1 to call call_40 were merged into one layer (past workspaces.checkpointDepth); call call_7 is inside them: rewind to before call call_1 or after call call_40",
+                 *       "instance": "/agents/agt_01m8rk3468mk6yta9t5hevkezw/rewind"
                  *     }
                  */
                 "application/problem+json": components["schemas"]["Problem"];
@@ -3546,6 +3607,7 @@ export interface operations {
             404: components["responses"]["R404"];
             408: components["responses"]["R408"];
             409: components["responses"]["R409"];
+            410: components["responses"]["R410Compacted"];
             413: components["responses"]["R413"];
             421: components["responses"]["R421"];
             422: components["responses"]["R422"];
@@ -3600,6 +3662,7 @@ export interface operations {
             404: components["responses"]["R404"];
             408: components["responses"]["R408"];
             409: components["responses"]["R409"];
+            410: components["responses"]["R410Compacted"];
             413: components["responses"]["R413"];
             421: components["responses"]["R421"];
             422: components["responses"]["R422"];
@@ -3752,6 +3815,65 @@ export interface operations {
             default: components["responses"]["Problem"];
         };
     };
+    diffCheckpoints: {
+        parameters: {
+            query?: {
+                /** @description The call whose view (after it) the diff starts from; left out: the view before the first checkpoint. */
+                from?: string;
+                /** @description The call whose view (after it) the diff goes to; left out: the view after the last checkpoint. */
+                to?: string;
+                /** @description Add unified diffs of text files. */
+                diff?: boolean;
+            };
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The changes. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "agentId": "agt_01m8rk3468mk6yta9t5hevkezw",
+                     *       "from": "call_2",
+                     *       "to": "call_7",
+                     *       "changes": [
+                     *         {
+                     *           "path": "notes.md",
+                     *           "kind": "added",
+                     *           "type": "file",
+                     *           "size": 40
+                     *         },
+                     *         {
+                     *           "path": "old.txt",
+                     *           "kind": "deleted",
+                     *           "type": "file",
+                     *           "size": 12
+                     *         }
+                     *       ]
+                     *     }
+                     */
+                    "application/json": components["schemas"]["CheckpointDiff"];
+                };
+            };
+            400: components["responses"]["R400"];
+            401: components["responses"]["R401"];
+            404: components["responses"]["R404"];
+            409: components["responses"]["R409"];
+            410: components["responses"]["R410Compacted"];
+            421: components["responses"]["R421"];
+            422: components["responses"]["R422"];
+            503: components["responses"]["R503AgentStore"];
+            default: components["responses"]["Problem"];
+        };
+    };
     rewindAgent: {
         parameters: {
             query?: never;
@@ -3790,6 +3912,7 @@ export interface operations {
             404: components["responses"]["R404"];
             408: components["responses"]["R408"];
             409: components["responses"]["R409"];
+            410: components["responses"]["R410Compacted"];
             413: components["responses"]["R413"];
             421: components["responses"]["R421"];
             422: components["responses"]["R422"];

@@ -1231,9 +1231,24 @@ type Checkpoint struct {
 	// Changes What the calls changed: the checkpoint's layer against the view before it.
 	Changes []WorkspaceChange `json:"changes"`
 
+	// Compacted A run of older checkpoints merged into one layer past `workspaces.checkpointDepth`: `callIds` are all of theirs and `changes` what they changed together; a rewind or fork goes to its edges only (before its first call, after its last), any view inside it is 410 `checkpoint_compacted`.
+	Compacted *bool `json:"compacted,omitempty"`
+
 	// Seq Transcript seq of that call's result (0 for changes set aside by a rewind without a call).
 	Seq  int64     `json:"seq"`
 	Time time.Time `json:"time"`
+}
+
+// CheckpointDiff defines model for CheckpointDiff.
+type CheckpointDiff struct {
+	AgentId string            `json:"agentId"`
+	Changes []WorkspaceChange `json:"changes"`
+
+	// From The call the diff starts from (after it); absent: before the first checkpoint.
+	From *string `json:"from,omitempty"`
+
+	// To The call the diff goes to (after it); absent: after the last checkpoint.
+	To *string `json:"to,omitempty"`
 }
 
 // Checkpoints defines model for Checkpoints.
@@ -1607,7 +1622,7 @@ type ForkInput struct {
 	// Boundary Copy transcript events up to this seq.
 	Boundary *int64 `json:"boundary,omitempty"`
 
-	// FromCallId Start from a tool call of a snapshot agent (with `workspace: snapshot`, not with `boundary`): the transcript up to that call's result, the workspace as it was after it (its checkpoint). 404 `checkpoint_not_found` when no checkpoint holds it.
+	// FromCallId Start from a tool call of a snapshot agent (with `workspace: snapshot`, not with `boundary`): the transcript up to that call's result, the workspace as it was after it (its checkpoint). 404 `checkpoint_not_found` when no checkpoint holds it, 410 `checkpoint_compacted` when its view was merged into a compacted checkpoint.
 	FromCallId *string `json:"fromCallId,omitempty"`
 
 	// Limits Resource limits asked for by the harness (never by a model), for every job of an
@@ -2838,6 +2853,9 @@ type R409 = Problem
 // R410 defines model for R410.
 type R410 = Problem
 
+// R410Compacted defines model for R410Compacted.
+type R410Compacted = Problem
+
 // R413 defines model for R413.
 type R413 = Problem
 
@@ -2873,6 +2891,18 @@ type R507 = Problem
 
 // ListCheckpointsParams defines parameters for ListCheckpoints.
 type ListCheckpointsParams struct {
+	// Diff Add unified diffs of text files.
+	Diff *bool `form:"diff,omitempty" json:"diff,omitempty"`
+}
+
+// DiffCheckpointsParams defines parameters for DiffCheckpoints.
+type DiffCheckpointsParams struct {
+	// From The call whose view (after it) the diff starts from; left out: the view before the first checkpoint.
+	From *string `form:"from,omitempty" json:"from,omitempty"`
+
+	// To The call whose view (after it) the diff goes to; left out: the view after the last checkpoint.
+	To *string `form:"to,omitempty" json:"to,omitempty"`
+
 	// Diff Add unified diffs of text files.
 	Diff *bool `form:"diff,omitempty" json:"diff,omitempty"`
 }
@@ -4002,6 +4032,9 @@ type ServerInterface interface {
 	// ListCheckpoints The checkpoints of a snapshot agent's view, oldest first, each with what its calls changed.
 	// (GET /agents/{id}/checkpoints)
 	ListCheckpoints(w http.ResponseWriter, r *http.Request, id string, params ListCheckpointsParams)
+	// DiffCheckpoints What differs between a snapshot agent's view after one tool call and after another.
+	// (GET /agents/{id}/checkpoints/diff)
+	DiffCheckpoints(w http.ResponseWriter, r *http.Request, id string, params DiffCheckpointsParams)
 	// ForkAgent New agent with a copy of the transcript, up to boundary seq when given.
 	// (POST /agents/{id}/fork)
 	ForkAgent(w http.ResponseWriter, r *http.Request, id string)
@@ -4122,6 +4155,12 @@ func (_ Unimplemented) GetAgent(w http.ResponseWriter, r *http.Request, id strin
 // ListCheckpoints The checkpoints of a snapshot agent's view, oldest first, each with what its calls changed.
 // (GET /agents/{id}/checkpoints)
 func (_ Unimplemented) ListCheckpoints(w http.ResponseWriter, r *http.Request, id string, params ListCheckpointsParams) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// DiffCheckpoints What differs between a snapshot agent's view after one tool call and after another.
+// (GET /agents/{id}/checkpoints/diff)
+func (_ Unimplemented) DiffCheckpoints(w http.ResponseWriter, r *http.Request, id string, params DiffCheckpointsParams) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
@@ -4407,6 +4446,74 @@ func (siw *ServerInterfaceWrapper) ListCheckpoints(w http.ResponseWriter, r *htt
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.ListCheckpoints(w, r, id, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// DiffCheckpoints operation middleware
+func (siw *ServerInterfaceWrapper) DiffCheckpoints(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "id" -------------
+	var id string
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", chi.URLParam(r, "id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "id", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params DiffCheckpointsParams
+
+	// ------------- Optional query parameter "from" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "from", r.URL.Query(), &params.From, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "from"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "from", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "to" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "to", r.URL.Query(), &params.To, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "to"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "to", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "diff" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "diff", r.URL.Query(), &params.Diff, runtime.BindQueryParameterOptions{Type: "boolean", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "diff"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "diff", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.DiffCheckpoints(w, r, id, params)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -5457,6 +5564,9 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 		r.Get(options.BaseURL+"/agents/{id}/checkpoints", wrapper.ListCheckpoints)
 	})
 	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/agents/{id}/checkpoints/diff", wrapper.DiffCheckpoints)
+	})
+	r.Group(func(r chi.Router) {
 		r.Post(options.BaseURL+"/agents/{id}/rewind", wrapper.RewindAgent)
 	})
 	r.Group(func(r chi.Router) {
@@ -5520,6 +5630,8 @@ type R408ApplicationProblemPlusJSONResponse Problem
 type R409ApplicationProblemPlusJSONResponse Problem
 
 type R410ApplicationProblemPlusJSONResponse Problem
+
+type R410CompactedApplicationProblemPlusJSONResponse Problem
 
 type R413ApplicationProblemPlusJSONResponse Problem
 
@@ -6074,6 +6186,174 @@ func (response ListCheckpointsdefaultApplicationProblemPlusJSONResponse) VisitLi
 	return err
 }
 
+type DiffCheckpointsRequestObject struct {
+	Id     string `json:"id"`
+	Params DiffCheckpointsParams
+}
+
+type DiffCheckpointsResponseObject interface {
+	VisitDiffCheckpointsResponse(w http.ResponseWriter) error
+}
+
+type DiffCheckpoints200JSONResponse CheckpointDiff
+
+func (response DiffCheckpoints200JSONResponse) VisitDiffCheckpointsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DiffCheckpoints400ApplicationProblemPlusJSONResponse struct {
+	R400ApplicationProblemPlusJSONResponse
+}
+
+func (response DiffCheckpoints400ApplicationProblemPlusJSONResponse) VisitDiffCheckpointsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DiffCheckpoints401ApplicationProblemPlusJSONResponse struct {
+	R401ApplicationProblemPlusJSONResponse
+}
+
+func (response DiffCheckpoints401ApplicationProblemPlusJSONResponse) VisitDiffCheckpointsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(401)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DiffCheckpoints404ApplicationProblemPlusJSONResponse struct {
+	R404ApplicationProblemPlusJSONResponse
+}
+
+func (response DiffCheckpoints404ApplicationProblemPlusJSONResponse) VisitDiffCheckpointsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DiffCheckpoints409ApplicationProblemPlusJSONResponse struct {
+	R409ApplicationProblemPlusJSONResponse
+}
+
+func (response DiffCheckpoints409ApplicationProblemPlusJSONResponse) VisitDiffCheckpointsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DiffCheckpoints410ApplicationProblemPlusJSONResponse struct {
+	R410CompactedApplicationProblemPlusJSONResponse
+}
+
+func (response DiffCheckpoints410ApplicationProblemPlusJSONResponse) VisitDiffCheckpointsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(410)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DiffCheckpoints421ApplicationProblemPlusJSONResponse struct {
+	R421ApplicationProblemPlusJSONResponse
+}
+
+func (response DiffCheckpoints421ApplicationProblemPlusJSONResponse) VisitDiffCheckpointsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(421)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DiffCheckpoints422ApplicationProblemPlusJSONResponse struct {
+	R422ApplicationProblemPlusJSONResponse
+}
+
+func (response DiffCheckpoints422ApplicationProblemPlusJSONResponse) VisitDiffCheckpointsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(422)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DiffCheckpoints503ApplicationProblemPlusJSONResponse struct {
+	R503AgentStoreApplicationProblemPlusJSONResponse
+}
+
+func (response DiffCheckpoints503ApplicationProblemPlusJSONResponse) VisitDiffCheckpointsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(503)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DiffCheckpointsdefaultApplicationProblemPlusJSONResponse struct {
+	Body       Problem
+	StatusCode int
+}
+
+func (response DiffCheckpointsdefaultApplicationProblemPlusJSONResponse) VisitDiffCheckpointsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(response.StatusCode)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ForkAgentRequestObject struct {
 	Id   string `json:"id"`
 	Body *ForkAgentJSONRequestBody
@@ -6173,6 +6453,22 @@ func (response ForkAgent409ApplicationProblemPlusJSONResponse) VisitForkAgentRes
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ForkAgent410ApplicationProblemPlusJSONResponse struct {
+	R410CompactedApplicationProblemPlusJSONResponse
+}
+
+func (response ForkAgent410ApplicationProblemPlusJSONResponse) VisitForkAgentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(410)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -6512,6 +6808,22 @@ func (response RewindAgent409ApplicationProblemPlusJSONResponse) VisitRewindAgen
 	return err
 }
 
+type RewindAgent410ApplicationProblemPlusJSONResponse struct {
+	R410CompactedApplicationProblemPlusJSONResponse
+}
+
+func (response RewindAgent410ApplicationProblemPlusJSONResponse) VisitRewindAgentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(410)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type RewindAgent413ApplicationProblemPlusJSONResponse struct {
 	R413ApplicationProblemPlusJSONResponse
 }
@@ -6708,6 +7020,22 @@ func (response SpawnAgent409ApplicationProblemPlusJSONResponse) VisitSpawnAgentR
 	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(409)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SpawnAgent410ApplicationProblemPlusJSONResponse struct {
+	R410CompactedApplicationProblemPlusJSONResponse
+}
+
+func (response SpawnAgent410ApplicationProblemPlusJSONResponse) VisitSpawnAgentResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(410)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -10535,6 +10863,9 @@ type StrictServerInterface interface {
 	// ListCheckpoints The checkpoints of a snapshot agent's view, oldest first, each with what its calls changed.
 	// (GET /agents/{id}/checkpoints)
 	ListCheckpoints(ctx context.Context, request ListCheckpointsRequestObject) (ListCheckpointsResponseObject, error)
+	// DiffCheckpoints What differs between a snapshot agent's view after one tool call and after another.
+	// (GET /agents/{id}/checkpoints/diff)
+	DiffCheckpoints(ctx context.Context, request DiffCheckpointsRequestObject) (DiffCheckpointsResponseObject, error)
 	// ForkAgent New agent with a copy of the transcript, up to boundary seq when given.
 	// (POST /agents/{id}/fork)
 	ForkAgent(ctx context.Context, request ForkAgentRequestObject) (ForkAgentResponseObject, error)
@@ -10773,6 +11104,33 @@ func (sh *strictHandler) ListCheckpoints(w http.ResponseWriter, r *http.Request,
 		sh.options.ResponseErrorHandlerFunc(w, r, err)
 	} else if validResponse, ok := response.(ListCheckpointsResponseObject); ok {
 		if err := validResponse.VisitListCheckpointsResponse(w); err != nil {
+			sh.options.ResponseErrorHandlerFunc(w, r, err)
+		}
+	} else if response != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, fmt.Errorf("unexpected response type: %T", response))
+	}
+}
+
+// DiffCheckpoints operation middleware
+func (sh *strictHandler) DiffCheckpoints(w http.ResponseWriter, r *http.Request, id string, params DiffCheckpointsParams) {
+	var request DiffCheckpointsRequestObject
+
+	request.Id = id
+	request.Params = params
+
+	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
+		return sh.ssi.DiffCheckpoints(ctx, request.(DiffCheckpointsRequestObject))
+	}
+	for _, middleware := range sh.middlewares {
+		handler = middleware(handler, "DiffCheckpoints")
+	}
+
+	response, err := handler(r.Context(), w, r, request)
+
+	if err != nil {
+		sh.options.ResponseErrorHandlerFunc(w, r, err)
+	} else if validResponse, ok := response.(DiffCheckpointsResponseObject); ok {
+		if err := validResponse.VisitDiffCheckpointsResponse(w); err != nil {
 			sh.options.ResponseErrorHandlerFunc(w, r, err)
 		}
 	} else if response != nil {
