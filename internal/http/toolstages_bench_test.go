@@ -53,7 +53,9 @@ func (m mcpHeaders) RoundTrip(r *http.Request) (*http.Response, error) {
 // process on loopback HTTP. Interleaved in each round: a direct `bash -c
 // true` spawn, POST /exec of `true`, the call through POST /agents/{id}/tools/bash and the same
 // call over MCP (the official Go client, one session bound to the same
-// agent). It prints each path's stages (each stage's median over the
+// agent), and the same MCP call posted by hand on that session with the
+// plain HTTP client ("mcp-raw": the server's framing without the SDK
+// client's). It prints each path's stages (each stage's median over the
 // calls, a stage met several times in a call, as the transcript's commits
 // are, counted by its sum in the call) and what is left: for the tool route the HTTP
 // transport and the client, for MCP that and the MCP framing (JSON-RPC
@@ -149,18 +151,39 @@ func BenchmarkToolStages(b *testing.B) {
 			b.Fatalf("POST /exec: %s", out)
 		}
 	}
+	// The same call as the client's bytes, by hand on the Go client's
+	// session: what the server's MCP framing costs without the SDK client's.
+	rawCall := []byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"bash","arguments":{"command":"true"}}}`)
+	viaRaw := func() {
+		req, _ := http.NewRequest("POST", srv.URL+"/mcp", bytes.NewReader(rawCall))
+		req.Header.Set("Authorization", "Bearer "+testToken)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Mcp-Session-Id", cs.ID())
+		req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
+		resp, err := client.Do(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		out, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || !bytes.Contains(out, []byte(`"result":{"content"`)) || bytes.Contains(out, []byte(`"isError":true`)) {
+			b.Fatalf("raw MCP bash true = %d: %s", resp.StatusCode, out)
+		}
+	}
 	for range 20 {
 		direct()
 		viaExec()
 		viaHTTP()
 		viaMCP()
+		viaRaw()
 	}
 
 	// Stages are gathered per path and per call (calls run one at a
 	// time): a stage met several times in one call (the transcript's
 	// commits, the hooks of two events) counts as their sum.
 	var mu sync.Mutex
-	var per [3][stages.N][]time.Duration
+	var per [4][stages.N][]time.Duration
 	var call [stages.N]time.Duration
 	var met [stages.N]int
 	stages.SetHook(func(s stages.Stage, d time.Duration) {
@@ -170,7 +193,7 @@ func BenchmarkToolStages(b *testing.B) {
 		mu.Unlock()
 	})
 	defer stages.SetHook(nil)
-	var most [3][stages.N]int // the most times a stage was met in one call
+	var most [4][stages.N]int // the most times a stage was met in one call
 	on := func(p int, op func()) func() {
 		return func() {
 			op()
@@ -186,13 +209,13 @@ func BenchmarkToolStages(b *testing.B) {
 		}
 	}
 	b.ResetTimer()
-	times := benchkit.Interleave(b.N, direct, on(0, viaHTTP), on(1, viaMCP), on(2, viaExec))
+	times := benchkit.Interleave(b.N, direct, on(0, viaHTTP), on(1, viaMCP), on(2, viaExec), on(3, viaRaw))
 	b.StopTimer()
 	stages.SetHook(nil)
 	mu.Lock()
 	defer mu.Unlock()
 	floor := benchkit.Median(times[0])
-	for p, name := range []string{"tools-http", "mcp", "exec"} {
+	for p, name := range []string{"tools-http", "mcp", "exec", "mcp-raw"} {
 		whole := benchkit.Median(times[p+1])
 		var sum time.Duration
 		var line strings.Builder
@@ -216,8 +239,11 @@ func BenchmarkToolStages(b *testing.B) {
 		if p == 2 {
 			rest += ", the resume"
 		}
-		if p == 1 {
+		switch p {
+		case 1:
 			rest += ", MCP framing"
+		case 3:
+			rest = "HTTP transport both ways, MCP framing; a plain HTTP client"
 		}
 		b.Logf("%s: medians in µs per call:%s; stages %.0f, rest %.0f (%s); whole call %.0f (%.2f× direct %.0f)",
 			name, line.String(), benchkit.Us(sum), benchkit.Us(whole-sum), rest, benchkit.Us(whole), benchkit.Ratio(whole, floor), benchkit.Us(floor))
