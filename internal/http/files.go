@@ -83,6 +83,7 @@ func (s *Server) fileRoute(h func(w http.ResponseWriter, r *http.Request, sc *fi
 				err = body.err
 			case errors.As(err, &tooBig):
 				err = fmt.Errorf("%w: over %d bytes (files.maxUploadBytes)", errBodyTooLarge, tooBig.Limit)
+				drainRefused(w, r)
 			case errors.Is(err, os.ErrDeadlineExceeded):
 				// The connection cannot be read any more: close it.
 				w.Header().Set("Connection", "close")
@@ -363,6 +364,20 @@ func (s *Server) putArchive(w http.ResponseWriter, r *http.Request, sc *files.Sc
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"path": res.Path, "entries": res.Entries, "bytes": res.Bytes})
 	return nil
+}
+
+// drainLimit bounds what drainRefused reads of a refused body: the
+// amount net/http itself reads of a body its handler left unread.
+const drainLimit = 256 << 10
+
+// drainRefused reads and discards what a client still sends of a body
+// refused as too large, up to drainLimit and for at most a second, before
+// the 413 is written and the connection closed: closed with its bytes
+// unread, the connection is reset, and a client still writing sees a
+// broken pipe instead of the answer.
+func drainRefused(w http.ResponseWriter, r *http.Request) {
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(time.Second))
+	_, _ = io.CopyN(io.Discard, r.Body, drainLimit)
 }
 
 // uploadBody is the request's body, bounded by files.maxUploadBytes, with
