@@ -177,14 +177,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Re
 	if len(args) > 1 && args[1] == "ui" {
 		return runUI(ctx, args[2:], getenv, stdout, stderr)
 	}
-	o, err := parseFlags(args, stdout, stderr)
+	o, cfg, err := configure(args, stdout, stderr)
 	if errors.Is(err, errExit) {
 		return nil
 	}
-	if err != nil {
-		return err
-	}
-	cfg, err := loadConfig(o.config)
 	if err != nil {
 		return err
 	}
@@ -235,6 +231,31 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Re
 			return err
 		}
 	}
+	budget := announce(stdout, logger, cfg, base, home, tokenPath)
+
+	select {
+	case <-ctx.Done():
+	case err := <-serveErr:
+		return fmt.Errorf("serve: %w", err)
+	}
+	logger.Info("shutting down", "budget", budget)
+	return shutdown(srv, svc, budget, cancelRequests, stopLeases)
+}
+
+// configure parses the flags, then loads the configuration they name.
+// errExit: the flags asked for help or the version, printed already.
+func configure(args []string, stdout, stderr io.Writer) (options, config, error) {
+	o, err := parseFlags(args, stdout, stderr)
+	if err != nil {
+		return o, config{}, err
+	}
+	cfg, err := loadConfig(o.config)
+	return o, cfg, err
+}
+
+// announce prints where dshd listens and logs its start; it returns the
+// shutdown budget.
+func announce(stdout io.Writer, logger *slog.Logger, cfg config, base, home, tokenPath string) time.Duration {
 	// The token is never printed: whatever keeps dshd's output (a terminal's
 	// scrollback, journald, a log file) may be readable by commands. The UI
 	// is opened with a one-time login URL: dshd ui.
@@ -244,14 +265,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Re
 	// SIGTERM, the whole grace, then SIGKILL, before dshd exits.
 	budget := shutdownBudget(ms(cfg.Jobs.GraceMs))
 	logger.Info("started", "addr", base, "home", home, "shutdown_budget", budget)
-
-	select {
-	case <-ctx.Done():
-	case err := <-serveErr:
-		return fmt.Errorf("serve: %w", err)
-	}
-	logger.Info("shutting down", "budget", budget)
-	return shutdown(srv, svc, budget, cancelRequests, stopLeases)
+	return budget
 }
 
 // openHome resolves the home (docs/design.md#invariants, invariant 10),
@@ -452,25 +466,7 @@ func newServices(ctx context.Context, cfg config, home, token, tokenPath string,
 		sessions.Close()
 		return nil, err
 	}
-	// A crash between a fork's record and its child's header leaves a
-	// workspace no agent stands on.
-	workspaces.Reconcile(func(id string) bool {
-		_, err := sessions.Get(ctx, id)
-		return !errors.Is(err, agents.ErrNotFound)
-	})
-	// An apply needs its source and target still: no job, and nothing a
-	// job left running.
-	workspaces.SetBusy(func(ids []string) int {
-		n := 0
-		for _, id := range ids {
-			for _, j := range executor.Jobs(id, "") {
-				if j.State == exec.StateRunning || j.Remaining != nil {
-					n++
-				}
-			}
-		}
-		return n
-	})
+	linkWorkspaces(ctx, workspaces, sessions, executor)
 	pipeline := pipe.New(pipe.Options{
 		Logger: logger.With("component", "run"),
 		Env:    env,
@@ -495,18 +491,48 @@ func newServices(ctx context.Context, cfg config, home, token, tokenPath string,
 		sessions:    sessions,
 		hooks:       hookCfg,
 		pipeline:    pipeline,
-		mcp: mcp.New(mcp.Options{
-			Logger:         logger.With("component", "mcp"),
-			Pipeline:       pipeline,
-			Jobs:           executor,
-			SessionTimeout: cmp.Or(time.Duration(cfg.MCP.IdleTimeoutSeconds)*time.Second, mcpIdleTimeout),
-			MaxSessions:    cmp.Or(cfg.MCP.MaxSessions, mcpMaxSessions),
-			AllowedRoots:   cfg.MCP.AllowedRoots,
-			// In cluster mode a session id names this replica, which
-			// holds the session, so any replica routes it here.
-			SessionIDPrefix: mcpSessionPrefix(cfg),
-		}),
+		mcp:         newMCP(cfg, pipeline, executor, logger),
 	}, nil
+}
+
+// linkWorkspaces tells the workspaces what they need of the agents and the
+// jobs: a workspace is kept while its agent is recorded, and an apply
+// waits for its source and target to have no job running.
+func linkWorkspaces(ctx context.Context, workspaces *workspace.Manager, sessions *agents.Store, executor *exec.Executor) {
+	// A crash between a fork's record and its child's header leaves a
+	// workspace no agent stands on.
+	workspaces.Reconcile(func(id string) bool {
+		_, err := sessions.Get(ctx, id)
+		return !errors.Is(err, agents.ErrNotFound)
+	})
+	// An apply needs its source and target still: no job, and nothing a
+	// job left running.
+	workspaces.SetBusy(func(ids []string) int {
+		n := 0
+		for _, id := range ids {
+			for _, j := range executor.Jobs(id, "") {
+				if j.State == exec.StateRunning || j.Remaining != nil {
+					n++
+				}
+			}
+		}
+		return n
+	})
+}
+
+// newMCP builds the MCP endpoint over the pipeline.
+func newMCP(cfg config, pipeline *pipe.Service, executor *exec.Executor, logger *slog.Logger) *mcp.Handler {
+	return mcp.New(mcp.Options{
+		Logger:         logger.With("component", "mcp"),
+		Pipeline:       pipeline,
+		Jobs:           executor,
+		SessionTimeout: cmp.Or(time.Duration(cfg.MCP.IdleTimeoutSeconds)*time.Second, mcpIdleTimeout),
+		MaxSessions:    cmp.Or(cfg.MCP.MaxSessions, mcpMaxSessions),
+		AllowedRoots:   cfg.MCP.AllowedRoots,
+		// In cluster mode a session id names this replica, which
+		// holds the session, so any replica routes it here.
+		SessionIDPrefix: mcpSessionPrefix(cfg),
+	})
 }
 
 // newSandbox builds the sandbox host (its network proxy included) and
