@@ -250,12 +250,18 @@ type errBlocked struct{ reason string }
 
 func (e *errBlocked) Error() string { return "blocked by hook: " + e.reason }
 
-// start is THE pipeline: reserve the job (validation, cwd, id, idempotency,
-// caps), collect a fresh overlay for it, pass the gate (hooks), spawn with
-// the overlay as the managed environment. Every execution, harness- or
-// model-facing, foreground or background, goes through here. Nothing slow
-// or external (resolvers, webhooks, hooks) runs for a request the job table
-// refuses. spec.Cwd "" means the agent's cwd; spec.AgentID is set here.
+// start is THE pipeline: validate the request's sandbox policy and limits,
+// reserve the job (cwd, id, idempotency, caps), collect a fresh overlay
+// for it, pass the gate (hooks), spawn with the overlay as the managed
+// environment. Every execution, harness- or model-facing, foreground or
+// background, goes through here. Nothing slow or external (resolvers,
+// webhooks, hooks) runs for a request the job table refuses. spec.Cwd ""
+// means the agent's cwd; spec.AgentID is set here.
+//
+// start is the one place that validates an execution's sandbox and limits
+// (sandbox.ErrInvalid, limits.ErrInvalid): the request's fields as given,
+// then the policy in effect once completed from the agent's (or the
+// server's); exec.Reserve takes them as valid.
 func (s *Service) start(ctx context.Context, agent *agents.Agent, spec exec.Spec, pass gate) (*exec.Job, error) {
 	t := stages.Start()
 	if err := errors.Join(spec.Sandbox.Validate(), spec.Limits.Validate()); err != nil {
@@ -267,6 +273,12 @@ func (s *Service) start(ctx context.Context, agent *agents.Agent, spec exec.Spec
 		}
 	}
 	spec.Sandbox = spec.Sandbox.Or(s.policy)
+	if agent == nil {
+		// With an agent, withinAgent checked the policy in effect.
+		if err := spec.Sandbox.ValidateEffective(); err != nil {
+			return nil, err
+		}
+	}
 	var lease *workspace.Lease
 	if agent != nil {
 		var err error
