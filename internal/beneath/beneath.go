@@ -3,6 +3,8 @@
 // open, so no symbolic link, one there from the start or one planted
 // between a check and a use, leads a read or a write out of the directory.
 // The workspaces (their layers and views) and the file routes build on it.
+// Within is the project's one containment check of names by themselves
+// (lexical), for decisions made before any descriptor is open.
 package beneath
 
 import (

@@ -142,13 +142,8 @@ func (s *Scope) hidden(abs string) bool {
 	return false
 }
 
-// within reports whether p is dir or below it (lexically, both clean).
-func within(p, dir string) bool {
-	if dir == "/" {
-		return strings.HasPrefix(p, "/")
-	}
-	return p == dir || strings.HasPrefix(p, dir+"/")
-}
+// within is beneath.Within, the one containment check of names.
+func within(p, dir string) bool { return beneath.Within(p, dir) }
 
 // rel is p below dir ("." for dir itself); p must be within dir.
 func rel(p, dir string) string {

@@ -37,6 +37,7 @@ import (
 	"time"
 
 	"github.com/dshd/dshd/internal/atomicfile"
+	"github.com/dshd/dshd/internal/beneath"
 )
 
 // Mode is how a forked or spawned agent gets its workspace.
@@ -445,7 +446,7 @@ func (m *Manager) checkForkLocked(parent, cwd string) error {
 		if fi, err := os.Stat(cwd); err != nil || !fi.IsDir() {
 			return fmt.Errorf("%w: workspace %s is not a directory", ErrInvalid, cwd)
 		}
-		if within(m.dir, cwd) || within(cwd, m.dir) {
+		if beneath.Within(m.dir, cwd) || beneath.Within(cwd, m.dir) {
 			return unavailable("workspace %s and the dshd home overlap", cwd)
 		}
 	}
@@ -956,12 +957,6 @@ func emptyDir(d string) (bool, error) {
 	defer f.Close()
 	names, err := f.Readdirnames(1)
 	return len(names) == 0 && err != nil, nil
-}
-
-// within reports whether p is dir or below it (lexically).
-func within(p, dir string) bool {
-	rel, err := filepath.Rel(dir, p)
-	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
 }
 
 // budgetEvery is how often WatchBudget counts the layers.
