@@ -138,31 +138,46 @@ func (s *Scope) TarIn(p string, r io.Reader, parents bool, spool string) (Unpack
 	var dirModes []dirMode
 	last := &lastDir{fd: -1}
 	defer last.close()
-	tr := tar.NewReader(tmp)
-	for {
-		hdr, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return out, fmt.Errorf("%w: %v", ErrInvalidArchive, err)
-		}
+	err = eachEntry(tmp, func(hdr *tar.Header, tr *tar.Reader) error {
 		name := path.Clean(hdr.Name)
 		if name == "." {
 			if hdr.Typeflag == tar.TypeDir {
 				dirModes = append(dirModes, dirMode{".", uint32(hdr.Mode & 0o1777), hdr.ModTime})
 			}
-			continue
+			return nil
 		}
 		if err := unpack(dir, last, name, hdr, tr, &out); err != nil {
-			return out, mapErr("unpack", path.Join(abs, name), err)
+			return mapErr("unpack", path.Join(abs, name), err)
 		}
 		if hdr.Typeflag == tar.TypeDir {
 			dirModes = append(dirModes, dirMode{name, uint32(hdr.Mode & 0o1777), hdr.ModTime})
 		}
 		out.Entries++
+		return nil
+	})
+	if err != nil {
+		return out, err
 	}
 	return out, setDirModes(dir, abs, dirModes)
+}
+
+// eachEntry calls f with each entry of the tar stream r, in order, and the
+// reader its contents are read from; it stops at f's first error. A
+// malformed stream is ErrInvalidArchive.
+func eachEntry(r io.Reader, f func(hdr *tar.Header, tr *tar.Reader) error) error {
+	tr := tar.NewReader(r)
+	for {
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("%w: %v", ErrInvalidArchive, err)
+		}
+		if err := f(hdr, tr); err != nil {
+			return err
+		}
+	}
 }
 
 // spoolChecked copies the tar stream r to a file in spool (unlinked at
@@ -189,20 +204,11 @@ func checkSpooled(tmp *os.File, r io.Reader, protect bool) error {
 	if _, err := tmp.Seek(0, io.SeekStart); err != nil {
 		return err
 	}
-	tr := tar.NewReader(tmp)
-	for {
-		hdr, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return fmt.Errorf("%w: %v", ErrInvalidArchive, err)
-		}
-		if err := checkEntry(hdr, protect); err != nil {
-			return err
-		}
+	err := eachEntry(tmp, func(hdr *tar.Header, _ *tar.Reader) error { return checkEntry(hdr, protect) })
+	if err != nil {
+		return err
 	}
-	_, err := tmp.Seek(0, io.SeekStart)
+	_, err = tmp.Seek(0, io.SeekStart)
 	return err
 }
 
