@@ -5,7 +5,6 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
-	"io/fs"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -66,26 +65,16 @@ func longFuncs(t *testing.T, root string, over int) []longFunc {
 	t.Helper()
 	fset := token.NewFileSet()
 	var out []longFunc
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			switch d.Name() {
-			case ".git", "node_modules", "vendor":
-				return filepath.SkipDir
-			}
-			return nil
-		}
+	for _, p := range sourceFiles(t, root) {
 		if !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
-			return nil
+			continue
 		}
 		f, err := parser.ParseFile(fset, p, nil, parser.ParseComments|parser.SkipObjectResolution)
 		if err != nil {
-			return err
+			t.Fatal(err)
 		}
 		if ast.IsGenerated(f) {
-			return nil
+			continue
 		}
 		for _, decl := range f.Decls {
 			fd, ok := decl.(*ast.FuncDecl)
@@ -98,10 +87,6 @@ func longFuncs(t *testing.T, root string, over int) []longFunc {
 				out = append(out, longFunc{name: dir + " " + funcName(fd), pos: fmt.Sprintf("%s:%d", shown(p), start.Line), lines: n})
 			}
 		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].lines != out[j].lines {
