@@ -134,11 +134,13 @@ funclen:
 # sandbox's policy rules, plan and .git search, the job environment's
 # managed/ambient/token rules, the registry, the child-bounds rule, the
 # network allowlist (entries, matcher, address rules, the proxy's
-# decisions) and the UI's login codes and sessions. Each mutant reruns its
-# package's tests, so this is slow (tens of minutes) and not part of
-# `make test`. Survivors are listed in docs/testing.md; MUTATE_PKGS runs a subset.
+# decisions), the UI's login codes and sessions, and the workspaces'
+# all-or-nothing apply (apply.go: what it reads, through no link, and
+# where it writes). Each mutant reruns its package's tests, so this is
+# slow (tens of minutes) and not part of `make test`. Survivors are listed
+# in docs/testing.md; MUTATE_PKGS runs a subset (MUTATE_PKGS=workspace).
 GREMLINS = $(GO) run github.com/go-gremlins/gremlins/cmd/gremlins@v0.6.0
-MUTATE_PKGS ?= sandbox exec run shellenv netallow uiauth
+MUTATE_PKGS ?= sandbox exec run shellenv netallow uiauth workspace
 mutate:
 	@for p in $(MUTATE_PKGS); do \
 	  case $$p in \
@@ -146,6 +148,7 @@ mutate:
 	    exec) ex='-E (^|/)[^e/][^/]*\.go$$ -E (^|/)e[^n/][^/]*\.go$$' ;; \
 	    run) ex='-E (^|/)(call|service|stdin)\.go$$' ;; \
 	    netallow) ex='-E (^|/)netallowtest/' ;; \
+	    workspace) ex='-E (^|/)(workspace|changes|checkpoint|diff|ops|overlay_linux|beneath_linux|linux_only)\.go$$' ;; \
 	    *) ex='' ;; \
 	  esac; \
 	  echo "== internal/$$p"; $(GREMLINS) unleash --workers 1 --timeout-coefficient 10 $$ex ./internal/$$p || exit 1; \

@@ -3,6 +3,7 @@ package workspace
 import (
 	"context"
 	"errors"
+	"io"
 	"maps"
 	"os"
 	"path/filepath"
@@ -553,5 +554,63 @@ func TestApplyCommitFailureRollsBack(t *testing.T) {
 	}
 	if ents, _ := os.ReadDir(out); slices.ContainsFunc(ents, func(e os.DirEntry) bool { return strings.HasPrefix(e.Name(), ".dshd-apply-") }) {
 		t.Error("the staging outlived a rolled back apply")
+	}
+}
+
+// TestApplyNeverAboveAWorkspace: an apply may not write into a directory
+// that holds another agent's workspace base below it (its layers stand on
+// that tree: a write there changes what the agent's view shows under it),
+// as it may not write into the base itself.
+func TestApplyNeverAboveAWorkspace(t *testing.T) {
+	t.Parallel()
+	m, _, _ := fixture(t)
+	base := filepath.Join(t.TempDir(), "tree") // its parent holds nothing of the home
+	put(t, base, "f.txt", "f\n")
+	if err := m.Fork("p", base, "c"); err != nil {
+		t.Fatal(err)
+	}
+	put(t, view(t, m, "c"), "above.txt", "x\n")
+	for _, dir := range []string{base, filepath.Dir(base), filepath.Join(base, "sub")} {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := m.Apply("c", dir); !errors.Is(err, ErrBusy) {
+			t.Errorf("apply into %s (the base %s, above it or below it): %v, want ErrBusy", dir, base, err)
+		}
+		if _, err := os.Lstat(filepath.Join(dir, "above.txt")); err == nil {
+			t.Errorf("the refused apply wrote into %s", dir)
+		}
+	}
+}
+
+// TestTreeOpenRefusesLinks: what apply copies is opened by descriptor with
+// no link followed, at the end of the name or on the way, so a file the
+// listing saw as regular and a process swapped for a link before the open
+// is not read through it (the baseline: by name, both links lead to the
+// file outside).
+func TestTreeOpenRefusesLinks(t *testing.T) {
+	t.Parallel()
+	dir, outside := t.TempDir(), t.TempDir()
+	put(t, outside, "secret", "SECRET\n")
+	if err := os.Symlink(filepath.Join(outside, "secret"), filepath.Join(dir, "file")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, filepath.Join(dir, "sub")); err != nil {
+		t.Fatal(err)
+	}
+	tr, err := openTree(dir, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.close()
+	for _, rel := range []string{"file", "sub/secret"} {
+		if b, err := os.ReadFile(filepath.Join(dir, rel)); err != nil || string(b) != "SECRET\n" {
+			t.Fatalf("baseline: reading %s by name = %q, %v", rel, b, err)
+		}
+		if f, err := tr.open(rel); err == nil {
+			b, _ := io.ReadAll(f)
+			f.Close()
+			t.Errorf("tree.open(%q) followed a link: read %q", rel, b)
+		}
 	}
 }
