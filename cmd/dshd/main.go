@@ -1,5 +1,7 @@
 // Command dshd runs dshd: an HTTP service that runs bash commands for AI
 // agent harnesses, each with a trusted environment of managed DSH_* facts.
+//
+// Floor 8 of the layout (docs/design.md#floors): it imports only packages on the floors below.
 package main
 
 import (

@@ -13,6 +13,8 @@
 // a check and the write, never leads a write out of its root; it is an
 // error (ErrThroughLink). Reads follow links, and then look at where the
 // descriptor they hold really is before they read from it.
+//
+// Floor 2 of the layout (docs/design.md#floors): it imports only packages on the floors below.
 package files
 
 import (

@@ -9,6 +9,8 @@
 //
 // The package only adapts: it declares what it needs of the pipeline
 // (pipeline, jobStopper) and never runs anything itself.
+//
+// Floor 6 of the layout (docs/design.md#floors): it imports only packages on the floors below.
 package mcp
 
 import (

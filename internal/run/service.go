@@ -5,6 +5,8 @@
 // around it (creating, resuming, forking and spawning agents runs their
 // SessionStart hooks). What a tool is (definitions, argument rules, result
 // rendering) lives in package tools.
+//
+// Floor 5 of the layout (docs/design.md#floors): it imports only packages on the floors below.
 package run
 
 import (
