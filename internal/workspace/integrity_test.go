@@ -142,7 +142,8 @@ func TestApplyNeedsItsWritersStill(t *testing.T) {
 	if strings.Join(asked, ",") != "c,p" {
 		t.Errorf("busy asked about %v, want the child and the parent", asked)
 	}
-	m.SetBusy(nil)
+	// Nothing left running: the apply goes through.
+	m.SetBusy(func([]string) int { return 0 })
 	if read(t, view(t, m, "p"), "x.txt") == "x\n" {
 		t.Error("a refused apply wrote")
 	}
@@ -570,7 +571,14 @@ func TestApplyNeverAboveAWorkspace(t *testing.T) {
 		t.Fatal(err)
 	}
 	put(t, view(t, m, "c"), "above.txt", "x\n")
-	for _, dir := range []string{base, filepath.Dir(base), filepath.Join(base, "sub")} {
+	// Another tree's base, and the directory above it: the applying
+	// agent stands on neither.
+	other := filepath.Join(t.TempDir(), "other")
+	put(t, other, "g.txt", "g\n")
+	if err := m.Fork("q", other, "d"); err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{base, filepath.Dir(base), filepath.Join(base, "sub"), other, filepath.Dir(other)} {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -612,5 +620,32 @@ func TestTreeOpenRefusesLinks(t *testing.T) {
 			f.Close()
 			t.Errorf("tree.open(%q) followed a link: read %q", rel, b)
 		}
+	}
+}
+
+// TestApplyNeverIntoTheHomeNamedByALink: the home given through a link is
+// protected as what the link resolves to, too (an apply's target is judged
+// by where its descriptor really is).
+func TestApplyNeverIntoTheHomeNamedByALink(t *testing.T) {
+	t.Parallel()
+	m, home, base := fixture(t)
+	link := filepath.Join(t.TempDir(), "home")
+	if err := os.Symlink(home, link); err != nil {
+		t.Fatal(err)
+	}
+	m.SetHome(link)
+	if err := m.Fork("p", base, "c"); err != nil {
+		t.Fatal(err)
+	}
+	put(t, view(t, m, "c"), "x.txt", "x\n")
+	sessions := filepath.Join(home, "sessions")
+	if err := os.Mkdir(sessions, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Apply("c", sessions); !errors.Is(err, ErrInvalid) {
+		t.Errorf("apply into %s, the home named by the link %s: %v, want ErrInvalid", sessions, link, err)
+	}
+	if _, err := os.Stat(filepath.Join(sessions, "x.txt")); err == nil {
+		t.Error("apply wrote into the home")
 	}
 }
