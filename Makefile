@@ -2,7 +2,7 @@
 # prints the performance figures beside their baselines (docs/performance.md).
 GO ?= go
 
-.PHONY: test check generate generate-check vet fmt-check unit unit-e2e unit-pkgs bench fuzz run deps deps-go deps-debian deps-node lint-contract python-install-check vendor-check systemd-check mutate funclen
+.PHONY: test check generate generate-check vet fmt-check unit unit-e2e unit-pkgs bench fuzz run deps deps-go deps-debian deps-node lint-contract python-install-check vendor-check systemd-check mutate mutants funclen
 
 # The checks run in two stages: first the packages and the generated code
 # (the later checks compile what generate-check may rewrite), then every
@@ -123,6 +123,12 @@ fuzz:
 
 run:
 	$(GO) run ./cmd/dshd
+
+# Hand-written mutants of the invariants that matter most (workspace apply,
+# the network allowlist, the UI's login), each of which a named package test
+# must catch; minutes, not part of `make test`. MUTANTS="W1 N4" runs some.
+mutants:
+	./scripts/mutants.py $(MUTANTS)
 
 # Lists the hand-written functions over 60 lines, longest first, and fails
 # for one over 80 (TestFuncLen; tests/funclen_test.go names the few being
