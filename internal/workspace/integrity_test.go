@@ -6,6 +6,7 @@ import (
 	"io"
 	"maps"
 	"os"
+	"path"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -647,5 +648,78 @@ func TestApplyNeverIntoTheHomeNamedByALink(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(sessions, "x.txt")); err == nil {
 		t.Error("apply wrote into the home")
+	}
+}
+
+// TestApplyDeleteFailureRollsBack: a commit that fails among its deletions
+// (a directory swapped for a link after the staging) puts back what it had
+// already deleted, and takes out what it had moved into place.
+func TestApplyDeleteFailureRollsBack(t *testing.T) {
+	t.Parallel()
+	m, _, base := fixture(t)
+	put(t, base, "aa/y", "y\n")
+	put(t, base, "zz/x", "x\n")
+	if err := m.Fork("p", base, "c"); err != nil {
+		t.Fatal(err)
+	}
+	cv := view(t, m, "c")
+	put(t, cv, "f.txt", "child\n")
+	os.Remove(filepath.Join(cv, "aa", "y"))
+	os.Remove(filepath.Join(cv, "zz", "x"))
+	out := t.TempDir()
+	for _, f := range []string{"f.txt", "keep.txt", "gone.txt", "dir/a", "dir/b", "aa/y", "zz/x"} {
+		put(t, out, f, read(t, base, f))
+	}
+	before := state(t, out)
+	a, unhold, _ := m.hold("c", true)
+	defer unhold()
+	target, _ := openTree(out, out)
+	defer target.close()
+	v, err := m.openSince("c", a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.close()
+	cs, _ := v.changes()
+	todo, err := plan(cs, v.now, v.then, target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := &journal{ID: newID(), Agent: "c", Dir: out, State: journalStaging}
+	if err := m.saveJournal(j); err != nil {
+		t.Fatal(err)
+	}
+	if err := stageAll(j, todo, v.now, target); err != nil {
+		t.Fatal(err)
+	}
+	if len(j.Deletes) != 2 {
+		t.Fatalf("deletions %v, want aa/y and zz/x", j.Deletes)
+	}
+	// The first is deleted; the second's directory becomes a link before
+	// its turn.
+	first, second := j.Deletes[0], path.Dir(j.Deletes[1])
+	if err := os.Rename(filepath.Join(out, second), filepath.Join(t.TempDir(), "moved")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(t.TempDir(), filepath.Join(out, second)); err != nil {
+		t.Fatal(err)
+	}
+	err = commit(j, target)
+	if !errors.Is(err, ErrBusy) {
+		t.Fatalf("a commit through a planted link: %v", err)
+	}
+	after := state(t, out)
+	for _, st := range []map[string]string{before, after} {
+		for k := range st {
+			if k == second || strings.HasPrefix(k, second+"/") {
+				delete(st, k)
+			}
+		}
+	}
+	if !maps.Equal(after, before) {
+		t.Errorf("not rolled back:\n got %v\nwant %v", after, before)
+	}
+	if _, err := os.Lstat(filepath.Join(out, first)); err != nil {
+		t.Errorf("the deleted %s was not put back: %v", first, err)
 	}
 }
