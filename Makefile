@@ -2,7 +2,7 @@
 # prints the performance figures beside their baselines (docs/performance.md).
 GO ?= go
 
-.PHONY: test check generate generate-check vet fmt-check unit unit-e2e unit-pkgs bench fuzz run deps deps-go deps-debian deps-node lint-contract python-install-check vendor-check systemd-check mutate
+.PHONY: test check generate generate-check vet fmt-check unit unit-e2e unit-pkgs bench fuzz run deps deps-go deps-debian deps-node lint-contract python-install-check vendor-check systemd-check mutate mutants funclen
 
 # The checks run in two stages: first the packages and the generated code
 # (the later checks compile what generate-check may rewrite), then every
@@ -125,15 +125,29 @@ fuzz:
 run:
 	$(GO) run ./cmd/dshd
 
+# Hand-written mutants of the invariants that matter most (workspace apply,
+# the network allowlist, the UI's login), each of which a named package test
+# must catch; minutes, not part of `make test`. MUTANTS="W1 N4" runs some.
+mutants:
+	./scripts/mutants.py $(MUTANTS)
+
+# Lists the hand-written functions over 60 lines, longest first, and fails
+# for one over 80 (TestFuncLen; tests/funclen_test.go names the few being
+# split now). `make test` runs it with the other tests.
+funclen:
+	$(GO) test -count=1 -run '^TestFuncLen$$' -v ./tests
+
 # Mutation testing (gremlins, pinned) of the security-critical code: the
 # sandbox's policy rules, plan and .git search, the job environment's
 # managed/ambient/token rules, the registry, the child-bounds rule, the
 # network allowlist (entries, matcher, address rules, the proxy's
-# decisions) and the UI's login codes and sessions. Each mutant reruns its
-# package's tests, so this is slow (tens of minutes) and not part of
-# `make test`. Survivors are listed in docs/testing.md; MUTATE_PKGS runs a subset.
+# decisions), the UI's login codes and sessions, and the workspaces'
+# all-or-nothing apply (apply.go: what it reads, through no link, and
+# where it writes). Each mutant reruns its package's tests, so this is
+# slow (tens of minutes) and not part of `make test`. Survivors are listed
+# in docs/testing.md; MUTATE_PKGS runs a subset (MUTATE_PKGS=workspace).
 GREMLINS = $(GO) run github.com/go-gremlins/gremlins/cmd/gremlins@v0.6.0
-MUTATE_PKGS ?= sandbox exec run shellenv netallow uiauth
+MUTATE_PKGS ?= sandbox exec run shellenv netallow uiauth workspace
 mutate:
 	@for p in $(MUTATE_PKGS); do \
 	  case $$p in \
@@ -141,6 +155,7 @@ mutate:
 	    exec) ex='-E (^|/)[^e/][^/]*\.go$$ -E (^|/)e[^n/][^/]*\.go$$' ;; \
 	    run) ex='-E (^|/)(call|service|stdin)\.go$$' ;; \
 	    netallow) ex='-E (^|/)netallowtest/' ;; \
+	    workspace) ex='-E (^|/)(workspace|changes|checkpoint|diff|ops|overlay_linux|beneath_linux|linux_only)\.go$$' ;; \
 	    *) ex='' ;; \
 	  esac; \
 	  echo "== internal/$$p"; $(GREMLINS) unleash --workers 1 --timeout-coefficient 10 $$ex ./internal/$$p || exit 1; \

@@ -2,6 +2,8 @@
 // build step, embedded into the server binary. The server mounts FS at /ui/
 // and serves it without authentication; the pages send the bearer token on
 // every API call themselves.
+//
+// Floor 0 of the layout (docs/design.md#floors): it imports no other package of dshd.
 package web
 
 import (

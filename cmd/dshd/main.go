@@ -1,5 +1,7 @@
 // Command dshd runs dshd: an HTTP service that runs bash commands for AI
 // agent harnesses, each with a trusted environment of managed DSH_* facts.
+//
+// Floor 8 of the layout (docs/design.md#floors): it imports only packages on the floors below.
 package main
 
 import (
@@ -177,14 +179,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Re
 	if len(args) > 1 && args[1] == "ui" {
 		return runUI(ctx, args[2:], getenv, stdout, stderr)
 	}
-	o, err := parseFlags(args, stdout, stderr)
+	o, cfg, err := configure(args, stdout, stderr)
 	if errors.Is(err, errExit) {
 		return nil
 	}
-	if err != nil {
-		return err
-	}
-	cfg, err := loadConfig(o.config)
 	if err != nil {
 		return err
 	}
@@ -235,6 +233,31 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Re
 			return err
 		}
 	}
+	budget := announce(stdout, logger, cfg, base, home, tokenPath)
+
+	select {
+	case <-ctx.Done():
+	case err := <-serveErr:
+		return fmt.Errorf("serve: %w", err)
+	}
+	logger.Info("shutting down", "budget", budget)
+	return shutdown(srv, svc, budget, cancelRequests, stopLeases)
+}
+
+// configure parses the flags, then loads the configuration they name.
+// errExit: the flags asked for help or the version, printed already.
+func configure(args []string, stdout, stderr io.Writer) (options, config, error) {
+	o, err := parseFlags(args, stdout, stderr)
+	if err != nil {
+		return o, config{}, err
+	}
+	cfg, err := loadConfig(o.config)
+	return o, cfg, err
+}
+
+// announce prints where dshd listens and logs its start; it returns the
+// shutdown budget.
+func announce(stdout io.Writer, logger *slog.Logger, cfg config, base, home, tokenPath string) time.Duration {
 	// The token is never printed: whatever keeps dshd's output (a terminal's
 	// scrollback, journald, a log file) may be readable by commands. The UI
 	// is opened with a one-time login URL: dshd ui.
@@ -244,14 +267,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, _ io.Re
 	// SIGTERM, the whole grace, then SIGKILL, before dshd exits.
 	budget := shutdownBudget(ms(cfg.Jobs.GraceMs))
 	logger.Info("started", "addr", base, "home", home, "shutdown_budget", budget)
-
-	select {
-	case <-ctx.Done():
-	case err := <-serveErr:
-		return fmt.Errorf("serve: %w", err)
-	}
-	logger.Info("shutting down", "budget", budget)
-	return shutdown(srv, svc, budget, cancelRequests, stopLeases)
+	return budget
 }
 
 // openHome resolves the home (docs/design.md#invariants, invariant 10),
@@ -452,6 +468,39 @@ func newServices(ctx context.Context, cfg config, home, token, tokenPath string,
 		sessions.Close()
 		return nil, err
 	}
+	linkWorkspaces(ctx, workspaces, sessions, executor)
+	pipeline := pipe.New(pipe.Options{
+		Logger: logger.With("component", "run"),
+		Env:    env,
+		Jobs:   executor,
+		Agents: sessions,
+		// Hooks are the user's own scripts: they run outside the sandbox.
+		Hooks:       hooks.NewRunner(hookCfg, executor, logger.With("component", "hooks")),
+		Sandbox:     policy,
+		SandboxHost: sbx,
+		Limits:      cfg.jobLimits(),
+		KeptResults: filepath.Join(home, "kept-results"),
+		Workspaces:  workspaces,
+	})
+	return &services{
+		workspaces:  workspaces,
+		node:        node,
+		stopCluster: stopCluster,
+		sandbox:     sbx,
+		policy:      policy,
+		executor:    executor,
+		env:         env,
+		sessions:    sessions,
+		hooks:       hookCfg,
+		pipeline:    pipeline,
+		mcp:         newMCP(cfg, pipeline, executor, logger),
+	}, nil
+}
+
+// linkWorkspaces tells the workspaces what they need of the agents and the
+// jobs: a workspace is kept while its agent is recorded, and an apply
+// waits for its source and target to have no job running.
+func linkWorkspaces(ctx context.Context, workspaces *workspace.Manager, sessions *agents.Store, executor *exec.Executor) {
 	// A crash between a fork's record and its child's header leaves a
 	// workspace no agent stands on.
 	workspaces.Reconcile(func(id string) bool {
@@ -477,42 +526,21 @@ func newServices(ctx context.Context, cfg config, home, token, tokenPath string,
 		}
 		return n
 	})
-	pipeline := pipe.New(pipe.Options{
-		Logger: logger.With("component", "run"),
-		Env:    env,
-		Jobs:   executor,
-		Agents: sessions,
-		// Hooks are the user's own scripts: they run outside the sandbox.
-		Hooks:       hooks.NewRunner(hookCfg, executor, logger.With("component", "hooks")),
-		Sandbox:     policy,
-		SandboxHost: sbx,
-		Limits:      cfg.jobLimits(),
-		KeptResults: filepath.Join(home, "kept-results"),
-		Workspaces:  workspaces,
+}
+
+// newMCP builds the MCP endpoint over the pipeline.
+func newMCP(cfg config, pipeline *pipe.Service, executor *exec.Executor, logger *slog.Logger) *mcp.Handler {
+	return mcp.New(mcp.Options{
+		Logger:         logger.With("component", "mcp"),
+		Pipeline:       pipeline,
+		Jobs:           executor,
+		SessionTimeout: cmp.Or(time.Duration(cfg.MCP.IdleTimeoutSeconds)*time.Second, mcpIdleTimeout),
+		MaxSessions:    cmp.Or(cfg.MCP.MaxSessions, mcpMaxSessions),
+		AllowedRoots:   cfg.MCP.AllowedRoots,
+		// In cluster mode a session id names this replica, which
+		// holds the session, so any replica routes it here.
+		SessionIDPrefix: mcpSessionPrefix(cfg),
 	})
-	return &services{
-		workspaces:  workspaces,
-		node:        node,
-		stopCluster: stopCluster,
-		sandbox:     sbx,
-		policy:      policy,
-		executor:    executor,
-		env:         env,
-		sessions:    sessions,
-		hooks:       hookCfg,
-		pipeline:    pipeline,
-		mcp: mcp.New(mcp.Options{
-			Logger:         logger.With("component", "mcp"),
-			Pipeline:       pipeline,
-			Jobs:           executor,
-			SessionTimeout: cmp.Or(time.Duration(cfg.MCP.IdleTimeoutSeconds)*time.Second, mcpIdleTimeout),
-			MaxSessions:    cmp.Or(cfg.MCP.MaxSessions, mcpMaxSessions),
-			AllowedRoots:   cfg.MCP.AllowedRoots,
-			// In cluster mode a session id names this replica, which
-			// holds the session, so any replica routes it here.
-			SessionIDPrefix: mcpSessionPrefix(cfg),
-		}),
-	}, nil
 }
 
 // newSandbox builds the sandbox host (its network proxy included) and

@@ -72,6 +72,8 @@
 //
 // This package never writes managed (DSH_*) environment values: it stores the
 // data callers pass to Append verbatim, and callers must not pass overlays.
+//
+// Floor 2 of the layout (docs/design.md#floors): it imports only packages on the floors below.
 package agents
 
 import (

@@ -2,6 +2,8 @@
 // of dshd is written (contributors, the token, transcript headers): a crash
 // leaves either the old contents or the new, never a mix, and once Write
 // returns the new contents and name survive a power loss.
+//
+// Floor 0 of the layout (docs/design.md#floors): it imports no other package of dshd.
 package atomicfile
 
 import (

@@ -48,3 +48,33 @@ func TestNoLinkFollowed(t *testing.T) {
 		t.Errorf("the removal went through the link: %v", err)
 	}
 }
+
+// TestWithin: the one containment check of names (the sandbox's plan, the
+// workspaces and the file routes use it): a sibling sharing a prefix, a
+// .. leading out and a name that only starts with .. are told apart.
+func TestWithin(t *testing.T) {
+	for _, tc := range []struct {
+		p, dir string
+		want   bool
+	}{
+		{"/a", "/a", true},
+		{"/a/b", "/a", true},
+		{"/a/b/c", "/a", true},
+		{"/a/", "/a", true},
+		{"/a/b/../c", "/a", true},
+		{"/a/..b", "/a", true},
+		{"/x", "/", true},
+		{"/", "/", true},
+		{"/ab", "/a", false},
+		{"/a", "/a/b", false},
+		{"/a/../b", "/a", false},
+		{"/a/b/../../c", "/a", false},
+		{"/", "/a", false},
+		{"a/b", "/a", false},
+		{"/a/b", "a", false},
+	} {
+		if got := Within(tc.p, tc.dir); got != tc.want {
+			t.Errorf("Within(%q, %q) = %v, want %v", tc.p, tc.dir, got, tc.want)
+		}
+	}
+}

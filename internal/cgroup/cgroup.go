@@ -9,6 +9,8 @@
 // process of a job runs outside its group even for an instant; Group.Kill
 // writes cgroup.kill, which the kernel applies to every member, including
 // those forked while it runs.
+//
+// Floor 0 of the layout (docs/design.md#floors): it imports no other package of dshd.
 package cgroup
 
 import (

@@ -6,6 +6,8 @@
 // that runs a job, is an agent's home or holds an MCP session.
 // It owns the NATS connection; nothing else in dshd imports NATS, and
 // nothing here runs unless the configuration file has a cluster section.
+//
+// Floor 3 of the layout (docs/design.md#floors): it imports only packages on the floors below.
 package cluster
 
 import (

@@ -115,88 +115,108 @@ func (n *Node) FollowRegistry(ctx context.Context, reg Applier) error {
 
 // followRegistry feeds reg from w, and from the watches that replace it.
 func (n *Node) followRegistry(ctx context.Context, reg Applier, w jetstream.KeyWatcher) {
-	defer func() { w.Stop() }()
-	var (
-		initial []shellenv.Change
-		index   = map[string]int{}
-		rev     uint64 // the last revision given to reg
-		loaded  bool
-		behind  time.Time // since when the bucket is ahead of rev with no delivery
-	)
+	f := &registryFollow{n: n, ctx: ctx, reg: reg, w: w, index: map[string]int{}}
+	defer func() { f.w.Stop() }()
 	check := time.NewTicker(time.Second)
 	defer check.Stop()
 	back := n.link.reconnected()
-	// restart watches again from the revision after rev.
-	restart := func(why string) {
-		nw, err := n.registry.WatchAll(ctx, jetstream.ResumeFromRevision(rev+1))
-		if err != nil {
-			n.logger.Warn("registry watch not restarted", "why", why, "revision", rev, "err", err)
-			behind = time.Now()
-			return
-		}
-		n.logger.Info("registry watch restarted from the next revision", "why", why, "revision", rev)
-		w.Stop()
-		w, behind = nw, time.Time{}
-	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-back:
 			back = n.link.reconnected()
-			if loaded {
-				restart("reconnected to NATS")
+			if f.loaded {
+				f.restart("reconnected to NATS")
 			}
 		case <-check.C:
-			if !loaded {
-				continue
+			if f.stalled() {
+				f.restart("stalled behind the bucket")
 			}
-			if !n.registryBehind(ctx, rev) {
-				behind = time.Time{}
-				continue
-			}
-			if behind.IsZero() {
-				behind = time.Now()
-				continue
-			}
-			if time.Since(behind) < registryStall {
-				continue
-			}
-			restart("stalled behind the bucket")
-		case e, ok := <-w.Updates():
+		case e, ok := <-f.w.Updates():
 			if !ok {
 				return
 			}
-			if e == nil {
-				if !loaded {
-					reg.Load(initial, rev)
-					initial, index, loaded = nil, nil, true
-				}
-				continue
-			}
-			if loaded && e.Revision() <= rev {
-				continue // delivered again by a restarted watch
-			}
-			behind = time.Time{}
-			c := shellenv.Change{Key: e.Key(), Revision: e.Revision(), Deleted: e.Operation() != jetstream.KeyValuePut}
-			if !c.Deleted {
-				c.Value = e.Value()
-			}
-			if loaded {
-				reg.Apply(c)
-				rev = c.Revision
-				continue
-			}
-			// Before the first snapshot, a key may come twice (a change
-			// landing during the initial delivery): keep its last value.
-			if i, ok := index[c.Key]; ok {
-				initial[i].Deleted = true
-			}
-			index[c.Key] = len(initial)
-			initial = append(initial, c)
-			rev = c.Revision
+			f.deliver(e)
 		}
 	}
+}
+
+// registryFollow is the state of followRegistry's loop.
+type registryFollow struct {
+	n       *Node
+	ctx     context.Context
+	reg     Applier
+	w       jetstream.KeyWatcher
+	initial []shellenv.Change
+	index   map[string]int
+	rev     uint64    // the last revision given to reg
+	loaded  bool      // reg has had its first snapshot
+	behind  time.Time // since when the bucket is ahead of rev with no delivery
+}
+
+// restart watches again from the revision after rev.
+func (f *registryFollow) restart(why string) {
+	nw, err := f.n.registry.WatchAll(f.ctx, jetstream.ResumeFromRevision(f.rev+1))
+	if err != nil {
+		f.n.logger.Warn("registry watch not restarted", "why", why, "revision", f.rev, "err", err)
+		f.behind = time.Now()
+		return
+	}
+	f.n.logger.Info("registry watch restarted from the next revision", "why", why, "revision", f.rev)
+	f.w.Stop()
+	f.w, f.behind = nw, time.Time{}
+}
+
+// stalled reports, at each check, whether the watch has stayed behind the
+// bucket for registryStall without delivering.
+func (f *registryFollow) stalled() bool {
+	if !f.loaded {
+		return false
+	}
+	if !f.n.registryBehind(f.ctx, f.rev) {
+		f.behind = time.Time{}
+		return false
+	}
+	if f.behind.IsZero() {
+		f.behind = time.Now()
+		return false
+	}
+	return time.Since(f.behind) >= registryStall
+}
+
+// deliver gives reg one entry of the watch: before the first snapshot it
+// is gathered (nil marks the snapshot's end, loaded then), after it
+// applied, unless a restarted watch delivers it again.
+func (f *registryFollow) deliver(e jetstream.KeyValueEntry) {
+	if e == nil {
+		if !f.loaded {
+			f.reg.Load(f.initial, f.rev)
+			f.initial, f.index, f.loaded = nil, nil, true
+		}
+		return
+	}
+	if f.loaded && e.Revision() <= f.rev {
+		return // delivered again by a restarted watch
+	}
+	f.behind = time.Time{}
+	c := shellenv.Change{Key: e.Key(), Revision: e.Revision(), Deleted: e.Operation() != jetstream.KeyValuePut}
+	if !c.Deleted {
+		c.Value = e.Value()
+	}
+	if f.loaded {
+		f.reg.Apply(c)
+		f.rev = c.Revision
+		return
+	}
+	// Before the first snapshot, a key may come twice (a change landing
+	// during the initial delivery): keep its last value.
+	if i, ok := f.index[c.Key]; ok {
+		f.initial[i].Deleted = true
+	}
+	f.index[c.Key] = len(f.initial)
+	f.initial = append(f.initial, c)
+	f.rev = c.Revision
 }
 
 // registryBehind reports whether the bucket holds a record after rev. An

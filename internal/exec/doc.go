@@ -30,4 +30,6 @@
 //
 // Linux only: on another system the build stops at linux_only.go, whose
 // import path says so.
+//
+// Floor 3 of the layout (docs/design.md#floors): it imports only packages on the floors below.
 package exec

@@ -377,10 +377,15 @@ type Spec struct {
 	// computed from the fields of this Spec.
 	IdempotencyFingerprint string
 	// Limits override Options.Limits field by field (zero: the default).
-	// Only the harness sets them, never a model.
+	// Only the harness sets them, never a model. They are taken as valid
+	// (limits.Limits.Validate): the caller validates them, as run's
+	// pipeline does for every execution.
 	Limits Limits
 	// Sandbox is the job's sandbox policy; empty fields take
-	// Options.SandboxDefault. Only the harness sets it, never a model.
+	// Options.SandboxDefault. Only the harness sets it, never a model. It
+	// is taken as valid (sandbox.Policy.ValidateEffective, once completed):
+	// the caller validates it, as run's pipeline does; Reserve checks only
+	// that this host can enforce it (sandbox.Host.Check).
 	Sandbox sandbox.Policy
 	// WritableRoots are the roots the harness chose (the agent's
 	// workspace), writable under sandbox.WorkspaceWrite and visible under
@@ -481,12 +486,6 @@ func validateSpec(s *Spec) error {
 	}
 	if s.Timeout < 0 {
 		return fmt.Errorf("%w: negative timeout", ErrInvalidInput)
-	}
-	if err := s.Sandbox.Validate(); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidInput, err)
-	}
-	if err := s.Limits.Validate(); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidInput, err)
 	}
 	if !s.TTY && (s.Cols != 0 || s.Rows != 0) {
 		return fmt.Errorf("%w: cols and rows need tty", ErrInvalidInput)

@@ -2,7 +2,6 @@ package exec
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -42,15 +41,6 @@ func TestKilledByAndUsage(t *testing.T) {
 	}
 	if s := j2.Snapshot(); s.KilledBy != KilledByShutdown {
 		t.Errorf("job stopped by Close: KilledBy = %q, want %q", s.KilledBy, KilledByShutdown)
-	}
-}
-
-func TestNegativeLimitsRefused(t *testing.T) {
-	for _, l := range []Limits{{Pids: -1}, {MemoryBytes: -1}, {CPU: -0.5}} {
-		s := Spec{Command: "true", Limits: l}
-		if err := validateSpec(&s); !errors.Is(err, ErrInvalidInput) {
-			t.Errorf("validateSpec with limits %+v = %v, want ErrInvalidInput", l, err)
-		}
 	}
 }
 

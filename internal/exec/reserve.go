@@ -45,7 +45,9 @@ type Reservation struct {
 
 // Reserve claims everything that can be refused before any slow or external
 // work (resolvers, webhooks, hooks) runs for the execution s: it validates s
-// (s.Managed is checked by Start), resolves its cwd, mints its id (unless
+// (s.Managed is checked by Start; s.Sandbox and s.Limits are the caller's
+// to validate, see Spec), checks that this host can enforce its sandbox
+// policy (sandbox.ErrUnavailable), resolves its cwd, mints its id (unless
 // s.ID is set), honours its idempotency key and claims a slot under
 // MaxRunning and MaxBackgroundPerAgent.
 //

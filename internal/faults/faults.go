@@ -7,6 +7,8 @@
 // point is reached, "name:N" the Nth time. Only whoever sets dshd's own
 // environment (the operator, a test) can arm one; nothing a request or a
 // command sends reaches it.
+//
+// Floor 0 of the layout (docs/design.md#floors): it imports no other package of dshd.
 package faults
 
 import (

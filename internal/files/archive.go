@@ -124,79 +124,111 @@ func (s *Scope) TarIn(p string, r io.Reader, parents bool, spool string) (Unpack
 		return Unpacked{}, err
 	}
 	defer unix.Close(root)
-	protect := s.protects()
-	tmp, err := os.CreateTemp(spool, "archive-*.tar")
+	tmp, err := spoolChecked(r, spool, s.protects())
 	if err != nil {
 		return Unpacked{}, err
 	}
-	os.Remove(tmp.Name())
 	defer tmp.Close()
-	if _, err := io.Copy(tmp, r); err != nil {
-		return Unpacked{}, err
-	}
-	if _, err := tmp.Seek(0, io.SeekStart); err != nil {
-		return Unpacked{}, err
-	}
-	tr := tar.NewReader(tmp)
-	for {
-		hdr, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return Unpacked{}, fmt.Errorf("%w: %v", ErrInvalidArchive, err)
-		}
-		if err := checkEntry(hdr, protect); err != nil {
-			return Unpacked{}, err
-		}
-	}
-	if _, err := tmp.Seek(0, io.SeekStart); err != nil {
-		return Unpacked{}, err
-	}
 	dir, err := dirs(root, relp, parents)
 	if err != nil {
 		return Unpacked{}, mapErr("unpack", abs, err)
 	}
 	defer unix.Close(dir)
 	out := Unpacked{Path: abs}
-	type dirMode struct {
-		name  string
-		mode  uint32
-		mtime time.Time
-	}
 	var dirModes []dirMode
 	last := &lastDir{fd: -1}
 	defer last.close()
-	tr = tar.NewReader(tmp)
-	for {
-		hdr, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return out, fmt.Errorf("%w: %v", ErrInvalidArchive, err)
-		}
+	err = eachEntry(tmp, func(hdr *tar.Header, tr *tar.Reader) error {
 		name := path.Clean(hdr.Name)
 		if name == "." {
 			if hdr.Typeflag == tar.TypeDir {
 				dirModes = append(dirModes, dirMode{".", uint32(hdr.Mode & 0o1777), hdr.ModTime})
 			}
-			continue
+			return nil
 		}
 		if err := unpack(dir, last, name, hdr, tr, &out); err != nil {
-			return out, mapErr("unpack", path.Join(abs, name), err)
+			return mapErr("unpack", path.Join(abs, name), err)
 		}
 		if hdr.Typeflag == tar.TypeDir {
 			dirModes = append(dirModes, dirMode{name, uint32(hdr.Mode & 0o1777), hdr.ModTime})
 		}
 		out.Entries++
+		return nil
+	})
+	if err != nil {
+		return out, err
 	}
-	// Innermost first, so that a read-only directory is made so last.
+	return out, setDirModes(dir, abs, dirModes)
+}
+
+// eachEntry calls f with each entry of the tar stream r, in order, and the
+// reader its contents are read from; it stops at f's first error. A
+// malformed stream is ErrInvalidArchive.
+func eachEntry(r io.Reader, f func(hdr *tar.Header, tr *tar.Reader) error) error {
+	tr := tar.NewReader(r)
+	for {
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("%w: %v", ErrInvalidArchive, err)
+		}
+		if err := f(hdr, tr); err != nil {
+			return err
+		}
+	}
+}
+
+// spoolChecked copies the tar stream r to a file in spool (unlinked at
+// once) and checks every entry with checkEntry before anything is written:
+// the file it returns, read from its start, holds only entries that
+// passed. The caller closes it.
+func spoolChecked(r io.Reader, spool string, protect bool) (*os.File, error) {
+	tmp, err := os.CreateTemp(spool, "archive-*.tar")
+	if err != nil {
+		return nil, err
+	}
+	os.Remove(tmp.Name())
+	if err := checkSpooled(tmp, r, protect); err != nil {
+		tmp.Close()
+		return nil, err
+	}
+	return tmp, nil
+}
+
+func checkSpooled(tmp *os.File, r io.Reader, protect bool) error {
+	if _, err := io.Copy(tmp, r); err != nil {
+		return err
+	}
+	if _, err := tmp.Seek(0, io.SeekStart); err != nil {
+		return err
+	}
+	err := eachEntry(tmp, func(hdr *tar.Header, _ *tar.Reader) error { return checkEntry(hdr, protect) })
+	if err != nil {
+		return err
+	}
+	_, err = tmp.Seek(0, io.SeekStart)
+	return err
+}
+
+// dirMode is a directory's mode and time from its entry, set once every
+// entry is written.
+type dirMode struct {
+	name  string
+	mode  uint32
+	mtime time.Time
+}
+
+// setDirModes sets the modes and times of the directories unpacked below
+// dir (abs names it in errors), innermost first, so that a read-only
+// directory is made so last.
+func setDirModes(dir int, abs string, dirModes []dirMode) error {
 	for i := len(dirModes) - 1; i >= 0; i-- {
 		d := dirModes[i]
 		fd, err := beneath.Openat2(dir, d.name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0, resolveBeneath)
 		if err != nil {
-			return out, mapErr("unpack", path.Join(abs, d.name), err)
+			return mapErr("unpack", path.Join(abs, d.name), err)
 		}
 		err = unix.Fchmod(fd, d.mode)
 		if err == nil && !d.mtime.IsZero() {
@@ -205,10 +237,10 @@ func (s *Scope) TarIn(p string, r io.Reader, parents bool, spool string) (Unpack
 		}
 		unix.Close(fd)
 		if err != nil {
-			return out, mapErr("unpack", path.Join(abs, d.name), err)
+			return mapErr("unpack", path.Join(abs, d.name), err)
 		}
 	}
-	return out, nil
+	return nil
 }
 
 // protects reports whether the agent's policy keeps .git read-only.

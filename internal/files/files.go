@@ -13,6 +13,8 @@
 // a check and the write, never leads a write out of its root; it is an
 // error (ErrThroughLink). Reads follow links, and then look at where the
 // descriptor they hold really is before they read from it.
+//
+// Floor 2 of the layout (docs/design.md#floors): it imports only packages on the floors below.
 package files
 
 import (
@@ -145,13 +147,8 @@ func (s *Scope) hidden(abs string) bool {
 	return false
 }
 
-// within reports whether p is dir or below it (lexically, both clean).
-func within(p, dir string) bool {
-	if dir == "/" {
-		return strings.HasPrefix(p, "/")
-	}
-	return p == dir || strings.HasPrefix(p, dir+"/")
-}
+// within is beneath.Within, the one containment check of names.
+func within(p, dir string) bool { return beneath.Within(p, dir) }
 
 // rel is p below dir ("." for dir itself); p must be within dir.
 func rel(p, dir string) string {

@@ -6,6 +6,8 @@
 // disk), but what dshd creates inside it may not: a link placed there
 // (sessions -> /etc, jobs -> somewhere) would make dshd write, chmod or
 // delete files outside the home.
+//
+// Floor 0 of the layout (docs/design.md#floors): it imports no other package of dshd.
 package homefs
 
 import (

@@ -47,6 +47,8 @@
 // it blocks with a reason saying so. For PostToolUse a block means the caller
 // marks the tool result an error (the command has already run). SessionStart
 // never blocks: its decisions are recorded only.
+//
+// Floor 4 of the layout (docs/design.md#floors): it imports only packages on the floors below.
 package hooks
 
 import (

@@ -2,6 +2,8 @@
 // handlers (internal/http/api) decode and validate requests against the
 // embedded contract, this package converts them to domain inputs, calls the
 // domain and converts the results back. Every error leaves as problem+json.
+//
+// Floor 7 of the layout (docs/design.md#floors): it imports only packages on the floors below.
 package httpapi
 
 import (

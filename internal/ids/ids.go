@@ -1,5 +1,7 @@
 // Package ids makes the identifiers dshd hands out: opaque, URL-safe and
 // sortable by creation time (ULIDs in Crockford base32, lower-cased).
+//
+// Floor 0 of the layout (docs/design.md#floors): it imports no other package of dshd.
 package ids
 
 import (

@@ -5,6 +5,8 @@
 // tighten the one around them. The model never sets a limit. How a limit is
 // enforced on a host is package exec's business (cgroup controllers, dshd's
 // watcher, rlimits).
+//
+// Floor 0 of the layout (docs/design.md#floors): it imports no other package of dshd.
 package limits
 
 import (

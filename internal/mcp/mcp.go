@@ -9,6 +9,8 @@
 //
 // The package only adapts: it declares what it needs of the pipeline
 // (pipeline, jobStopper) and never runs anything itself.
+//
+// Floor 6 of the layout (docs/design.md#floors): it imports only packages on the floors below.
 package mcp
 
 import (
@@ -254,14 +256,7 @@ func (h *Handler) server(r *http.Request) *sdk.Server {
 func (h *Handler) ServeMCP(w http.ResponseWriter, r *http.Request) error {
 	out := &wire{ResponseWriter: w, prefix: `"` + h.ids.prefix}
 	if r.Method != http.MethodPost {
-		if h.refuseVersion(w, r, nil) {
-			return nil
-		}
-		if r.Method == http.MethodDelete {
-			h.endCalls(r)
-		}
-		defer out.finish()
-		h.streamable.ServeHTTP(out, r)
+		h.serveStream(out, w, r)
 		return nil
 	}
 	body, err := io.ReadAll(r.Body)
@@ -317,22 +312,49 @@ func (h *Handler) ServeMCP(w http.ResponseWriter, r *http.Request) error {
 	r.ContentLength = int64(len(body))
 
 	if !initialize || session != "" {
-		defer out.finish()
-		h.streamable.ServeHTTP(out, r)
-		if r.Context().Err() != nil && len(msgs) == 1 && msgs[0].method == "tools/call" && !out.handled.Load() {
-			// Disconnection is not cancellation (MCP): the call runs on.
-			h.log.Info("MCP client left during a tool call without cancelling it: the call runs to its end or its timeout, "+
-				"its result recorded in the transcript", "session_id", session)
-		}
+		h.serveSession(out, r, msgs, session)
 		return nil
 	}
+	return h.open(out, w, r, msgs[0], id)
+}
+
+// serveStream answers a request other than POST (a GET's stream, a DELETE
+// ending the session and its calls) through the SDK.
+func (h *Handler) serveStream(out *wire, w http.ResponseWriter, r *http.Request) {
+	if h.refuseVersion(w, r, nil) {
+		return
+	}
+	if r.Method == http.MethodDelete {
+		h.endCalls(r)
+	}
+	defer out.finish()
+	h.streamable.ServeHTTP(out, r)
+}
+
+// serveSession hands a request of an open session (or an initialize the
+// SDK refuses) to the SDK.
+func (h *Handler) serveSession(out *wire, r *http.Request, msgs []*message, session string) {
+	defer out.finish()
+	h.streamable.ServeHTTP(out, r)
+	if r.Context().Err() != nil && len(msgs) == 1 && msgs[0].method == "tools/call" && !out.handled.Load() {
+		// Disconnection is not cancellation (MCP): the call runs on.
+		h.log.Info("MCP client left during a tool call without cancelling it: the call runs to its end or its timeout, "+
+			"its result recorded in the transcript", "session_id", session)
+	}
+}
+
+// open answers an initialize without a session: it counts the session
+// against MaxSessions, binds it to its agent (or leaves that to the first
+// call, in the client's root) and opens it through the SDK. Its errors are
+// ServeMCP's.
+func (h *Handler) open(out *wire, w http.ResponseWriter, r *http.Request, init *message, id json.RawMessage) error {
 	if !h.reserve() {
 		h.log.Info("MCP session refused: too many open", "max_sessions", h.maxSessions)
 		writeRPCError(w, http.StatusTooManyRequests, id, codeTooManySessions, h.tooMany())
 		return nil
 	}
 	var server *sdk.Server
-	if h.rootsApply(r, msgs[0]) {
+	if h.rootsApply(r, init) {
 		// The agent is made at the first call, in the client's root: no
 		// Dsh-Agent-Id yet (DSH_SESSION_ID names it in every command).
 		server = h.rootsServer()

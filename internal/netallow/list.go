@@ -7,6 +7,8 @@
 // forwarding, decided by the host the client names (never by an address
 // alone), resolved by the proxy itself, dialled only at an address that was
 // checked. Each job gets its own Session, so every decision is the job's.
+//
+// Floor 0 of the layout (docs/design.md#floors): it imports no other package of dshd.
 package netallow
 
 import (

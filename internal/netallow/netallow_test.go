@@ -118,6 +118,7 @@ func TestWithin(t *testing.T) {
 		{[]string{"*.example.org:443"}, true},  // the same entry
 		{[]string{"example.org:443"}, false},   // the apex is not below it
 		{[]string{"*.example.com"}, false},     // wider than one name
+		{[]string{"*.evil.net:443"}, false},    // another domain's wildcard, same port
 		{[]string{"x.api.example.com"}, false}, // a name is not a domain
 		{[]string{"10.0.0.6"}, false},          // another address
 		{[]string{"api.example.com", "x.com"}, false},

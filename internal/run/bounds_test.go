@@ -3,9 +3,13 @@ package run
 import (
 	"context"
 	"errors"
+	"math"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/dshd/dshd/internal/agents"
+	"github.com/dshd/dshd/internal/limits"
 	"github.com/dshd/dshd/internal/sandbox"
 )
 
@@ -63,5 +67,48 @@ func TestAgentSandboxBounds(t *testing.T) {
 		if err := try(); !errors.Is(err, sandbox.ErrLooser) {
 			t.Errorf("%s: err = %v, want sandbox.ErrLooser", name, err)
 		}
+	}
+}
+
+// TestExecValidatesSandboxAndLimits: a request's sandbox policy and limits
+// are validated once, by start, before anything is claimed: invalid ones
+// are refused with sandbox.ErrInvalid or limits.ErrInvalid, with an agent
+// and without, and no job is recorded, no command runs. The executor's
+// Reserve takes them as valid (see exec.Spec), so this is the one check.
+func TestExecValidatesSandboxAndLimits(t *testing.T) {
+	w := newWorld(t)
+	ctx := context.Background()
+	root, err := w.svc.CreateAgent(ctx, t.TempDir(), agents.Bounds{Sandbox: sandbox.Policy{FS: sandbox.WorkspaceWrite, Network: sandbox.NetworkOff}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	marker := filepath.Join(t.TempDir(), "ran")
+	allow := sandbox.HostsOf([]string{"web.test"})
+	for _, tc := range []struct {
+		name    string
+		sandbox sandbox.Policy
+		limits  limits.Limits
+		want    error
+	}{
+		{"unknown file policy", sandbox.Policy{FS: "bogus"}, limits.Limits{}, sandbox.ErrInvalid},
+		{"unknown network", sandbox.Policy{Network: "bogus"}, limits.Limits{}, sandbox.ErrInvalid},
+		{"allow with network off", sandbox.Policy{Network: sandbox.NetworkOff, Allow: allow}, limits.Limits{}, sandbox.ErrInvalid},
+		{"allow alone, where the enclosing network is not an allowlist", sandbox.Policy{Allow: allow}, limits.Limits{}, sandbox.ErrInvalid},
+		{"negative pids", sandbox.Policy{}, limits.Limits{Pids: -1}, limits.ErrInvalid},
+		{"negative memory", sandbox.Policy{}, limits.Limits{MemoryBytes: -1}, limits.ErrInvalid},
+		{"cpu not a number", sandbox.Policy{}, limits.Limits{CPU: math.NaN()}, limits.ErrInvalid},
+	} {
+		for _, agentID := range []string{"", root.ID} {
+			_, err := w.svc.Exec(ctx, ExecRequest{Command: "touch " + marker, AgentID: agentID, Sandbox: tc.sandbox, Limits: tc.limits})
+			if !errors.Is(err, tc.want) {
+				t.Errorf("%s (agent %q): err = %v, want %v", tc.name, agentID, err, tc.want)
+			}
+		}
+	}
+	if jobs := w.jobs.Jobs("", ""); len(jobs) != 0 {
+		t.Errorf("refused requests left %d jobs: %+v", len(jobs), jobs)
+	}
+	if _, err := os.Stat(marker); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a refused request ran its command: stat %s = %v", marker, err)
 	}
 }

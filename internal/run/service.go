@@ -5,6 +5,8 @@
 // around it (creating, resuming, forking and spawning agents runs their
 // SessionStart hooks). What a tool is (definitions, argument rules, result
 // rendering) lives in package tools.
+//
+// Floor 5 of the layout (docs/design.md#floors): it imports only packages on the floors below.
 package run
 
 import (
@@ -250,38 +252,35 @@ type errBlocked struct{ reason string }
 
 func (e *errBlocked) Error() string { return "blocked by hook: " + e.reason }
 
-// start is THE pipeline: reserve the job (validation, cwd, id, idempotency,
-// caps), collect a fresh overlay for it, pass the gate (hooks), spawn with
-// the overlay as the managed environment. Every execution, harness- or
-// model-facing, foreground or background, goes through here. Nothing slow
-// or external (resolvers, webhooks, hooks) runs for a request the job table
-// refuses. spec.Cwd "" means the agent's cwd; spec.AgentID is set here.
+// start is THE pipeline: validate the request's sandbox policy and limits,
+// reserve the job (cwd, id, idempotency, caps), collect a fresh overlay
+// for it, pass the gate (hooks), spawn with the overlay as the managed
+// environment. Every execution, harness- or model-facing, foreground or
+// background, goes through here. Nothing slow or external (resolvers,
+// webhooks, hooks) runs for a request the job table refuses. spec.Cwd ""
+// means the agent's cwd; spec.AgentID is set here.
+//
+// start is the one place that validates an execution's sandbox and limits
+// (sandbox.ErrInvalid, limits.ErrInvalid): the request's fields as given,
+// then the policy in effect once completed from the agent's (or the
+// server's); exec.Reserve takes them as valid.
 func (s *Service) start(ctx context.Context, agent *agents.Agent, spec exec.Spec, pass gate) (*exec.Job, error) {
 	t := stages.Start()
 	if err := errors.Join(spec.Sandbox.Validate(), spec.Limits.Validate()); err != nil {
 		return nil, err
 	}
 	if agent != nil {
-		spec.AgentID = agent.ID
-		if spec.Cwd == "" {
-			spec.Cwd = agent.Cwd
-		}
-		outer := s.AgentPolicy(*agent)
-		spec.Sandbox = spec.Sandbox.Or(outer)
-		if err := spec.Sandbox.ValidateEffective(); err != nil {
-			return nil, err
-		}
-		if err := spec.Sandbox.CheckWithin(outer, "agent "+agent.ID); err != nil {
-			return nil, err
-		}
-		spec.WritableRoots = []string{agent.Cwd}
-		lim := s.AgentLimits(*agent)
-		spec.Limits = spec.Limits.Or(lim)
-		if err := spec.Limits.CheckWithin(lim, "agent "+agent.ID); err != nil {
+		if err := s.withinAgent(*agent, &spec); err != nil {
 			return nil, err
 		}
 	}
 	spec.Sandbox = spec.Sandbox.Or(s.policy)
+	if agent == nil {
+		// With an agent, withinAgent checked the policy in effect.
+		if err := spec.Sandbox.ValidateEffective(); err != nil {
+			return nil, err
+		}
+	}
 	var lease *workspace.Lease
 	if agent != nil {
 		var err error
@@ -310,13 +309,7 @@ func (s *Service) start(ctx context.Context, agent *agents.Agent, spec exec.Spec
 	overlay, err := s.collect(ctx, res, agent, spec)
 	stages.Done(stages.Overlay, t)
 	if err == nil && pass != nil {
-		reason, blocked, gerr := pass(ctx)
-		switch {
-		case gerr != nil:
-			err = gerr
-		case blocked:
-			err = &errBlocked{reason: reason}
-		}
+		err = passGate(ctx, pass)
 	}
 	if err != nil {
 		res.Release()
@@ -337,6 +330,43 @@ func (s *Service) start(ctx context.Context, agent *agents.Agent, spec exec.Spec
 	}
 	s.log.Debug("job started", "job_id", job.ID(), "agent_id", spec.AgentID, "background", spec.Background, "managed_keys", overlay.Len())
 	return job, nil
+}
+
+// withinAgent completes spec from agent's bounds: its id, its cwd (when
+// spec names none), its workspace as the writable root, and the fields of
+// its sandbox and limits that spec leaves out. A sandbox or limits looser
+// than the agent's fails with sandbox.ErrLooser or limits.ErrLooser, a
+// policy incomplete or invalid once merged with sandbox.ErrInvalid.
+func (s *Service) withinAgent(agent agents.Agent, spec *exec.Spec) error {
+	spec.AgentID = agent.ID
+	if spec.Cwd == "" {
+		spec.Cwd = agent.Cwd
+	}
+	outer := s.AgentPolicy(agent)
+	spec.Sandbox = spec.Sandbox.Or(outer)
+	if err := spec.Sandbox.ValidateEffective(); err != nil {
+		return err
+	}
+	if err := spec.Sandbox.CheckWithin(outer, "agent "+agent.ID); err != nil {
+		return err
+	}
+	spec.WritableRoots = []string{agent.Cwd}
+	lim := s.AgentLimits(agent)
+	spec.Limits = spec.Limits.Or(lim)
+	return spec.Limits.CheckWithin(lim, "agent "+agent.ID)
+}
+
+// passGate runs the gate: its error, an *errBlocked when it blocked, else
+// nil.
+func passGate(ctx context.Context, pass gate) error {
+	reason, blocked, err := pass(ctx)
+	switch {
+	case err != nil:
+		return err
+	case blocked:
+		return &errBlocked{reason: reason}
+	}
+	return nil
 }
 
 // collect resolves the managed overlay of the reserved job.

@@ -115,39 +115,10 @@ func (s *Service) writeStdin(ctx context.Context, agent agents.Agent, callID str
 		return res, nil
 	}
 
-	yield := pollYield
-	if chars != "" {
-		yield = writeYield
-	}
-	if a.Has("yield_time_ms") {
-		yield = time.Duration(a.Int("yield_time_ms")) * time.Millisecond
-	}
-	yield = min(yield, maxYield)
 	res := CallResult{JobID: id}
-	var problem string
-	if chars != "" {
-		wctx, cancel := context.WithTimeout(ctx, max(yield, time.Second))
-		_, werr := s.jobs.WriteInput(wctx, id, []byte(chars), false)
-		cancel()
-		switch {
-		case errors.Is(werr, exec.ErrInputNotOpen):
-			problem = fmt.Sprintf("[job %s takes no input: start the command with tty to write to it]", id)
-		case errors.Is(werr, exec.ErrJobEnded):
-			problem = fmt.Sprintf("[job %s has ended: nothing was written]", id)
-		case errors.Is(werr, exec.ErrInputBlocked):
-			problem = "[the program is not reading its input: " + werr.Error() + "]"
-		case werr != nil:
-			return res, werr
-		}
-	}
-	if problem == "" && yield > 0 {
-		t := time.NewTimer(yield)
-		select {
-		case <-job.Done():
-		case <-t.C:
-		case <-ctx.Done(): // the caller left: the output as it is now
-		}
-		t.Stop()
+	problem, err := s.writeAndWait(ctx, job, id, chars, stdinYield(a, chars))
+	if err != nil {
+		return res, err
 	}
 	budget := defaultOutputTokens
 	if a.Has("max_output_tokens") {
@@ -176,6 +147,52 @@ func (s *Service) writeStdin(ctx context.Context, agent agents.Agent, callID str
 	}
 	addHookOutput(&res, out)
 	return res, nil
+}
+
+// stdinYield is how long write_stdin waits after its write: yield_time_ms,
+// else a short wait after a write and a longer one for a poll, at most
+// maxYield.
+func stdinYield(a tools.Args, chars string) time.Duration {
+	yield := pollYield
+	if chars != "" {
+		yield = writeYield
+	}
+	if a.Has("yield_time_ms") {
+		yield = time.Duration(a.Int("yield_time_ms")) * time.Millisecond
+	}
+	return min(yield, maxYield)
+}
+
+// writeAndWait writes chars (if any) to the input of job (id), then waits yield, or
+// until the job ends or the caller leaves. A write refused for a reason
+// the model can act on is returned as the problem to print (and then
+// there is no wait); any other failure is the error.
+func (s *Service) writeAndWait(ctx context.Context, job *exec.Job, id, chars string, yield time.Duration) (problem string, err error) {
+	if chars != "" {
+		wctx, cancel := context.WithTimeout(ctx, max(yield, time.Second))
+		_, werr := s.jobs.WriteInput(wctx, id, []byte(chars), false)
+		cancel()
+		switch {
+		case errors.Is(werr, exec.ErrInputNotOpen):
+			problem = fmt.Sprintf("[job %s takes no input: start the command with tty to write to it]", id)
+		case errors.Is(werr, exec.ErrJobEnded):
+			problem = fmt.Sprintf("[job %s has ended: nothing was written]", id)
+		case errors.Is(werr, exec.ErrInputBlocked):
+			problem = "[the program is not reading its input: " + werr.Error() + "]"
+		case werr != nil:
+			return "", werr
+		}
+	}
+	if problem == "" && yield > 0 {
+		t := time.NewTimer(yield)
+		select {
+		case <-job.Done():
+		case <-t.C:
+		case <-ctx.Done(): // the caller left: the output as it is now
+		}
+		t.Stop()
+	}
+	return problem, nil
 }
 
 // readNew returns job's snapshot with its output replaced by what was

@@ -5,7 +5,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
+
+	"github.com/dshd/dshd/internal/beneath"
 )
 
 // plan is what one confined command's sandbox is made of, computed from its
@@ -62,7 +63,7 @@ func (h *Host) planFor(p Policy, roots []string, view *View) (plan, error) {
 	pl := plan{newNet: p.Network != NetworkOn, proxy: p.Network == NetworkAllowlist, readOnlyRoot: p.FS != Unrestricted}
 	// seen maps a path of the command's view to where dshd sees it.
 	seen := func(q string) string {
-		if view != nil && within(q, view.Target) {
+		if view != nil && beneath.Within(q, view.Target) {
 			rel, _ := filepath.Rel(view.Target, q)
 			return filepath.Join(view.path(), rel)
 		}
@@ -71,7 +72,7 @@ func (h *Host) planFor(p Policy, roots []string, view *View) (plan, error) {
 	switch p.FS {
 	case ReadOnly:
 		for _, r := range roots {
-			if r != "" && !slices.Contains(pl.visible, r) && within(r, "/tmp") && isDir(seen(r)) {
+			if r != "" && !slices.Contains(pl.visible, r) && beneath.Within(r, "/tmp") && isDir(seen(r)) {
 				pl.visible = append(pl.visible, r)
 			}
 		}
@@ -109,18 +110,18 @@ func (h *Host) planFor(p Policy, roots []string, view *View) (plan, error) {
 	}
 	if h.cfg.Home != "" && isDir(h.cfg.Home) {
 		pl.home = h.cfg.Home
-		if h.cfg.Skills != "" && isDir(h.cfg.Skills) && within(h.cfg.Skills, h.cfg.Home) {
+		if h.cfg.Skills != "" && isDir(h.cfg.Skills) && beneath.Within(h.cfg.Skills, h.cfg.Home) {
 			pl.skills = h.cfg.Skills
 		}
 	}
-	if tf := h.cfg.TokenFile; tf != "" && exists(tf) && (pl.home == "" || !within(tf, pl.home)) {
+	if tf := h.cfg.TokenFile; tf != "" && exists(tf) && (pl.home == "" || !beneath.Within(tf, pl.home)) {
 		pl.token = tf
 	}
 	for _, p := range h.cfg.Hidden {
 		// Through links (/var/run is one to /run): the mount goes on the
 		// target, where the kernel would put it anyway.
 		r, err := filepath.EvalSymlinks(p)
-		if err != nil || (pl.home != "" && within(r, pl.home)) || slices.Contains(pl.hidden, r) {
+		if err != nil || (pl.home != "" && beneath.Within(r, pl.home)) || slices.Contains(pl.hidden, r) {
 			continue
 		}
 		pl.hidden = append(pl.hidden, r)
@@ -137,7 +138,7 @@ func (v *View) path() string { return "/proc/self/fd/" + strconv.Itoa(v.FD) }
 func kernelFS(p string) bool {
 	for _, q := range []string{p, evalOr(p)} {
 		for _, k := range []string{"/proc", "/sys", "/dev"} {
-			if within(q, k) {
+			if beneath.Within(q, k) {
 				return true
 			}
 		}
@@ -161,10 +162,4 @@ func exists(p string) bool {
 func isDir(p string) bool {
 	fi, err := os.Stat(p)
 	return err == nil && fi.IsDir()
-}
-
-// within reports whether p is dir or below it (lexically).
-func within(p, dir string) bool {
-	rel, err := filepath.Rel(dir, p)
-	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
 }

@@ -31,4 +31,6 @@
 //  4. Failure to persist a durable contributor: the wrapped I/O error.
 //
 // A failed registration stores nothing.
+//
+// Floor 1 of the layout (docs/design.md#floors): it imports only packages on the floors below.
 package shellenv

@@ -1,5 +1,7 @@
 // Package skills lists the local skills of a harness home: every
 // <home>/skills/<name>/SKILL.md, described by its YAML front matter.
+//
+// Floor 0 of the layout (docs/design.md#floors): it imports no other package of dshd.
 package skills
 
 import (

@@ -2,6 +2,8 @@
 // its response, for the benchmarks that break its cost down (make bench).
 // Without a hook (always, in a running server) a stage costs one atomic
 // load at its start and one at its end.
+//
+// Floor 0 of the layout (docs/design.md#floors): it imports no other package of dshd.
 package stages
 
 import (

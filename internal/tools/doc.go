@@ -2,4 +2,6 @@
 // descriptions, JSON schemas, rendered for OpenAI, Anthropic or neutrally),
 // the rules their arguments follow, and the text a model reads as a result.
 // Running a tool call is the job of package run.
+//
+// Floor 4 of the layout (docs/design.md#floors): it imports only packages on the floors below.
 package tools

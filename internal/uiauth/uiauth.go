@@ -13,6 +13,8 @@
 // Secrets are stored and looked up by their SHA-256 digest, so neither a
 // memory dump nor the timing of a lookup tells anything about a live
 // secret; keys are compared in constant time.
+//
+// Floor 0 of the layout (docs/design.md#floors): it imports no other package of dshd.
 package uiauth
 
 import (

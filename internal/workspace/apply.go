@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/dshd/dshd/internal/atomicfile"
+	"github.com/dshd/dshd/internal/beneath"
 	"github.com/dshd/dshd/internal/faults"
 )
 
@@ -211,7 +212,7 @@ func (m *Manager) openTarget(agent, dir string) (*tree, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for id, o := range m.agents {
-		if o.Dropped || o.Shares != "" || !(within(real, o.Base) || within(o.Base, real)) {
+		if o.Dropped || o.Shares != "" || !(beneath.Within(real, o.Base) || beneath.Within(o.Base, real)) {
 			continue
 		}
 		if id != agent {
@@ -236,7 +237,7 @@ func (m *Manager) openDir(dir string) (*tree, error) {
 		return nil, err
 	}
 	for _, p := range m.protected() {
-		if within(real, p) || within(p, real) {
+		if beneath.Within(real, p) || beneath.Within(p, real) {
 			t.close()
 			return nil, fmt.Errorf("%w: %s overlaps the dshd home (%s)", ErrInvalid, dir, p)
 		}

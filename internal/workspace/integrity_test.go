@@ -3,8 +3,10 @@ package workspace
 import (
 	"context"
 	"errors"
+	"io"
 	"maps"
 	"os"
+	"path"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -141,7 +143,8 @@ func TestApplyNeedsItsWritersStill(t *testing.T) {
 	if strings.Join(asked, ",") != "c,p" {
 		t.Errorf("busy asked about %v, want the child and the parent", asked)
 	}
-	m.SetBusy(nil)
+	// Nothing left running: the apply goes through.
+	m.SetBusy(func([]string) int { return 0 })
 	if read(t, view(t, m, "p"), "x.txt") == "x\n" {
 		t.Error("a refused apply wrote")
 	}
@@ -553,5 +556,170 @@ func TestApplyCommitFailureRollsBack(t *testing.T) {
 	}
 	if ents, _ := os.ReadDir(out); slices.ContainsFunc(ents, func(e os.DirEntry) bool { return strings.HasPrefix(e.Name(), ".dshd-apply-") }) {
 		t.Error("the staging outlived a rolled back apply")
+	}
+}
+
+// TestApplyNeverAboveAWorkspace: an apply may not write into a directory
+// that holds another agent's workspace base below it (its layers stand on
+// that tree: a write there changes what the agent's view shows under it),
+// as it may not write into the base itself.
+func TestApplyNeverAboveAWorkspace(t *testing.T) {
+	t.Parallel()
+	m, _, _ := fixture(t)
+	base := filepath.Join(t.TempDir(), "tree") // its parent holds nothing of the home
+	put(t, base, "f.txt", "f\n")
+	if err := m.Fork("p", base, "c"); err != nil {
+		t.Fatal(err)
+	}
+	put(t, view(t, m, "c"), "above.txt", "x\n")
+	// Another tree's base, and the directory above it: the applying
+	// agent stands on neither.
+	other := filepath.Join(t.TempDir(), "other")
+	put(t, other, "g.txt", "g\n")
+	if err := m.Fork("q", other, "d"); err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{base, filepath.Dir(base), filepath.Join(base, "sub"), other, filepath.Dir(other)} {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := m.Apply("c", dir); !errors.Is(err, ErrBusy) {
+			t.Errorf("apply into %s (the base %s, above it or below it): %v, want ErrBusy", dir, base, err)
+		}
+		if _, err := os.Lstat(filepath.Join(dir, "above.txt")); err == nil {
+			t.Errorf("the refused apply wrote into %s", dir)
+		}
+	}
+}
+
+// TestTreeOpenRefusesLinks: what apply copies is opened by descriptor with
+// no link followed, at the end of the name or on the way, so a file the
+// listing saw as regular and a process swapped for a link before the open
+// is not read through it (the baseline: by name, both links lead to the
+// file outside).
+func TestTreeOpenRefusesLinks(t *testing.T) {
+	t.Parallel()
+	dir, outside := t.TempDir(), t.TempDir()
+	put(t, outside, "secret", "SECRET\n")
+	if err := os.Symlink(filepath.Join(outside, "secret"), filepath.Join(dir, "file")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, filepath.Join(dir, "sub")); err != nil {
+		t.Fatal(err)
+	}
+	tr, err := openTree(dir, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.close()
+	for _, rel := range []string{"file", "sub/secret"} {
+		if b, err := os.ReadFile(filepath.Join(dir, rel)); err != nil || string(b) != "SECRET\n" {
+			t.Fatalf("baseline: reading %s by name = %q, %v", rel, b, err)
+		}
+		if f, err := tr.open(rel); err == nil {
+			b, _ := io.ReadAll(f)
+			f.Close()
+			t.Errorf("tree.open(%q) followed a link: read %q", rel, b)
+		}
+	}
+}
+
+// TestApplyNeverIntoTheHomeNamedByALink: the home given through a link is
+// protected as what the link resolves to, too (an apply's target is judged
+// by where its descriptor really is).
+func TestApplyNeverIntoTheHomeNamedByALink(t *testing.T) {
+	t.Parallel()
+	m, home, base := fixture(t)
+	link := filepath.Join(t.TempDir(), "home")
+	if err := os.Symlink(home, link); err != nil {
+		t.Fatal(err)
+	}
+	m.SetHome(link)
+	if err := m.Fork("p", base, "c"); err != nil {
+		t.Fatal(err)
+	}
+	put(t, view(t, m, "c"), "x.txt", "x\n")
+	sessions := filepath.Join(home, "sessions")
+	if err := os.Mkdir(sessions, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Apply("c", sessions); !errors.Is(err, ErrInvalid) {
+		t.Errorf("apply into %s, the home named by the link %s: %v, want ErrInvalid", sessions, link, err)
+	}
+	if _, err := os.Stat(filepath.Join(sessions, "x.txt")); err == nil {
+		t.Error("apply wrote into the home")
+	}
+}
+
+// TestApplyDeleteFailureRollsBack: a commit that fails among its deletions
+// (a directory swapped for a link after the staging) puts back what it had
+// already deleted, and takes out what it had moved into place.
+func TestApplyDeleteFailureRollsBack(t *testing.T) {
+	t.Parallel()
+	m, _, base := fixture(t)
+	put(t, base, "aa/y", "y\n")
+	put(t, base, "zz/x", "x\n")
+	if err := m.Fork("p", base, "c"); err != nil {
+		t.Fatal(err)
+	}
+	cv := view(t, m, "c")
+	put(t, cv, "f.txt", "child\n")
+	os.Remove(filepath.Join(cv, "aa", "y"))
+	os.Remove(filepath.Join(cv, "zz", "x"))
+	out := t.TempDir()
+	for _, f := range []string{"f.txt", "keep.txt", "gone.txt", "dir/a", "dir/b", "aa/y", "zz/x"} {
+		put(t, out, f, read(t, base, f))
+	}
+	before := state(t, out)
+	a, unhold, _ := m.hold("c", true)
+	defer unhold()
+	target, _ := openTree(out, out)
+	defer target.close()
+	v, err := m.openSince("c", a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.close()
+	cs, _ := v.changes()
+	todo, err := plan(cs, v.now, v.then, target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := &journal{ID: newID(), Agent: "c", Dir: out, State: journalStaging}
+	if err := m.saveJournal(j); err != nil {
+		t.Fatal(err)
+	}
+	if err := stageAll(j, todo, v.now, target); err != nil {
+		t.Fatal(err)
+	}
+	if len(j.Deletes) != 2 {
+		t.Fatalf("deletions %v, want aa/y and zz/x", j.Deletes)
+	}
+	// The first is deleted; the second's directory becomes a link before
+	// its turn.
+	first, second := j.Deletes[0], path.Dir(j.Deletes[1])
+	if err := os.Rename(filepath.Join(out, second), filepath.Join(t.TempDir(), "moved")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(t.TempDir(), filepath.Join(out, second)); err != nil {
+		t.Fatal(err)
+	}
+	err = commit(j, target)
+	if !errors.Is(err, ErrBusy) {
+		t.Fatalf("a commit through a planted link: %v", err)
+	}
+	after := state(t, out)
+	for _, st := range []map[string]string{before, after} {
+		for k := range st {
+			if k == second || strings.HasPrefix(k, second+"/") {
+				delete(st, k)
+			}
+		}
+	}
+	if !maps.Equal(after, before) {
+		t.Errorf("not rolled back:\n got %v\nwant %v", after, before)
+	}
+	if _, err := os.Lstat(filepath.Join(out, first)); err != nil {
+		t.Errorf("the deleted %s was not put back: %v", first, err)
 	}
 }

@@ -18,6 +18,8 @@
 //
 // Linux only (overlayfs, the mount API): on another system the build stops
 // at linux_only.go, whose import path says so.
+//
+// Floor 1 of the layout (docs/design.md#floors): it imports only packages on the floors below.
 package workspace
 
 import (
@@ -38,6 +40,7 @@ import (
 	"time"
 
 	"github.com/dshd/dshd/internal/atomicfile"
+	"github.com/dshd/dshd/internal/beneath"
 )
 
 // Mode is how a forked or spawned agent gets its workspace.
@@ -471,7 +474,7 @@ func (m *Manager) checkForkLocked(parent, cwd string) error {
 		if fi, err := os.Stat(cwd); err != nil || !fi.IsDir() {
 			return fmt.Errorf("%w: workspace %s is not a directory", ErrInvalid, cwd)
 		}
-		if within(m.dir, cwd) || within(cwd, m.dir) {
+		if beneath.Within(m.dir, cwd) || beneath.Within(cwd, m.dir) {
 			return unavailable("workspace %s and the dshd home overlap", cwd)
 		}
 	}
@@ -1004,12 +1007,6 @@ func emptyDir(d string) (bool, error) {
 	defer f.Close()
 	names, err := f.Readdirnames(1)
 	return len(names) == 0 && err != nil, nil
-}
-
-// within reports whether p is dir or below it (lexically).
-func within(p, dir string) bool {
-	rel, err := filepath.Rel(dir, p)
-	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
 }
 
 // budgetEvery is how often WatchBudget counts the layers.

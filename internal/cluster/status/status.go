@@ -1,5 +1,7 @@
 // Package status holds what a dshd replica reports of its cluster: plain
 // values, so that packages reporting them need not import NATS.
+//
+// Floor 0 of the layout (docs/design.md#floors): it imports no other package of dshd.
 package status
 
 import (
