@@ -15,6 +15,8 @@
 //     and an updated file always ends with a line ending. Where dshd differs
 //     from Codex it is to refuse rather than guess or clobber; each
 //     difference is documented where it happens (Parse, Plan).
+//
+// Floor 0 of the layout (docs/design.md#floors): it imports no other package of dshd.
 package edits
 
 import (
