@@ -191,7 +191,14 @@ func loadConfig(path string) (config, error) {
 	return c, nil
 }
 
+// validate reports every setting that is wrong, not only the first.
 func (c *config) validate() error {
+	return errors.Join(slices.Concat(c.validateChoices(), c.validatePaths(), c.validateBounds())...)
+}
+
+// validateChoices checks the settings that name one of a set of choices,
+// and those that other packages validate.
+func (c *config) validateChoices() []error {
 	var errs []error
 	if !agents.SyncPolicy(c.Agents.TranscriptSync).Valid() {
 		errs = append(errs, fmt.Errorf("agents.transcriptSync: %q is not %s or %s", c.Agents.TranscriptSync, agents.SyncCommit, agents.SyncNone))
@@ -210,6 +217,24 @@ func (c *config) validate() error {
 	if c.Sandbox.GitScanMaxEntries < 0 {
 		errs = append(errs, fmt.Errorf("sandbox.gitScanMaxEntries: %d is negative", c.Sandbox.GitScanMaxEntries))
 	}
+	if _, err := c.proxyHosts(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.sandboxPolicy().ValidateEffective(); err != nil {
+		errs = append(errs, fmt.Errorf("sandbox: %w", err))
+	}
+	switch c.Jobs.Containment {
+	case "", "auto", "cgroup", "group":
+	default:
+		errs = append(errs, fmt.Errorf("jobs.containment: %q is not auto, cgroup or group", c.Jobs.Containment))
+	}
+	return errs
+}
+
+// validatePaths checks that the paths given are absolute, and the
+// cluster's settings.
+func (c *config) validatePaths() []error {
+	var errs []error
 	for _, p := range slices.Concat(c.Sandbox.WritableRoots, c.Sandbox.ProtectedPaths, c.Sandbox.HiddenPaths) {
 		if !filepath.IsAbs(p) {
 			errs = append(errs, fmt.Errorf("sandbox: %q is not an absolute path", p))
@@ -231,17 +256,13 @@ func (c *config) validate() error {
 			errs = append(errs, fmt.Errorf("cluster.peerSecretFile: %q is not an absolute path", f))
 		}
 	}
-	if _, err := c.proxyHosts(); err != nil {
-		errs = append(errs, err)
-	}
-	if err := c.sandboxPolicy().ValidateEffective(); err != nil {
-		errs = append(errs, fmt.Errorf("sandbox: %w", err))
-	}
-	switch c.Jobs.Containment {
-	case "", "auto", "cgroup", "group":
-	default:
-		errs = append(errs, fmt.Errorf("jobs.containment: %q is not auto, cgroup or group", c.Jobs.Containment))
-	}
+	return errs
+}
+
+// validateBounds checks the numbers: none negative, and each within what
+// it bounds.
+func (c *config) validateBounds() []error {
+	var errs []error
 	for _, f := range []struct {
 		name string
 		v    int64
@@ -278,7 +299,7 @@ func (c *config) validate() error {
 	if depth > maxLayers/2 {
 		errs = append(errs, fmt.Errorf("workspaces.checkpointDepth: %d exceeds half of workspaces.maxLayers (%d): the newest checkpoints kept individually, a batch waiting for compaction and the layers a fork inherits must fit under maxLayers", depth, maxLayers))
 	}
-	return errors.Join(errs...)
+	return errs
 }
 
 // sandboxPolicy is the configured default policy, completed by
