@@ -102,6 +102,10 @@ func (s *Server) withScope(w http.ResponseWriter, r *http.Request, h func(w http
 	if err := checkQuery(r, allowedQuery[r.Method+" "+routeKind(r)]); err != nil {
 		return err
 	}
+	// The contract's bound, checked whether or not the request watches.
+	if last := r.Header.Get("Last-Event-ID"); len(last) > maxLastEventID {
+		return fmt.Errorf("%w: Last-Event-ID is %d bytes, over %d", errBadRequest, len(last), maxLastEventID)
+	}
 	if r.Method == http.MethodGet && routeKind(r) == "files" && r.URL.Query().Has("watch") && r.URL.Query().Get("watch") != "false" {
 		// A watch holds no scope while it streams (see watchFiles).
 		return s.watchFiles(w, r, chi.URLParam(r, "id"), filePath(r))
@@ -113,6 +117,10 @@ func (s *Server) withScope(w http.ResponseWriter, r *http.Request, h func(w http
 	defer release()
 	return h(w, r, sc, filePath(r))
 }
+
+// maxLastEventID is the longest Last-Event-ID a file route takes (the
+// contract's maxLength).
+const maxLastEventID = 64
 
 // routeKind is "archive" or "files": which of the two routes r is.
 func routeKind(r *http.Request) string {
