@@ -324,88 +324,117 @@ func (w *Watch) run() {
 // batch turns one read's events into the watch's; it reports whether the
 // watch has ended.
 func (w *Watch) batch(b []byte) bool {
-	from := map[uint32]moved{}
-	var newDirs []string
-	remount := -1
+	pd := &pending{from: map[uint32]moved{}, remount: -1}
 	for len(b) >= unix.SizeofInotifyEvent {
 		ev := (*unix.InotifyEvent)(unsafe.Pointer(&b[0]))
 		name := strings.TrimRight(string(b[unix.SizeofInotifyEvent:unix.SizeofInotifyEvent+int(ev.Len)]), "\x00")
 		b = b[unix.SizeofInotifyEvent+int(ev.Len):]
-		if ev.Mask&unix.IN_Q_OVERFLOW != 0 {
-			w.overflow("the kernel's event queue overflowed")
-			continue
+		if w.event(pd, ev, name) {
+			return true
 		}
-		w.mu.Lock()
-		d, ok := w.dirs[ev.Wd]
-		cur := d.gen == w.gen
-		if ev.Mask&unix.IN_IGNORED != 0 {
-			delete(w.dirs, ev.Wd)
+	}
+	w.settle(pd)
+	return w.isEnded()
+}
+
+// pending is what one read's events leave for after the last of them:
+// moves not paired (yet), directories made below the watch, and the
+// generation whose mount went away (-1 for none).
+type pending struct {
+	from    map[uint32]moved
+	newDirs []string
+	remount int
+}
+
+// event turns one inotify event, named name, into the watch's; it reports
+// whether the watch has ended (its root went away).
+func (w *Watch) event(pd *pending, ev *unix.InotifyEvent, name string) bool {
+	if ev.Mask&unix.IN_Q_OVERFLOW != 0 {
+		w.overflow("the kernel's event queue overflowed")
+		return false
+	}
+	w.mu.Lock()
+	d, ok := w.dirs[ev.Wd]
+	cur := d.gen == w.gen
+	if ev.Mask&unix.IN_IGNORED != 0 {
+		delete(w.dirs, ev.Wd)
+	}
+	w.mu.Unlock()
+	if !ok {
+		return false
+	}
+	switch {
+	case ev.Mask&unix.IN_IGNORED != 0:
+		if d.rel == "." && cur && w.view {
+			pd.remount = d.gen // the mount went away under the watch
 		}
-		w.mu.Unlock()
-		if !ok {
-			continue
+		return false
+	case ev.Mask&(unix.IN_DELETE_SELF|unix.IN_MOVE_SELF) != 0:
+		if d.rel == "." && cur {
+			w.end(Event{Type: Deleted, Path: ".", IsDir: true})
+			return true
 		}
+		return false
+	case !cur || name == "":
+		return false
+	}
+	p := path.Join(d.rel, name)
+	if w.hiddenRel(p) {
+		return false
+	}
+	w.change(pd, ev, p, strings.HasPrefix(name, tempPrefix))
+	return false
+}
+
+// change emits the event ev on the entry p (tmp: an upload's file, not yet
+// renamed over its name), pairing its moves by cookie.
+func (w *Watch) change(pd *pending, ev *unix.InotifyEvent, p string, tmp bool) {
+	isDir := ev.Mask&unix.IN_ISDIR != 0
+	switch {
+	case ev.Mask&unix.IN_CREATE != 0:
+		if tmp {
+			return
+		}
+		w.emit(Event{Type: Created, Path: p, IsDir: isDir})
+		if isDir && w.Recursive {
+			pd.newDirs = append(pd.newDirs, p)
+		}
+	case ev.Mask&unix.IN_CLOSE_WRITE != 0:
+		if !tmp {
+			w.emit(Event{Type: Modified, Path: p})
+		}
+	case ev.Mask&unix.IN_DELETE != 0:
+		if !tmp {
+			w.emit(Event{Type: Deleted, Path: p, IsDir: isDir})
+		}
+	case ev.Mask&unix.IN_MOVED_FROM != 0:
+		pd.from[ev.Cookie] = moved{path: p, isDir: isDir}
+	case ev.Mask&unix.IN_MOVED_TO != 0:
+		old, paired := pd.from[ev.Cookie]
+		delete(pd.from, ev.Cookie)
 		switch {
-		case ev.Mask&unix.IN_IGNORED != 0:
-			if d.rel == "." && cur && w.view {
-				remount = d.gen // the mount went away under the watch
+		case paired && strings.HasPrefix(path.Base(old.path), tempPrefix):
+			// An upload's new file renamed over its name.
+			w.emit(Event{Type: Modified, Path: p})
+		case paired:
+			w.emit(Event{Type: Renamed, Path: p, From: old.path, IsDir: isDir})
+			if isDir {
+				w.renameDirs(old.path, p)
 			}
-			continue
-		case ev.Mask&(unix.IN_DELETE_SELF|unix.IN_MOVE_SELF) != 0:
-			if d.rel == "." && cur {
-				w.end(Event{Type: Deleted, Path: ".", IsDir: true})
-				return true
-			}
-			continue
-		case !cur || name == "":
-			continue
-		}
-		p := path.Join(d.rel, name)
-		if w.hiddenRel(p) {
-			continue
-		}
-		isDir := ev.Mask&unix.IN_ISDIR != 0
-		tmp := strings.HasPrefix(name, tempPrefix)
-		switch {
-		case ev.Mask&unix.IN_CREATE != 0:
-			if tmp {
-				continue
-			}
+		default:
 			w.emit(Event{Type: Created, Path: p, IsDir: isDir})
 			if isDir && w.Recursive {
-				newDirs = append(newDirs, p)
-			}
-		case ev.Mask&unix.IN_CLOSE_WRITE != 0:
-			if !tmp {
-				w.emit(Event{Type: Modified, Path: p})
-			}
-		case ev.Mask&unix.IN_DELETE != 0:
-			if !tmp {
-				w.emit(Event{Type: Deleted, Path: p, IsDir: isDir})
-			}
-		case ev.Mask&unix.IN_MOVED_FROM != 0:
-			from[ev.Cookie] = moved{path: p, isDir: isDir}
-		case ev.Mask&unix.IN_MOVED_TO != 0:
-			old, paired := from[ev.Cookie]
-			delete(from, ev.Cookie)
-			switch {
-			case paired && strings.HasPrefix(path.Base(old.path), tempPrefix):
-				// An upload's new file renamed over its name.
-				w.emit(Event{Type: Modified, Path: p})
-			case paired:
-				w.emit(Event{Type: Renamed, Path: p, From: old.path, IsDir: isDir})
-				if isDir {
-					w.renameDirs(old.path, p)
-				}
-			default:
-				w.emit(Event{Type: Created, Path: p, IsDir: isDir})
-				if isDir && w.Recursive {
-					newDirs = append(newDirs, p)
-				}
+				pd.newDirs = append(pd.newDirs, p)
 			}
 		}
 	}
-	for _, m := range from {
+}
+
+// settle acts on what a read's events left pending: moves not paired are
+// moves out of the watched tree, directories made are followed, and a
+// view whose mount went away is watched afresh.
+func (w *Watch) settle(pd *pending) {
+	for _, m := range pd.from {
 		// Moved out of the watched tree.
 		if strings.HasPrefix(path.Base(m.path), tempPrefix) {
 			continue
@@ -415,13 +444,12 @@ func (w *Watch) batch(b []byte) bool {
 			w.forgetDirs(m.path)
 		}
 	}
-	if len(newDirs) > 0 {
-		w.follow(newDirs)
+	if len(pd.newDirs) > 0 {
+		w.follow(pd.newDirs)
 	}
-	if remount >= 0 {
-		w.reattach(remount)
+	if pd.remount >= 0 {
+		w.reattach(pd.remount)
 	}
-	return w.isEnded()
 }
 
 // follow adds the directories made below the watch, from a fresh scope.

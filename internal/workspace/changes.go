@@ -152,8 +152,27 @@ func (m *Manager) openStack(base string, layers []string) (*tree, func(), error)
 // later one is no change); a directory a layer made opaque lists what it
 // held then and holds no more.
 func (v *since) changes() ([]Change, error) {
-	touched := map[string]bool{}
-	opaque := map[string]bool{}
+	touched, opaque, err := v.touchedPaths()
+	if err != nil {
+		return nil, err
+	}
+	var cs []Change
+	for rel := range touched {
+		more, err := v.changed(rel, touched, opaque)
+		if err != nil {
+			return nil, err
+		}
+		cs = append(cs, more...)
+	}
+	sort.Slice(cs, func(i, j int) bool { return cs[i].Path < cs[j].Path })
+	return cs, nil
+}
+
+// touchedPaths returns the paths the layers hold, and among them those that
+// hide what they held before.
+func (v *since) touchedPaths() (touched, opaque map[string]bool, err error) {
+	touched = map[string]bool{}
+	opaque = map[string]bool{}
 	for _, l := range v.layers {
 		err := l.walk(func(rel string, fi fs.FileInfo) error {
 			touched[rel] = true
@@ -166,86 +185,98 @@ func (v *since) changes() ([]Change, error) {
 			return nil
 		})
 		if err != nil {
+			return nil, nil, err
+		}
+	}
+	return touched, opaque, nil
+}
+
+// changed compares the touched path rel as it is now with what it was then.
+func (v *since) changed(rel string, touched, opaque map[string]bool) ([]Change, error) {
+	nfi, nerr := v.now.lstat(rel)
+	tfi, terr := v.then.lstat(rel)
+	for _, err := range []error{nerr, terr} {
+		if err != nil && !missing(err) && !belowLink(err) {
 			return nil, err
 		}
 	}
 	var cs []Change
-	for rel := range touched {
-		nfi, nerr := v.now.lstat(rel)
-		tfi, terr := v.then.lstat(rel)
-		for _, err := range []error{nerr, terr} {
-			if err != nil && !missing(err) && !belowLink(err) {
-				return nil, err
-			}
+	isNow, wasThen := nerr == nil, terr == nil
+	switch {
+	case !isNow && wasThen:
+		// Only where what holds it was not deleted too: one entry
+		// for a deleted directory, not one for each file in it.
+		if parent := path.Dir(rel); parent == "." || v.present(parent) {
+			cs = append(cs, Change{Path: rel, Kind: Deleted, Type: typeOf(tfi), Size: treeSize(v.then, rel, tfi)})
 		}
-		isNow, wasThen := nerr == nil, terr == nil
-		switch {
-		case !isNow && wasThen:
-			// Only where what holds it was not deleted too: one entry
-			// for a deleted directory, not one for each file in it.
-			if parent := path.Dir(rel); parent == "." || v.present(parent) {
-				cs = append(cs, Change{Path: rel, Kind: Deleted, Type: typeOf(tfi), Size: treeSize(v.then, rel, tfi)})
-			}
-		case isNow && !wasThen:
-			cs = append(cs, Change{Path: rel, Kind: Added, Type: typeOf(nfi), Size: sizeOf(nfi)})
-			if nfi.IsDir() {
-				// What it holds that no layer between touched (views
-				// compared from a later one back to an earlier one).
-				more, err := v.untouched(v.now, rel, touched, Added)
-				if err != nil {
-					return nil, err
-				}
-				cs = append(cs, more...)
-			}
-		case isNow && wasThen && nfi.IsDir() && tfi.IsDir():
-			if !opaque[rel] {
-				continue
-			}
-			ents, err := v.then.readDir(rel)
+	case isNow && !wasThen:
+		cs = append(cs, Change{Path: rel, Kind: Added, Type: typeOf(nfi), Size: sizeOf(nfi)})
+		if nfi.IsDir() {
+			// What it holds that no layer between touched (views
+			// compared from a later one back to an earlier one).
+			more, err := v.untouched(v.now, rel, touched, Added)
 			if err != nil {
 				return nil, err
 			}
-			for _, li := range ents {
-				child := rel + "/" + li.Name()
-				if touched[child] {
-					continue // compared on its own
-				}
-				if _, err := v.now.lstat(child); missing(err) {
-					cs = append(cs, Change{Path: child, Kind: Deleted, Type: typeOf(li), Size: treeSize(v.then, child, li)})
-				}
-			}
-			// And what it holds now that it did not then, no layer
-			// between touched (compared from a later view back).
-			ents, err = v.now.readDir(rel)
+			cs = append(cs, more...)
+		}
+	case isNow && wasThen && nfi.IsDir() && tfi.IsDir():
+		if !opaque[rel] {
+			return nil, nil
+		}
+		return v.reopened(rel, touched)
+	case isNow && wasThen:
+		same, err := sameEntry(v.now, rel, nfi, v.then, rel, tfi)
+		if err != nil {
+			return nil, err
+		}
+		if !same {
+			cs = append(cs, Change{Path: rel, Kind: Modified, Type: typeOf(nfi), Size: sizeOf(nfi)})
+		}
+		if nfi.IsDir() && !tfi.IsDir() {
+			more, err := v.untouched(v.now, rel, touched, Added)
 			if err != nil {
 				return nil, err
 			}
-			for _, ni := range ents {
-				child := rel + "/" + ni.Name()
-				if touched[child] {
-					continue
-				}
-				if _, err := v.then.lstat(child); missing(err) {
-					cs = append(cs, Change{Path: child, Kind: Added, Type: typeOf(ni), Size: sizeOf(ni)})
-					if ni.IsDir() {
-						more, err := v.untouched(v.now, child, touched, Added)
-						if err != nil {
-							return nil, err
-						}
-						cs = append(cs, more...)
-					}
-				}
-			}
-		case isNow && wasThen:
-			same, err := sameEntry(v.now, rel, nfi, v.then, rel, tfi)
-			if err != nil {
-				return nil, err
-			}
-			if !same {
-				cs = append(cs, Change{Path: rel, Kind: Modified, Type: typeOf(nfi), Size: sizeOf(nfi)})
-			}
-			if nfi.IsDir() && !tfi.IsDir() {
-				more, err := v.untouched(v.now, rel, touched, Added)
+			cs = append(cs, more...)
+		}
+	}
+	return cs, nil
+}
+
+// reopened lists, below the directory rel that a layer made opaque, what
+// it held then and holds no more, and what it holds now that it did not
+// then, leaving out what a layer touched (compared on its own).
+func (v *since) reopened(rel string, touched map[string]bool) ([]Change, error) {
+	var cs []Change
+	ents, err := v.then.readDir(rel)
+	if err != nil {
+		return nil, err
+	}
+	for _, li := range ents {
+		child := rel + "/" + li.Name()
+		if touched[child] {
+			continue // compared on its own
+		}
+		if _, err := v.now.lstat(child); missing(err) {
+			cs = append(cs, Change{Path: child, Kind: Deleted, Type: typeOf(li), Size: treeSize(v.then, child, li)})
+		}
+	}
+	// And what it holds now that it did not then, no layer
+	// between touched (compared from a later view back).
+	ents, err = v.now.readDir(rel)
+	if err != nil {
+		return nil, err
+	}
+	for _, ni := range ents {
+		child := rel + "/" + ni.Name()
+		if touched[child] {
+			continue
+		}
+		if _, err := v.then.lstat(child); missing(err) {
+			cs = append(cs, Change{Path: child, Kind: Added, Type: typeOf(ni), Size: sizeOf(ni)})
+			if ni.IsDir() {
+				more, err := v.untouched(v.now, child, touched, Added)
 				if err != nil {
 					return nil, err
 				}
@@ -253,7 +284,6 @@ func (v *since) changes() ([]Change, error) {
 			}
 		}
 	}
-	sort.Slice(cs, func(i, j int) bool { return cs[i].Path < cs[j].Path })
 	return cs, nil
 }
 

@@ -137,6 +137,16 @@ func (m *Manager) Checkpoint(agent, callID string, seq int64) (made bool, err er
 		m.maybeCompactLocked(owner)
 		return false, nil // recorded with the next save
 	}
+	return m.layerLocked(owner, a, base, callID, seq, retired)
+}
+
+// layerLocked freezes what the upper layer of a (the agent's state before
+// this checkpoint) holds into a layer above base (that state after any
+// compaction committed with it), starts a fresh upper, records the
+// checkpoint of callID in one write of the state and mounts the view
+// afresh on the new upper. It runs with m.mu and the operation lock of
+// owner held, as Checkpoint holds them.
+func (m *Manager) layerLocked(owner string, a, base *agentState, callID string, seq int64, retired []string) (bool, error) {
 	up, err := m.newLayer()
 	if err != nil {
 		return false, err
