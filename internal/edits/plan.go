@@ -112,119 +112,151 @@ func Plan(ops []Op, read func(path string) ([]byte, error)) ([]Change, error) {
 
 // plan is Plan with a budget of steps.
 func plan(ops []Op, read func(path string) ([]byte, error), budget int) ([]Change, error) {
-	w := &work{left: budget}
-	files := map[string]*file{}
-	var order []string
-	get := func(p string) (*file, error) {
-		if f, ok := files[p]; ok {
-			return f, nil
-		}
-		b, err := read(p)
-		f := &file{}
-		switch {
-		case err == nil:
-			f.exists, f.orig, f.content, f.from = true, true, b, p
-		case errors.Is(err, fs.ErrNotExist):
-		default:
-			return nil, fmt.Errorf("read %s: %w", p, err)
-		}
-		files[p] = f
-		order = append(order, p)
-		return f, nil
-	}
+	v := &view{read: read, files: map[string]*file{}, w: &work{left: budget}}
 	for _, op := range ops {
-		if op.Path == "" {
-			return nil, fmt.Errorf("%s at patch line %d: empty path", op.Kind, op.At)
-		}
-		p := filepath.Clean(op.Path)
-		f, err := get(p)
-		if err != nil {
+		if err := v.apply(op); err != nil {
 			return nil, err
 		}
-		switch op.Kind {
-		case Add:
-			if f.exists {
-				return nil, fmt.Errorf("add %s (patch line %d): %w: the file already exists; update it, or delete it first", p, op.At, fs.ErrExist)
-			}
-			f.exists, f.content, f.from = true, []byte(op.Content), ""
-		case Delete:
-			if !f.exists {
-				return nil, fmt.Errorf("delete %s (patch line %d): %w", p, op.At, fs.ErrNotExist)
-			}
-			f.exists, f.content, f.from = false, nil, ""
-		case Update:
-			if !f.exists {
-				return nil, fmt.Errorf("update %s (patch line %d): %w", p, op.At, fs.ErrNotExist)
-			}
-			content, err := applyHunks(f.content, op.Hunks, w)
-			if err != nil {
-				return nil, fmt.Errorf("update %s: %w", p, err)
-			}
-			dest := p
-			if op.MoveTo != "" {
-				dest = filepath.Clean(op.MoveTo)
-			}
-			if dest == p {
-				f.content = content
-				continue
-			}
-			d, err := get(dest)
-			if err != nil {
-				return nil, err
-			}
-			if d.exists {
-				return nil, fmt.Errorf("move %s to %s (patch line %d): %w: %s already exists", p, dest, op.At, fs.ErrExist, dest)
-			}
-			d.exists, d.content, d.from = true, content, f.from
-			f.exists, f.content, f.from = false, nil, ""
-		default:
-			return nil, fmt.Errorf("op at patch line %d: unknown kind %v", op.At, op.Kind)
-		}
 	}
+	if err := v.conflicts(); err != nil {
+		return nil, err
+	}
+	return v.changes(), nil
+}
 
-	// A file cannot also be a directory of another: writing would fail
-	// halfway. Paths are clean, so a parent is a prefix ending before a
-	// separator; only prefixes as long as some path left a file can be one.
+// view is plan's view of the files while it applies the ops in order.
+type view struct {
+	read  func(path string) ([]byte, error)
+	files map[string]*file
+	order []string // the paths in the order the patch first names them
+	w     *work
+}
+
+// get returns path p's file, reading it the first time p is named.
+func (v *view) get(p string) (*file, error) {
+	if f, ok := v.files[p]; ok {
+		return f, nil
+	}
+	b, err := v.read(p)
+	f := &file{}
+	switch {
+	case err == nil:
+		f.exists, f.orig, f.content, f.from = true, true, b, p
+	case errors.Is(err, fs.ErrNotExist):
+	default:
+		return nil, fmt.Errorf("read %s: %w", p, err)
+	}
+	v.files[p] = f
+	v.order = append(v.order, p)
+	return f, nil
+}
+
+// apply applies one op to the view.
+func (v *view) apply(op Op) error {
+	if op.Path == "" {
+		return fmt.Errorf("%s at patch line %d: empty path", op.Kind, op.At)
+	}
+	p := filepath.Clean(op.Path)
+	f, err := v.get(p)
+	if err != nil {
+		return err
+	}
+	switch op.Kind {
+	case Add:
+		if f.exists {
+			return fmt.Errorf("add %s (patch line %d): %w: the file already exists; update it, or delete it first", p, op.At, fs.ErrExist)
+		}
+		f.exists, f.content, f.from = true, []byte(op.Content), ""
+	case Delete:
+		if !f.exists {
+			return fmt.Errorf("delete %s (patch line %d): %w", p, op.At, fs.ErrNotExist)
+		}
+		f.exists, f.content, f.from = false, nil, ""
+	case Update:
+		return v.update(p, f, op)
+	default:
+		return fmt.Errorf("op at patch line %d: unknown kind %v", op.At, op.Kind)
+	}
+	return nil
+}
+
+// update applies an update op to f, the file at p, and its move if it has
+// one.
+func (v *view) update(p string, f *file, op Op) error {
+	if !f.exists {
+		return fmt.Errorf("update %s (patch line %d): %w", p, op.At, fs.ErrNotExist)
+	}
+	content, err := applyHunks(f.content, op.Hunks, v.w)
+	if err != nil {
+		return fmt.Errorf("update %s: %w", p, err)
+	}
+	dest := p
+	if op.MoveTo != "" {
+		dest = filepath.Clean(op.MoveTo)
+	}
+	if dest == p {
+		f.content = content
+		return nil
+	}
+	d, err := v.get(dest)
+	if err != nil {
+		return err
+	}
+	if d.exists {
+		return fmt.Errorf("move %s to %s (patch line %d): %w: %s already exists", p, dest, op.At, fs.ErrExist, dest)
+	}
+	d.exists, d.content, d.from = true, content, f.from
+	f.exists, f.content, f.from = false, nil, ""
+	return nil
+}
+
+// conflicts fails when a file is also a directory of another: writing would
+// fail halfway. Paths are clean, so a parent is a prefix ending before a
+// separator; only prefixes as long as some path left a file can be one.
+func (v *view) conflicts() error {
 	lengths := map[int]bool{}
-	for _, p := range order {
-		if files[p].exists {
+	for _, p := range v.order {
+		if v.files[p].exists {
 			lengths[len(p)] = true
 		}
 	}
-	for _, p := range order {
-		if !files[p].exists {
+	for _, p := range v.order {
+		if !v.files[p].exists {
 			continue
 		}
-		if !w.spend(1 + len(p)>>6) {
-			return nil, errTooComplex
+		if !v.w.spend(1 + len(p)>>6) {
+			return errTooComplex
 		}
 		for i := len(p) - 1; i > 0; i-- {
 			if !os.IsPathSeparator(p[i]) || !lengths[i] {
 				continue
 			}
-			if !w.spend(1 + i>>6) {
-				return nil, errTooComplex
+			if !v.w.spend(1 + i>>6) {
+				return errTooComplex
 			}
-			if f, ok := files[p[:i]]; ok && f.exists {
-				return nil, fmt.Errorf("%w: the patch leaves %s a file and writes %s beneath it", ErrConflict, p[:i], p)
+			if f, ok := v.files[p[:i]]; ok && f.exists {
+				return fmt.Errorf("%w: the patch leaves %s a file and writes %s beneath it", ErrConflict, p[:i], p)
 			}
 		}
 	}
+	return nil
+}
 
-	// A moved file's old path is removed by its move (Change.From) when
-	// nothing else ends up there.
+// changes are the view's outcome, one per path in order. A moved file's old
+// path is removed by its move (Change.From) when nothing else ends up there.
+func (v *view) changes() []Change {
 	claimed := map[string]bool{}
-	for _, p := range order {
-		f := files[p]
-		if o := files[f.from]; f.exists && f.from != "" && f.from != p && o != nil && o.orig && !o.exists && !claimed[f.from] {
+	for _, p := range v.order {
+		f := v.files[p]
+		if o := v.files[f.from]; f.exists && f.from != "" && f.from != p && o != nil && o.orig && !o.exists && !claimed[f.from] {
 			claimed[f.from] = true
 		} else {
 			f.from = ""
 		}
 	}
-	changes := make([]Change, 0, len(order))
-	for _, p := range order {
-		f := files[p]
+	changes := make([]Change, 0, len(v.order))
+	for _, p := range v.order {
+		f := v.files[p]
 		switch {
 		case f.exists:
 			c := f.content
@@ -236,7 +268,7 @@ func plan(ops []Op, read func(path string) ([]byte, error), budget int) ([]Chang
 			changes = append(changes, Change{Path: p, Delete: true})
 		}
 	}
-	return changes, nil
+	return changes
 }
 
 // srcLines are a file's lines being updated: each line's text, and its
@@ -282,71 +314,93 @@ func applyHunks(content []byte, hunks []Hunk, w *work) ([]byte, error) {
 		eol = src.end[0]
 	}
 	m := &matcher{text: src.text, size: len(content), work: w}
-	nsrc := len(src.text)
 	var reps []replacement
 	at := 0
 	for _, h := range hunks {
-		for _, a := range h.Anchors {
-			i, ok := m.seek([]string{a}, at, false)
-			if m.over {
-				return nil, errTooComplex
-			}
-			if !ok {
-				return nil, fmt.Errorf("%w: hunk at patch line %d: the line '@@ %s' was not found%s", ErrNoMatch, h.At, a, afterLine(at))
-			}
-			at = i + 1
+		r, next, err := locate(m, h, at)
+		if err != nil {
+			return nil, err
 		}
-		lines := h.Lines
-		old := Hunk{Lines: lines}.Old()
-		if len(old) == 0 {
-			pos := at
-			if len(h.Anchors) == 0 {
-				pos = nsrc
-				// Codex: before a final empty line, when the file has one.
-				if pos > 0 && src.text[pos-1] == "" {
-					pos--
-				}
-			}
-			reps = append(reps, replacement{start: pos, lines: lines})
-			continue
-		}
-		start, ok := m.seek(old, at, h.EOF)
-		if !ok {
-			// Codex: a trailing empty line stands for the file's final
-			// newline; try without the trailing empty lines.
-			trimmed := lines
-			for len(trimmed) > 0 {
-				l := trimmed[len(trimmed)-1]
-				if l.Text != "" || l.Kind == Added {
-					break
-				}
-				trimmed = trimmed[:len(trimmed)-1]
-			}
-			if o := (Hunk{Lines: trimmed}).Old(); len(trimmed) < len(lines) && len(o) > 0 {
-				if start, ok = m.seek(o, at, h.EOF); ok {
-					lines, old = trimmed, o
-				}
-			}
-		}
-		if m.over {
-			return nil, errTooComplex
-		}
-		if !ok {
-			where := afterLine(at)
-			if h.EOF {
-				where = " at the end of the file"
-			}
-			return nil, fmt.Errorf("%w: hunk at patch line %d: these lines were not found%s:\n%s", ErrNoMatch, h.At, where, quoteLines(old))
-		}
-		reps = append(reps, replacement{start: start, n: len(old), lines: lines})
-		at = start + len(old)
+		reps = append(reps, r)
+		at = next
 	}
 	sort.SliceStable(reps, func(i, j int) bool { return reps[i].start < reps[j].start })
 
-	if !w.spend(nsrc + len(content)>>6) {
+	if !w.spend(len(src.text) + len(content)>>6) {
 		return nil, errTooComplex
 	}
-	out := make([]byte, 0, len(content)+64*len(hunks))
+	return render(src, reps, eol, len(content)+64*len(hunks))
+}
+
+// locate finds where hunk h applies in m's file, searching from line at: its
+// anchors one after the other, then its old lines. It returns the hunk's
+// replacement and the line the next hunk's search starts from.
+func locate(m *matcher, h Hunk, at int) (replacement, int, error) {
+	for _, a := range h.Anchors {
+		i, ok := m.seek([]string{a}, at, false)
+		if m.over {
+			return replacement{}, 0, errTooComplex
+		}
+		if !ok {
+			return replacement{}, 0, fmt.Errorf("%w: hunk at patch line %d: the line '@@ %s' was not found%s", ErrNoMatch, h.At, a, afterLine(at))
+		}
+		at = i + 1
+	}
+	lines := h.Lines
+	old := Hunk{Lines: lines}.Old()
+	if len(old) == 0 {
+		pos := at
+		if len(h.Anchors) == 0 {
+			pos = len(m.text)
+			// Codex: before a final empty line, when the file has one.
+			if pos > 0 && m.text[pos-1] == "" {
+				pos--
+			}
+		}
+		return replacement{start: pos, lines: lines}, at, nil
+	}
+	start, ok := m.seek(old, at, h.EOF)
+	if !ok {
+		// Codex: a trailing empty line stands for the file's final
+		// newline; try without the trailing empty lines.
+		trimmed := trimTrailingEmpty(lines)
+		if o := (Hunk{Lines: trimmed}).Old(); len(trimmed) < len(lines) && len(o) > 0 {
+			if start, ok = m.seek(o, at, h.EOF); ok {
+				lines, old = trimmed, o
+			}
+		}
+	}
+	if m.over {
+		return replacement{}, 0, errTooComplex
+	}
+	if !ok {
+		where := afterLine(at)
+		if h.EOF {
+			where = " at the end of the file"
+		}
+		return replacement{}, 0, fmt.Errorf("%w: hunk at patch line %d: these lines were not found%s:\n%s", ErrNoMatch, h.At, where, quoteLines(old))
+	}
+	return replacement{start: start, n: len(old), lines: lines}, start + len(old), nil
+}
+
+// trimTrailingEmpty returns lines without their trailing empty lines that
+// are not added ones.
+func trimTrailingEmpty(lines []Line) []Line {
+	for len(lines) > 0 {
+		l := lines[len(lines)-1]
+		if l.Text != "" || l.Kind == Added {
+			break
+		}
+		lines = lines[:len(lines)-1]
+	}
+	return lines
+}
+
+// render writes the updated file, of capacity size: src's lines outside the
+// replacements as they were, and each replacement's lines in place of the
+// lines it replaces. reps are sorted by start; new lines end with eol.
+func render(src srcLines, reps []replacement, eol string, size int) ([]byte, error) {
+	out := make([]byte, 0, size)
 	write := func(text, end string) {
 		if end == "" {
 			end = eol
@@ -377,7 +431,7 @@ func applyHunks(content []byte, hunks []Hunk, w *work) ([]byte, error) {
 			}
 		}
 	}
-	for ; pos < nsrc; pos++ {
+	for ; pos < len(src.text); pos++ {
 		write(src.text[pos], src.end[pos])
 	}
 	return out, nil
