@@ -15,16 +15,6 @@ import (
 // its func line to its closing brace.
 const maxFuncLines = 80
 
-// longFuncsBeingSplit are the functions over maxFuncLines that are being
-// split now. The list is to be emptied: an entry whose function is no
-// longer over the bound fails the test until it is removed.
-var longFuncsBeingSplit = map[string]bool{
-	"internal/mcp Handler.toolHandler": true,
-	"internal/run Service.bash":        true,
-	"internal/run Service.callWith":    true,
-	"internal/workspace Manager.Fork":  true,
-}
-
 // TestFuncLen fails for a hand-written function over maxFuncLines lines
 // (generated code and tests left out): the longest were split where their
 // own comments named the steps, and no new one grows past the bound.
@@ -32,21 +22,12 @@ var longFuncsBeingSplit = map[string]bool{
 func TestFuncLen(t *testing.T) {
 	t.Parallel()
 	funcs := longFuncs(t, "..", 60)
-	seen := map[string]bool{}
 	for _, f := range funcs {
 		t.Logf("%4d %s (%s)", f.lines, f.name, f.pos)
 		if f.lines <= maxFuncLines {
 			continue
 		}
-		seen[f.name] = true
-		if !longFuncsBeingSplit[f.name] {
-			t.Errorf("%s: %s is %d lines, over %d: split it where its comments name the steps", f.pos, f.name, f.lines, maxFuncLines)
-		}
-	}
-	for name := range longFuncsBeingSplit {
-		if !seen[name] {
-			t.Errorf("%s is no longer over %d lines (or no longer exists): remove it from longFuncsBeingSplit", name, maxFuncLines)
-		}
+		t.Errorf("%s: %s is %d lines, over %d: split it where its comments name the steps", f.pos, f.name, f.lines, maxFuncLines)
 	}
 	if len(funcs) < 5 {
 		t.Errorf("found %d functions over 60 lines; the scan has stopped finding functions", len(funcs))
