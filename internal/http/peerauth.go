@@ -68,6 +68,13 @@ func peerMAC(key []byte, method, uri, by, to string, unixMilli int64, nonce stri
 	for _, f := range []string{method, uri, by, to, strconv.FormatInt(unixMilli, 10), nonce, hex.EncodeToString(sum[:])} {
 		field(m, f)
 	}
+	signHeaders(m, h)
+	return m.Sum(nil)
+}
+
+// signHeaders writes the signed headers of h into m, each with its count of
+// values, so that no header's values can pass for another's.
+func signHeaders(m hash.Hash, h http.Header) {
 	for _, name := range peerSignedHeaders {
 		vs := h.Values(name)
 		field(m, name)
@@ -76,7 +83,6 @@ func peerMAC(key []byte, method, uri, by, to string, unixMilli int64, nonce stri
 			field(m, v)
 		}
 	}
-	return m.Sum(nil)
 }
 
 // newNonce returns 128 random bits, in hex.

@@ -41,14 +41,7 @@ func streamedMAC(key []byte, method, uri, by, to string, unixMilli int64, nonce 
 	for _, f := range []string{method, uri, by, to, strconv.FormatInt(unixMilli, 10), nonce} {
 		field(m, f)
 	}
-	for _, name := range peerSignedHeaders {
-		vs := h.Values(name)
-		field(m, name)
-		field(m, strconv.Itoa(len(vs)))
-		for _, v := range vs {
-			field(m, v)
-		}
-	}
+	signHeaders(m, h)
 	return m.Sum(nil)
 }
 

@@ -6,6 +6,7 @@ import { createReadStream, createWriteStream } from "node:fs";
 import { Readable, Writable } from "node:stream";
 import type { components } from "./schema.js";
 import { ProblemError, type Problem } from "./problem.js";
+import { sseFrames } from "./sse.js";
 
 type Schemas = components["schemas"];
 export type FileWritten = Schemas["FileWritten"];
@@ -146,45 +147,15 @@ export function createFiles(base: string, token: string): DshdFiles {
       },
       async *[Symbol.asyncIterator]() {
         const res = await open();
-        const reader = res.body!.getReader();
-        const decoder = new TextDecoder();
-        let buf = "";
-        let id: string | undefined;
-        let data: string[] = [];
         try {
-          for (;;) {
-            let chunk;
-            try {
-              chunk = await reader.read();
-            } catch {
-              return; // dropped, or closed by close(): resume from lastEventId
-            }
-            if (chunk.done) return;
-            buf += decoder.decode(chunk.value, { stream: true });
-            let nl;
-            while ((nl = buf.indexOf("\n")) >= 0) {
-              const line = buf.slice(0, nl).replace(/\r$/, "");
-              buf = buf.slice(nl + 1);
-              if (line === "") {
-                if (data.length === 0) continue;
-                const d = JSON.parse(data.join("\n")) as Omit<WatchEvent, "id">;
-                if (id !== undefined) stream.lastEventId = id;
-                const ev: WatchEvent = { id: id ?? "", ...d, path: d.path ?? "" };
-                id = undefined;
-                data = [];
-                if (ev.type === "deleted" && ev.path === ".") stream.done = true;
-                yield ev;
-                if (stream.done) return;
-                continue;
-              }
-              if (line.startsWith(":")) continue;
-              const colon = line.indexOf(":");
-              const key = colon < 0 ? line : line.slice(0, colon);
-              let value = colon < 0 ? "" : line.slice(colon + 1);
-              if (value.startsWith(" ")) value = value.slice(1);
-              if (key === "id") id = value;
-              else if (key === "data") data.push(value);
-            }
+          for await (const f of sseFrames(res.body!)) {
+            if (f.data.length === 0) continue;
+            const d = JSON.parse(f.data.join("\n")) as Omit<WatchEvent, "id">;
+            if (f.id !== undefined) stream.lastEventId = f.id;
+            const ev: WatchEvent = { id: f.id ?? "", ...d, path: d.path ?? "" };
+            if (ev.type === "deleted" && ev.path === ".") stream.done = true;
+            yield ev;
+            if (stream.done) return;
           }
         } finally {
           ctrl.abort();

@@ -10,6 +10,7 @@ import createClient, { type Client, type Middleware } from "openapi-fetch";
 import type { components, paths } from "./schema.js";
 import { must, ProblemError, type Problem } from "./problem.js";
 import { createFiles, type DshdFiles } from "./files.js";
+import { sseFrames } from "./sse.js";
 
 export type { components, paths };
 export { listTools, type ToolFormat, type ToolFormats } from "./tools.js";
@@ -135,46 +136,15 @@ export function createDshdClient(baseUrl: string, token: string): DshdClient {
           return;
         }
         if (!res.ok) throw new ProblemError((await res.json()) as Problem);
-        const reader = res.body!.getReader();
-        const decoder = new TextDecoder();
-        let buf = "";
-        let id: string | undefined, name: string | undefined;
-        let data: string[] = [];
         try {
-          for (;;) {
-            let chunk;
-            try {
-              chunk = await reader.read();
-            } catch {
-              return; // dropped, or closed by close(): resume from lastEventId
-            }
-            if (chunk.done) return;
-            buf += decoder.decode(chunk.value, { stream: true });
-            let nl;
-            while ((nl = buf.indexOf("\n")) >= 0) {
-              const line = buf.slice(0, nl).replace(/\r$/, "");
-              buf = buf.slice(nl + 1);
-              if (line === "") {
-                if (name === undefined && data.length === 0) continue;
-                const ev = toEvent(id, name, data.join("\n"));
-                if (id !== undefined) stream.lastEventId = id;
-                id = name = undefined;
-                data = [];
-                if (ev) {
-                  if (ev.event === "exit") stream.done = true;
-                  yield ev;
-                  if (stream.done) return;
-                }
-                continue;
-              }
-              if (line.startsWith(":")) continue;
-              const colon = line.indexOf(":");
-              const key = colon < 0 ? line : line.slice(0, colon);
-              let value = colon < 0 ? "" : line.slice(colon + 1);
-              if (value.startsWith(" ")) value = value.slice(1);
-              if (key === "id") id = value;
-              else if (key === "event") name = value;
-              else if (key === "data") data.push(value);
+          for await (const f of sseFrames(res.body!)) {
+            if (f.event === undefined && f.data.length === 0) continue;
+            const ev = toEvent(f.id, f.event, f.data.join("\n"));
+            if (f.id !== undefined) stream.lastEventId = f.id;
+            if (ev) {
+              if (ev.event === "exit") stream.done = true;
+              yield ev;
+              if (stream.done) return;
             }
           }
         } finally {
