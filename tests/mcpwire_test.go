@@ -89,7 +89,8 @@ func sseLines(resp *http.Response) <-chan string {
 	return lines
 }
 
-// firstJob waits for the session's agent to have a job, and returns it.
+// firstJob waits for the session's agent to have a job whose process is
+// spawned (or that has ended), and returns it.
 func (m *rawMCP) firstJob() job {
 	m.t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
@@ -98,11 +99,13 @@ func (m *rawMCP) firstJob() job {
 		if st := m.s.DoJSON(m.t, "GET", "/jobs?agentId="+m.agentID, nil, &jobs); st != 200 {
 			m.t.Fatalf("GET /jobs = %d", st)
 		}
-		if len(jobs) > 0 {
+		// A job is listed from its reservation, a moment before its
+		// process is spawned and has a pid.
+		if len(jobs) > 0 && (jobs[0].PID != 0 || jobs[0].State != "running") {
 			return jobs[0]
 		}
 		if time.Now().After(deadline) {
-			m.t.Fatal("the call started no job within 30s")
+			m.t.Fatalf("the call started no process within 30s (jobs %+v)", jobs)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
