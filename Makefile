@@ -2,7 +2,7 @@
 # prints the performance figures beside their baselines (docs/performance.md).
 GO ?= go
 
-.PHONY: test check generate generate-check vet fmt-check unit unit-e2e unit-pkgs bench fuzz run deps deps-go deps-debian deps-node lint-contract python-install-check vendor-check systemd-check mutate mutants funclen
+.PHONY: test check generate generate-check vet fmt-check unit unit-e2e unit-pkgs bench bench-models fuzz run deps deps-go deps-debian deps-node lint-contract python-install-check vendor-check systemd-check mutate mutants funclen
 
 # The checks run in two stages: first the packages and the generated code
 # (the later checks compile what generate-check may rewrite), then every
@@ -87,16 +87,10 @@ unit-pkgs:
 
 # In-process figures, then the real binary over loopback HTTP: latency and
 # throughput over many requests, the heavy loads once each.
-bench:
-	$(GO) test -run '^$$' -bench . -benchmem -count=1 -timeout 30m ./internal/shellenv ./internal/exec ./internal/agents ./internal/sandbox
-	$(GO) test -run '^$$' -bench SpawnFreshGroup -benchtime 400x -count=1 -timeout 30m ./internal/cgroup
-	$(GO) test -run '^$$' -bench 'ExecStages|ToolStages' -benchtime 1000x -count=1 -v -timeout 30m ./internal/http
-	$(GO) test -run '^$$' -bench 'ExecForeground|ExecConcurrent8|Declarations10000|MCPBash|ManyAgents' -benchtime 1000x -count=1 -timeout 30m ./tests
-	$(GO) test -run '^$$' -bench 'ExecSandbox' -benchtime 200x -count=1 -timeout 30m ./tests
-	$(GO) test -run '^$$' -bench 'ProxyConnect|ProxyThroughput' -count=1 -timeout 30m ./internal/netallow
+bench: bench-models
+	$(GO) test -run '^$$' -bench . -benchmem -count=1 -timeout 30m ./internal/shellenv ./internal/exec ./internal/agents
 	$(GO) test -run '^$$' -bench 'TerminalEcho' -benchtime 2000x -count=1 -timeout 30m ./tests
 	$(GO) test -run '^$$' -bench 'Stream256MiB' -benchtime 3x -count=1 -timeout 30m ./tests
-	$(GO) test -run '^$$' -bench 'OutputDelivery256MiB' -benchtime 3x -count=1 -timeout 30m ./tests
 	$(GO) test -run '^$$' -bench 'OutputSlowClient|OutputFollowers50' -benchtime 1x -count=1 -timeout 30m ./tests
 	$(GO) test -run '^$$' -bench 'BackgroundSleeps(1000|5000)' -benchtime 1x -count=1 -timeout 30m ./tests
 	$(GO) test -run '^$$' -bench 'CrashRecovery50' -benchtime 1x -count=1 -timeout 30m ./tests
@@ -113,6 +107,18 @@ bench:
 	$(GO) test -run '^$$' -bench 'ClusterCutHeal' -benchtime 1x -count=1 -timeout 30m ./tests
 	$(GO) test -run '^$$' -bench 'TranscriptAppend' -benchtime 300x -count=1 -timeout 30m ./internal/cluster
 	$(GO) test -run '^$$' -bench 'AgentStoreOpen500' -benchtime 5x -count=1 -timeout 30m ./internal/cluster
+
+# The figures of the paths a model's call takes (docs/performance.md, "Where
+# models and harnesses feel it"), each beside its baseline and floor: the
+# first part of `make bench`, and alone a run short enough to repeat.
+bench-models:
+	$(GO) test -run '^$$' -bench . -benchmem -count=1 -timeout 30m ./internal/sandbox
+	$(GO) test -run '^$$' -bench SpawnFreshGroup -benchtime 400x -count=1 -timeout 30m ./internal/cgroup
+	$(GO) test -run '^$$' -bench 'ExecStages|ToolStages' -benchtime 1000x -count=1 -v -timeout 30m ./internal/http
+	$(GO) test -run '^$$' -bench 'ExecForeground|ExecConcurrent8|Declarations10000|MCPBash|ManyAgents' -benchtime 1000x -count=1 -timeout 30m ./tests
+	$(GO) test -run '^$$' -bench 'ExecSandbox' -benchtime 200x -count=1 -timeout 30m ./tests
+	$(GO) test -run '^$$' -bench 'ProxyConnect|ProxyThroughput' -count=1 -timeout 30m ./internal/netallow
+	$(GO) test -run '^$$' -bench 'OutputDelivery256MiB' -benchtime 3x -count=1 -timeout 30m ./tests
 
 # The schema-driven contract fuzz test (TestContractFuzz, which `make test`
 # runs with seed 1 and 600 requests), longer and with a fresh seed; the seed
