@@ -67,6 +67,10 @@ var (
 	// ErrCrossDevice: a move between two file systems, or of a directory
 	// of a snapshot's lower layer (which overlayfs does not rename).
 	ErrCrossDevice = errors.New("the two paths are on different file systems")
+	// ErrWatchLimit: the host gives no more inotify instances (its
+	// fs.inotify.max_user_instances, or dshd's descriptors, are used up):
+	// a watch cannot start until others end.
+	ErrWatchLimit = errors.New("the host cannot start another watch")
 )
 
 // Scope is what one agent may see and change: its cwd (and view), its

@@ -114,6 +114,9 @@ func (s *Scope) Watch(p string, recursive bool, open Opener) (*Watch, error) {
 		return nil, fmt.Errorf("watch %s: %w", t.Path, ErrNotDir)
 	}
 	ifd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
+	if errors.Is(err, unix.EMFILE) || errors.Is(err, unix.ENFILE) || errors.Is(err, unix.ENOMEM) {
+		return nil, fmt.Errorf("watch %s: %w (%v: fs.inotify.max_user_instances, or dshd's open files)", t.Path, ErrWatchLimit, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("watch %s: %w", t.Path, err)
 	}

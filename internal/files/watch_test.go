@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -212,5 +214,53 @@ func TestWatches(t *testing.T) {
 	ws.Close()
 	if ws.Len() != 0 {
 		t.Error("Close kept watches")
+	}
+}
+
+// TestWatchLimit: a host out of inotify instances refuses a watch with
+// ErrWatchLimit (503 watch_limit), not a generic error. The limit is made
+// real without touching the host's: the test runs again in a user
+// namespace of its own, whose inotify instances the kernel counts and
+// bounds apart (/proc/sys/user/max_inotify_instances), and there a watch
+// starts (the baseline), the limit is set to what is in use, and the next
+// watch is refused.
+func TestWatchLimit(t *testing.T) {
+	if os.Getenv("DSH_TEST_WATCH_LIMIT") == "" {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestWatchLimit$", "-test.count=1", "-test.v")
+		cmd.Env = append(os.Environ(), "DSH_TEST_WATCH_LIMIT=1")
+		cmd.SysProcAttr = &syscall.SysProcAttr{
+			Cloneflags:  syscall.CLONE_NEWUSER,
+			UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Geteuid(), Size: 1}},
+			GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getegid(), Size: 1}},
+		}
+		out, err := cmd.CombinedOutput()
+		if err != nil && strings.Contains(err.Error(), "operation not permitted") {
+			t.Skipf("no user namespaces here: %v", err)
+		}
+		if i := strings.Index(string(out), "--- SKIP: TestWatchLimit"); err == nil && i >= 0 {
+			t.Skip(string(out[i:]))
+		}
+		if err != nil || !strings.Contains(string(out), "--- PASS: TestWatchLimit") {
+			t.Fatalf("in a user namespace of its own: %v\n%s", err, out)
+		}
+		return
+	}
+	s, ws, _ := scope(t)
+	open := func() (*Scope, func(), error) { return s, func() {}, nil }
+	w, err := s.Watch(ws, true, open)
+	if err != nil {
+		t.Fatalf("the baseline watch: %v", err)
+	}
+	defer w.Close()
+	if err := os.WriteFile("/proc/sys/user/max_inotify_instances", []byte("1"), 0); err != nil {
+		t.Skipf("this kernel bounds no user namespace's inotify instances: %v", err)
+	}
+	w2, err := s.Watch(ws, false, open)
+	if err == nil {
+		w2.Close()
+		t.Fatal("a watch started past the host's inotify instances")
+	}
+	if !errors.Is(err, ErrWatchLimit) {
+		t.Fatalf("Watch past the limit = %v, want ErrWatchLimit", err)
 	}
 }

@@ -101,6 +101,7 @@ var errorCodes = []struct {
 	{files.ErrNotRegular, http.StatusUnprocessableEntity, "not_a_regular_file", "Neither a regular file nor a directory"},
 	{files.ErrInvalidArchive, http.StatusUnprocessableEntity, "invalid_archive", "Invalid archive"},
 	{files.ErrCrossDevice, http.StatusConflict, "cross_device", "The two paths are on different file systems"},
+	{files.ErrWatchLimit, http.StatusServiceUnavailable, "watch_limit", "The host cannot start another watch now"},
 	{syscall.ENOSPC, http.StatusInsufficientStorage, "insufficient_storage", "Not enough disk space"},
 	{syscall.EDQUOT, http.StatusInsufficientStorage, "insufficient_storage", "Not enough disk space"},
 	{errBadRequest, http.StatusBadRequest, "bad_request", "Bad request"},

@@ -252,6 +252,7 @@ var routes = []route{
 	{"POST", "/agents/{id}/rewind", "/agents/agt_1/rewind", `{"callId":"call_1"}`, []error{agents.ErrNotFound, workspace.ErrNotFound, workspace.ErrCheckpointNotFound, workspace.ErrCheckpointCompacted, workspace.ErrDropped, workspace.ErrBusy, workspace.ErrInvalid, workspace.ErrUnavailable, enospc, status.ErrAgentStoreUnavailable}},
 	{"POST", "/agents/{id}/workspace/apply", "/agents/agt_1/workspace/apply", `{}`, []error{agents.ErrNotFound, workspace.ErrNotFound, workspace.ErrDropped, workspace.ErrBusy, &workspace.ConflictError{Paths: []string{"f"}}, workspace.ErrInvalid, workspace.ErrUnavailable, enospc, status.ErrAgentStoreUnavailable}},
 	{"GET", "/agents/{id}/files/{path}", "/agents/agt_1/files/src/main.go", "", fileReadErrs},
+	{"GET", "/agents/{id}/files/{path}", "/agents/agt_1/files/src?watch=true", "", []error{files.ErrWatchLimit}},
 	{"PUT", "/agents/{id}/files/{path}", "/agents/agt_1/files/src/main.go", "x", fileWriteErrs},
 	{"DELETE", "/agents/{id}/files/{path}", "/agents/agt_1/files/src", "", fileWriteErrs},
 	{"POST", "/agents/{id}/files/{path}", "/agents/agt_1/files/src?op=mkdir", "", append(slices.Clip(fileWriteErrs), files.ErrExists)},

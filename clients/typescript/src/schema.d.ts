@@ -4073,7 +4073,24 @@ export interface operations {
             };
             421: components["responses"]["R421"];
             422: components["responses"]["R422"];
-            503: components["responses"]["R503AgentStore"];
+            /** @description `watch_limit` (watch): the host gives no more inotify instances (its `fs.inotify.max_user_instances`, or dshd's open files, are used up); nothing was started, and a watch can start once others have ended. `cluster_unavailable`, `agent_store_busy` (cluster mode only): as for every agent route. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    /**
+                     * @example {
+                     *       "type": "about:blank",
+                     *       "title": "The host cannot start another watch now",
+                     *       "status": 503,
+                     *       "code": "watch_limit",
+                     *       "instance": "/agents/agt_01m8rk36x1nqbe98jk6bb615qc/files/src?watch=true"
+                     *     }
+                     */
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             default: components["responses"]["Problem"];
         };
     };
