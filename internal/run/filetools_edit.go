@@ -67,6 +67,10 @@ func applyPatch(sc *files.Scope, a tools.Args) (CallResult, any) {
 	if err != nil {
 		return CallResult{IsError: true, Text: "apply_patch: " + err.Error()}, nil
 	}
+	shown, err := absOps(sc, ops)
+	if err != nil {
+		return CallResult{IsError: true, Text: "apply_patch: nothing was changed: " + fileProblem(err).Text}, nil
+	}
 	existed := map[string]fs.FileMode{}
 	changes, err := edits.Plan(ops, func(p string) ([]byte, error) {
 		data, mode, _, err := readWhole(sc, p)
@@ -102,9 +106,41 @@ func applyPatch(sc *files.Scope, a tools.Args) (CallResult, any) {
 			}
 			return CallResult{IsError: true, Text: "apply_patch: " + text}, nil
 		}
-		fmt.Fprintf(&b, "\n%s %s", mark, c.Path)
+		fmt.Fprintf(&b, "\n%s %s", mark, shown[c.Path])
 	}
 	return CallResult{Text: b.String()}, b.String()
+}
+
+// absOps makes each op's paths absolute and clean (a relative one below
+// the agent's cwd), so that a file the patch names two ways ("a", "./a",
+// "/cwd/a") is one file to the plan, each op seeing what those before it
+// made. shown maps each absolute path to the first name the patch gave
+// it, for the result. An empty path is left for the plan to refuse.
+func absOps(sc *files.Scope, ops []edits.Op) (shown map[string]string, err error) {
+	shown = map[string]string{}
+	abs := func(p *string) error {
+		if *p == "" {
+			return nil
+		}
+		a, err := sc.Abs(*p)
+		if err != nil {
+			return err
+		}
+		if _, ok := shown[a]; !ok {
+			shown[a] = *p
+		}
+		*p = a
+		return nil
+	}
+	for i := range ops {
+		if err := abs(&ops[i].Path); err != nil {
+			return nil, err
+		}
+		if err := abs(&ops[i].MoveTo); err != nil {
+			return nil, err
+		}
+	}
+	return shown, nil
 }
 
 // applyChange writes or removes one planned change and returns its mark.

@@ -264,6 +264,17 @@ func TestApplyPatch(t *testing.T) {
 	if got := read("x.txt"); !strings.HasPrefix(got, "<") {
 		t.Errorf("x.txt written by a failed patch: %q", got)
 	}
+	// One file named two ways (relative, absolute, with ./) is one file:
+	// each op sees what the ops before it made of it.
+	write("two.txt", "one\n", 0o644)
+	res = w.call(t, a.ID, tools.ToolApplyPatch, map[string]any{"input": "*** Begin Patch\n*** Update File: two.txt\n@@\n-one\n+two\n" +
+		"*** Update File: " + filepath.Join(a.Cwd, "two.txt") + "\n@@\n-two\n+three\n*** Update File: ./two.txt\n@@\n-three\n+four\n*** End Patch"})
+	if want := "Success. Updated the following files:\nM two.txt"; res.IsError || res.Text != want {
+		t.Errorf("one file named three ways = %+v, want %q", res, want)
+	}
+	if got := read("two.txt"); got != "four\n" {
+		t.Errorf("one file named three ways = %q, want every op's change", got)
+	}
 	// Not a patch at all.
 	res = w.call(t, a.ID, tools.ToolApplyPatch, map[string]any{"input": "diff --git a b"})
 	if !res.IsError || !strings.Contains(res.Text, "invalid patch") {
