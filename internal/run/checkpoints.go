@@ -105,14 +105,14 @@ func (s *Service) Rewind(ctx context.Context, agent, callID string, after, undo 
 	if s.ws == nil {
 		return 0, fmt.Errorf("%w: agent %s: workspaces are not configured", workspace.ErrNotFound, agent)
 	}
-	depth := 0
+	var at workspace.Mark
 	if !undo {
 		var err error
-		if depth, err = s.depthAt(ctx, agent, callID, after); err != nil {
+		if at, err = s.depthAt(ctx, agent, callID, after); err != nil {
 			return 0, err
 		}
 	}
-	if err := s.ws.Rewind(agent, depth, undo); err != nil {
+	if err := s.ws.Rewind(agent, at, undo); err != nil {
 		return 0, err
 	}
 	ev := rewindEvent{CallID: callID, Undo: undo}
@@ -135,27 +135,27 @@ type rewindEvent struct {
 	Undo   bool   `json:"undo"`
 }
 
-// depthAt is the depth of agent's view before or after callID: from its
+// depthAt is the point of agent's stack before or after callID: from its
 // checkpoint, else (a call that changed nothing) from the transcript.
-func (s *Service) depthAt(ctx context.Context, agent, callID string, after bool) (int, error) {
+func (s *Service) depthAt(ctx context.Context, agent, callID string, after bool) (workspace.Mark, error) {
 	d, err := s.ws.DepthAt(agent, callID, after)
 	if !errors.Is(err, workspace.ErrCheckpointNotFound) {
 		return d, err
 	}
 	_, resultSeq, ok, terr := s.callSeqs(ctx, agent, callID)
 	if terr != nil {
-		return 0, terr
+		return workspace.Mark{}, terr
 	}
 	if !ok || resultSeq == 0 {
-		return 0, err
+		return workspace.Mark{}, err
 	}
 	list, lerr := s.ws.Checkpoints(agent)
 	if lerr != nil {
-		return 0, lerr
+		return workspace.Mark{}, lerr
 	}
 	for _, p := range list.Pending {
 		if p == callID {
-			return 0, fmt.Errorf("%w: call %s's changes are not in a checkpoint yet (it ended while another job of the view ran)", workspace.ErrCheckpointNotFound, callID)
+			return workspace.Mark{}, fmt.Errorf("%w: call %s's changes are not in a checkpoint yet (it ended while another job of the view ran)", workspace.ErrCheckpointNotFound, callID)
 		}
 	}
 	return s.ws.DepthBeforeSeq(agent, resultSeq)
@@ -212,7 +212,7 @@ func (s *Service) childFrom(ctx context.Context, id, callID string, b agents.Bou
 	if s.ws == nil {
 		return Session{}, &workspace.UnavailableError{Reason: "workspaces are not configured"}
 	}
-	depth, err := s.depthAt(ctx, id, callID, true)
+	at, err := s.depthAt(ctx, id, callID, true)
 	if err != nil {
 		return Session{}, err
 	}
@@ -231,7 +231,7 @@ func (s *Service) childFrom(ctx context.Context, id, callID string, b agents.Bou
 		return s.agents.Fork(ctx, id, boundary, b)
 	}
 	return s.startSession(ctx, SourceStartup, func() (agents.Agent, error) {
-		return s.makeChild(b, make, func(a agents.Agent) error { return s.ws.ForkAt(id, a.ID, depth) })
+		return s.makeChild(b, make, func(a agents.Agent) error { return s.ws.ForkAt(id, a.ID, at) })
 	})
 }
 
@@ -247,7 +247,7 @@ func (s *Service) CheckpointDiff(ctx context.Context, agent, from, to string, di
 	if s.ws == nil {
 		return nil, fmt.Errorf("%w: agent %s: workspaces are not configured", workspace.ErrNotFound, agent)
 	}
-	df, dt := workspace.FloorDepth, workspace.TopDepth
+	df, dt := workspace.Floor, workspace.Top
 	var err error
 	if from != "" {
 		if df, err = s.depthAt(ctx, agent, from, true); err != nil {
