@@ -74,23 +74,40 @@ func (s *Service) Checkpoints(ctx context.Context, agent string, diff bool) ([]C
 	if s.ws == nil {
 		return nil, workspace.CheckpointList{}, fmt.Errorf("%w: agent %s: workspaces are not configured", workspace.ErrNotFound, agent)
 	}
-	list, err := s.ws.Checkpoints(agent)
-	if err != nil {
-		return nil, list, err
+	// The changes are read checkpoint by checkpoint, the view not held
+	// between them: a compaction or a rewind recorded meanwhile changes the
+	// checkpoints, and the list is read again (each checkpoint listed is
+	// the one whose changes are given).
+	for range 3 {
+		out, list, again, err := s.checkpointsOnce(agent, diff)
+		if !again {
+			return out, list, err
+		}
 	}
-	out := make([]CheckpointInfo, 0, len(list.Checkpoints))
+	return nil, workspace.CheckpointList{}, fmt.Errorf("%w: agent %s's checkpoints changed while they were listed (compactions, rewinds); list them again", workspace.ErrBusy, agent)
+}
+
+func (s *Service) checkpointsOnce(agent string, diff bool) (out []CheckpointInfo, list workspace.CheckpointList, again bool, err error) {
+	list, err = s.ws.Checkpoints(agent)
+	if err != nil {
+		return nil, list, false, err
+	}
+	out = make([]CheckpointInfo, 0, len(list.Checkpoints))
 	for _, c := range list.Checkpoints {
 		info := CheckpointInfo{Checkpoint: c}
 		if len(c.CallIDs) > 0 {
-			_, cs, err := s.ws.CheckpointChanges(agent, c.CallIDs[len(c.CallIDs)-1], diff)
+			got, cs, err := s.ws.CheckpointChanges(agent, c.CallIDs[len(c.CallIDs)-1], diff)
+			if errors.Is(err, workspace.ErrCheckpointNotFound) || err == nil && (got.Layer != c.Layer || got.Depth != c.Depth) {
+				return nil, list, true, nil
+			}
 			if err != nil {
-				return nil, list, err
+				return nil, list, false, err
 			}
 			info.Changes = cs
 		}
 		out = append(out, info)
 	}
-	return out, list, nil
+	return out, list, false, nil
 }
 
 // Rewind sets agent's view back to before (after false) or after the call
