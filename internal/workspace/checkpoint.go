@@ -436,13 +436,8 @@ func (m *Manager) Rewind(agent string, at Mark, undo bool) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	a = m.agents[agent]
-	var depth int
-	if undo {
-		if a.Aside == nil {
-			return fmt.Errorf("%w: agent %s has no rewind to undo", ErrCheckpointNotFound, agent)
-		}
-		depth = a.Aside.Depth
-	} else if depth, err = at.depthIn(agent, a); err != nil {
+	depth, err := rewindDepth(agent, a, at, undo)
+	if err != nil {
 		return err
 	}
 	if first := firstDepth(a); depth < first || depth > len(a.Layers) {
@@ -502,6 +497,18 @@ func (m *Manager) Rewind(agent string, at Mark, undo bool) error {
 	// The empty upper, and what an earlier aside held, go.
 	unused = m.unusedLocked()
 	return nil
+}
+
+// rewindDepth is the depth a rewind of agent (state a) to at sets its
+// stack back to; for an undo, where the last rewind went.
+func rewindDepth(agent string, a *agentState, at Mark, undo bool) (int, error) {
+	if !undo {
+		return at.depthIn(agent, a)
+	}
+	if a.Aside == nil {
+		return 0, fmt.Errorf("%w: agent %s has no rewind to undo", ErrCheckpointNotFound, agent)
+	}
+	return a.Aside.Depth, nil
 }
 
 // firstDepth is the depth of a's stack below its first checkpoint: a
