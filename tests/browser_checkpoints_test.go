@@ -151,6 +151,7 @@ func TestBrowserWorkspaceCheckpoints(t *testing.T) {
 	}
 	b.noSidewaysPage("the checkpoints at 1280 px")
 	b.checkView("checkpoints")
+	compareCheckpoints(t, b, srv, a.ID)
 
 	// Asking to rewind, then keeping the view: nothing is sent.
 	rewinds := `String(performance.getEntriesByType('resource').filter((e) => e.name.endsWith('/rewind')).length)`
@@ -172,6 +173,12 @@ func TestBrowserWorkspaceCheckpoints(t *testing.T) {
 	b.waitText(testID("checkpoints-status"), "Rewound the view to before call call_edit: 1 checkpoint left.")
 	b.waitText(testID("checkpoints-hint"), "1 checkpoint,")
 	checkTimeline(1)
+	// The comparison named call_move, set aside now: it goes, and the
+	// pickers offer what is left.
+	b.do("the comparison goes", chromedp.WaitNotVisible(chromedp.CSS(testID("checkpoints-compare-changes"))))
+	if got := b.eval(`[...document.getElementById('checkpoints-to').options].map((o) => o.value).join(' ')`); got != "call_add" {
+		t.Errorf("after the rewind To offers %q, want call_add", got)
+	}
 	b.do("Undo is offered", chromedp.WaitVisible(chromedp.CSS(testID("checkpoints-undo"))))
 	b.waitText(testID("checkpoints-undo"), "Undo the last rewind")
 	if got := b.eval(`document.activeElement?.dataset.testid ?? ''`); got != "checkpoints-undo" {
@@ -280,4 +287,100 @@ func TestBrowserWorkspaceCheckpoints(t *testing.T) {
 	b.noSidewaysPage("the checkpoints at 390 px")
 	b.checkView("checkpoints-narrow")
 	b.checkConsole()
+}
+
+// compareCheckpoints (TestBrowserWorkspaceCheckpoints, with its three
+// checkpoints call_add, call_edit and call_move listed): the pickers offer
+// the view before the first checkpoint and after each (To after each, the
+// last picked at first); a comparison lists the paths the diff route lists
+// for the pair, either way round, and the view before the first checkpoint
+// is asked for by leaving from out; a file's diff comes on request, once
+// for the pair, as text (markup in the file stays text).
+func compareCheckpoints(t *testing.T, b *browser, srv *testServer, agent string) {
+	t.Helper()
+	options := func(id string) string {
+		return b.eval(`[...document.getElementById('` + id + `').options].map((o) => o.value + '=' + o.textContent).join(' | ')`)
+	}
+	after := "call_add=After checkpoint 1 (call call_add) | call_edit=After checkpoint 2 (call call_edit) | call_move=After checkpoint 3 (call call_move)"
+	if got, want := options("checkpoints-from"), "=Before checkpoint 1 | "+after; got != want {
+		t.Errorf("From offers %q, want %q", got, want)
+	}
+	if got := options("checkpoints-to"); got != after {
+		t.Errorf("To offers %q, want %q", got, after)
+	}
+	if got := b.eval(`document.getElementById('checkpoints-to').value`); got != "call_move" {
+		t.Errorf("To starts at %q, want the last checkpoint", got)
+	}
+	requests := func(diff bool) string {
+		return b.eval(fmt.Sprintf(`String(performance.getEntriesByType('resource').filter((e) => e.name.includes('/checkpoints/diff?') && e.name.includes('diff=true') === %t).length)`, diff))
+	}
+	listed := func() []string {
+		var got []string
+		mustUnmarshal(t, b.eval(`JSON.stringify([...document.querySelectorAll('#checkpoints-compare-changes > li')].map((c) => c.dataset.changeKind + ' ' + c.dataset.changePath))`), &got)
+		return got
+	}
+	route := func(query string) []string {
+		var out struct {
+			Changes []wsChange `json:"changes"`
+		}
+		if st := srv.DoJSON(t, "GET", "/agents/"+agent+"/checkpoints/diff?"+query, nil, &out); st != 200 {
+			t.Fatalf("GET checkpoints/diff?%s = %d", query, st)
+		}
+		return changeList(out.Changes)
+	}
+	pairs := []struct {
+		from, to, query, status string
+		want                    []string
+	}{
+		{"call_add", "call_move", "from=call_add&to=call_move", "4 paths differ from the view after checkpoint 1 (call call_add) to the view after checkpoint 3 (call call_move):",
+			[]string{"deleted keep.txt", "added kept.txt", "modified notes.md", "deleted old.txt"}},
+		{"call_move", "call_add", "from=call_move&to=call_add", "4 paths differ from the view after checkpoint 3 (call call_move) to the view after checkpoint 1 (call call_add):",
+			[]string{"added keep.txt", "deleted kept.txt", "modified notes.md", "added old.txt"}},
+		{"", "call_add", "to=call_add", "1 path differs from the view before checkpoint 1 to the view after checkpoint 1 (call call_add):",
+			[]string{"added added.txt"}},
+		{"call_edit", "call_edit", "from=call_edit&to=call_edit", "Nothing differs from the view after checkpoint 2 (call call_edit) to the view after checkpoint 2 (call call_edit).", nil},
+	}
+	for i, p := range pairs {
+		b.setSelect("checkpoints-from", p.from)
+		b.setSelect("checkpoints-to", p.to)
+		b.do("compare "+p.query, chromedp.Click(chromedp.CSS(testID("checkpoints-compare-button"))))
+		b.waitText(testID("checkpoints-compare-status"), p.status)
+		api := route(p.query)
+		if got := listed(); !slices.Equal(got, api) || !slices.Equal(api, p.want) {
+			t.Errorf("compared %s: the page lists %v, the route %v, want %v", p.query, got, api, p.want)
+		}
+		if got := b.eval(`String(performance.getEntriesByType('resource').filter((e) => e.name.endsWith('/checkpoints/diff?` + p.query + `')).length)`); got != "1" {
+			t.Errorf("%s requests for %s, want 1", got, p.query)
+		}
+		if got := requests(false); got != fmt.Sprint(i+1) {
+			t.Errorf("%s comparisons sent after %d asked for", got, i+1)
+		}
+		if i == 1 {
+			// Back from call_move to call_add: notes.md's diff, on request.
+			if got := requests(true); got != "0" {
+				t.Errorf("%s diffs fetched before any was asked for", got)
+			}
+			b.do("ask for notes.md's diff between the two", chromedp.Click(chromedp.CSS(testID("checkpoints-compare-diff-button-notes.md"))))
+			diff := testID("checkpoints-compare-diff-notes.md")
+			b.waitText(diff, "-<i>TWO</i>")
+			b.waitText(diff, "+<b>two</b>")
+			if got := b.eval(`String(document.querySelectorAll('#checkpoints-compare b, #checkpoints-compare i').length)`); got != "0" {
+				t.Errorf("the compared diff's markup became %s elements", got)
+			}
+			b.do("hide it", chromedp.Click(chromedp.CSS(testID("checkpoints-compare-diff-button-notes.md"))))
+			b.do("the diff goes", chromedp.WaitNotPresent(chromedp.CSS(diff)))
+			b.do("show it again", chromedp.Click(chromedp.CSS(testID("checkpoints-compare-diff-button-notes.md"))))
+			b.waitText(diff, "+<b>two</b>")
+			if got := requests(true); got != "1" {
+				t.Errorf("%s diffs fetched for the pair, want 1", got)
+			}
+			b.checkView("checkpoints-compare")
+		}
+	}
+	// The comparison left drawn for the rewind that follows: from
+	// call_move to call_add.
+	b.setSelect("checkpoints-from", "call_move")
+	b.setSelect("checkpoints-to", "call_add")
+	b.do("compare again", chromedp.Click(chromedp.CSS(testID("checkpoints-compare-button"))))
+	b.waitText(testID("checkpoints-compare-status"), "4 paths differ")
 }

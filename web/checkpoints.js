@@ -6,7 +6,10 @@
 // after a confirmation in place, and the last rewind can be undone. The
 // list is fetched again when the agent's workspace or transcript changes;
 // the entries that did not change stay as they are drawn, so an open diff
-// and the focus stay put.
+// and the focus stay put. Under the timeline, two pickers compare the view
+// at one point with the view at another (GET
+// /agents/{id}/checkpoints/diff?from=&to=): the paths that differ, and a
+// text file's diff on request (&diff=true, fetched once for the pair).
 
 import { APIError, isQuiet, path, request, requestJSON } from './api.js';
 import { badge, diffLines, formatBytes, h, setMessage, setText, timeElement } from './dom.js';
@@ -27,6 +30,11 @@ export function createCheckpointsPanel({ onMarks = () => {}, onRewound = () => {
   const timeline = $('checkpoints-timeline');
   const pending = $('checkpoints-pending');
   const undo = $('checkpoints-undo');
+  const compare = $('checkpoints-compare');
+  const fromPicker = $('checkpoints-from');
+  const toPicker = $('checkpoints-to');
+  const compareStatus = $('checkpoints-compare-status');
+  const compareList = $('checkpoints-compare-changes');
 
   let current = null; // {id, key: its workspace as JSON, own: has a view of its own, text: the last answer}
   let entries = []; // the drawn entries, oldest first: {json, li}
@@ -35,8 +43,15 @@ export function createCheckpointsPanel({ onMarks = () => {}, onRewound = () => {
   let busy = false; // a rewind or an undo is on its way
   let lastRewind = null; // the data of the agent's last workspace/rewind event
   let focusUndo = false; // a rewind was made: the next drawing focuses Undo
+  let points = new Map(); // a picker's value → what it names ('': before the first checkpoint)
+  let compared = null; // the comparison drawn: {id, from, to, diffs: path → change with its diff, or null}
+  let compareController = null;
 
   undo.addEventListener('click', () => rewind({ undo: true }));
+  $('checkpoints-compare-form').addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    runCompare();
+  });
 
   function abort() {
     controller?.abort();
@@ -53,7 +68,19 @@ export function createCheckpointsPanel({ onMarks = () => {}, onRewound = () => {
     undo.hidden = true;
     setMessage(status, '');
     setMessage(error, '');
+    clearCompared();
+    compare.hidden = true;
+    points = new Map();
     onMarks(new Map());
+  }
+
+  function clearCompared() {
+    compareController?.abort();
+    compareController = null;
+    compared = null;
+    compareList.replaceChildren();
+    compareList.hidden = true;
+    setMessage(compareStatus, '');
   }
 
   // Draws the section for agent id (its GET /agents entry, absent until the
@@ -161,6 +188,7 @@ export function createCheckpointsPanel({ onMarks = () => {}, onRewound = () => {
       heading.focus();
     }
 
+    drawPickers(cps);
     const marks = new Map();
     cps.forEach((cp, i) => {
       for (const c of Array.isArray(cp.callIds) ? cp.callIds : []) marks.set(c, i + 1);
@@ -194,21 +222,7 @@ export function createCheckpointsPanel({ onMarks = () => {}, onRewound = () => {
   }
 
   function changeItem(cp, ch, diffId) {
-    let button = null;
-    if (ch.type === 'file') {
-      button = h('button', {
-        type: 'button', class: 'link', 'aria-expanded': 'false', 'aria-controls': diffId,
-        'data-testid': `checkpoint-diff-button-${cp.callId}-${ch.path}`,
-        onclick: () => toggleDiff(cp, ch, button, diffId),
-      }, 'Show diff');
-      button.append(h('span', { class: 'visually-hidden' }, ` of ${ch.path}`));
-    }
-    return h('li', { 'data-change-path': ch.path, 'data-change-kind': ch.kind },
-      h('span', { class: 'change-line' },
-        badge(ch.kind, `change-${ch.kind}`), ' ',
-        h('span', { class: 'path' }, ch.path), ' ',
-        h('span', { class: 'muted', title: `${ch.size ?? 0} bytes` }, `${ch.type}, ${formatBytes(ch.size ?? 0)}`),
-        button ? [' ', button] : null));
+    return changeLine(ch, diffId, `checkpoint-diff-button-${cp.callId}-${ch.path}`, (button) => toggleDiff(cp, ch, button, diffId));
   }
 
   async function toggleDiff(cp, ch, button, diffId) {
@@ -330,7 +344,129 @@ export function createCheckpointsPanel({ onMarks = () => {}, onRewound = () => {
     }
   }
 
+  // The two pickers of the comparison: From offers the view before the
+  // first checkpoint and the view after each, To the view after each (the
+  // route's edges: a call names the view after it). A choice still listed
+  // is kept; To starts at the last checkpoint. A comparison whose points are
+  // no longer listed (a rewind set them aside) goes.
+  function drawPickers(cps) {
+    const was = { from: fromPicker.value, to: toPicker.value, fresh: points.size === 0 };
+    points = new Map([['', 'before checkpoint 1']]);
+    cps.forEach((cp, i) => {
+      if (cp.callId) points.set(cp.callId, `after checkpoint ${i + 1} (call ${cp.callId})`);
+    });
+    const option = (value, text) => h('option', { value }, text[0].toUpperCase() + text.slice(1));
+    const after = [...points].filter(([v]) => v !== '');
+    fromPicker.replaceChildren(...[...points].map(([v, text]) => option(v, text)));
+    toPicker.replaceChildren(...after.map(([v, text]) => option(v, text)));
+    fromPicker.value = points.has(was.from) ? was.from : '';
+    const last = after.at(-1)?.[0] ?? '';
+    toPicker.value = !was.fresh && points.has(was.to) && was.to !== '' ? was.to : last;
+    compare.hidden = after.length === 0;
+    if (compared && !(points.has(compared.from) && points.has(compared.to))) clearCompared();
+  }
+
+  function compareURL(id, from, to, diff) {
+    const q = new URLSearchParams();
+    if (from) q.set('from', from);
+    if (to) q.set('to', to);
+    if (diff) q.set('diff', 'true');
+    return `${path('agents', id, 'checkpoints', 'diff')}?${q}`;
+  }
+
+  // Lists the paths that differ between the two views picked.
+  async function runCompare() {
+    if (!current?.own) return;
+    const { id } = current;
+    const from = fromPicker.value;
+    const to = toPicker.value;
+    clearCompared();
+    const c = new AbortController();
+    compareController = c;
+    const what = `from the view ${points.get(from)} to the view ${points.get(to)}`;
+    setMessage(compareStatus, `Comparing ${what}…`);
+    try {
+      const out = await requestJSON(compareURL(id, from, to, false), { signal: c.signal });
+      if (c.signal.aborted || current?.id !== id) return;
+      const changes = Array.isArray(out?.changes) ? out.changes : [];
+      compared = { id, from, to, diffs: null };
+      setMessage(compareStatus, changes.length === 0
+        ? `Nothing differs ${what}.`
+        : `${changes.length} ${changes.length === 1 ? 'path differs' : 'paths differ'} ${what}:`);
+      compareList.replaceChildren(...changes.map((ch, j) => comparedItem(ch, `checkpoints-compare-diff-${j}`)));
+      compareList.hidden = changes.length === 0;
+    } catch (err) {
+      if (isQuiet(err) || c.signal.aborted || current?.id !== id) return;
+      setMessage(compareStatus, `Could not compare ${what}: ${err.message}`);
+    }
+  }
+
+  function comparedItem(ch, diffId) {
+    return changeLine(ch, diffId, `checkpoints-compare-diff-button-${ch.path}`, (button) => toggleComparedDiff(ch, button, diffId));
+  }
+
+  // A file's diff between the two views: the pair's diffs are fetched
+  // once, at the first asked for.
+  async function toggleComparedDiff(ch, button, diffId) {
+    const item = button.closest('li');
+    const open = document.getElementById(diffId);
+    if (open) {
+      open.remove();
+      button.setAttribute('aria-expanded', 'false');
+      button.firstChild.textContent = 'Show diff';
+      return;
+    }
+    const pair = compared;
+    if (!pair) return;
+    if (!pair.diffs) {
+      button.disabled = true;
+      button.firstChild.textContent = 'Loading diff';
+      try {
+        const out = await requestJSON(compareURL(pair.id, pair.from, pair.to, true), { signal: compareController?.signal });
+        const changes = Array.isArray(out?.changes) ? out.changes : [];
+        pair.diffs = new Map(changes.map((x) => [x.path, x]));
+      } catch (err) {
+        if (!isQuiet(err)) setMessage(compareStatus, `Could not load the diff of ${ch.path}: ${err.message}`);
+        return;
+      } finally {
+        button.disabled = false;
+        button.firstChild.textContent = 'Show diff';
+      }
+      if (compared !== pair || !item.isConnected) return;
+    }
+    const got = pair.diffs.get(ch.path);
+    const testid = `checkpoints-compare-diff-${ch.path}`;
+    const body = got?.diff
+      ? h('pre', {
+        id: diffId, class: 'diff', tabindex: '0', role: 'region', 'aria-label': `Diff of ${ch.path} between the two views`,
+        'data-testid': testid,
+      }, diffLines(got.diff))
+      : h('p', { id: diffId, class: 'hint', 'data-testid': testid }, `No diff: ${got?.diffOmitted ?? (got ? 'no difference in text' : 'the path differs no more')}.`);
+    item.append(body);
+    button.setAttribute('aria-expanded', 'true');
+    button.firstChild.textContent = 'Hide diff';
+  }
+
   return { show, load, abort, noteRewind };
+}
+
+// One changed path: its kind, path, type and size, and for a file a button
+// (testid) that calls toggle(button) to show or hide its diff (diffId).
+function changeLine(ch, diffId, testid, toggle) {
+  let button = null;
+  if (ch.type === 'file') {
+    button = h('button', {
+      type: 'button', class: 'link', 'aria-expanded': 'false', 'aria-controls': diffId,
+      'data-testid': testid, onclick: () => toggle(button),
+    }, 'Show diff');
+    button.append(h('span', { class: 'visually-hidden' }, ` of ${ch.path}`));
+  }
+  return h('li', { 'data-change-path': ch.path, 'data-change-kind': ch.kind },
+    h('span', { class: 'change-line' },
+      badge(ch.kind, `change-${ch.kind}`), ' ',
+      h('span', { class: 'path' }, ch.path), ' ',
+      h('span', { class: 'muted', title: `${ch.size ?? 0} bytes` }, `${ch.type}, ${formatBytes(ch.size ?? 0)}`),
+      button ? [' ', button] : null));
 }
 
 // A checkpoint's identity: its calls and its transcript seq (what a

@@ -74,23 +74,40 @@ func (s *Service) Checkpoints(ctx context.Context, agent string, diff bool) ([]C
 	if s.ws == nil {
 		return nil, workspace.CheckpointList{}, fmt.Errorf("%w: agent %s: workspaces are not configured", workspace.ErrNotFound, agent)
 	}
-	list, err := s.ws.Checkpoints(agent)
-	if err != nil {
-		return nil, list, err
+	// The changes are read checkpoint by checkpoint, the view not held
+	// between them: a compaction or a rewind recorded meanwhile changes the
+	// checkpoints, and the list is read again (each checkpoint listed is
+	// the one whose changes are given).
+	for range 3 {
+		out, list, again, err := s.checkpointsOnce(agent, diff)
+		if !again {
+			return out, list, err
+		}
 	}
-	out := make([]CheckpointInfo, 0, len(list.Checkpoints))
+	return nil, workspace.CheckpointList{}, fmt.Errorf("%w: agent %s's checkpoints changed while they were listed (compactions, rewinds); list them again", workspace.ErrBusy, agent)
+}
+
+func (s *Service) checkpointsOnce(agent string, diff bool) (out []CheckpointInfo, list workspace.CheckpointList, again bool, err error) {
+	list, err = s.ws.Checkpoints(agent)
+	if err != nil {
+		return nil, list, false, err
+	}
+	out = make([]CheckpointInfo, 0, len(list.Checkpoints))
 	for _, c := range list.Checkpoints {
 		info := CheckpointInfo{Checkpoint: c}
 		if len(c.CallIDs) > 0 {
-			_, cs, err := s.ws.CheckpointChanges(agent, c.CallIDs[len(c.CallIDs)-1], diff)
+			got, cs, err := s.ws.CheckpointChanges(agent, c.CallIDs[len(c.CallIDs)-1], diff)
+			if errors.Is(err, workspace.ErrCheckpointNotFound) || err == nil && (got.Layer != c.Layer || got.Depth != c.Depth) {
+				return nil, list, true, nil
+			}
 			if err != nil {
-				return nil, list, err
+				return nil, list, false, err
 			}
 			info.Changes = cs
 		}
 		out = append(out, info)
 	}
-	return out, list, nil
+	return out, list, false, nil
 }
 
 // Rewind sets agent's view back to before (after false) or after the call
@@ -105,14 +122,14 @@ func (s *Service) Rewind(ctx context.Context, agent, callID string, after, undo 
 	if s.ws == nil {
 		return 0, fmt.Errorf("%w: agent %s: workspaces are not configured", workspace.ErrNotFound, agent)
 	}
-	depth := 0
+	var at workspace.Mark
 	if !undo {
 		var err error
-		if depth, err = s.depthAt(ctx, agent, callID, after); err != nil {
+		if at, err = s.depthAt(ctx, agent, callID, after); err != nil {
 			return 0, err
 		}
 	}
-	if err := s.ws.Rewind(agent, depth, undo); err != nil {
+	if err := s.ws.Rewind(agent, at, undo); err != nil {
 		return 0, err
 	}
 	ev := rewindEvent{CallID: callID, Undo: undo}
@@ -135,27 +152,27 @@ type rewindEvent struct {
 	Undo   bool   `json:"undo"`
 }
 
-// depthAt is the depth of agent's view before or after callID: from its
+// depthAt is the point of agent's stack before or after callID: from its
 // checkpoint, else (a call that changed nothing) from the transcript.
-func (s *Service) depthAt(ctx context.Context, agent, callID string, after bool) (int, error) {
+func (s *Service) depthAt(ctx context.Context, agent, callID string, after bool) (workspace.Mark, error) {
 	d, err := s.ws.DepthAt(agent, callID, after)
 	if !errors.Is(err, workspace.ErrCheckpointNotFound) {
 		return d, err
 	}
 	_, resultSeq, ok, terr := s.callSeqs(ctx, agent, callID)
 	if terr != nil {
-		return 0, terr
+		return workspace.Mark{}, terr
 	}
 	if !ok || resultSeq == 0 {
-		return 0, err
+		return workspace.Mark{}, err
 	}
 	list, lerr := s.ws.Checkpoints(agent)
 	if lerr != nil {
-		return 0, lerr
+		return workspace.Mark{}, lerr
 	}
 	for _, p := range list.Pending {
 		if p == callID {
-			return 0, fmt.Errorf("%w: call %s's changes are not in a checkpoint yet (it ended while another job of the view ran)", workspace.ErrCheckpointNotFound, callID)
+			return workspace.Mark{}, fmt.Errorf("%w: call %s's changes are not in a checkpoint yet (it ended while another job of the view ran)", workspace.ErrCheckpointNotFound, callID)
 		}
 	}
 	return s.ws.DepthBeforeSeq(agent, resultSeq)
@@ -212,7 +229,7 @@ func (s *Service) childFrom(ctx context.Context, id, callID string, b agents.Bou
 	if s.ws == nil {
 		return Session{}, &workspace.UnavailableError{Reason: "workspaces are not configured"}
 	}
-	depth, err := s.depthAt(ctx, id, callID, true)
+	at, err := s.depthAt(ctx, id, callID, true)
 	if err != nil {
 		return Session{}, err
 	}
@@ -231,7 +248,7 @@ func (s *Service) childFrom(ctx context.Context, id, callID string, b agents.Bou
 		return s.agents.Fork(ctx, id, boundary, b)
 	}
 	return s.startSession(ctx, SourceStartup, func() (agents.Agent, error) {
-		return s.makeChild(b, make, func(a agents.Agent) error { return s.ws.ForkAt(id, a.ID, depth) })
+		return s.makeChild(b, make, func(a agents.Agent) error { return s.ws.ForkAt(id, a.ID, at) })
 	})
 }
 
@@ -247,7 +264,7 @@ func (s *Service) CheckpointDiff(ctx context.Context, agent, from, to string, di
 	if s.ws == nil {
 		return nil, fmt.Errorf("%w: agent %s: workspaces are not configured", workspace.ErrNotFound, agent)
 	}
-	df, dt := workspace.FloorDepth, workspace.TopDepth
+	df, dt := workspace.Floor, workspace.Top
 	var err error
 	if from != "" {
 		if df, err = s.depthAt(ctx, agent, from, true); err != nil {

@@ -350,29 +350,29 @@ func findCheckpoint(cs []Checkpoint, callID string) int {
 	return -1
 }
 
-// DepthAt is the depth of agent's stack before (after false) or after the
+// DepthAt is the point of agent's stack before (after false) or after the
 // call callID: ErrCheckpointNotFound when no checkpoint holds it. A call
 // that made no checkpoint is resolved by the caller (seq: the checkpoints
 // made before the call's seq).
-func (m *Manager) DepthAt(agent, callID string, after bool) (int, error) {
+func (m *Manager) DepthAt(agent, callID string, after bool) (Mark, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	a, err := m.liveLocked(agent)
 	if err != nil {
-		return 0, err
+		return Mark{}, err
 	}
 	i := findCheckpoint(a.Checkpoints, callID)
 	if i < 0 {
-		return 0, fmt.Errorf("%w: agent %s has no checkpoint holding call %s", ErrCheckpointNotFound, agent, callID)
+		return Mark{}, fmt.Errorf("%w: agent %s has no checkpoint holding call %s", ErrCheckpointNotFound, agent, callID)
 	}
 	c := a.Checkpoints[i]
 	if c.Compacted && !(after && callID == last(c.CallIDs) || !after && callID == first(c.CallIDs)) {
-		return 0, compactedError(agent, callID, c)
+		return Mark{}, compactedError(agent, callID, c)
 	}
 	if after {
-		return c.Depth, nil
+		return markAt(a, c.Depth), nil
 	}
-	return c.Depth - 1, nil
+	return markAt(a, c.Depth-1), nil
 }
 
 func compactedError(agent, callID string, c Checkpoint) error {
@@ -394,34 +394,35 @@ func last(ids []string) string {
 	return ids[len(ids)-1]
 }
 
-// DepthBeforeSeq is the depth of agent's stack as it was at transcript seq
+// DepthBeforeSeq is the point of agent's stack as it was at transcript seq
 // (the checkpoints made at or before it): for a call that changed nothing.
-func (m *Manager) DepthBeforeSeq(agent string, seq int64) (int, error) {
+func (m *Manager) DepthBeforeSeq(agent string, seq int64) (Mark, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	a, err := m.liveLocked(agent)
 	if err != nil {
-		return 0, err
+		return Mark{}, err
 	}
 	d := firstDepth(a)
 	for _, c := range a.Checkpoints {
 		if c.Compacted && c.FirstSeq <= seq && seq < c.Seq {
-			return 0, fmt.Errorf("%w: agent %s's views from seq %d to %d were merged into one layer (past workspaces.checkpointDepth): rewind to before call %s or after call %s",
+			return Mark{}, fmt.Errorf("%w: agent %s's views from seq %d to %d were merged into one layer (past workspaces.checkpointDepth): rewind to before call %s or after call %s",
 				ErrCheckpointCompacted, agent, c.FirstSeq, c.Seq, first(c.CallIDs), last(c.CallIDs))
 		}
 		if c.Seq <= seq {
 			d = c.Depth
 		}
 	}
-	return d, nil
+	return markAt(a, d), nil
 }
 
-// Rewind sets agent's view back to its stack at depth (a checkpoint's
-// edge, from DepthAt): the layers above it and the upper layer are set
-// aside (an undo brings them back), and the view is mounted afresh. ErrBusy
-// while a job of the view runs or lingers. undo swaps back what the last
-// rewind set aside (depth is then ignored).
-func (m *Manager) Rewind(agent string, depth int, undo bool) error {
+// Rewind sets agent's view back to its stack at the point at (a
+// checkpoint's edge, from DepthAt, found again in the stack as it is now:
+// see Mark): the layers above it and the upper layer are set aside (an
+// undo brings them back), and the view is mounted afresh. ErrBusy while a
+// job of the view runs or lingers. undo swaps back what the last rewind
+// set aside (at is then ignored).
+func (m *Manager) Rewind(agent string, at Mark, undo bool) error {
 	a, unhold, err := m.hold(agent, true)
 	if err != nil {
 		return err
@@ -434,11 +435,10 @@ func (m *Manager) Rewind(agent string, depth int, undo bool) error {
 	defer func() { m.removeLayers(unused) }() // after the unlock below
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if a = m.agents[agent]; undo {
-		if a.Aside == nil {
-			return fmt.Errorf("%w: agent %s has no rewind to undo", ErrCheckpointNotFound, agent)
-		}
-		depth = a.Aside.Depth
+	a = m.agents[agent]
+	depth, err := rewindDepth(agent, a, at, undo)
+	if err != nil {
+		return err
 	}
 	if first := firstDepth(a); depth < first || depth > len(a.Layers) {
 		return fmt.Errorf("%w: depth %d is outside agent %s's checkpoints (%d to %d)", ErrInvalid, depth, agent, first, len(a.Layers))
@@ -499,6 +499,18 @@ func (m *Manager) Rewind(agent string, depth int, undo bool) error {
 	return nil
 }
 
+// rewindDepth is the depth a rewind of agent (state a) to at sets its
+// stack back to; for an undo, where the last rewind went.
+func rewindDepth(agent string, a *agentState, at Mark, undo bool) (int, error) {
+	if !undo {
+		return at.depthIn(agent, a)
+	}
+	if a.Aside == nil {
+		return 0, fmt.Errorf("%w: agent %s has no rewind to undo", ErrCheckpointNotFound, agent)
+	}
+	return a.Aside.Depth, nil
+}
+
 // firstDepth is the depth of a's stack below its first checkpoint: a
 // rewind goes no lower (those layers are its fork's).
 func firstDepth(a *agentState) int {
@@ -512,36 +524,43 @@ func firstDepth(a *agentState) int {
 }
 
 // Edges of the views CheckpointDiff compares when a side is not named.
-const (
-	// FloorDepth: the view before the agent's first checkpoint.
-	FloorDepth = -1
-	// TopDepth: the view after its last checkpoint.
-	TopDepth = -2
+var (
+	// Floor: the view before the agent's first checkpoint.
+	Floor = Mark{Depth: -1}
+	// Top: the view after its last checkpoint.
+	Top = Mark{Depth: -2}
 )
 
-// CheckpointDiff lists what differs between agent's view at depth from
-// and at depth to (each from DepthAt, or FloorDepth, TopDepth), sorted by
+// CheckpointDiff lists what differs between agent's view at the point
+// from and at the point to (each from DepthAt, or Floor, Top), sorted by
 // path, as Changes does: the paths the layers between the two touched,
 // each compared as it is in the to view with what it is in the from view
 // (either may be the earlier one). With diff, unified diffs of text
 // files. Both views are read by descriptor, no link followed.
 // ErrInvalid for a depth outside the agent's checkpoints.
-func (m *Manager) CheckpointDiff(agent string, from, to int, diff bool) ([]Change, error) {
+func (m *Manager) CheckpointDiff(agent string, fromAt, toAt Mark, diff bool) ([]Change, error) {
 	a, unhold, err := m.hold(agent, false)
 	if err != nil {
 		return nil, err
 	}
 	defer unhold()
-	edge := func(d int) int {
-		switch d {
-		case FloorDepth:
-			return firstDepth(a)
-		case TopDepth:
-			return len(a.Layers)
+	edge := func(mk Mark) (int, error) {
+		switch mk {
+		case Floor:
+			return firstDepth(a), nil
+		case Top:
+			return len(a.Layers), nil
 		}
-		return d
+		return mk.depthIn(agent, a)
 	}
-	from, to = edge(from), edge(to)
+	from, err := edge(fromAt)
+	if err != nil {
+		return nil, err
+	}
+	to, err := edge(toAt)
+	if err != nil {
+		return nil, err
+	}
 	for _, d := range []int{from, to} {
 		if first := firstDepth(a); d < first || d > len(a.Layers) {
 			return nil, fmt.Errorf("%w: depth %d is outside agent %s's checkpoints (%d to %d)", ErrInvalid, d, agent, first, len(a.Layers))

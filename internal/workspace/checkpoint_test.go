@@ -113,7 +113,7 @@ func TestCheckpointsRewindAndForkFrom(t *testing.T) {
 	// A command after the rewind, then the rewind undone: the later
 	// calls are back, and what was written after the rewind is set aside.
 	put(t, view(t, m, "a"), "after-rewind", "x")
-	if err := m.Rewind("a", 0, true); err != nil {
+	if err := m.Rewind("a", Mark{}, true); err != nil {
 		t.Fatal(err)
 	}
 	if got := state(t, view(t, m, "a")); !maps.Equal(got, final) {
@@ -164,7 +164,7 @@ func TestCheckpointSpansCallsWhileAJobRuns(t *testing.T) {
 	if made, err := m.Checkpoint("a", "call_1", 2); made || err != nil {
 		t.Fatalf("a checkpoint while a job runs: %v %v", made, err)
 	}
-	if err := m.Rewind("a", 0, false); !errors.Is(err, ErrBusy) {
+	if err := m.Rewind("a", Mark{}, false); !errors.Is(err, ErrBusy) {
 		t.Errorf("rewind while a job runs: %v", err)
 	}
 	busy = 0
@@ -282,9 +282,9 @@ func TestCheckpointDiff(t *testing.T) {
 		}
 		views = append(views, state(t, view(t, m, "a")))
 	}
-	depth := func(i int) int {
+	depth := func(i int) Mark {
 		if i == 0 {
-			return FloorDepth
+			return Floor
 		}
 		d, err := m.DepthAt("a", fmt.Sprint("call_", i), true)
 		if err != nil {
@@ -303,7 +303,7 @@ func TestCheckpointDiff(t *testing.T) {
 			}
 		}
 	}
-	cs, err := m.CheckpointDiff("a", FloorDepth, TopDepth, true)
+	cs, err := m.CheckpointDiff("a", Floor, Top, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -312,7 +312,7 @@ func TestCheckpointDiff(t *testing.T) {
 			t.Errorf("f.txt's diff: %q", c.Diff)
 		}
 	}
-	if _, err := m.CheckpointDiff("a", 99, TopDepth, false); !errors.Is(err, ErrInvalid) {
+	if _, err := m.CheckpointDiff("a", Mark{Depth: 99}, Top, false); !errors.Is(err, ErrInvalid) {
 		t.Errorf("a depth outside the checkpoints: %v", err)
 	}
 }

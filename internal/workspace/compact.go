@@ -138,18 +138,22 @@ func (m *Manager) compact(owner string, runs []run) {
 	defer m.wg.Done()
 	var err error
 	for i := range runs {
-		if runs[i].merged, err = m.newFrozenLayer(); err != nil {
-			break
-		}
+		// Pinned before it is made: a rewind or a drop meanwhile removes
+		// the layers nothing references, and would take it.
+		runs[i].merged = newID()
 		m.mu.Lock()
 		m.pinLocked([]string{runs[i].merged}, 1)
 		m.mu.Unlock()
+		if err = m.newFrozenLayer(runs[i].merged); err != nil {
+			break
+		}
+		m.point("workspace.compact.layer")
 		if err = m.mergeLayers(runs[i].merged, runs[i].ids); err != nil {
 			err = fmt.Errorf("merge %d layers of agent %s: %w", len(runs[i].ids), owner, err)
 			break
 		}
 	}
-	faults.Point("workspace.compact.merged") // merged layers, not recorded
+	m.point("workspace.compact.merged") // merged layers, not recorded
 	var unused []string
 	defer func() { m.removeLayers(unused) }() // after the unlock below
 	m.mu.Lock()
@@ -201,8 +205,16 @@ func (m *Manager) compact(owner string, runs []run) {
 		unused = append(unused, mergedOf(runs)...)
 		return
 	}
-	faults.Point("workspace.compact.saved")
+	m.point("workspace.compact.saved")
 	m.remountLocked(owner, na.Upper, "", retired)
+}
+
+// point is faults.Point, then the tests' hook (testPoint) when one is set.
+func (m *Manager) point(name string) {
+	faults.Point(name)
+	if m.testPoint != nil {
+		m.testPoint(name)
+	}
 }
 
 func mergedOf(runs []run) []string {
@@ -225,15 +237,19 @@ func (m *Manager) forgetCompactionLocked(agent string) []string {
 }
 
 // discardLocked unpins what runs pinned and returns their merged layers,
-// which nothing will use: the caller removes them, unlocked.
+// which nothing will use, and those of their layers nothing references any
+// more (a drop or a rewind let them go while they were pinned, and left
+// them): the caller removes them, unlocked.
 func (m *Manager) discardLocked(runs []run) []string {
+	var ids []string
 	for _, r := range runs {
 		m.pinLocked(r.ids, -1)
+		ids = append(ids, r.ids...)
 		if r.merged != "" {
 			m.pinLocked([]string{r.merged}, -1)
 		}
 	}
-	return mergedOf(runs)
+	return append(mergedOf(runs), m.unreferencedLocked(ids)...)
 }
 
 // commitLocked applies owner's ready compaction to its state a (the
@@ -320,6 +336,10 @@ func replaceRun(a *agentState, r run, keep int) (*agentState, bool) {
 	}
 	if a.Aside != nil && a.Aside.Depth >= hi {
 		set := *a.Aside
+		// Its changes, once undone back, are counted from the same fork.
+		if fork := set.Depth + len(set.Layers) - set.Own; fork <= lo {
+			set.Own -= shift
+		}
 		set.Depth = at(set.Depth)
 		set.Checkpoints = slices.Clone(set.Checkpoints)
 		for i := range set.Checkpoints {
@@ -381,4 +401,48 @@ func (m *Manager) WaitCompactions(agent string) {
 	for m.compacting[agent] || m.ready[agent] != nil || m.preparing[agent] {
 		m.cond.Wait()
 	}
+}
+
+// Mark is a point of an agent's stack (a checkpoint's edge) as DepthAt or
+// DepthBeforeSeq resolved it: its depth then, and the layers either side
+// of it. Rewind, ForkAt and CheckpointDiff find it again in the stack as
+// it is when they run, for a compaction recorded meanwhile renumbers the
+// stack (a depth alone would then name another view): it is where either
+// layer is now, or gone, merged into one layer with those around it
+// (ErrCheckpointCompacted) or set aside by a rewind (ErrCheckpointNotFound).
+// A Mark of a depth alone (Floor, Top, or made so) is taken as it is.
+type Mark struct {
+	Depth        int
+	below, above string // Layers[Depth-1] and Layers[Depth] then ("" past the ends)
+}
+
+func markAt(a *agentState, d int) Mark {
+	mk := Mark{Depth: d}
+	if d > 0 && d <= len(a.Layers) {
+		mk.below = a.Layers[d-1]
+	}
+	if d >= 0 && d < len(a.Layers) {
+		mk.above = a.Layers[d]
+	}
+	return mk
+}
+
+// depthIn is the depth of mk in agent's stack a as it is now.
+func (mk Mark) depthIn(agent string, a *agentState) (int, error) {
+	if mk.below == "" {
+		// The depth alone, or the base: no stack changes below it.
+		return mk.Depth, nil
+	}
+	for i, l := range a.Layers {
+		switch l {
+		case mk.below:
+			return i + 1, nil
+		case mk.above:
+			return i, nil // the layer below it was merged into another
+		}
+	}
+	if a.Aside != nil && (slices.Contains(a.Aside.Layers, mk.below) || slices.Contains(a.Aside.Layers, mk.above)) {
+		return 0, fmt.Errorf("%w: agent %s's view named was set aside by a rewind meanwhile", ErrCheckpointNotFound, agent)
+	}
+	return 0, fmt.Errorf("%w: agent %s's view named was merged into one layer with those around it (past workspaces.checkpointDepth) meanwhile", ErrCheckpointCompacted, agent)
 }

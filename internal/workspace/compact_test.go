@@ -150,7 +150,7 @@ func TestCheckpointCompaction(t *testing.T) {
 	}
 	undo := func() {
 		t.Helper()
-		if err := m.Rewind("a", 0, true); err != nil {
+		if err := m.Rewind("a", Mark{}, true); err != nil {
 			t.Fatal(err)
 		}
 		check("undone", final)

@@ -11,7 +11,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/dshd/dshd/internal/beneath"
-	"github.com/dshd/dshd/internal/faults"
 )
 
 // opaqueXattr marks an upper directory that hides what the layers below
@@ -22,15 +21,14 @@ const opaqueXattr = "trusted.overlay.opaque"
 // errClosing: the Manager closed while a merge ran.
 var errClosing = errors.New("workspaces closing")
 
-// newFrozenLayer makes an empty layer with no work directory (a merged
-// layer is only ever a lower one) and returns its id.
-func (m *Manager) newFrozenLayer() (string, error) {
-	id := newID()
+// newFrozenLayer makes the empty layer id with no work directory (a
+// merged layer is only ever a lower one).
+func (m *Manager) newFrozenLayer(id string) error {
 	if err := os.MkdirAll(m.upperDir(id), 0o755); err != nil {
 		os.RemoveAll(m.layerDir(id))
-		return "", fmt.Errorf("workspaces: new layer: %w", err)
+		return fmt.Errorf("workspaces: new layer: %w", err)
 	}
-	return id, nil
+	return nil
 }
 
 func removeWorkDir(d string) { os.RemoveAll(d) }
@@ -80,7 +78,7 @@ func (m *Manager) mergeLayers(id string, layers []string) error {
 		if err != nil {
 			return fmt.Errorf("layer %s: %w", l, err)
 		}
-		faults.Point("workspace.compact.merging") // one layer merged
+		m.point("workspace.compact.merging") // one layer merged
 	}
 	return nil
 }

@@ -192,6 +192,9 @@ type Manager struct {
 	pinned          map[string]int
 	closing         atomic.Bool
 	wg              sync.WaitGroup
+	// testPoint, set by the package's tests, runs at a compaction's
+	// points (compact.go's point), so that a test holds it there.
+	testPoint func(name string)
 	// maxBytes caps the layers' disk use at fork time (0: no cap).
 	maxBytes    int64
 	usageMu     sync.Mutex
@@ -654,11 +657,12 @@ func (m *Manager) recordViewsLocked(views ...newView) error {
 	return nil
 }
 
-// ForkAt gives child a snapshot of parent's view as it was at depth (a
-// checkpoint's edge, from DepthAt): parent's frozen layers up to depth and
-// a fresh upper. The parent is left as it is: nothing of it is frozen, so
-// it may run jobs meanwhile. Like Fork, call it before the child's header.
-func (m *Manager) ForkAt(parent, child string, depth int) error {
+// ForkAt gives child a snapshot of parent's view as it was at the point at
+// (a checkpoint's edge, from DepthAt: see Mark): parent's frozen layers up
+// to it and a fresh upper. The parent is left as it is: nothing of it is
+// frozen, so it may run jobs meanwhile. Like Fork, call it before the
+// child's header.
+func (m *Manager) ForkAt(parent, child string, at Mark) error {
 	if err := m.checkNew(); err != nil {
 		return err
 	}
@@ -669,6 +673,10 @@ func (m *Manager) ForkAt(parent, child string, depth int) error {
 		return err
 	}
 	if err := m.unrecordedLocked(child); err != nil {
+		return err
+	}
+	depth, err := at.depthIn(parent, p)
+	if err != nil {
 		return err
 	}
 	if first := firstDepth(p); depth < first || depth > len(p.Layers) {
