@@ -47,7 +47,7 @@ func (m mcpHeaders) RoundTrip(r *http.Request) (*http.Response, error) {
 }
 
 // toolPaths are the ways of running `true` that BenchmarkToolStages and
-// BenchmarkToolAllocs compare, each a call on one server in process (the
+// BenchmarkToolStagesAllocs compare, each a call on one server in process (the
 // real handler, pipeline, executor, agent store with its fsyncs, hook
 // runner with no hooks, and MCP endpoint on loopback HTTP), and a direct
 // spawn.
@@ -270,13 +270,14 @@ func BenchmarkToolStages(b *testing.B) {
 	b.Logf("load average %s", benchkit.LoadAvg())
 }
 
-// BenchmarkToolAllocs counts what the process allocates per call on each
+// BenchmarkToolStagesAllocs counts what the process allocates per call on each
 // path of BenchmarkToolStages (server and client in one process; the
 // tool route, POST /exec and the hand-posted MCP call share the plain HTTP
 // client, so their difference is the server's), and the garbage
 // collections per 1,000 calls: figures that the machine's load does not
-// move, unlike the times. Each path runs its calls in a row, after a warm-up.
-func BenchmarkToolAllocs(b *testing.B) {
+// move, unlike the times. Each path runs its calls in a row, after a
+// warm-up. Its name matches make bench's ToolStages pattern, which runs it.
+func BenchmarkToolStagesAllocs(b *testing.B) {
 	p := newToolPaths(b)
 	for _, path := range []struct {
 		name string
