@@ -35,8 +35,9 @@
 // makes durable with its own fsync.
 // Appends do not each pay for an fsync of their own. Appends to one agent
 // write their lines under the agent's mutex, then wait for durability
-// without it: one of them (the leader) fsyncs, and every line written
-// before that fsync began is durable when it ends, so concurrent appends to
+// without it: one of them (the leader) fsyncs, through the descriptor it
+// wrote its own line with (a commit opens nothing more), and every line
+// written before that fsync began is durable when it ends, so concurrent appends to
 // one agent share fsyncs. Appends to different agents fsync their files
 // concurrently, with no lock between them, and the file system commits
 // concurrent fsyncs in one journal transaction. A tool result acknowledged

@@ -666,26 +666,37 @@ func (s *Store) append(ctx context.Context, e *entry, typ string, data any) (Eve
 		return Event{}, fmt.Errorf("%w: %w", ErrInvalidEvent, err)
 	}
 	line = append(line, '\n')
-	if err := s.writeAt(e, line); err != nil {
+	f, err := s.writeAt(e, line)
+	if err != nil {
 		return Event{}, err
 	}
+	if !s.syncAppends || commitLater(ctx) {
+		if err := f.Close(); err != nil {
+			return Event{}, err
+		}
+		e.lastSeq = ev.Seq
+		e.size += int64(len(line))
+		return ev, nil
+	}
+	// Once fsynced through f, the line is durable whatever its close says.
+	defer f.Close()
 	e.lastSeq = ev.Seq
 	e.size += int64(len(line))
-	if s.syncAppends && !commitLater(ctx) {
-		if err := s.commitLocked(e, e.size); err != nil {
-			// The line is written and may survive, but it is not known
-			// durable: the caller must not take it as acknowledged.
-			return Event{}, fmt.Errorf("make event durable: %w", err)
-		}
+	if err := s.commitLocked(e, e.size, f); err != nil {
+		// The line is written and may survive, but it is not known
+		// durable: the caller must not take it as acknowledged.
+		return Event{}, fmt.Errorf("make event durable: %w", err)
 	}
 	return ev, nil
 }
 
 // commitLocked returns once the first upTo bytes of e's file are fsynced
-// (group commit, see the package documentation). Called with e.mu held; it
+// (group commit, see the package documentation), through f, the caller's
+// descriptor of the file, when it leads the fsync: the descriptor that
+// wrote the line, so a commit opens nothing. Called with e.mu held; it
 // releases e.mu while an fsync runs, so other appends to e can write their
 // lines meanwhile and be covered by the next fsync.
-func (s *Store) commitLocked(e *entry, upTo int64) error {
+func (s *Store) commitLocked(e *entry, upTo int64, f *os.File) error {
 	for e.durable < upTo {
 		if ch := e.syncing; ch != nil {
 			// A leader is syncing. If its fsync covers our line, its
@@ -703,7 +714,10 @@ func (s *Store) commitLocked(e *entry, upTo int64) error {
 		e.syncing, e.syncUpTo = ch, e.size
 		target := e.size
 		e.mu.Unlock()
-		err := s.syncPath(s.Path(e.agent.ID))
+		err := s.syncFile(f)
+		if err != nil {
+			err = fmt.Errorf("fsync: %w", err)
+		}
 		e.mu.Lock()
 		e.syncing, e.syncErr = nil, err
 		close(ch)
@@ -715,35 +729,23 @@ func (s *Store) commitLocked(e *entry, upTo int64) error {
 	return nil
 }
 
-// syncPath fsyncs the file at path, never through a link.
-func (s *Store) syncPath(path string) error {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	if err := s.syncFile(f); err != nil {
-		return fmt.Errorf("fsync: %w", err)
-	}
-	return nil
-}
-
-// writeAt appends line to e's file in one write. If the write fails part way
-// the file is truncated back to its previous size so no torn line is left
-// behind. Called with e.mu held.
-func (s *Store) writeAt(e *entry, line []byte) error {
+// writeAt appends line to e's file in one write and returns the file,
+// still open for the line's commit; the caller closes it. If the write
+// fails part way the file is truncated back to its previous size so no
+// torn line is left behind. Called with e.mu held.
+func (s *Store) writeAt(e *entry, line []byte) (*os.File, error) {
 	f, err := os.OpenFile(s.Path(e.agent.ID), os.O_WRONLY|os.O_APPEND|syscall.O_NOFOLLOW, 0)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if _, err := f.Write(line); err != nil {
 		if terr := f.Truncate(e.size); terr != nil {
 			s.log.Warn("could not undo partial transcript write", "agent_id", e.agent.ID, "err", terr)
 		}
 		_ = f.Close()
-		return err
+		return nil, err
 	}
-	return f.Close()
+	return f, nil
 }
 
 // readLocked returns the valid content of e's file. Called with e.mu held.

@@ -11,6 +11,7 @@ import (
 	"os"
 	osexec "os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -45,22 +46,16 @@ func (m mcpHeaders) RoundTrip(r *http.Request) (*http.Response, error) {
 	return m.base.RoundTrip(r)
 }
 
-// BenchmarkToolStages breaks a model's bash call of `true` down by stage
-// (package stages), as BenchmarkExecStages does for POST /exec (which runs
-// in the same loop, for comparison): the real
-// handler, pipeline, executor, agent store (events fsynced, the default),
-// hook runner (no hooks configured, the default) and MCP endpoint in
-// process on loopback HTTP. Interleaved in each round: a direct `bash -c
-// true` spawn, POST /exec of `true`, the call through POST /agents/{id}/tools/bash and the same
-// call over MCP (the official Go client, one session bound to the same
-// agent), and the same MCP call posted by hand on that session with the
-// plain HTTP client ("mcp-raw": the server's framing without the SDK
-// client's). It prints each path's stages (each stage's median over the
-// calls, a stage met several times in a call, as the transcript's commits
-// are, counted by its sum in the call) and what is left: for the tool route the HTTP
-// transport and the client, for MCP that and the MCP framing (JSON-RPC
-// decoding and encoding, the session, the SDK).
-func BenchmarkToolStages(b *testing.B) {
+// toolPaths are the ways of running `true` that BenchmarkToolStages and
+// BenchmarkToolStagesAllocs compare, each a call on one server in process (the
+// real handler, pipeline, executor, agent store with its fsyncs, hook
+// runner with no hooks, and MCP endpoint on loopback HTTP), and a direct
+// spawn.
+type toolPaths struct {
+	direct, viaExec, viaHTTP, viaMCP, viaRaw func()
+}
+
+func newToolPaths(b *testing.B) toolPaths {
 	ctx := context.Background()
 	home := b.TempDir()
 	reg, err := shellenv.New(shellenv.Options{Home: home, StatePath: filepath.Join(home, "contributors.json")})
@@ -128,7 +123,7 @@ func BenchmarkToolStages(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer cs.Close()
+	b.Cleanup(func() { cs.Close() })
 	toolCall := []byte(`{"arguments":{"command":"true"}}`)
 	viaHTTP := func() {
 		if out := post("/agents/"+agent.ID+"/tools/bash", toolCall); !bytes.Contains(out, []byte(`"isError":false`)) {
@@ -171,6 +166,27 @@ func BenchmarkToolStages(b *testing.B) {
 			b.Fatalf("raw MCP bash true = %d: %s", resp.StatusCode, out)
 		}
 	}
+	return toolPaths{direct: direct, viaExec: viaExec, viaHTTP: viaHTTP, viaMCP: viaMCP, viaRaw: viaRaw}
+}
+
+// BenchmarkToolStages breaks a model's bash call of `true` down by stage
+// (package stages), as BenchmarkExecStages does for POST /exec (which runs
+// in the same loop, for comparison): the real
+// handler, pipeline, executor, agent store (events fsynced, the default),
+// hook runner (no hooks configured, the default) and MCP endpoint in
+// process on loopback HTTP. Interleaved in each round: a direct `bash -c
+// true` spawn, POST /exec of `true`, the call through POST /agents/{id}/tools/bash and the same
+// call over MCP (the official Go client, one session bound to the same
+// agent), and the same MCP call posted by hand on that session with the
+// plain HTTP client ("mcp-raw": the server's framing without the SDK
+// client's). It prints each path's stages (each stage's median over the
+// calls, a stage met several times in a call, as the transcript's commits
+// are, counted by its sum in the call) and what is left: for the tool route the HTTP
+// transport and the client, for MCP that and the MCP framing (JSON-RPC
+// decoding and encoding, the session, the SDK).
+func BenchmarkToolStages(b *testing.B) {
+	p := newToolPaths(b)
+	direct, viaExec, viaHTTP, viaMCP, viaRaw := p.direct, p.viaExec, p.viaHTTP, p.viaMCP, p.viaRaw
 	for range 20 {
 		direct()
 		viaExec()
@@ -252,4 +268,38 @@ func BenchmarkToolStages(b *testing.B) {
 	b.ReportMetric(benchkit.Load1(), "load1")
 	b.ReportMetric(0, "ns/op")
 	b.Logf("load average %s", benchkit.LoadAvg())
+}
+
+// BenchmarkToolStagesAllocs counts what the process allocates per call on each
+// path of BenchmarkToolStages (server and client in one process; the
+// tool route, POST /exec and the hand-posted MCP call share the plain HTTP
+// client, so their difference is the server's), and the garbage
+// collections per 1,000 calls: figures that the machine's load does not
+// move, unlike the times. Each path runs its calls in a row, after a
+// warm-up. Its name matches make bench's ToolStages pattern, which runs it.
+func BenchmarkToolStagesAllocs(b *testing.B) {
+	p := newToolPaths(b)
+	for _, path := range []struct {
+		name string
+		op   func()
+	}{{"exec", p.viaExec}, {"tools-http", p.viaHTTP}, {"mcp-raw", p.viaRaw}, {"mcp", p.viaMCP}} {
+		for range 20 {
+			path.op()
+		}
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		for range b.N {
+			path.op()
+		}
+		runtime.ReadMemStats(&after)
+		n := float64(b.N)
+		bytes, objects := float64(after.TotalAlloc-before.TotalAlloc)/n, float64(after.Mallocs-before.Mallocs)/n
+		gcs := float64(after.NumGC-before.NumGC) * 1000 / n
+		b.ReportMetric(bytes, path.name+"-B/call")
+		b.ReportMetric(objects, path.name+"-allocs/call")
+		b.ReportMetric(gcs, path.name+"-gcs/1000calls")
+		b.Logf("%s: %.0f bytes and %.0f allocations per call, %.1f garbage collections per 1,000 calls", path.name, bytes, objects, gcs)
+	}
+	b.ReportMetric(0, "ns/op")
 }

@@ -26,6 +26,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
@@ -124,8 +125,9 @@ type Handler struct {
 	progressBytes int
 	keepAlive     time.Duration
 	// streams are the wires of the tools/call requests being served, by
-	// the key ServeMCP gives each in streamHeader.
-	streams sync.Map
+	// the key ServeMCP gives each in streamHeader (streamSeq counts them).
+	streams   sync.Map
+	streamSeq atomic.Uint64
 	// requests are the wires of the requests being served, by session id,
 	// "\x00" and the request's id as the client sent it (see cancelled).
 	requests sync.Map

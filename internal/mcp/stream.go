@@ -1,8 +1,8 @@
 package mcp
 
 import (
-	"crypto/rand"
 	"net/http"
+	"strconv"
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
@@ -37,7 +37,8 @@ var (
 // track registers out as the stream of the tools/call request r carries,
 // for its handler to open; the returned function forgets it.
 func (h *Handler) track(r *http.Request, out *wire) (forget func()) {
-	key := rand.Text()
+	// A count: ServeMCP has removed the header from what the client sent.
+	key := strconv.FormatUint(h.streamSeq.Add(1), 36)
 	r.Header.Set(streamHeader, key)
 	h.streams.Store(key, out)
 	return func() { h.streams.Delete(key) }

@@ -55,8 +55,15 @@ func newIDMap() *idMap {
 }
 
 // sdkEchoes reports whether the SDK writes raw back unchanged: a string it
-// re-encodes to the same bytes, or an integer it holds exactly.
+// re-encodes to the same bytes, or an integer it holds exactly. The ids
+// clients send (small integers, plain strings) are told without decoding.
 func sdkEchoes(raw json.RawMessage) bool {
+	return plainID(raw) || decodedEchoes(raw)
+}
+
+// decodedEchoes is sdkEchoes by decoding raw as the SDK does and encoding
+// it again.
+func decodedEchoes(raw json.RawMessage) bool {
 	var v any
 	if json.Unmarshal(raw, &v) != nil {
 		return false
@@ -72,6 +79,34 @@ func sdkEchoes(raw json.RawMessage) bool {
 		return true // null or not an id: the SDK rejects it unchanged
 	}
 	return bytes.Equal(back, raw)
+}
+
+// plainID reports whether raw is an id the SDK surely echoes: an integer of
+// at most 15 digits, without a leading zero or a minus zero (exact in the
+// float64 the SDK decodes it through), or a string of printable ASCII that
+// encoding/json writes back as it is (no escape, no '<', '>' or '&').
+func plainID(raw []byte) bool {
+	if len(raw) >= 2 && raw[0] == '"' && raw[len(raw)-1] == '"' {
+		for _, c := range raw[1 : len(raw)-1] {
+			if c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+				return false
+			}
+		}
+		return true
+	}
+	digits := raw
+	if len(digits) > 0 && digits[0] == '-' {
+		digits = digits[1:]
+	}
+	if len(digits) == 0 || len(digits) > 15 || (digits[0] == '0' && len(raw) > 1) {
+		return false
+	}
+	for _, c := range digits {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // message is one JSON-RPC message as dshd needs to see it.

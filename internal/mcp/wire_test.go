@@ -369,3 +369,23 @@ func TestWireSplitToken(t *testing.T) {
 		}
 	}
 }
+
+// TestPlainIDAgreesWithDecoding: every id the fast path takes as echoed is
+// one the SDK echoes (decoding it as the SDK does says so too), and the
+// usual ids take the fast path.
+func TestPlainIDAgreesWithDecoding(t *testing.T) {
+	for _, id := range []string{"0", "7", "-7", "42", "123456789012345", "-123456789012345", `"plain"`, `"a-b_c.d:e/f"`, `""`, `" "`} {
+		if !plainID([]byte(id)) {
+			t.Errorf("plainID(%s) = false, want the fast path", id)
+		}
+		if !decodedEchoes([]byte(id)) {
+			t.Errorf("plainID(%s) = true but decoding says the SDK changes it", id)
+		}
+	}
+	for _, id := range []string{"-0", "00", "01", "-", "1.5", "1e2", "1.0", "3E0", "1234567890123456", "9007199254740993", "18446744073709551616",
+		`"a\u0041"`, `"x\/y"`, `"<"`, `">"`, `"&"`, `"é"`, "\"\x01\"", `"a"b"`, `"`, "null", "true", "[]", "{}", ""} {
+		if plainID([]byte(id)) {
+			t.Errorf("plainID(%q) = true, want the decoding path", id)
+		}
+	}
+}
