@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -65,27 +67,50 @@ func (s *testServer) benchAgent(tb testing.TB) string {
 }
 
 // BenchmarkMCPBash interleaves a direct `bash -c true` spawn (the physical
-// floor), a foreground POST /exec of `true` (no agent), a bash tool call of
-// `true` through POST /agents/{id}/tools/bash (with its transcript commit)
-// and the same call over MCP (the official Go client, one session bound to
-// the same agent), and reports the medians and p99s, the MCP call's ratio to
-// the tool call, and each path's median ratio to direct spawn.
+// floor), the same spawn followed by one line appended to a file and made
+// durable (the floor of a call whose record survives a power loss, as a
+// tool call's does: the tool route answers after its transcript's fsync),
+// a foreground POST /exec of `true` (no agent), a bash tool call of `true`
+// through POST /agents/{id}/tools/bash (with its transcript commit) and
+// the same call over MCP (the official Go client, one session bound to the
+// same agent), and reports the medians and p99s, the MCP call's ratio to
+// the tool call, and each path's median ratio to direct spawn and to the
+// durable floor.
 func BenchmarkMCPBash(b *testing.B) {
 	s := startServer(b)
 	a := struct{ ID string }{s.benchAgent(b)}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	cs := benchMCPSession(b, ctx, s, a.ID)
+	// The floor's record goes to the file system of the server's home,
+	// where its transcripts are.
+	rec, err := os.OpenFile(filepath.Join(filepath.Dir(s.Home), "floor.jsonl"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer rec.Close()
+	line := []byte(`{"seq":1,"type":"tool/result","callId":"call_0123456789","result":{"exitCode":0,"stdout":"","stderr":""}}` + "\n")
+	durable := func() {
+		spawnDirect(b)
+		if _, err := rec.Write(line); err != nil {
+			b.Fatal(err)
+		}
+		if err := rec.Sync(); err != nil {
+			b.Fatal(err)
+		}
+	}
 
 	httpCall := toolBashTrue
 	mcpCall := func() { mcpBashTrue(b, ctx, cs) }
 	for range 50 { // warm up every path
 		spawnDirect(b)
+		durable()
 		s.post(b, "/exec", execTrue)
 		s.post(b, "/agents/"+a.ID+"/tools/bash", httpCall)
 		mcpCall()
 	}
 	direct := make([]time.Duration, 0, b.N)
+	floor := make([]time.Duration, 0, b.N)
 	exec := make([]time.Duration, 0, b.N)
 	viaHTTP := make([]time.Duration, 0, b.N)
 	viaMCP := make([]time.Duration, 0, b.N)
@@ -94,17 +119,24 @@ func BenchmarkMCPBash(b *testing.B) {
 		t0 := time.Now()
 		spawnDirect(b)
 		t1 := time.Now()
+		durable()
+		tf := time.Now()
 		s.post(b, "/exec", execTrue)
 		t2 := time.Now()
 		s.post(b, "/agents/"+a.ID+"/tools/bash", httpCall)
 		t3 := time.Now()
 		mcpCall()
 		direct = append(direct, t1.Sub(t0))
-		exec = append(exec, t2.Sub(t1))
+		floor = append(floor, tf.Sub(t1))
+		exec = append(exec, t2.Sub(tf))
 		viaHTTP = append(viaHTTP, t3.Sub(t2))
 		viaMCP = append(viaMCP, time.Since(t3))
 	}
 	b.StopTimer()
+	fm := percentile(floor, .5)
+	b.ReportMetric(us(fm), "durable-direct-median-µs")
+	b.ReportMetric(float64(percentile(viaHTTP, .5))/float64(fm), "tools-durable-ratio")
+	b.ReportMetric(float64(percentile(viaMCP, .5))/float64(fm), "mcp-durable-ratio")
 	dm, em := percentile(direct, .5), percentile(exec, .5)
 	hm, mm := percentile(viaHTTP, .5), percentile(viaMCP, .5)
 	h99, m99 := percentile(viaHTTP, .99), percentile(viaMCP, .99)
