@@ -87,7 +87,7 @@ type layout struct {
 	ws, outside, home, skills, homeToken, token string
 }
 
-func newLayout(t *testing.T) layout {
+func newLayout(t testing.TB) layout {
 	t.Helper()
 	root := t.TempDir()
 	l := layout{
