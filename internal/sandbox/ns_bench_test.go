@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -95,15 +96,24 @@ func BenchmarkNamespaces(b *testing.B) {
 		{"workspace-write-on", policy(Policy{FS: WorkspaceWrite, Network: NetworkOn})},
 		{"workspace-write-off", policy(Policy{FS: WorkspaceWrite, Network: NetworkOff})},
 	}
+	// Each op's CPU in this process (every thread, those ended too; not
+	// bash's, not the kernel's workers'): what dshd spends per command,
+	// steadier than wall time on a loaded machine.
+	cpu := make([]time.Duration, len(ops))
 	fs := make([]func(), len(ops))
 	for i, o := range ops {
-		fs[i] = o.op
+		fs[i] = func() {
+			t0 := selfCPU(b)
+			o.op()
+			cpu[i] += selfCPU(b) - t0
+		}
 	}
 	for range 10 { // warm up every path
 		for _, f := range fs {
 			f()
 		}
 	}
+	clear(cpu)
 	b.ResetTimer()
 	times := benchkit.Interleave(b.N, fs...)
 	b.StopTimer()
@@ -114,7 +124,17 @@ func BenchmarkNamespaces(b *testing.B) {
 		if i > 0 {
 			b.ReportMetric(benchkit.Us(m-base), o.name+"-added-µs")
 		}
+		b.ReportMetric(benchkit.Us(cpu[i])/float64(b.N), o.name+"-cpu-µs")
 	}
 	b.ReportMetric(benchkit.Load1(), "load1")
 	b.Logf("load average %s", benchkit.LoadAvg())
+}
+
+// selfCPU is the user and system CPU this process has used.
+func selfCPU(tb testing.TB) time.Duration {
+	var ru unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
+		tb.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
