@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"sync"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -169,8 +170,12 @@ func proxyListen() (net.Listener, error) {
 	return ln, nil
 }
 
-// devNodes are bound into the private /dev (bubblewrap's --dev set).
-var devNodes = []string{"null", "zero", "full", "random", "urandom", "tty"}
+// devNodes are the device nodes of the private /dev (bubblewrap's --dev
+// set), with their numbers, fixed by the kernel's ABI.
+var devNodes = []struct {
+	name         string
+	major, minor uint32
+}{{"null", 1, 3}, {"zero", 1, 5}, {"full", 1, 7}, {"random", 1, 8}, {"urandom", 1, 9}, {"tty", 5, 0}}
 
 // graft is a detached copy of a mount tree, taken before what hides its
 // place is mounted, and attached at its path afterwards.
@@ -302,8 +307,8 @@ func (gs grafts) close() {
 }
 
 // takeTrees takes, before anything hides their places, the trees the view
-// shows again: under a read-only root the writable roots, the visible
-// paths and the device nodes; and the skills.
+// shows again: under a read-only root the writable roots and the visible
+// paths; and the skills.
 func (pl *plan) takeTrees(gs *grafts) error {
 	if pl.readOnlyRoot {
 		for _, r := range pl.writable {
@@ -313,11 +318,6 @@ func (pl *plan) takeTrees(gs *grafts) error {
 		}
 		for _, r := range pl.visible {
 			if err := gs.take(r, r, true); err != nil {
-				return err
-			}
-		}
-		for _, n := range devNodes {
-			if err := gs.take("/dev/"+n, "/dev/"+n, false); err != nil {
 				return err
 			}
 		}
@@ -459,12 +459,22 @@ func setReadOnly(dirfd int, path string, flags uint) error {
 	return nil
 }
 
-// minimalDev replaces /dev with a tmpfs holding what commands expect (the
-// nodes themselves are attached later from their grafts): the host's /dev
-// holds disks that uid 0 may write without any capability.
+// minimalDev replaces /dev with a tmpfs holding what commands expect: the
+// host's /dev holds disks that uid 0 may write without any capability.
 func minimalDev() error {
+	// The host's /dev, for the nodes that cannot be made (below).
+	host, err := unix.Open("/dev", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open /dev: %w", err)
+	}
+	defer unix.Close(host)
 	if err := unix.Mount("tmpfs", "/dev", "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, "mode=0755"); err != nil {
 		return fmt.Errorf("tmpfs /dev: %w", err)
+	}
+	for _, n := range devNodes {
+		if err := devNode(host, n.name, n.major, n.minor); err != nil {
+			return err
+		}
 	}
 	for _, d := range []string{"/dev/pts", "/dev/shm"} {
 		if err := os.Mkdir(d, 0o755); err != nil {
@@ -487,6 +497,36 @@ func minimalDev() error {
 	}
 	return nil
 }
+
+// devNode makes the device node name of the private /dev, read-write for
+// all as on the host: a node of its own, in the sandbox's tmpfs, so that
+// nothing a command does to it (chmod, say) reaches the host's. Where
+// dshd may not make device nodes (a device cgroup), it binds the host's
+// node from the directory host instead.
+func devNode(host int, name string, major, minor uint32) error {
+	at := "/dev/" + name
+	err := mknod(at, unix.S_IFCHR|0o666, int(unix.Mkdev(major, minor)))
+	if err == nil {
+		// Past the umask.
+		if err := unix.Fchmodat(unix.AT_FDCWD, at, 0o666, 0); err != nil {
+			return fmt.Errorf("chmod %s: %w", at, err)
+		}
+		return nil
+	}
+	fd, terr := unix.OpenTree(host, name, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+	if terr != nil {
+		return fmt.Errorf("mknod %s: %v; open_tree of the host's: %w", at, err, terr)
+	}
+	g := graft{fd: fd, at: at}
+	if err := g.attach(); err != nil {
+		unix.Close(fd)
+		return err
+	}
+	return nil
+}
+
+// mknod is unix.Mknod; a test makes it fail.
+var mknod = unix.Mknod
 
 // loopbackUp brings lo up in the thread's new network namespace.
 func loopbackUp() error {
@@ -529,15 +569,12 @@ func dropPrivileges() error {
 	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
 		return fmt.Errorf("clear ambient capabilities: %w", err)
 	}
-	attr := unix.LandlockRulesetAttr{Scoped: unix.LANDLOCK_SCOPE_SIGNAL | unix.LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET}
-	rs, _, e := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, uintptr(unsafe.Pointer(&attr)), unsafe.Sizeof(attr), 0)
-	if e != 0 {
-		return fmt.Errorf("landlock ruleset: %w", e)
+	rs, err := landlockScopes()
+	if err != nil {
+		return err
 	}
 	// Flags 0: the calling thread only.
-	_, _, e = unix.Syscall(unix.SYS_LANDLOCK_RESTRICT_SELF, rs, 0, 0)
-	unix.Close(int(rs))
-	if e != 0 {
+	if _, _, e := unix.Syscall(unix.SYS_LANDLOCK_RESTRICT_SELF, uintptr(rs), 0, 0); e != 0 {
 		return fmt.Errorf("landlock restrict: %w", e)
 	}
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
@@ -547,3 +584,15 @@ func dropPrivileges() error {
 	}
 	return nil
 }
+
+// landlockScopes returns the Landlock ruleset every confined command is
+// restricted by (scoped signals and abstract unix sockets, no rule): made
+// once, kept open (close-on-exec) and applied by each confined thread.
+var landlockScopes = sync.OnceValues(func() (int, error) {
+	attr := unix.LandlockRulesetAttr{Scoped: unix.LANDLOCK_SCOPE_SIGNAL | unix.LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET}
+	rs, _, e := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, uintptr(unsafe.Pointer(&attr)), unsafe.Sizeof(attr), 0)
+	if e != 0 {
+		return -1, fmt.Errorf("landlock ruleset: %w", e)
+	}
+	return int(rs), nil
+})

@@ -13,9 +13,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dshd/dshd/internal/testenv"
-
 	"github.com/google/go-cmp/cmp"
+	"golang.org/x/sys/unix"
+
+	"github.com/dshd/dshd/internal/testenv"
 )
 
 func TestPolicyRules(t *testing.T) {
@@ -87,7 +88,7 @@ type layout struct {
 	ws, outside, home, skills, homeToken, token string
 }
 
-func newLayout(t *testing.T) layout {
+func newLayout(t testing.TB) layout {
 	t.Helper()
 	root := t.TempDir()
 	l := layout{
@@ -483,6 +484,15 @@ func TestNamespaces(t *testing.T) {
 					check("/dev/null", "echo x > /dev/null && head -c1 /dev/urandom >/dev/null", true)
 					if tc.p.FS != Unrestricted {
 						check("raw disks hidden", "ls /dev | grep -qvE '^(null|zero|full|random|urandom|tty|pts|shm|ptmx|fd|stdin|stdout|stderr|core)$' && exit 1 || exit 0", true)
+						if mech == MechanismNamespaces {
+							// Nodes of the sandbox's own /dev, read-write for
+							// all: a chmod there would reach no host node.
+							var host unix.Stat_t
+							if err := unix.Stat("/dev/null", &host); err != nil {
+								t.Fatal(err)
+							}
+							check("device nodes of its own", fmt.Sprintf(`for n in null zero full random urandom tty; do test -c /dev/$n && test "$(stat -c %%a /dev/$n)" = 666 || exit 1; done; test "$(stat -c %%d:%%i /dev/null)" != "%d:%d"`, host.Dev, host.Ino), true)
+						}
 					}
 				})
 			}
@@ -529,6 +539,31 @@ func TestNamespacesOnHost(t *testing.T) {
 	}
 	if c := capEff(); c != caps {
 		t.Errorf("the main thread's capabilities changed: %q, were %q", c, caps)
+	}
+}
+
+// TestDevNodesBound: where dshd may not make device nodes, the private
+// /dev binds the host's instead, and they work.
+func TestDevNodesBound(t *testing.T) {
+	l, h := namespacesHost(t)
+	made := mknod
+	t.Cleanup(func() { mknod = made })
+	mknod = func(string, uint32, int) error { return unix.EPERM }
+	var host unix.Stat_t
+	if err := unix.Stat("/dev/urandom", &host); err != nil {
+		t.Fatal(err)
+	}
+	script := fmt.Sprintf(`echo x > /dev/null && head -c1 /dev/urandom >/dev/null && test "$(stat -c %%d:%%i /dev/urandom)" = "%d:%d" && echo bound`, host.Dev, host.Ino)
+	var out strings.Builder
+	cmd := &osexec.Cmd{Stdout: &out, Stderr: &out, Dir: l.ws}
+	if _, err := h.Start(Policy{FS: WorkspaceWrite, Network: NetworkOff}, l.ws, []string{l.ws}, "/bin/bash", []string{"bash", "-c", script}, func(p string, a []string, extra []*os.File) error {
+		cmd.Path, cmd.Args, cmd.ExtraFiles = p, a, extra
+		return cmd.Start()
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil || out.String() != "bound\n" {
+		t.Errorf("err %v, output %q; want the host's nodes bound", err, out.String())
 	}
 }
 

@@ -4,12 +4,12 @@ import (
 	"cmp"
 	"encoding/binary"
 	"fmt"
+	"maps"
 	"os"
 	"runtime"
 	"slices"
 	"unsafe"
 
-	seccomp "github.com/elastic/go-seccomp-bpf"
 	"github.com/elastic/go-seccomp-bpf/arch"
 	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
@@ -111,8 +111,8 @@ func newSyscallFilter(c cloneFilter) (*syscallFilter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("seccomp filter for %s: %w", cmp.Or(filterArch, runtime.GOARCH), err)
 	}
-	// The library assembles for the running architecture; its table must
-	// name every call denied (a missing one is an error, never a hole).
+	// The library's table for the running architecture must name every
+	// call denied (a missing one is an error, never a hole).
 	for _, n := range slices.Concat(deniedCalls, []string{"clone", "clone3"}) {
 		if _, ok := info.SyscallNames[n]; !ok {
 			return nil, fmt.Errorf("seccomp filter for %s: no system call %s in its table", info.Name, n)
@@ -124,34 +124,21 @@ func newSyscallFilter(c cloneFilter) (*syscallFilter, error) {
 			names = append(names, n)
 		}
 	}
-	groups := []seccomp.SyscallGroup{{
-		Names:  names,
-		Action: seccomp.ActionErrno, // EPERM
-		NamesWithCondtions: []seccomp.NameWithConditions{{
-			Name:       "clone",
-			Conditions: seccomp.ArgumentConditions{{Argument: 0, Operation: seccomp.BitsSet, Value: cloneNewFlags}},
-		}},
-	}}
-	if c == clone3NoSys {
-		groups = append(groups, seccomp.SyscallGroup{Names: []string{"clone3"}, Action: seccomp.ActionErrno | seccomp.Action(unix.ENOSYS)})
+	rules := map[uint32]ruleKind{}
+	for _, n := range names {
+		rules[uint32(info.SyscallNames[n])] = ruleDeny
 	}
-	p := seccomp.Policy{DefaultAction: seccomp.ActionAllow, Syscalls: groups}
-	insts, err := p.Assemble()
+	rules[uint32(info.SyscallNames["clone"])] = ruleClone
+	if c == clone3NoSys {
+		rules[uint32(info.SyscallNames["clone3"])] = ruleNoSys
+	}
+	prog, err := filterProgram(info, rules)
 	if err != nil {
 		return nil, fmt.Errorf("seccomp filter for %s: %w", info.Name, err)
 	}
-	// The library lets calls of another architecture through (it checks
-	// the native table only): on amd64, int 0x80 reaches the i386 table,
-	// where none of the above is denied. Refuse them all, as a kernel
-	// without that compatibility layer would.
-	guard := []bpf.Instruction{
-		bpf.LoadAbsolute{Off: 4, Size: 4}, // seccomp_data.arch
-		bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(info.ID), SkipTrue: 1},
-		bpf.RetConstant{Val: unix.SECCOMP_RET_ERRNO | uint32(unix.ENOSYS)},
-	}
-	raw, err := bpf.Assemble(append(guard, insts...))
+	raw, err := bpf.Assemble(prog)
 	if err != nil {
-		return nil, fmt.Errorf("seccomp filter: %w", err)
+		return nil, fmt.Errorf("seccomp filter for %s: %w", info.Name, err)
 	}
 	f := &syscallFilter{prog: make([]unix.SockFilter, len(raw)), desc: fmt.Sprintf("%s: %d calls denied", info.Name, len(names)+1)}
 	if c == clone3NoSys {
@@ -199,4 +186,145 @@ func (f *syscallFilter) file() (*os.File, error) {
 		return nil, fmt.Errorf("seccomp filter pipe: %w", err)
 	}
 	return r, nil
+}
+
+// ruleKind is what the filter does with one system call.
+type ruleKind int
+
+const (
+	ruleDeny  ruleKind = iota // EPERM
+	ruleClone                 // EPERM with a CLONE_NEW* flag, else allowed
+	ruleNoSys                 // ENOSYS
+)
+
+// The filter's answers.
+const (
+	retAllow = unix.SECCOMP_RET_ALLOW
+	retEPERM = unix.SECCOMP_RET_ERRNO | uint32(unix.EPERM)
+	retNoSys = unix.SECCOMP_RET_ERRNO | uint32(unix.ENOSYS)
+)
+
+// Offsets in struct seccomp_data.
+const (
+	dataNr   = 0
+	dataArch = 4
+	dataArg0 = 16
+)
+
+// filterProgram is the filter for info: a call of another architecture
+// fails with ENOSYS (on amd64, int 0x80 reaches the i386 table, where
+// nothing would be denied: refused all, as on a kernel without that
+// compatibility layer), and so does an x32 call on x86_64; then the call's
+// number is looked up in rules by a binary search, and what is not there
+// is allowed.
+//
+// The search, rather than one comparison per call in a row, is for the
+// kernel: loading a filter, it runs it for every call number of every
+// architecture to find the calls it always allows (and then skips it for
+// them), so a filter's load costs with the comparisons each number goes
+// through: some 40 in a row, 6 or so in a search.
+func filterProgram(info *arch.Info, rules map[uint32]ruleKind) ([]bpf.Instruction, error) {
+	var p filterAsm
+	p.add(bpf.LoadAbsolute{Off: dataArch, Size: 4})
+	p.jump(bpf.JumpEqual, uint32(info.ID), p.next()+2, p.next()+1)
+	p.add(bpf.RetConstant{Val: retNoSys})
+	p.add(bpf.LoadAbsolute{Off: dataNr, Size: 4})
+	if info.ID == arch.X86_64.ID {
+		p.jump(bpf.JumpGreaterOrEqual, uint32(arch.X32.SeccompMask), labelNoSys, p.next()+1)
+	}
+	p.search(slices.Sorted(maps.Keys(rules)), rules)
+	// The answers every comparison jumps to, forward.
+	p.at[labelClone] = p.next()
+	// clone's flags are its first argument; the namespace flags are in
+	// its low 32 bits.
+	off := uint32(dataArg0)
+	if binary.NativeEndian.Uint16([]byte{0, 1}) == 1 {
+		off += 4 // big-endian: the low half comes second
+	}
+	p.add(bpf.LoadAbsolute{Off: off, Size: 4})
+	p.jump(bpf.JumpBitsSet, cloneNewFlags, labelDeny, labelAllow)
+	p.at[labelAllow] = p.next()
+	p.add(bpf.RetConstant{Val: retAllow})
+	p.at[labelDeny] = p.next()
+	p.add(bpf.RetConstant{Val: retEPERM})
+	p.at[labelNoSys] = p.next()
+	p.add(bpf.RetConstant{Val: retNoSys})
+	return p.resolve()
+}
+
+// Labels of the filter's answers, as jump targets before they are placed.
+const (
+	labelAllow = -1 - iota
+	labelDeny
+	labelNoSys
+	labelClone
+)
+
+// filterAsm assembles a filter whose jumps name their targets by index
+// (or label) rather than by distance.
+type filterAsm struct {
+	prog  []bpf.Instruction
+	jumps map[int][2]int // at an index: the targets if true and if false
+	at    map[int]int    // a label's index
+}
+
+func (p *filterAsm) next() int { return len(p.prog) }
+
+func (p *filterAsm) add(in bpf.Instruction) { p.prog = append(p.prog, in) }
+
+func (p *filterAsm) jump(cond bpf.JumpTest, val uint32, ifTrue, ifFalse int) {
+	if p.jumps == nil {
+		p.jumps, p.at = map[int][2]int{}, map[int]int{}
+	}
+	p.jumps[p.next()] = [2]int{ifTrue, ifFalse}
+	p.add(bpf.JumpIf{Cond: cond, Val: val})
+}
+
+// search looks the call number (in the accumulator) up among nrs, sorted,
+// jumping to its rule's answer, or allowing it.
+func (p *filterAsm) search(nrs []uint32, rules map[uint32]ruleKind) {
+	if len(nrs) <= 3 {
+		for i, nr := range nrs {
+			ifFalse := p.next() + 1
+			if i == len(nrs)-1 {
+				ifFalse = labelAllow
+			}
+			p.jump(bpf.JumpEqual, nr, ruleLabel[rules[nr]], ifFalse)
+		}
+		if len(nrs) == 0 {
+			p.jump(bpf.JumpEqual, 0, labelAllow, labelAllow)
+		}
+		return
+	}
+	mid := len(nrs) / 2
+	split := p.next()
+	p.jump(bpf.JumpGreaterOrEqual, nrs[mid], 0, split+1) // if true: set below
+	p.search(nrs[:mid], rules)
+	p.jumps[split] = [2]int{p.next(), split + 1}
+	p.search(nrs[mid:], rules)
+}
+
+// ruleLabel is where each rule's calls jump.
+var ruleLabel = map[ruleKind]int{ruleDeny: labelDeny, ruleClone: labelClone, ruleNoSys: labelNoSys}
+
+// resolve turns each jump's targets into distances. A filter's jumps go
+// forward, at most 255 instructions: this one has about two per rule.
+func (p *filterAsm) resolve() ([]bpf.Instruction, error) {
+	for i, t := range p.jumps {
+		var skips [2]uint8
+		for k, to := range t {
+			if to < 0 {
+				to = p.at[to]
+			}
+			d := to - i - 1
+			if d < 0 || d > 255 {
+				return nil, fmt.Errorf("a jump of %d instructions at %d", d, i)
+			}
+			skips[k] = uint8(d)
+		}
+		j := p.prog[i].(bpf.JumpIf)
+		j.SkipTrue, j.SkipFalse = skips[0], skips[1]
+		p.prog[i] = j
+	}
+	return p.prog, nil
 }

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -12,8 +13,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/dshd/dshd/internal/testenv"
+	seccomp "github.com/elastic/go-seccomp-bpf"
 	"github.com/elastic/go-seccomp-bpf/arch"
+	"golang.org/x/net/bpf"
+	"golang.org/x/sys/unix"
+
+	"github.com/dshd/dshd/internal/testenv"
 )
 
 // startWith starts cmd as Host.Start's callback does in dshd.
@@ -298,5 +303,92 @@ func BenchmarkSyscallFilter(b *testing.B) {
 	for _, r := range rows {
 		slices.Sort(r.ns)
 		b.ReportMetric(r.ns[len(r.ns)/2], r.name+"-ns/call")
+	}
+}
+
+// TestFilterProgramLikeLibrary: the filter's binary search answers every
+// call number of every architecture as the library's filter (one
+// comparison per call, in a row) does, x32 numbers and clone's flags
+// included, for both of clone3's treatments. The library assembles for
+// the running architecture only.
+func TestFilterProgramLikeLibrary(t *testing.T) {
+	a, err := arch.GetInfo("")
+	if err != nil {
+		t.Skip(err)
+	}
+	for _, c := range []cloneFilter{clone3Allowed, clone3NoSys} {
+		names := slices.Clone(deniedCalls)
+		for _, n := range deniedIfPresent {
+			if _, ok := a.SyscallNames[n]; ok {
+				names = append(names, n)
+			}
+		}
+		rules := map[uint32]ruleKind{uint32(a.SyscallNames["clone"]): ruleClone}
+		for _, n := range names {
+			rules[uint32(a.SyscallNames[n])] = ruleDeny
+		}
+		groups := []seccomp.SyscallGroup{{
+			Names:  names,
+			Action: seccomp.ActionErrno,
+			NamesWithCondtions: []seccomp.NameWithConditions{{
+				Name:       "clone",
+				Conditions: seccomp.ArgumentConditions{{Argument: 0, Operation: seccomp.BitsSet, Value: cloneNewFlags}},
+			}},
+		}}
+		if c == clone3NoSys {
+			rules[uint32(a.SyscallNames["clone3"])] = ruleNoSys
+			groups = append(groups, seccomp.SyscallGroup{Names: []string{"clone3"}, Action: seccomp.ActionErrno | seccomp.Action(unix.ENOSYS)})
+		}
+		pol := seccomp.Policy{DefaultAction: seccomp.ActionAllow, Syscalls: groups}
+		lib, err := pol.Assemble()
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The library's filter lets other architectures through; ours
+		// refuses them before it.
+		lib = append([]bpf.Instruction{
+			bpf.LoadAbsolute{Off: 4, Size: 4},
+			bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(a.ID), SkipTrue: 1},
+			bpf.RetConstant{Val: retNoSys},
+		}, lib...)
+		tree, err := filterProgram(a, rules)
+		if err != nil {
+			t.Fatal(err)
+		}
+		vm := func(prog []bpf.Instruction) *bpf.VM {
+			v, err := bpf.NewVM(prog)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return v
+		}
+		want, got := vm(lib), vm(tree)
+		// struct seccomp_data as the VM loads it (big-endian words):
+		// nr, arch, ip, then each argument low half first, as on the
+		// little-endian machines this test is about.
+		data := func(nr, archID, flags uint32) []byte {
+			b := make([]byte, 64)
+			binary.BigEndian.PutUint32(b[0:], nr)
+			binary.BigEndian.PutUint32(b[4:], archID)
+			binary.BigEndian.PutUint32(b[16:], flags)
+			return b
+		}
+		checked := 0
+		for _, archID := range []uint32{uint32(a.ID), uint32(arch.I386.ID), uint32(arch.ARM.ID)} {
+			for _, base := range []uint32{0, uint32(arch.X32.SeccompMask)} {
+				for nr := range uint32(1024) {
+					for _, flags := range []uint32{0, unix.CLONE_VM | unix.CLONE_VFORK, unix.CLONE_NEWUSER, unix.CLONE_NEWNET | unix.CLONE_FILES} {
+						d := data(base+nr, archID, flags)
+						w, werr := want.Run(d)
+						g, gerr := got.Run(d)
+						if werr != nil || gerr != nil || w != g {
+							t.Fatalf("%s, clone3 %d: call %#x of arch %#x, flags %#x: %#x (%v), the library's %#x (%v)", a.Name, c, base+nr, archID, flags, g, gerr, w, werr)
+						}
+						checked++
+					}
+				}
+			}
+		}
+		t.Logf("%s, clone3 %d: %d cases alike; %d instructions, the library's %d", a.Name, c, checked, len(tree), len(lib))
 	}
 }
