@@ -124,7 +124,7 @@ func (m *Manager) Checkpoint(agent, callID string, seq int64) (made bool, err er
 		return false, nil
 	case empty:
 		m.agents[owner] = base
-		if err := m.saveSoonLocked(); err != nil {
+		if err := m.appendLocked(logRecord{Agent: owner, State: base}); err != nil {
 			m.agents[owner] = a
 			return false, err
 		}
@@ -161,7 +161,13 @@ func (m *Manager) layerLocked(owner string, a, base *agentState, callID string, 
 	na.Own = base.Own + 1
 	m.agents[owner] = &na
 	faults.Point("workspace.checkpoint.layered") // a new layer, not recorded
-	if err := m.saveSoonLocked(); err != nil {
+	// One record of the state's log: what this checkpoint changed, or,
+	// with a compaction committed, the agent's whole record.
+	rec := logRecord{Agent: owner, Checkpoint: &na.Checkpoints[len(na.Checkpoints)-1], Upper: up, Own: na.Own}
+	if base != a {
+		rec = logRecord{Agent: owner, State: &na}
+	}
+	if err := m.appendLocked(rec); err != nil {
 		m.agents[owner] = a
 		m.removeLayers([]string{up})
 		return false, err
