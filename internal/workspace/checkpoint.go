@@ -147,7 +147,7 @@ func (m *Manager) Checkpoint(agent, callID string, seq int64) (made bool, err er
 // afresh on the new upper. It runs with m.mu and the operation lock of
 // owner held, as Checkpoint holds them.
 func (m *Manager) layerLocked(owner string, a, base *agentState, callID string, seq int64, retired []string) (bool, error) {
-	up, err := m.newLayer()
+	up, err := m.spareLayerLocked()
 	if err != nil {
 		return false, err
 	}
@@ -449,7 +449,7 @@ func (m *Manager) Rewind(agent string, depth int, undo bool) error {
 	if first := firstDepth(a); depth < first || depth > len(a.Layers) {
 		return fmt.Errorf("%w: depth %d is outside agent %s's checkpoints (%d to %d)", ErrInvalid, depth, agent, first, len(a.Layers))
 	}
-	up, err := m.newLayer()
+	up, err := m.spareLayerLocked()
 	if err != nil {
 		return err
 	}

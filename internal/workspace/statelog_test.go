@@ -150,3 +150,47 @@ func TestStateLogOlderRecords(t *testing.T) {
 		t.Errorf("f2.txt = %q", read(t, v, "f2.txt"))
 	}
 }
+
+// TestSpareLayerKept: a checkpoint has the next one's layer made ahead (a
+// spare, which no agent references yet); a removal of unused layers at
+// runtime (a drop's) leaves it, and the next checkpoint's fresh upper is
+// that spare.
+func TestSpareLayerKept(t *testing.T) {
+	m, home, base := fixture(t)
+	for _, a := range []string{"a", "b"} {
+		if err := m.Adopt(a, base); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put(t, view(t, m, "a"), "x.txt", "x")
+	if made, err := m.Checkpoint("a", "call_1", 1); !made || err != nil {
+		t.Fatalf("checkpoint: %v %v", made, err)
+	}
+	m.WaitCompactions("a")
+	m.wg.Wait() // the spare made
+	m.mu.Lock()
+	spare := m.spare
+	m.mu.Unlock()
+	if spare == "" {
+		t.Fatal("no spare layer after a checkpoint")
+	}
+	if err := m.Drop("b"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(home, "workspaces", "layers", spare, "work")); err != nil {
+		t.Fatalf("the spare after a drop removed unused layers: %v", err)
+	}
+	put(t, view(t, m, "a"), "y.txt", "y")
+	if made, err := m.Checkpoint("a", "call_2", 2); !made || err != nil {
+		t.Fatalf("checkpoint: %v %v", made, err)
+	}
+	m.mu.Lock()
+	upper := m.agents["a"].Upper
+	m.mu.Unlock()
+	if upper != spare {
+		t.Errorf("the upper after the next checkpoint is %s, want the spare %s", upper, spare)
+	}
+	if v := view(t, m, "a"); read(t, v, "x.txt")+read(t, v, "y.txt") != "xy" {
+		t.Errorf("the view: x.txt %q, y.txt %q", read(t, v, "x.txt"), read(t, v, "y.txt"))
+	}
+}

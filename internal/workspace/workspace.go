@@ -181,8 +181,11 @@ type Manager struct {
 	flushing  bool
 	syncMu    sync.Mutex
 	logClosed bool
-	closed    bool // Close ran: nothing is mounted ahead any more
-	over      bool // the layers use maxBytes or more (WatchBudget)
+	// spare: an empty layer made ahead for the next checkpoint or rewind;
+	// makingSpare: the one being made (spareLayerLocked).
+	spare, makingSpare string
+	closed             bool // Close ran: nothing is mounted ahead any more
+	over               bool // the layers use maxBytes or more (WatchBudget)
 	// busy, when set, counts the processes of the agents' jobs that may
 	// still write: leaders and what outlived them (see SetBusy).
 	busy func(agents []string) int
@@ -297,7 +300,7 @@ func (m *Manager) unusedLocked() []string {
 // usedLocked are the layers a recorded agent references or a compaction
 // has pinned.
 func (m *Manager) usedLocked() map[string]bool {
-	used := map[string]bool{}
+	used := map[string]bool{m.spare: true, m.makingSpare: true}
 	for id := range m.pinned {
 		used[id] = true
 	}
@@ -335,13 +338,52 @@ func newID() string {
 // newLayer makes an empty upper layer and returns its id.
 func (m *Manager) newLayer() (string, error) {
 	id := newID()
+	return id, m.makeLayer(id)
+}
+
+func (m *Manager) makeLayer(id string) error {
 	for _, d := range []string{m.upperDir(id), m.workDir(id)} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			os.RemoveAll(m.layerDir(id))
-			return "", fmt.Errorf("workspaces: new layer: %w", err)
+			return fmt.Errorf("workspaces: new layer: %w", err)
 		}
 	}
-	return id, nil
+	return nil
+}
+
+// spareLayerLocked returns an empty upper layer for a checkpoint or a
+// rewind: the spare made ahead in the background after the one before
+// (its directories made off the call's path), else one made now; and has
+// the next spare made. A spare is a layer no agent references: a crash
+// leaves it to the start's removal of unused layers, and meanwhile
+// usedLocked counts it used, so that no removal takes it.
+func (m *Manager) spareLayerLocked() (string, error) {
+	id := m.spare
+	m.spare = ""
+	m.makeSpareLocked()
+	if id != "" {
+		return id, nil
+	}
+	return m.newLayer()
+}
+
+func (m *Manager) makeSpareLocked() {
+	if m.spare != "" || m.makingSpare != "" || m.closed {
+		return
+	}
+	id := newID()
+	m.makingSpare = id
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		err := m.makeLayer(id)
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		m.makingSpare = ""
+		if err == nil {
+			m.spare = id
+		}
+	}()
 }
 
 // Info is what an agent's workspace is, for the API.
