@@ -231,6 +231,60 @@ func TestCheckpointCrash(t *testing.T) {
 	}
 }
 
+// TestCheckpointLogCrash: checkpoints are records appended to the
+// state's log beside state.json; a later write of the whole state (a
+// rewind's) replaces state.json and then empties the log. dshd SIGKILLs
+// itself between the two (workspace.state.snapshot, its second time: the
+// first is the start's, which writes the log the last run left into
+// state.json): the log then still holds records state.json already has,
+// and the next start shows the view as the rewind left it, its
+// checkpoints agreeing, the rewind undoable; nothing applied twice.
+func TestCheckpointLogCrash(t *testing.T) {
+	t.Parallel()
+	testenv.NeedRoot(t, "overlayfs mounts and mount namespaces need CAP_SYS_ADMIN")
+	repo := gitRepo(t)
+	home := filepath.Join(t.TempDir(), "home")
+	s := startServer(t, withHome(home))
+	needSnapshots(t, s)
+	a := s.newAgent(t, "/agents", map[string]any{"cwd": repo, "workspace": "snapshot"})
+	s.toolCall(t, a.ID, "c_1", "echo one > f.txt")
+	s.toolCall(t, a.ID, "c_2", "rm -r src && echo two > new.txt")
+	afterTwo := s.toolCall(t, a.ID, "m_2", manifest)
+	s.stop(t)
+	if fi, err := os.Stat(filepath.Join(home, "workspaces", "state.log")); err != nil || fi.Size() == 0 {
+		t.Fatalf("the state's log after two checkpoints: %v %v, want their records", fi, err)
+	}
+
+	s = startServer(t, withHome(home), withEnv("DSHD_CRASH_AT=workspace.state.snapshot:2"))
+	s.toolCall(t, a.ID, "c_3", "echo three >> f.txt")
+	afterThree := s.toolCall(t, a.ID, "m_3", manifest)
+	crashOn(t, s, "POST", "/agents/"+a.ID+"/rewind", map[string]any{"callId": "c_3", "to": "before"})
+
+	s = startServer(t, withHome(home))
+	var list checkpointList
+	if st := s.DoJSON(t, "GET", "/agents/"+a.ID+"/checkpoints", nil, &list); st != 200 {
+		t.Fatalf("checkpoints = %d", st)
+	}
+	var calls []string
+	for _, c := range list.Checkpoints {
+		calls = append(calls, c.CallID)
+	}
+	if strings.Join(calls, ",") != "c_1,c_2" || !list.Undo {
+		t.Errorf("after the crash: checkpoints %v (undo %v), want c_1,c_2 and an undo", calls, list.Undo)
+	}
+	if got := s.toolCall(t, a.ID, "m_after", manifest); got != afterTwo {
+		t.Errorf("the view after the crash is not the rewound one:\n got %s\nwant %s", got, afterTwo)
+	}
+	noStrayLayers(t, home)
+	var rw map[string]any
+	if st := s.DoJSON(t, "POST", "/agents/"+a.ID+"/rewind", map[string]any{"undo": true}, &rw); st != 200 {
+		t.Fatalf("undo after the restart = %d %v", st, rw)
+	}
+	if got := s.toolCall(t, a.ID, "m_undone", manifest); got != afterThree {
+		t.Errorf("the undone view:\n got %s\nwant %s", got, afterThree)
+	}
+}
+
 // TestCheckpointCompactionCrash: dshd SIGKILLs itself at each crash point
 // of a compaction (in the middle of merging a run of layers, once they are
 // merged, once the new stack is recorded); the next start shows the

@@ -511,21 +511,7 @@ func linkWorkspaces(ctx context.Context, workspaces *workspace.Manager, sessions
 	// nothing a job left running, counted now (a job's Remaining is as
 	// last polled: a sandbox's processes that were going as the call
 	// ended would hold its checkpoint back).
-	workspaces.SetBusy(func(ids []string) int {
-		n := 0
-		for _, id := range ids {
-			for _, sn := range executor.Jobs(id, "") {
-				if sn.State == exec.StateRunning {
-					n++
-					continue
-				}
-				if j, err := executor.Job(sn.ID); err == nil && j.Lingers(remainderSettle) {
-					n++
-				}
-			}
-		}
-		return n
-	})
+	workspaces.SetBusy(func(ids []string) int { return executor.Busy(ids, remainderSettle) })
 }
 
 // newMCP builds the MCP endpoint over the pipeline.

@@ -815,6 +815,32 @@ func (e *Executor) Jobs(agentID string, state State) []Snapshot {
 	return out
 }
 
+// Busy counts, for agentIDs, their running jobs and their finished jobs
+// whose processes outlived the leader (Lingers(settle), counted now): what
+// may still write their files. Unlike Jobs it copies nothing of a job and
+// looks at a finished one under its own lock only, so its cost per job
+// recorded is a few loads, however many the agents have run.
+func (e *Executor) Busy(agentIDs []string, settle time.Duration) int {
+	e.mu.Lock()
+	var js []*Job
+	for _, j := range e.jobs {
+		if slices.Contains(agentIDs, j.agentID) {
+			js = append(js, j)
+		}
+	}
+	e.mu.Unlock()
+	n := 0
+	for _, j := range js {
+		j.mu.Lock()
+		running := j.state == StateRunning
+		j.mu.Unlock()
+		if running || j.Lingers(settle) {
+			n++
+		}
+	}
+	return n
+}
+
 // Cancel stops a running job through the kill path (SIGTERM the group, the
 // grace, SIGKILL) and waits until it is finished or ctx is done; the job
 // ends in StateCancelled. Cancelling a finished job changes nothing but

@@ -492,6 +492,14 @@ func TestCaps(t *testing.T) {
 	if got := len(e.Jobs("a", StateRunning)); got != 2 {
 		t.Errorf("running jobs of a = %d, want 2", got)
 	}
+	// Busy counts the running jobs of the agents named, not the one
+	// cancelled.
+	if got := e.Busy([]string{"a"}, 0); got != 2 {
+		t.Errorf("Busy(a) = %d, want 2", got)
+	}
+	if got := e.Busy([]string{"a", "b"}, 0); got != 3 {
+		t.Errorf("Busy(a, b) = %d, want 3", got)
+	}
 }
 
 // TestMayOutliveCountsAgainstAgentCap: a foreground job that may outlive

@@ -64,6 +64,14 @@ func TestRemainderAccounted(t *testing.T) {
 			if s.Remaining == nil || s.Remaining.Processes != 1 || !s.Remaining.Since.Equal(*s.EndedAt) {
 				t.Errorf("Remaining = %+v, want 1 process since %v", s.Remaining, s.EndedAt)
 			}
+			// Busy counts the leftover (its agent's only), not another
+			// agent's jobs.
+			if n := e.Busy([]string{"a1"}, 0); n != 1 {
+				t.Errorf("Busy(a1) with the leftover = %d, want 1", n)
+			}
+			if n := e.Busy([]string{"a2"}, 0); n != 0 {
+				t.Errorf("Busy(a2) = %d, want 0", n)
+			}
 			// The leftover counts as the agent's one background job.
 			_, err := e.Start(testCtx(t), Spec{AgentID: "a1", Command: "true", Background: true})
 			var tm *TooManyJobsError
@@ -80,6 +88,9 @@ func TestRemainderAccounted(t *testing.T) {
 			}
 			if c.Remaining != nil || c.State != StateExited {
 				t.Errorf("after Cancel: state %s, Remaining %+v; want exited, none", c.State, c.Remaining)
+			}
+			if n := e.Busy([]string{"a1"}, 0); n != 0 {
+				t.Errorf("Busy(a1) once the leftover is killed = %d, want 0", n)
 			}
 			if j, err := e.Start(testCtx(t), Spec{AgentID: "a1", Command: "true", Background: true}); err != nil {
 				t.Errorf("a background job once the leftover is gone: %v", err)

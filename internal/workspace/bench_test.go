@@ -9,9 +9,11 @@ import (
 )
 
 // BenchmarkCheckpoint measures, in process, the parts of a checkpoint a
-// tool call waits for: the checkpoint itself (a new layer, the state
-// written durably) and the next job's lease (the view mounted afresh with
-// one more layer), beside a lease of an agent without checkpoints.
+// tool call waits for: the checkpoint itself (its fresh upper taken from
+// the spare made ahead, one record appended to the state's log) and the
+// next job's lease, taken at once (the view mounted afresh with one more
+// layer, after the old mount's unmount), beside a lease of an agent
+// without checkpoints.
 func BenchmarkCheckpoint(b *testing.B) {
 	if os.Geteuid() != 0 {
 		b.Skip("overlayfs mounts need root")

@@ -124,7 +124,7 @@ func (m *Manager) Checkpoint(agent, callID string, seq int64) (made bool, err er
 		return false, nil
 	case empty:
 		m.agents[owner] = base
-		if err := m.saveSoonLocked(); err != nil {
+		if err := m.appendLocked(logRecord{Agent: owner, State: base}); err != nil {
 			m.agents[owner] = a
 			return false, err
 		}
@@ -147,7 +147,7 @@ func (m *Manager) Checkpoint(agent, callID string, seq int64) (made bool, err er
 // afresh on the new upper. It runs with m.mu and the operation lock of
 // owner held, as Checkpoint holds them.
 func (m *Manager) layerLocked(owner string, a, base *agentState, callID string, seq int64, retired []string) (bool, error) {
-	up, err := m.newLayer()
+	up, err := m.spareLayerLocked()
 	if err != nil {
 		return false, err
 	}
@@ -161,7 +161,13 @@ func (m *Manager) layerLocked(owner string, a, base *agentState, callID string, 
 	na.Own = base.Own + 1
 	m.agents[owner] = &na
 	faults.Point("workspace.checkpoint.layered") // a new layer, not recorded
-	if err := m.saveSoonLocked(); err != nil {
+	// One record of the state's log: what this checkpoint changed, or,
+	// with a compaction committed, the agent's whole record.
+	rec := logRecord{Agent: owner, Checkpoint: &na.Checkpoints[len(na.Checkpoints)-1], Upper: up, Own: na.Own}
+	if base != a {
+		rec = logRecord{Agent: owner, State: &na}
+	}
+	if err := m.appendLocked(rec); err != nil {
 		m.agents[owner] = a
 		m.removeLayers([]string{up})
 		return false, err
@@ -443,7 +449,7 @@ func (m *Manager) Rewind(agent string, at Mark, undo bool) error {
 	if first := firstDepth(a); depth < first || depth > len(a.Layers) {
 		return fmt.Errorf("%w: depth %d is outside agent %s's checkpoints (%d to %d)", ErrInvalid, depth, agent, first, len(a.Layers))
 	}
-	up, err := m.newLayer()
+	up, err := m.spareLayerLocked()
 	if err != nil {
 		return err
 	}

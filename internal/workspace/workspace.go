@@ -13,8 +13,9 @@
 //
 // What a child did is listed (Changes), applied to its parent's view or to
 // a directory all or nothing, refusing on conflicts (Apply), or dropped
-// (Drop). The stacks are recorded in <dir>/state.json; the layers are
-// directories under <dir>/layers, so they survive a restart.
+// (Drop). The stacks are recorded in <dir>/state.json and its log (the
+// checkpoints since, statelog.go); the layers are directories under
+// <dir>/layers, so they survive a restart.
 //
 // Linux only (overlayfs, the mount API): on another system the build stops
 // at linux_only.go, whose import path says so.
@@ -26,7 +27,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -39,7 +39,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/dshd/dshd/internal/atomicfile"
 	"github.com/dshd/dshd/internal/beneath"
 )
 
@@ -141,8 +140,10 @@ type agentState struct {
 }
 
 type stateFile struct {
-	Version int                    `json:"version"`
-	Agents  map[string]*agentState `json:"agents"`
+	Version int `json:"version"`
+	// Generation numbers the last change the file holds (statelog.go).
+	Generation int64                  `json:"generation,omitempty"`
+	Agents     map[string]*agentState `json:"agents"`
 }
 
 // Manager keeps the agents' workspaces. It is safe for concurrent use.
@@ -170,10 +171,21 @@ type Manager struct {
 	remounted map[string]map[int]func(fd int)
 	hookSeq   int
 	waits     int // job starts waiting for a writer now
-	// flushing: a flush of the state is due (saveSoonLocked).
-	flushing bool
-	closed   bool // Close ran: nothing is mounted ahead any more
-	over     bool // the layers use maxBytes or more (WatchBudget)
+	// stateLog: the state's log, open to append to (statelog.go);
+	// logSize its bytes; gen the generation of the last change
+	// written; flushing: a flush of the log is due. syncMu orders a
+	// flush's sync, made with mu released, before the log's close.
+	stateLog  *os.File
+	logSize   int64
+	gen       int64
+	flushing  bool
+	syncMu    sync.Mutex
+	logClosed bool
+	// spare: an empty layer made ahead for the next checkpoint or rewind;
+	// makingSpare: the one being made (spareLayerLocked).
+	spare, makingSpare string
+	closed             bool // Close ran: nothing is mounted ahead any more
+	over               bool // the layers use maxBytes or more (WatchBudget)
 	// busy, when set, counts the processes of the agents' jobs that may
 	// still write: leaders and what outlived them (see SetBusy).
 	busy func(agents []string) int
@@ -218,7 +230,11 @@ func Open(dir, disabled string, logger *slog.Logger) (*Manager, error) {
 	if err := os.MkdirAll(filepath.Join(dir, "layers"), 0o700); err != nil {
 		return nil, fmt.Errorf("workspaces: %w", err)
 	}
-	if err := m.load(); err != nil {
+	logged, err := m.load()
+	if err != nil {
+		return nil, err
+	}
+	if err := m.openLog(logged); err != nil {
 		return nil, err
 	}
 	m.why = disabled
@@ -266,74 +282,6 @@ func (m *Manager) layerDir(id string) string { return filepath.Join(m.dir, "laye
 func (m *Manager) upperDir(id string) string { return filepath.Join(m.layerDir(id), "fs") }
 func (m *Manager) workDir(id string) string  { return filepath.Join(m.layerDir(id), "work") }
 
-func (m *Manager) load() error {
-	b, err := os.ReadFile(m.statePath())
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("workspaces: %w", err)
-	}
-	var st stateFile
-	if err := json.Unmarshal(b, &st); err != nil {
-		return fmt.Errorf("workspaces: %s: %w", m.statePath(), err)
-	}
-	if st.Agents != nil {
-		m.agents = st.Agents
-	}
-	return nil
-}
-
-// saveLocked records the state durably.
-func (m *Manager) saveLocked() error { return m.writeStateLocked(atomicfile.Options{}) }
-
-func (m *Manager) writeStateLocked(o atomicfile.Options) error {
-	b, err := json.Marshal(stateFile{Version: 1, Agents: m.agents})
-	if err != nil {
-		return err
-	}
-	if err := atomicfile.Write(m.statePath(), b, o); err != nil {
-		return fmt.Errorf("workspaces: save state: %w", err)
-	}
-	return nil
-}
-
-// flushDelay is how soon after a checkpoint its state is made durable.
-const flushDelay = 50 * time.Millisecond
-
-// saveSoonLocked records the state as saveLocked does (a new file renamed
-// over the old one, so a crash of dshd at any point leaves the one or the
-// other), but leaves making it durable on disk to a flush flushDelay
-// later, shared by the checkpoints made meanwhile: a tool call's answer
-// does not wait for the disk. Only a power cut or a crash of the kernel in
-// that window can lose the checkpoint: the view is then as after the
-// call, its changes pending again.
-func (m *Manager) saveSoonLocked() error {
-	if err := m.writeStateLocked(atomicfile.Options{Sync: func(*os.File) error { return nil }}); err != nil {
-		return err
-	}
-	if !m.flushing {
-		m.flushing = true
-		time.AfterFunc(flushDelay, m.flush)
-	}
-	return nil
-}
-
-// flush makes the last state written durable.
-func (m *Manager) flush() {
-	m.mu.Lock()
-	if !m.flushing {
-		m.mu.Unlock()
-		return // Close flushed it
-	}
-	m.flushing = false
-	err := m.saveLocked()
-	m.mu.Unlock()
-	if err != nil {
-		m.log.Error("make the workspaces' state durable", "err", err)
-	}
-}
-
 // unusedLocked lists the layers no recorded agent references (left by a
 // drop, or by a crash in the middle of a fork). A layer unused is never
 // used again: removeLayers removes them without the lock.
@@ -355,7 +303,7 @@ func (m *Manager) unusedLocked() []string {
 // usedLocked are the layers a recorded agent references or a compaction
 // has pinned.
 func (m *Manager) usedLocked() map[string]bool {
-	used := map[string]bool{}
+	used := map[string]bool{m.spare: true, m.makingSpare: true}
 	for id := range m.pinned {
 		used[id] = true
 	}
@@ -393,13 +341,52 @@ func newID() string {
 // newLayer makes an empty upper layer and returns its id.
 func (m *Manager) newLayer() (string, error) {
 	id := newID()
+	return id, m.makeLayer(id)
+}
+
+func (m *Manager) makeLayer(id string) error {
 	for _, d := range []string{m.upperDir(id), m.workDir(id)} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			os.RemoveAll(m.layerDir(id))
-			return "", fmt.Errorf("workspaces: new layer: %w", err)
+			return fmt.Errorf("workspaces: new layer: %w", err)
 		}
 	}
-	return id, nil
+	return nil
+}
+
+// spareLayerLocked returns an empty upper layer for a checkpoint or a
+// rewind: the spare made ahead in the background after the one before
+// (its directories made off the call's path), else one made now; and has
+// the next spare made. A spare is a layer no agent references: a crash
+// leaves it to the start's removal of unused layers, and meanwhile
+// usedLocked counts it used, so that no removal takes it.
+func (m *Manager) spareLayerLocked() (string, error) {
+	id := m.spare
+	m.spare = ""
+	m.makeSpareLocked()
+	if id != "" {
+		return id, nil
+	}
+	return m.newLayer()
+}
+
+func (m *Manager) makeSpareLocked() {
+	if m.spare != "" || m.makingSpare != "" || m.closed {
+		return
+	}
+	id := newID()
+	m.makingSpare = id
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		err := m.makeLayer(id)
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		m.makingSpare = ""
+		if err == nil {
+			m.spare = id
+		}
+	}()
 }
 
 // Info is what an agent's workspace is, for the API.
@@ -920,12 +907,7 @@ func (m *Manager) Close() {
 	m.wg.Wait()
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.flushing {
-		m.flushing = false
-		if err := m.saveLocked(); err != nil {
-			m.log.Error("make the workspaces' state durable", "err", err)
-		}
-	}
+	m.closeLogLocked()
 	for a := range m.mounts {
 		m.closeMountLocked(a)
 	}
