@@ -176,6 +176,7 @@ func (r *raceRig) consistent() {
 		}
 	}
 	used := m.usedLocked()
+	delete(used, m.makingSpare) // a spare layer being made in the background
 	unused := m.unusedLocked()
 	m.mu.Unlock()
 	for id := range used {

@@ -303,7 +303,12 @@ func (m *Manager) unusedLocked() []string {
 // usedLocked are the layers a recorded agent references or a compaction
 // has pinned.
 func (m *Manager) usedLocked() map[string]bool {
-	used := map[string]bool{m.spare: true, m.makingSpare: true}
+	used := map[string]bool{}
+	for _, id := range []string{m.spare, m.makingSpare} {
+		if id != "" {
+			used[id] = true
+		}
+	}
 	for id := range m.pinned {
 		used[id] = true
 	}
