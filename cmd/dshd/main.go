@@ -54,34 +54,9 @@ func main() {
 	// Before anything is started: a descriptor dshd inherited open across
 	// exec must not reach its jobs and hooks.
 	exec.CloseInheritedOnExec()
-	raiseProcs(os.Getenv)
 	if err := run(context.Background(), os.Args, os.Getenv, os.Stdin, os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintf(os.Stderr, "dshd: %v\n", err)
 		os.Exit(1)
-	}
-}
-
-// minProcs is the fewest Ps (GOMAXPROCS) dshd runs with. A request spends
-// most of its life in system calls that block: fork and exec (which hold
-// the runtime's fork lock until the child has exec'd), the transcript's
-// fsync, cgroup files. A thread in such a call keeps its P until the
-// runtime's monitor takes it back, and a thread the kernel has descheduled
-// on a loaded host keeps it as well: with one P per core (two on a 2-core
-// machine) the goroutines that could run wait for a P, not for a CPU. With
-// 64 agents calling bash 8 at a time on a loaded 2-core host the runtime's
-// scheduling latency was 3.6 to 7.6 ms on average with 2 Ps against 0.5 to
-// 0.7 ms with 16 (docs/performance.md, "64 agents").
-const minProcs = 8
-
-// raiseProcs sets GOMAXPROCS to minProcs where the runtime chose fewer, and
-// leaves it alone where the GOMAXPROCS variable is set (an operator's
-// choice wins).
-func raiseProcs(getenv func(string) string) {
-	if getenv("GOMAXPROCS") != "" {
-		return
-	}
-	if runtime.GOMAXPROCS(0) < minProcs {
-		runtime.GOMAXPROCS(minProcs)
 	}
 }
 
