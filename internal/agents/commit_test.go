@@ -3,6 +3,7 @@ package agents
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"sync"
@@ -181,5 +182,95 @@ func TestFailedFsyncFailsAppend(t *testing.T) {
 	fi, _ := os.Stat(s.Path(a.ID))
 	if got := rec.synced(s.Path(a.ID)); got != fi.Size() {
 		t.Errorf("fsynced %d of %d bytes", got, fi.Size())
+	}
+}
+
+// TestAgentsFsyncConcurrently: the fsyncs of different agents run at once
+// (no lock of the store is held across one), and many agents appending at
+// once, a tool call's two lines at a time, keep every event, each agent's
+// seqs contiguous and each writer's events in its order, every byte
+// counted durable covered by an fsync.
+func TestAgentsFsyncConcurrently(t *testing.T) {
+	ctx := context.Background()
+	s := mustOpen(t, Options{DefaultCwd: "/"})
+	const agents, writers, each = 8, 4, 25
+	ids := make([]string, agents)
+	for i := range ids {
+		ids[i] = mustCreate(t, s, "").ID
+	}
+	// The first fsync of each agent waits until every agent's first
+	// fsync has begun: were the fsyncs of different agents serialised,
+	// the first would wait alone.
+	var (
+		mu      sync.Mutex
+		entered = map[string]bool{}
+		all     = make(chan struct{})
+	)
+	rec := &syncRecorder{sizes: map[string]int64{}}
+	s.syncFile = func(f *os.File) error {
+		mu.Lock()
+		first := !entered[f.Name()]
+		entered[f.Name()] = true
+		if len(entered) == agents && first {
+			close(all)
+		}
+		n := len(entered)
+		mu.Unlock()
+		if first {
+			select {
+			case <-all:
+			case <-time.After(time.Minute):
+				return fmt.Errorf("only %d of %d agents' fsyncs ran at once", n, agents)
+			}
+		}
+		return rec.sync(f)
+	}
+	var wg sync.WaitGroup
+	for _, id := range ids {
+		for w := range writers {
+			wg.Go(func() {
+				for i := range each {
+					// A tool call: its call line left to the fsync of its
+					// result line, as the tool route writes them.
+					if _, err := s.Append(CommitLater(ctx), id, EventToolCall, map[string]any{"w": w, "i": i}); err != nil {
+						t.Error(err)
+						return
+					}
+					if _, err := s.Append(ctx, id, EventToolResult, map[string]any{"w": w, "i": i}); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	for _, id := range ids {
+		lines := checkJSONL(t, s.Path(id))
+		if len(lines) != writers*each*2+1 {
+			t.Fatalf("%s has %d lines, want %d", id, len(lines), writers*each*2+1)
+		}
+		next := make([]map[string]int, writers) // writer → type → next i
+		for w := range next {
+			next[w] = map[string]int{}
+		}
+		for n, m := range lines[1:] {
+			if seq := m["seq"].(float64); int(seq) != n+1 {
+				t.Fatalf("%s line %d has seq %v, want %d", id, n+2, seq, n+1)
+			}
+			d := m["data"].(map[string]any)
+			w, i, typ := int(d["w"].(float64)), int(d["i"].(float64)), m["type"].(string)
+			if i != next[w][typ] {
+				t.Fatalf("%s line %d: writer %d's %s %d, want %d (out of order or lost)", id, n+2, w, typ, i, next[w][typ])
+			}
+			next[w][typ]++
+		}
+		fi, err := os.Stat(s.Path(id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := rec.synced(s.Path(id)); got != fi.Size() {
+			t.Errorf("%s: fsynced %d of %d bytes after every append returned", id, got, fi.Size())
+		}
 	}
 }
