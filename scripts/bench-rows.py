@@ -60,6 +60,9 @@ ROWS = [
         ("added", "BenchmarkExecSandbox", "workspace-write-off-added-µs", "{:.0f} µs"),
         ("kernel: new mount+net ns", "BenchmarkExecSandbox", "kernel-newns-newnet-added-µs", "{:.0f} µs"),
         ("kernel ratio", "BenchmarkExecSandbox", "kernel-newns-newnet-ratio", "{:.2f}x"),
+        ("in process: added", "BenchmarkNamespaces", "workspace-write-off-added-µs", "{:.0f} µs"),
+        ("in process: kernel's", "BenchmarkNamespaces", "kernel-newns-newnet-added-µs", "{:.0f} µs"),
+        ("in process: net made ahead", "BenchmarkNamespaces", "thread-newns-netahead-added-µs", "{:.0f} µs"),
         ("load", "BenchmarkExecSandbox", "load1", "{:.1f}"),
     ]),
     ("the same under bubblewrap", "<= 2.0x unrestricted", [
@@ -105,7 +108,7 @@ def main(paths):
             for r in runs:
                 v = r.get(bench, {}).get(unit)
                 cells.append("—" if v is None else fmt.format(v))
-            print(f"  {label or 'figure':<26} " + ", ".join(cells))
+            print(f"  {label or 'figure':<28} " + ", ".join(cells))
 
 
 if __name__ == "__main__":
