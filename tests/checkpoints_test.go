@@ -286,7 +286,8 @@ func TestCheckpointLogCrash(t *testing.T) {
 }
 
 // TestCheckpointCompactionCrash: dshd SIGKILLs itself at each crash point
-// of a compaction (in the middle of merging a run of layers, once they are
+// of a compaction (its merged layer made and still empty, in the middle of
+// merging a run of layers, once they are
 // merged, once the new stack is recorded); the next start shows the
 // agent's view as after its last call, byte for byte, with its checkpoints
 // either all individual or the run compacted, never a mixture; every kept
@@ -297,7 +298,7 @@ func TestCheckpointCompactionCrash(t *testing.T) {
 	t.Parallel()
 	testenv.NeedRoot(t, "overlayfs mounts and mount namespaces need CAP_SYS_ADMIN")
 	const cfg = "workspaces:\n  checkpointDepth: 2\n"
-	for _, point := range []string{"workspace.compact.merging", "workspace.compact.merged", "workspace.compact.saved"} {
+	for _, point := range []string{"workspace.compact.layer", "workspace.compact.merging", "workspace.compact.merged", "workspace.compact.saved"} {
 		t.Run(point, func(t *testing.T) {
 			t.Parallel()
 			repo := gitRepo(t)
