@@ -115,23 +115,23 @@ func applyRecord(agents map[string]*agentState, rec logRecord) bool {
 // reached and whether the log held anything.
 func replayLog(r io.Reader, agents map[string]*agentState, gen int64) (int64, bool) {
 	br := bufio.NewReader(r)
-	any := false
+	held := false
 	for {
 		line, err := br.ReadBytes('\n')
 		if len(line) > 0 {
-			any = true
+			held = true
 		}
 		if err != nil {
-			return gen, any // the end, or a line cut short
+			return gen, held // the end, or a line cut short
 		}
 		rec, ok := decodeRecord(line[:len(line)-1])
 		switch {
 		case !ok:
-			return gen, any
+			return gen, held
 		case rec.Gen <= gen:
 			continue // the snapshot holds it
 		case rec.Gen != gen+1 || !applyRecord(agents, rec):
-			return gen, any
+			return gen, held
 		}
 		gen = rec.Gen
 	}
